@@ -1,3 +1,620 @@
-/* safetensors.c - placeholder until the reader/writer lands. */
+/* safetensors.c - safetensors files: an mmap reader that validates every header rule before any
+ * byte is trusted, an in-memory variant, and a streaming writer.
+ *
+ * File layout: u64 little-endian header length N, then N bytes of JSON
+ *   {"__metadata__": {"k": "v", ...}, "name": {"dtype": "BF16", "shape": [..],
+ *    "data_offsets": [begin, end]}, ...}
+ * (writers pad the JSON with spaces so the data section starts 8-byte aligned), then the data
+ * section. Offsets are relative to the data section; the format requires the tensors to cover it
+ * exactly, with no holes and no overlaps, so a file cannot smuggle extra bytes. */
 #include "rw_core.h"
-rw_status rw_st_open(const char *path, rw_st_file **out, rw_err *err) { *out = NULL; RW_FAIL(err, RW_E_UNSUPPORTED, "safetensors reader not built yet (%s)", path); }
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct rw_st_file {
+    void *map; /* the mapping when opened from a path (NULL for rw_st_open_mem) */
+    size_t map_len;
+    size_t n;
+    rw_st_entry *entries; /* [n], sorted by data offset */
+    size_t *by_name;      /* [n] indices into entries, sorted by name (for rw_st_find) */
+    char *names;          /* all tensor names, NUL-separated; entries[i].name points here */
+    size_t n_meta;
+    char **meta; /* [2 * n_meta]: key, value, ... (owned) */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Reader                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The safetensors spelling only: a file saying "bfloat16" is not a safetensors file. */
+static rw_dtype st_dtype(const char *s) {
+    for (int d = 1; d < RW_DTYPE_COUNT_; d++)
+        if (!strcmp(s, rw_dtype_st_name((rw_dtype)d))) return (rw_dtype)d;
+    return RW_DTYPE_INVALID;
+}
+
+static int cmp_offset(const void *a, const void *b) {
+    const rw_st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* qsort has no context argument: sort (name pointer, index) pairs instead of bare indices. */
+typedef struct {
+    const char *name;
+    size_t idx;
+} name_idx;
+
+static int cmp_name_idx(const void *a, const void *b) {
+    return strcmp(((const name_idx *)a)->name, ((const name_idx *)b)->name);
+}
+
+/* Parses one tensor entry of the header into `e` (name not set). */
+static rw_status parse_entry(const char *name, json_t *v, uint64_t data_len, rw_st_entry *e,
+                             rw_err *err) {
+    if (!json_is_object(v))
+        RW_FAIL(err, RW_E_FORMAT, "tensor '%s': header entry is not a JSON object", name);
+    json_t *jd = json_object_get(v, "dtype");
+    json_t *js = json_object_get(v, "shape");
+    json_t *jo = json_object_get(v, "data_offsets");
+    if (!jd) RW_FAIL(err, RW_E_FORMAT, "tensor '%s': missing field 'dtype'", name);
+    if (!js) RW_FAIL(err, RW_E_FORMAT, "tensor '%s': missing field 'shape'", name);
+    if (!jo) RW_FAIL(err, RW_E_FORMAT, "tensor '%s': missing field 'data_offsets'", name);
+    if (!json_is_string(jd)) RW_FAIL(err, RW_E_FORMAT, "tensor '%s': dtype is not a string", name);
+    e->dtype = st_dtype(json_string_value(jd));
+    if (e->dtype == RW_DTYPE_INVALID)
+        RW_FAIL(err, RW_E_DTYPE, "tensor '%s': unknown dtype '%.32s'", name, json_string_value(jd));
+    if (!json_is_array(js)) RW_FAIL(err, RW_E_SHAPE, "tensor '%s': shape is not a list", name);
+    size_t nd = json_array_size(js);
+    if (nd > RW_MAX_DIMS)
+        RW_FAIL(err, RW_E_SHAPE, "tensor '%s': shape has %zu dimensions (at most %d)", name, nd,
+                RW_MAX_DIMS);
+    e->ndim = (int)nd;
+    /* numel * size is formed with an overflow check: a shape whose byte count does not fit in 64
+     * bits can never match its data_offsets and is reported as such. */
+    uint64_t bytes = rw_dtype_size(e->dtype);
+    bool too_big = false;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_array_get(js, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 0)
+            RW_FAIL(err, RW_E_SHAPE, "tensor '%s': shape[%zu] is not a non-negative integer", name,
+                    i);
+        e->shape[i] = json_integer_value(d);
+        uint64_t dim = (uint64_t)e->shape[i];
+        if (dim != 0 && bytes > UINT64_MAX / dim)
+            too_big = true;
+        else
+            bytes *= dim;
+    }
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+        !json_is_integer(json_array_get(jo, 1)))
+        RW_FAIL(err, RW_E_FORMAT, "tensor '%s': data_offsets is not a list of two integers", name);
+    json_int_t b = json_integer_value(json_array_get(jo, 0));
+    json_int_t en = json_integer_value(json_array_get(jo, 1));
+    if (b < 0 || en < 0)
+        RW_FAIL(err, RW_E_FORMAT, "tensor '%s': negative data_offsets [%lld, %lld]", name,
+                (long long)b, (long long)en);
+    if (b > en)
+        RW_FAIL(err, RW_E_FORMAT, "tensor '%s': data_offsets begin %lld is after end %lld", name,
+                (long long)b, (long long)en);
+    e->begin = (uint64_t)b;
+    e->end = (uint64_t)en;
+    char sh[160];
+    if (too_big || bytes != e->end - e->begin)
+        RW_FAIL(err, RW_E_SHAPE,
+                "tensor '%s': shape %s of %s needs %s%llu bytes but data_offsets span %llu bytes",
+                name, rw_shape_str(e->ndim, e->shape, sh, sizeof sh), rw_dtype_st_name(e->dtype),
+                too_big ? "more than " : "",
+                too_big ? (unsigned long long)UINT64_MAX : (unsigned long long)bytes,
+                (unsigned long long)(e->end - e->begin));
+    if (e->end > data_len)
+        RW_FAIL(err, RW_E_FORMAT,
+                "tensor '%s': data_offsets [%llu, %llu) run past the end of the data section "
+                "(%llu bytes; file truncated?)",
+                name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                (unsigned long long)data_len);
+    return RW_OK;
+}
+
+static rw_status parse_metadata(rw_st_file *f, json_t *m, rw_err *err) {
+    if (!json_is_object(m)) RW_FAIL(err, RW_E_FORMAT, "__metadata__ is not a JSON object");
+    size_t n = json_object_size(m);
+    f->meta = calloc(2 * n + 1, sizeof *f->meta);
+    if (!f->meta) RW_FAIL(err, RW_E_OOM, "out of memory for __metadata__");
+    const char *k;
+    json_t *v;
+    json_object_foreach(m, k, v) {
+        if (!json_is_string(v))
+            RW_FAIL(err, RW_E_FORMAT, "__metadata__ value of '%.64s' is not a string", k);
+        f->meta[2 * f->n_meta] = strdup(k);
+        f->meta[2 * f->n_meta + 1] = strdup(json_string_value(v));
+        f->n_meta++;
+        if (!f->meta[2 * f->n_meta - 2] || !f->meta[2 * f->n_meta - 1])
+            RW_FAIL(err, RW_E_OOM, "out of memory for __metadata__");
+    }
+    return RW_OK;
+}
+
+/* Validates `buf` and fills `f` (whose map fields the caller has set). */
+static rw_status parse_file(rw_st_file *f, const uint8_t *buf, size_t len, rw_err *err) {
+    if (len < 8)
+        RW_FAIL(err, RW_E_FORMAT, "file is %zu bytes, shorter than the 8-byte header length", len);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | buf[i];
+    if (hlen > RW_ST_MAX_HEADER)
+        RW_FAIL(err, RW_E_FORMAT, "header length %llu exceeds the limit of %u bytes",
+                (unsigned long long)hlen, RW_ST_MAX_HEADER);
+    if (hlen > len - 8)
+        RW_FAIL(err, RW_E_FORMAT, "header length %llu is larger than the file (%zu bytes after it)",
+                (unsigned long long)hlen, len - 8);
+    if (hlen < 2)
+        RW_FAIL(err, RW_E_FORMAT, "header length %llu is too small for a JSON object",
+                (unsigned long long)hlen);
+    const uint8_t *data = buf + 8 + hlen;
+    uint64_t data_len = len - 8 - hlen;
+
+    json_error_t je;
+    json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        RW_FAIL(err, RW_E_FORMAT, "header is not valid JSON (at byte %d: %s)", je.position,
+                je.text);
+    rw_status st = RW_OK;
+    if (!json_is_object(root)) {
+        st = RW_ERR(err, RW_E_FORMAT, "header is not a JSON object");
+        goto out;
+    }
+    size_t n = json_object_size(root);
+    json_t *meta = json_object_get(root, "__metadata__");
+    if (meta) {
+        n--;
+        RW_CHECKGOTO(parse_metadata(f, meta, err), st, out);
+    }
+    size_t name_bytes = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        if (!strcmp(k, "__metadata__")) continue;
+        size_t kl = strlen(k);
+        if (kl == 0) {
+            st = RW_ERR(err, RW_E_FORMAT, "a tensor has an empty name");
+            goto out;
+        }
+        if (kl > RW_ST_MAX_NAME) {
+            st = RW_ERR(err, RW_E_FORMAT, "tensor '%.64s...': name longer than %d bytes (%zu)", k,
+                        RW_ST_MAX_NAME, kl);
+            goto out;
+        }
+        name_bytes += kl + 1;
+    }
+    f->entries = calloc(n ? n : 1, sizeof *f->entries);
+    f->by_name = calloc(n ? n : 1, sizeof *f->by_name);
+    f->names = malloc(name_bytes ? name_bytes : 1);
+    name_idx *ni = calloc(n ? n : 1, sizeof *ni);
+    if (!f->entries || !f->by_name || !f->names || !ni) {
+        free(ni);
+        st = RW_ERR(err, RW_E_OOM, "out of memory for %zu tensor entries", n);
+        goto out;
+    }
+    size_t i = 0, pos = 0;
+    json_object_foreach(root, k, v) {
+        if (!strcmp(k, "__metadata__")) continue;
+        rw_st_entry *e = &f->entries[i++];
+        st = parse_entry(k, v, data_len, e, err);
+        if (st != RW_OK) {
+            free(ni);
+            goto out;
+        }
+        size_t kl = strlen(k);
+        memcpy(f->names + pos, k, kl + 1);
+        e->name = f->names + pos;
+        pos += kl + 1;
+        e->data = data + e->begin;
+        e->file_index = 0;
+    }
+    f->n = n;
+    qsort(f->entries, n, sizeof *f->entries, cmp_offset);
+    /* Tensors must tile [0, data_len) exactly: no overlap, no hole, no trailing bytes. */
+    uint64_t at = 0;
+    const char *prev = NULL;
+    for (i = 0; i < n; i++) {
+        const rw_st_entry *e = &f->entries[i];
+        if (e->begin < at) {
+            st = RW_ERR(err, RW_E_FORMAT,
+                        "tensor '%s': data_offsets [%llu, %llu) overlap tensor '%s' (ends at %llu)",
+                        e->name, (unsigned long long)e->begin, (unsigned long long)e->end, prev,
+                        (unsigned long long)at);
+            free(ni);
+            goto out;
+        }
+        if (e->begin > at) {
+            st = RW_ERR(
+                err, RW_E_FORMAT,
+                "tensor '%s': data starts at %llu, leaving a hole of %llu bytes after %s%s%s",
+                e->name, (unsigned long long)e->begin, (unsigned long long)(e->begin - at),
+                prev ? "tensor '" : "the start", prev ? prev : "", prev ? "'" : "");
+            free(ni);
+            goto out;
+        }
+        at = e->end;
+        prev = e->name;
+    }
+    if (at != data_len) {
+        st = RW_ERR(err, RW_E_FORMAT,
+                    "data section has %llu trailing bytes not covered by any tensor (tensors end "
+                    "at %llu of %llu)",
+                    (unsigned long long)(data_len - at), (unsigned long long)at,
+                    (unsigned long long)data_len);
+        free(ni);
+        goto out;
+    }
+    for (i = 0; i < n; i++)
+        ni[i] = (name_idx){f->entries[i].name, i};
+    qsort(ni, n, sizeof *ni, cmp_name_idx);
+    for (i = 0; i < n; i++)
+        f->by_name[i] = ni[i].idx;
+    free(ni);
+out:
+    json_decref(root);
+    return st;
+}
+
+static void st_free(rw_st_file *f) {
+    if (!f) return;
+    if (f->map) munmap(f->map, f->map_len);
+    for (size_t i = 0; i < 2 * f->n_meta; i++)
+        free(f->meta[i]);
+    free(f->meta);
+    free(f->entries);
+    free(f->by_name);
+    free(f->names);
+    free(f);
+}
+
+rw_status rw_st_open_mem(const void *buf, size_t len, rw_st_file **out, rw_err *err) {
+    if (!out) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_open_mem: out is NULL");
+    *out = NULL;
+    if (!buf && len) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_open_mem: buffer is NULL");
+    rw_st_file *f = calloc(1, sizeof *f);
+    if (!f) RW_FAIL(err, RW_E_OOM, "out of memory for a safetensors handle");
+    rw_status st = parse_file(f, buf, len, err);
+    if (st != RW_OK) {
+        st_free(f);
+        return st;
+    }
+    *out = f;
+    return RW_OK;
+}
+
+rw_status rw_st_open(const char *path, rw_st_file **out, rw_err *err) {
+    if (!out || !path) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_open: path or out is NULL");
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        RW_FAIL(err, errno == ENOENT ? RW_E_NOT_FOUND : RW_E_IO, "cannot open %s: %s", path,
+                strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        RW_FAIL(err, RW_E_IO, "cannot stat %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        RW_FAIL(err, RW_E_IO, "%s is not a regular file", path);
+    }
+    size_t len = (size_t)sb.st_size;
+    if (len < 8) {
+        close(fd);
+        RW_FAIL(err, RW_E_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length",
+                path, len);
+    }
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd); /* the mapping keeps the file */
+    if (map == MAP_FAILED) RW_FAIL(err, RW_E_IO, "cannot mmap %s: %s", path, strerror(e));
+    rw_st_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        munmap(map, len);
+        RW_FAIL(err, RW_E_OOM, "out of memory for a safetensors handle");
+    }
+    f->map = map;
+    f->map_len = len;
+    rw_status st = parse_file(f, map, len, err);
+    if (st != RW_OK) {
+        st_free(f);
+        return rw_err_prefix(err, "%s", path), st;
+    }
+    *out = f;
+    return RW_OK;
+}
+
+void rw_st_close(rw_st_file *f) {
+    st_free(f);
+}
+
+size_t rw_st_count(const rw_st_file *f) {
+    return f ? f->n : 0;
+}
+
+const rw_st_entry *rw_st_at(const rw_st_file *f, size_t i) {
+    return f && i < f->n ? &f->entries[i] : NULL;
+}
+
+const rw_st_entry *rw_st_find(const rw_st_file *f, const char *name) {
+    if (!f || !name) return NULL;
+    size_t lo = 0, hi = f->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const rw_st_entry *e = &f->entries[f->by_name[mid]];
+        int c = strcmp(name, e->name);
+        if (c == 0) return e;
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+const char *rw_st_metadata(const rw_st_file *f, const char *key) {
+    if (!f || !key) return NULL;
+    for (size_t i = 0; i < f->n_meta; i++)
+        if (!strcmp(f->meta[2 * i], key)) return f->meta[2 * i + 1];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Writer                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Small writes are gathered in `buf` so that element-by-element producers do not pay a system
+ * call each; large writes go straight to the file. The file is written under a temporary name
+ * and renamed on a successful close, so a reader never sees a half-written file. */
+#define WBUF (1u << 20)
+
+struct rw_st_writer {
+    int fd;
+    char *path;
+    char *tmp;
+    uint64_t total;   /* declared data bytes */
+    uint64_t written; /* data bytes accepted so far */
+    size_t nbuf;
+    uint8_t *buf; /* [WBUF] */
+};
+
+static rw_status write_all(int fd, const void *p, size_t n, const char *path, rw_err *err) {
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            RW_FAIL(err, RW_E_IO, "write to %s failed: %s", path, strerror(errno));
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    return RW_OK;
+}
+
+static rw_status flush_buf(rw_st_writer *w, rw_err *err) {
+    if (!w->nbuf) return RW_OK;
+    RW_CHECK(write_all(w->fd, w->buf, w->nbuf, w->tmp, err));
+    w->nbuf = 0;
+    return RW_OK;
+}
+
+static void writer_free(rw_st_writer *w, bool remove_tmp) {
+    if (!w) return;
+    if (w->fd >= 0) close(w->fd);
+    if (remove_tmp && w->tmp) unlink(w->tmp);
+    free(w->path);
+    free(w->tmp);
+    free(w->buf);
+    free(w);
+}
+
+/* Builds the header JSON: metadata first, then the tensors in declaration order with contiguous
+ * offsets. */
+static rw_status build_header(const rw_st_decl *decls, size_t n, const char *const *meta_kv,
+                              char **out, uint64_t *total, rw_err *err) {
+    *out = NULL;
+    rw_status st = RW_OK;
+    json_t *root = json_object();
+    if (!root) RW_FAIL(err, RW_E_OOM, "out of memory building a safetensors header");
+    if (meta_kv && meta_kv[0]) {
+        json_t *m = json_object();
+        json_object_set_new(root, "__metadata__", m);
+        for (size_t i = 0; meta_kv[i]; i += 2) {
+            if (!meta_kv[i + 1]) {
+                st = RW_ERR(err, RW_E_INVALID_ARG, "metadata key '%s' has no value", meta_kv[i]);
+                goto out;
+            }
+            if (json_object_set_new(m, meta_kv[i], json_string(meta_kv[i + 1])) != 0) {
+                st = RW_ERR(err, RW_E_INVALID_ARG, "metadata '%s' is not valid UTF-8", meta_kv[i]);
+                goto out;
+            }
+        }
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const rw_st_decl *d = &decls[i];
+        if (!d->name || !d->name[0]) {
+            st = RW_ERR(err, RW_E_INVALID_ARG, "tensor %zu has no name", i);
+            goto out;
+        }
+        size_t kl = strlen(d->name);
+        if (kl > RW_ST_MAX_NAME) {
+            st = RW_ERR(err, RW_E_INVALID_ARG, "tensor '%.64s...': name longer than %d bytes",
+                        d->name, RW_ST_MAX_NAME);
+            goto out;
+        }
+        if (!strcmp(d->name, "__metadata__")) {
+            st = RW_ERR(err, RW_E_INVALID_ARG, "a tensor cannot be named __metadata__");
+            goto out;
+        }
+        if (json_object_get(root, d->name)) {
+            st = RW_ERR(err, RW_E_INVALID_ARG, "tensor '%s' is declared twice", d->name);
+            goto out;
+        }
+        size_t es = rw_dtype_size(d->dtype);
+        if (!es) {
+            st = RW_ERR(err, RW_E_DTYPE, "tensor '%s': invalid dtype %d", d->name, (int)d->dtype);
+            goto out;
+        }
+        if (d->ndim < 0 || d->ndim > RW_MAX_DIMS) {
+            st = RW_ERR(err, RW_E_SHAPE, "tensor '%s': ndim %d (0..%d)", d->name, d->ndim,
+                        RW_MAX_DIMS);
+            goto out;
+        }
+        uint64_t bytes = es;
+        json_t *shape = json_array();
+        json_t *e = json_object();
+        json_object_set_new(e, "dtype", json_string(rw_dtype_st_name(d->dtype)));
+        json_object_set_new(e, "shape", shape);
+        if (json_object_set_new(root, d->name, e) != 0) {
+            st = RW_ERR(err, RW_E_INVALID_ARG, "tensor name '%.64s' is not valid UTF-8", d->name);
+            goto out;
+        }
+        for (int k = 0; k < d->ndim; k++) {
+            if (d->shape[k] < 0) {
+                st = RW_ERR(err, RW_E_SHAPE, "tensor '%s': negative shape[%d]", d->name, k);
+                goto out;
+            }
+            uint64_t dim = (uint64_t)d->shape[k];
+            if (dim && bytes > (UINT64_MAX >> 2) / dim) {
+                st = RW_ERR(err, RW_E_SHAPE, "tensor '%s': byte size overflows", d->name);
+                goto out;
+            }
+            bytes *= dim;
+            json_array_append_new(shape, json_integer(d->shape[k]));
+        }
+        if (off + bytes > (uint64_t)INT64_MAX) {
+            st = RW_ERR(err, RW_E_SHAPE, "tensor '%s': file would exceed 2^63 bytes", d->name);
+            goto out;
+        }
+        json_t *o = json_array();
+        json_array_append_new(o, json_integer((json_int_t)off));
+        json_array_append_new(o, json_integer((json_int_t)(off + bytes)));
+        json_object_set_new(e, "data_offsets", o);
+        off += bytes;
+    }
+    *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!*out) st = RW_ERR(err, RW_E_OOM, "out of memory serialising a safetensors header");
+    *total = off;
+out:
+    json_decref(root);
+    return st;
+}
+
+rw_status rw_st_writer_create(const char *path, const rw_st_decl *decls, size_t n,
+                              const char *const *meta_kv, rw_st_writer **out, rw_err *err) {
+    if (!out || !path) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_writer_create: path or out is NULL");
+    *out = NULL;
+    if (n && !decls) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_writer_create: decls is NULL");
+    char *hdr = NULL;
+    uint64_t total = 0;
+    rw_status st = build_header(decls, n, meta_kv, &hdr, &total, err);
+    if (st != RW_OK) return rw_err_prefix(err, "%s", path), st;
+    size_t hl = strlen(hdr);
+    size_t padded = (hl + 7) & ~(size_t)7; /* data section starts 8-byte aligned */
+    if (padded > RW_ST_MAX_HEADER) {
+        free(hdr);
+        RW_FAIL(err, RW_E_RANGE, "%s: header of %zu bytes exceeds the reader's limit", path,
+                padded);
+    }
+    rw_st_writer *w = calloc(1, sizeof *w);
+    if (!w) {
+        free(hdr);
+        RW_FAIL(err, RW_E_OOM, "out of memory for a safetensors writer");
+    }
+    w->fd = -1;
+    w->total = total;
+    w->path = strdup(path);
+    w->tmp = malloc(strlen(path) + 16);
+    w->buf = malloc(WBUF > padded + 8 ? WBUF : padded + 8);
+    if (!w->path || !w->tmp || !w->buf) {
+        free(hdr);
+        writer_free(w, false);
+        RW_FAIL(err, RW_E_OOM, "out of memory for a safetensors writer");
+    }
+    sprintf(w->tmp, "%s.partial", path);
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        int e = errno;
+        free(hdr);
+        writer_free(w, false);
+        RW_FAIL(err, RW_E_IO, "cannot create %s.partial: %s", path, strerror(e));
+    }
+    uint64_t hlen = padded;
+    for (int i = 0; i < 8; i++)
+        w->buf[i] = (uint8_t)(hlen >> (8 * i));
+    memcpy(w->buf + 8, hdr, hl);
+    memset(w->buf + 8 + hl, ' ', padded - hl);
+    free(hdr);
+    w->nbuf = 8 + padded;
+    st = flush_buf(w, err);
+    if (st != RW_OK) {
+        writer_free(w, true);
+        return st;
+    }
+    *out = w;
+    return RW_OK;
+}
+
+rw_status rw_st_writer_write(rw_st_writer *w, const void *bytes, size_t len, rw_err *err) {
+    if (!w) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_writer_write: writer is NULL");
+    if (len && !bytes) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_writer_write: bytes is NULL");
+    if (len > w->total - w->written)
+        RW_FAIL(err, RW_E_SHAPE,
+                "%s: writing %zu bytes would pass the %llu declared (%llu written)", w->path, len,
+                (unsigned long long)w->total, (unsigned long long)w->written);
+    if (w->nbuf + len <= WBUF) {
+        memcpy(w->buf + w->nbuf, bytes, len);
+        w->nbuf += len;
+    } else {
+        RW_CHECK(flush_buf(w, err));
+        if (len < WBUF) {
+            memcpy(w->buf, bytes, len);
+            w->nbuf = len;
+        } else {
+            RW_CHECK(write_all(w->fd, bytes, len, w->tmp, err));
+        }
+    }
+    w->written += len;
+    return RW_OK;
+}
+
+rw_status rw_st_writer_close(rw_st_writer *w, rw_err *err) {
+    if (!w) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_writer_close: writer is NULL");
+    rw_status st = RW_OK;
+    if (w->written != w->total) {
+        st = RW_ERR(err, RW_E_SHAPE, "%s: %llu of %llu declared data bytes written", w->path,
+                    (unsigned long long)w->written, (unsigned long long)w->total);
+        writer_free(w, true);
+        return st;
+    }
+    st = flush_buf(w, err);
+    if (st == RW_OK) {
+        int fd = w->fd;
+        w->fd = -1;
+        if (close(fd) != 0)
+            st = RW_ERR(err, RW_E_IO, "closing %s failed: %s", w->tmp, strerror(errno));
+    }
+    if (st == RW_OK && rename(w->tmp, w->path) != 0)
+        st = RW_ERR(err, RW_E_IO, "cannot rename %s to %s: %s", w->tmp, w->path, strerror(errno));
+    writer_free(w, st != RW_OK);
+    return st;
+}
+
+void rw_st_writer_discard(rw_st_writer *w) {
+    writer_free(w, true);
+}
