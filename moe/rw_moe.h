@@ -188,6 +188,13 @@ void rw_moe_route_ref(const float *logits, int64_t ntok, int E, int k, bool reno
 void rw_moe_experts_ref(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
                         const float *x, int64_t ntok, const int32_t *ids, const float *weights,
                         int k, float *out);
+/* Same computation with a caller-provided scratch buffer (no allocation, errors reported):
+ * ws must hold rw_moe_experts_ref_workspace(E_l, P, H, k) bytes. H % 64 == 0, P % 128 == 0. */
+size_t rw_moe_experts_ref_workspace(int64_t E, int64_t P, int64_t H, int k);
+rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                                const float *x, int64_t ntok, const int32_t *ids,
+                                const float *weights, int k, float *out, void *ws,
+                                size_t ws_bytes, rw_err *err);
 
 #ifdef __cplusplus
 }
