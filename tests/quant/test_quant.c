@@ -4,12 +4,10 @@
  * (modules_to_not_convert on dotted boundaries, never-quantized kinds, K % 32).
  *
  * Random inputs come from a fresh seed each run (printed; RW_TEST_SEED=N repeats a run). */
-#include "rw_test.h"
+#include "quant_test.h"
 #include "rw_quant.h"
 
 #include <float.h>
-#include <math.h>
-#include <time.h>
 
 static uint64_t g_seed;
 
@@ -65,23 +63,6 @@ static rw_rng rng_for(uint64_t salt) {
     rw_rng r;
     rw_rng_seed(&r, g_seed ^ (salt * 0x9e3779b97f4a7c15ull));
     return r;
-}
-
-/* Random bf16 matrix whose runs of `run` elements along a row share a magnitude 2^k, k drawn over
- * the whole bf16 range (subnormal to near max); one run in 16 is all zero, one element in 64 is
- * zero, signs are random. */
-static void fill_ranges(uint16_t *x, int64_t rows, int64_t cols, int64_t run, rw_rng *r) {
-    for (int64_t i = 0; i < rows; i++) {
-        for (int64_t c0 = 0; c0 < cols; c0 += run) {
-            int k = (int)(rw_rng_u64(r) % 256) - 135; /* [-135, 120] */
-            bool zero = rw_rng_u64(r) % 16 == 0;
-            for (int64_t c = c0; c < c0 + run && c < cols; c++) {
-                float v = zero || rw_rng_u64(r) % 64 == 0 ? 0.0f : ldexpf(rw_rng_normal(r), k);
-                x[i * cols + c] = rw_f32_to_bf16(v);
-                if (zero && rw_rng_u64(r) % 2) x[i * cols + c] = 0x8000; /* -0 */
-            }
-        }
-    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -375,7 +356,7 @@ static void test_mxfp8_random_tensors(void **state) {
         uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
         assert_non_null(x);
         rw_rng r = rng_for(10 + i);
-        fill_ranges(x, rows, cols, 32, &r);
+        qt_fill_ranges(x, rows, cols, 32, &r);
         check_mxfp8_tensor(x, rows, cols);
         rw_test_fill_bf16(x, (size_t)(rows * cols), g_seed + i, 0.08f); /* weight-like */
         check_mxfp8_tensor(x, rows, cols);
@@ -558,7 +539,7 @@ static void test_fp8_block_random_tensors(void **state) {
         rw_test_fill_bf16(x, (size_t)(rows * cols), g_seed + 100 + i, 0.08f);
         check_fp8_tensor(x, rows, cols);
         rw_rng r = rng_for(200 + i);
-        fill_ranges(x, rows, cols, 7, &r); /* wide dynamic range within each block */
+        qt_fill_ranges(x, rows, cols, 7, &r); /* wide dynamic range within each block */
         check_fp8_tensor(x, rows, cols);
         free(x);
     }
@@ -821,9 +802,7 @@ static void test_policy_helpers(void **state) {
 }
 
 int main(void) {
-    const char *env = getenv("RW_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-    fprintf(stderr, "test_quant: RW_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    g_seed = qt_seed("test_quant");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_e4m3_every_byte),
         cmocka_unit_test(test_e4m3_encode_all_bf16),

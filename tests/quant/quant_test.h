@@ -1,0 +1,36 @@
+/* quant_test.h - helpers shared by the quant test programs: the run's random seed and bf16
+ * inputs spread over the whole bf16 range. */
+#ifndef RW_QUANT_TEST_H
+#define RW_QUANT_TEST_H
+
+#include "rw_test.h"
+
+#include <math.h>
+#include <time.h>
+
+/* A fresh seed per run, printed so a failure can be repeated with RW_TEST_SEED=N. */
+static inline uint64_t qt_seed(const char *prog) {
+    const char *env = getenv("RW_TEST_SEED");
+    uint64_t s = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    fprintf(stderr, "%s: RW_TEST_SEED=%llu\n", prog, (unsigned long long)s);
+    return s;
+}
+
+/* Random bf16 matrix whose runs of `run` elements along a row share a magnitude 2^k, k drawn over
+ * the whole bf16 range (subnormal to near max); one run in 16 is all zero (with random signs),
+ * one element in 64 is zero, signs are random. */
+static inline void qt_fill_ranges(uint16_t *x, int64_t rows, int64_t cols, int64_t run, rw_rng *r) {
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t c0 = 0; c0 < cols; c0 += run) {
+            int k = (int)(rw_rng_u64(r) % 256) - 135; /* [-135, 120] */
+            bool zero = rw_rng_u64(r) % 16 == 0;
+            for (int64_t c = c0; c < c0 + run && c < cols; c++) {
+                float v = zero || rw_rng_u64(r) % 64 == 0 ? 0.0f : ldexpf(rw_rng_normal(r), k);
+                x[i * cols + c] = rw_f32_to_bf16(v);
+                if (zero && rw_rng_u64(r) % 2) x[i * cols + c] = 0x8000; /* -0 */
+            }
+        }
+    }
+}
+
+#endif
