@@ -44,8 +44,12 @@ typedef struct {
     size_t idx;
 } name_idx;
 
+/* Ties (one name in two files) are ordered by position, so the error names the files in order. */
 static int cmp_name_idx(const void *a, const void *b) {
-    return strcmp(((const name_idx *)a)->name, ((const name_idx *)b)->name);
+    const name_idx *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c) return c;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
 /* Adds a file name (relative to dir) to a growing list, skipping duplicates. */
