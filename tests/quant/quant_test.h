@@ -33,4 +33,22 @@ static inline void qt_fill_ranges(uint16_t *x, int64_t rows, int64_t cols, int64
     }
 }
 
+/* Half an e4m3 ulp at magnitude y (in units of the scale): 2^(floor(log2 y) - 4) for normals,
+ * half the subnormal step 2^-9 below 2^-6. The MXFP8 error bound of an element is this times
+ * its block's scale (nothing saturates: amax / scale <= 448). */
+static inline double qt_e4m3_half_ulp(double y) {
+    if (y < ldexp(1.0, -6)) return ldexp(1.0, -10);
+    int e;
+    frexp(y, &e); /* y = f * 2^e, f in [0.5, 1): floor(log2 y) = e - 1 */
+    return ldexp(1.0, e - 1 - 4);
+}
+
+/* FP8-block error bound of an element x in a block of scale s: e4m3 rounding (relative 2^-4,
+ * absolute 2^-10 in the subnormals) in units of the scale, plus the fp32 division and product
+ * (2^-24 each, taken generously) and the slack when x / s rounds just past 448. */
+static inline double qt_fp8_block_bound(double x, double s) {
+    return (ldexp(1.0, -4) + ldexp(1.0, -18)) * fabs(x) + ldexp(s, -10) * (1 + ldexp(1.0, -18)) +
+           ldexp(1.0, -149);
+}
+
 #endif

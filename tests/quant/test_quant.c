@@ -50,15 +50,6 @@ static uint8_t mx_scale_slow(float amax) {
     return 254;
 }
 
-/* Half an e4m3 ulp at magnitude y (in units of the scale): 2^(floor(log2 y) - 4) for normals,
- * half the subnormal step 2^-9 below 2^-6. */
-static double e4m3_half_ulp(double y) {
-    if (y < ldexp(1.0, -6)) return ldexp(1.0, -10);
-    int e;
-    frexp(y, &e); /* y = f * 2^e, f in [0.5, 1): floor(log2 y) = e - 1 */
-    return ldexp(1.0, e - 1 - 4);
-}
-
 static rw_rng rng_for(uint64_t salt) {
     rw_rng r;
     rw_rng_seed(&r, g_seed ^ (salt * 0x9e3779b97f4a7c15ull));
@@ -330,7 +321,7 @@ static void check_mxfp8_tensor(const uint16_t *x, int64_t rows, int64_t cols) {
                 if (dv != exact)
                     fail_msg("mxfp8 dequant of element %lld: %.9g, exact %.9g", (long long)at, dv,
                              exact);
-                double bound = e4m3_half_ulp(fabs(xv) / sc) * sc;
+                double bound = qt_e4m3_half_ulp(fabs(xv) / sc) * sc;
                 double e = fabs(dv - xv);
                 if (e > bound)
                     fail_msg("mxfp8: element %lld x=%.9g deq=%.9g error %.3g > bound %.3g "
@@ -510,13 +501,8 @@ static void check_fp8_tensor(const uint16_t *x, int64_t rows, int64_t cols) {
                     }
                     if (nan) continue; /* scale 1.0 may saturate the block's other values */
                     assert_true(d[at] == rw_e4m3_to_f32(q[at]) * got_s);
-                    /* e4m3 rounding (relative 2^-4, absolute 2^-10 in the subnormals) in units
-                     * of the scale, plus the fp32 division and product (2^-24 each, rounded up
-                     * generously) and the tiny saturation slack when x / s rounds past 448. */
                     double e = fabs((double)d[at] - xv);
-                    double bound = (ldexp(1.0, -4) + ldexp(1.0, -18)) * fabs(xv) +
-                                   ldexp((double)got_s, -10) * (1 + ldexp(1.0, -18)) +
-                                   ldexp(1.0, -149);
+                    double bound = qt_fp8_block_bound(xv, got_s);
                     if (e > bound)
                         fail_msg("fp8-block element (%lld, %lld) x=%.9g deq=%.9g error %.3g > %.3g",
                                  (long long)r, (long long)c, xv, d[at], e, bound);
