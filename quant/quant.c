@@ -3,16 +3,7 @@
  * the CUDA kernels in quant.cu produce the same bytes. Without CUDA the device entry points exist
  * here and report RW_E_NO_DEVICE.
  *
- * NaN and inf (both formats use the same block amax, taken on the magnitude bits so NaN wins):
- * - MXFP8: a block holding a NaN gets scale byte 0xff (UE8M0 NaN), so the whole block dequantizes
- *   to NaN. A block holding an inf (and no NaN) gets scale 2^127; the inf saturates to +-448 and
- *   dequantizes to +-inf (448 * 2^127 overflows fp32); the block's finite values become zero.
- *   Dequantized values are exact (a 4-bit mantissa times a power of two) except past the fp32
- *   range: a finite bf16 within 2^-5 of 2^128 rounds up to e4m3 256 x 2^120 = 2^128 = inf.
- * - FP8 block: a block holding a NaN gets scale 1.0 (the rule's non-positive-amax branch); NaN
- *   elements encode as e4m3 NaN, the others are quantized with scale 1.0 (saturating at 448). A
- *   block holding an inf (and no NaN) gets scale inf; every element dequantizes to NaN
- *   (0 * inf, NaN * inf).
+ * NaN, inf and all-zero blocks behave as documented in rw_quant.h ("Special values").
  */
 #include "rw_quant.h"
 

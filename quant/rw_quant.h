@@ -66,6 +66,20 @@ RW_HD uint8_t rw_fp8_block_quantize_elem(float x, float scale) { return rw_f32_t
 /* Whole-tensor quantize / dequantize. `x` is [rows, cols] row-major bf16 (K = cols).           */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Special values. Both quantizers take a block's amax on the magnitude bits as integers, so a NaN
+ * wins over inf and inf over every finite value (fmaxf would drop the NaN).
+ * - MXFP8: a block holding a NaN gets scale byte 0xff (UE8M0 NaN) and dequantizes to NaN
+ *   throughout (its NaN codes are 0x7f / 0xff). A block holding an inf (no NaN) gets scale 2^127
+ *   (byte 254): the inf saturates to +-448 and dequantizes to +-inf (448 x 2^127 is past fp32);
+ *   its finite values are quantized with that scale, so all below 2^117 become (signed) zero.
+ *   Dequantized values are exact (a 4-bit mantissa times a power of two) except past the fp32
+ *   range: a finite bf16 within 2^-5 of 2^128 rounds up to 256 x 2^120 = 2^128 = inf.
+ * - FP8 block: a block holding a NaN gets scale 1.0 (rw_fp8_block_scale_from_amax's
+ *   non-positive branch): its NaNs encode as NaN and its other values are quantized with scale
+ *   1.0, saturating at +-448. A block holding an inf (no NaN) gets scale inf and dequantizes to
+ *   NaN throughout (0 x inf, NaN x inf).
+ * An all-zero block: MXFP8 scale byte 0 (2^-127), FP8-block scale 1.0; zeros keep their sign. */
+
 /* MXFP8: q [rows, cols] e4m3, scale [rows, cols/32] UE8M0. cols % 32 == 0. */
 rw_status rw_quant_mxfp8_ref(const uint16_t *x_bf16, int64_t rows, int64_t cols, uint8_t *q,
                              uint8_t *scale, rw_err *err);
