@@ -165,7 +165,23 @@ static rw_status vmm_map(vmm *v, rw_err *err) {
     return RW_OK;
 }
 
+static rw_status rw_dev_vmm_create_current(int device, size_t bytes, void **base, void **handle,
+                                           rw_err *err);
+
 rw_status rw_dev_vmm_create(int device, size_t bytes, void **base, void **handle, rw_err *err) {
+    /* The driver calls below act on the current context: make `device`'s primary context
+     * current (cudaFree(0) creates it) and restore the caller's device afterwards. */
+    int prev = 0;
+    CUDA_TRY(err, cudaGetDevice(&prev));
+    CUDA_TRY(err, cudaSetDevice(device));
+    CUDA_TRY(err, cudaFree(0));
+    rw_status st = rw_dev_vmm_create_current(device, bytes, base, handle, err);
+    cudaSetDevice(prev);
+    return st;
+}
+
+static rw_status rw_dev_vmm_create_current(int device, size_t bytes, void **base, void **handle,
+                                           rw_err *err) {
     vmm *v = calloc(1, sizeof *v);
     if (!v) RW_FAIL(err, RW_E_OOM, "out of memory");
     v->device = device;
