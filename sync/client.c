@@ -1,0 +1,835 @@
+/* client.c - the trainer-side client: a DEALER socket to a worker's control address, request ids
+ * with replies matched out of order, JSON and msgpack entry points, typed calls for the sync
+ * commands, zero-copy bucket frames, checksum replies, and the trainer's end of the NCCL group. */
+#include "sync_internal.h"
+
+#include <inttypes.h>
+#include <msgpack.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+#include <zmq.h>
+
+/* Zero-copy frames still owned by ZeroMQ point at this, not at the client, so the callback stays
+ * valid if the client is closed first. Freed by whichever side lets go last. */
+typedef struct zc_state {
+    atomic_uint_fast64_t released;
+    atomic_int refs;
+} zc_state;
+
+static void zc_unref(zc_state *z) {
+    if (atomic_fetch_sub(&z->refs, 1) == 1) free(z);
+}
+
+static void zc_free_cb(void *data, void *hint) {
+    (void)data; /* the caller's buffer: not ours to free */
+    zc_state *z = hint;
+    atomic_fetch_add(&z->released, 1);
+    zc_unref(z);
+}
+
+typedef struct pending {
+    uint64_t id;
+    void *env, *frame;
+    size_t env_len, frame_len;
+} pending;
+
+#define MAX_PENDING 1024
+
+struct rw_client {
+    void *ctx;
+    bool own_ctx;
+    void *sock;
+    uint64_t next_id;
+    zc_state *zc;
+    uint64_t zc_sent;
+    pending pend[MAX_PENDING];
+    size_t npend;
+    rw_mw *w;
+    char last_error[512];
+};
+
+static rw_status note(rw_client *c, rw_status st, rw_err *err) {
+    if (st == RW_OK)
+        c->last_error[0] = 0;
+    else
+        rw_sync_strlcpy(c->last_error, err ? err->msg : rw_status_str(st), sizeof c->last_error);
+    return st;
+}
+
+const char *rw_client_last_error(const rw_client *c) {
+    return c ? c->last_error : "";
+}
+void rw_client_free(void *p) {
+    free(p);
+}
+
+rw_status rw_client_connect(const char *addr, void *zctx, rw_client **out, rw_err *err) {
+    *out = NULL;
+    if (!addr || !addr[0]) RW_FAIL(err, RW_E_INVALID_ARG, "client: empty address");
+    rw_client *c = calloc(1, sizeof *c);
+    if (!c) RW_FAIL(err, RW_E_OOM, "client: out of memory");
+    rw_status st;
+    c->next_id = 1;
+    c->zc = calloc(1, sizeof *c->zc);
+    if (!c->zc) {
+        free(c);
+        RW_FAIL(err, RW_E_OOM, "client: out of memory");
+    }
+    atomic_init(&c->zc->refs, 1);
+    RW_CHECKGOTO(rw_mw_create(&c->w, err), st, fail);
+    c->ctx = zctx;
+    if (!c->ctx) {
+        c->ctx = zmq_ctx_new();
+        c->own_ctx = true;
+        if (!c->ctx) {
+            st = RW_ZMQ_FAIL(err, "zmq_ctx_new");
+            goto fail;
+        }
+    }
+    c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+    if (!c->sock) {
+        st = RW_ZMQ_FAIL(err, "zmq_socket(DEALER)");
+        goto fail;
+    }
+    int linger = 0, sndtimeo = 60000;
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+    if (zmq_connect(c->sock, addr) != 0) {
+        st = RW_ERR(err, RW_E_ZMQ, "client: connect %s: %s", addr, zmq_strerror(errno));
+        goto fail;
+    }
+    *out = c;
+    return RW_OK;
+fail:
+    rw_client_close(c);
+    return st;
+}
+
+void rw_client_close(rw_client *c) {
+    if (!c) return;
+    if (c->sock) zmq_close(c->sock);
+    if (c->own_ctx && c->ctx) zmq_ctx_term(c->ctx);
+    for (size_t i = 0; i < c->npend; i++) {
+        free(c->pend[i].env);
+        free(c->pend[i].frame);
+    }
+    rw_mw_destroy(c->w);
+    if (c->zc) zc_unref(c->zc);
+    free(c);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Send / wait                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+static rw_status send_env(rw_client *c, const void *env, size_t len, size_t nframes, rw_err *err) {
+    if (zmq_send(c->sock, env, len, nframes ? ZMQ_SNDMORE : 0) < 0)
+        return RW_ZMQ_FAIL(err, "client: send");
+    return RW_OK;
+}
+
+/* Starts the envelope of request `id` in c->w and appends the args value. */
+static rw_status build(rw_client *c, const char *cmd, rw_mw *args, uint64_t *id, const void **env,
+                       size_t *len, rw_err *err) {
+    if (!cmd || !cmd[0] || strlen(cmd) > RW_MSG_MAX_CMD)
+        RW_FAIL(err, RW_E_INVALID_ARG, "client: command name empty or too long");
+    *id = c->next_id++;
+    rw_mw_reset(c->w);
+    rw_mw_request(c->w, *id, cmd);
+    if (args) {
+        const void *a;
+        size_t alen;
+        RW_CHECK(rw_mw_finish(args, &a, &alen, err));
+        if (!alen) RW_FAIL(err, RW_E_INVALID_ARG, "client: empty args writer");
+        rw_mw_raw(c->w, a, alen);
+    } else {
+        rw_mw_map(c->w, 0);
+    }
+    return rw_mw_finish(c->w, env, len, err);
+}
+
+rw_status rw_client_send(rw_client *c, const char *cmd, rw_mw *args, const void *frame,
+                         size_t frame_len, bool zero_copy, uint64_t *id, rw_err *err) {
+    const void *env;
+    size_t len;
+    rw_status st = build(c, cmd, args, id, &env, &len, err);
+    if (st == RW_OK) st = send_env(c, env, len, frame ? 1 : 0, err);
+    if (st == RW_OK && frame) {
+        if (zero_copy) {
+            zmq_msg_t m;
+            atomic_fetch_add(&c->zc->refs, 1);
+            if (zmq_msg_init_data(&m, (void *)frame, frame_len, zc_free_cb, c->zc)) {
+                zc_unref(c->zc);
+                st = RW_ZMQ_FAIL(err, "client: zmq_msg_init_data");
+            } else {
+                c->zc_sent++;
+                if (zmq_msg_send(&m, c->sock, 0) < 0) {
+                    st = RW_ZMQ_FAIL(err, "client: send frame");
+                    zmq_msg_close(&m); /* runs the callback */
+                }
+            }
+        } else if (zmq_send(c->sock, frame, frame_len, 0) < 0) {
+            st = RW_ZMQ_FAIL(err, "client: send frame");
+        }
+    }
+    return note(c, st, err);
+}
+
+rw_status rw_client_send_json(rw_client *c, const char *cmd, const char *args_json,
+                              const void *const *frames, const size_t *frame_lens, size_t nframes,
+                              uint64_t *id, rw_err *err) {
+    rw_mw *a = NULL;
+    rw_status st = rw_mw_create(&a, err);
+    if (st == RW_OK) st = rw_mw_json(a, args_json && args_json[0] ? args_json : "{}", err);
+    const void *env;
+    size_t len;
+    if (st == RW_OK) st = build(c, cmd, a, id, &env, &len, err);
+    if (st == RW_OK) st = send_env(c, env, len, nframes, err);
+    for (size_t i = 0; st == RW_OK && i < nframes; i++)
+        if (zmq_send(c->sock, frames[i], frame_lens[i], i + 1 < nframes ? ZMQ_SNDMORE : 0) < 0)
+            st = RW_ZMQ_FAIL(err, "client: send frame");
+    rw_mw_destroy(a);
+    return note(c, st, err);
+}
+
+/* Receives one multipart reply into malloc'd copies of the envelope and the first data frame. */
+static rw_status recv_one(rw_client *c, int timeout_ms, pending *p, rw_err *err) {
+    memset(p, 0, sizeof *p);
+    zmq_pollitem_t pi = {.socket = c->sock, .events = ZMQ_POLLIN};
+    int rc = zmq_poll(&pi, 1, timeout_ms);
+    if (rc < 0) return RW_ZMQ_FAIL(err, "client: zmq_poll");
+    if (rc == 0) RW_FAIL(err, RW_E_TIMEOUT, "client: no reply within %d ms", timeout_ms);
+    int part = 0, more = 1;
+    rw_status st = RW_OK;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, c->sock, 0) < 0) {
+            zmq_msg_close(&m);
+            st = RW_ZMQ_FAIL(err, "client: receive");
+            break;
+        }
+        more = zmq_msg_more(&m);
+        if (part < 2 && st == RW_OK) {
+            size_t n = zmq_msg_size(&m);
+            void *b = malloc(n ? n : 1);
+            if (!b) {
+                st = RW_ERR(err, RW_E_OOM, "client: reply of %zu bytes", n);
+            } else {
+                memcpy(b, zmq_msg_data(&m), n);
+                if (part == 0) {
+                    p->env = b;
+                    p->env_len = n;
+                } else {
+                    p->frame = b;
+                    p->frame_len = n;
+                }
+            }
+        }
+        part++;
+        zmq_msg_close(&m);
+    }
+    if (st != RW_OK) {
+        free(p->env);
+        free(p->frame);
+        memset(p, 0, sizeof *p);
+    }
+    return st;
+}
+
+static double now_ms(void) {
+    return rw_now() * 1e3;
+}
+
+rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg, rw_reply *rep,
+                         void **frame, size_t *frame_len, rw_err *err) {
+    *msg = NULL;
+    if (frame) *frame = NULL;
+    if (frame_len) *frame_len = 0;
+    pending got;
+    bool found = false;
+    for (size_t i = 0; i < c->npend; i++)
+        if (c->pend[i].id == id) {
+            got = c->pend[i];
+            c->pend[i] = c->pend[--c->npend];
+            found = true;
+            break;
+        }
+    double deadline = now_ms() + (timeout_ms < 0 ? 1e15 : timeout_ms);
+    while (!found) {
+        double left = deadline - now_ms();
+        if (left < 0) left = 0;
+        rw_status st = recv_one(c, (int)left, &got, err);
+        if (st == RW_E_TIMEOUT)
+            return note(c,
+                        RW_ERR(err, RW_E_TIMEOUT,
+                               "client: no reply to request %" PRIu64 " within %d ms", id,
+                               timeout_ms),
+                        err);
+        if (st != RW_OK) return note(c, st, err);
+        rw_msg *m;
+        rw_reply r;
+        rw_err de;
+        if (rw_msg_decode_reply(got.env, got.env_len, &m, &r, &de) != RW_OK) {
+            RW_LOGW("client: dropped an undecodable reply: %s", de.msg);
+            free(got.env);
+            free(got.frame);
+            continue;
+        }
+        rw_msg_free(m);
+        if (r.id == id) {
+            found = true;
+            break;
+        }
+        if (c->npend == MAX_PENDING) {
+            RW_LOGW("client: too many unclaimed replies; dropping the one to request %" PRIu64,
+                    c->pend[0].id);
+            free(c->pend[0].env);
+            free(c->pend[0].frame);
+            c->pend[0] = c->pend[--c->npend];
+        }
+        got.id = r.id;
+        c->pend[c->npend++] = got;
+    }
+    rw_status st = rw_msg_decode_reply(got.env, got.env_len, msg, rep, err);
+    free(got.env);
+    if (st != RW_OK) {
+        free(got.frame);
+        return note(c, st, err);
+    }
+    if (frame) {
+        *frame = got.frame;
+        if (frame_len) *frame_len = got.frame_len;
+    } else {
+        free(got.frame);
+    }
+    if (!rep->ok) {
+        st = rw_err_set(err, rep->status, __FILE__, __LINE__, "%s", rep->message);
+        rw_msg_free(*msg);
+        *msg = NULL;
+        if (frame) {
+            free(*frame);
+            *frame = NULL;
+        }
+        return note(c, st, err);
+    }
+    return note(c, RW_OK, err);
+}
+
+rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **result_json,
+                              void **frame, size_t *frame_len, rw_err *err) {
+    if (result_json) *result_json = NULL;
+    rw_msg *m;
+    rw_reply r;
+    RW_CHECK(rw_client_wait(c, id, timeout_ms, &m, &r, frame, frame_len, err));
+    rw_status st = RW_OK;
+    if (result_json) st = rw_mobj_to_json(r.result, result_json, err);
+    rw_msg_free(m);
+    if (st != RW_OK && frame) {
+        free(*frame);
+        *frame = NULL;
+    }
+    return note(c, st, err);
+}
+
+rw_status rw_client_call_json(rw_client *c, const char *cmd, const char *args_json, int timeout_ms,
+                              char **result_json, rw_err *err) {
+    uint64_t id;
+    RW_CHECK(rw_client_send_json(c, cmd, args_json, NULL, NULL, 0, &id, err));
+    return rw_client_wait_json(c, id, timeout_ms, result_json, NULL, NULL, err);
+}
+
+/* send + wait with an args writer; the decoded reply stays in *m for the caller. */
+static rw_status call(rw_client *c, const char *cmd, rw_mw *args, int timeout_ms, rw_msg **m,
+                      rw_reply *r, rw_err *err) {
+    uint64_t id;
+    RW_CHECK(rw_client_send(c, cmd, args, NULL, 0, false, &id, err));
+    return rw_client_wait(c, id, timeout_ms, m, r, NULL, NULL, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Typed calls                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+static rw_status new_args(rw_mw **a, rw_err *err) {
+    return rw_mw_create(a, err);
+}
+
+rw_status rw_client_begin_update(rw_client *c, const char *version, bool flush_cache,
+                                 uint64_t bucket_bytes, double timeout_s, int timeout_ms,
+                                 rw_err *err) {
+    rw_mw *a;
+    RW_CHECK(new_args(&a, err));
+    rw_mw_map(a, 2 + (bucket_bytes ? 1 : 0) + (timeout_s > 0 ? 1 : 0));
+    rw_mw_str(a, "version");
+    rw_mw_str(a, version);
+    rw_mw_str(a, "flush_cache");
+    rw_mw_bool(a, flush_cache);
+    if (bucket_bytes) {
+        rw_mw_str(a, "bucket_bytes");
+        rw_mw_u64(a, bucket_bytes);
+    }
+    if (timeout_s > 0) {
+        rw_mw_str(a, "timeout_s");
+        rw_mw_f64(a, timeout_s);
+    }
+    rw_msg *m = NULL;
+    rw_reply r;
+    rw_status st = call(c, "begin_update", a, timeout_ms, &m, &r, err);
+    rw_msg_free(m);
+    rw_mw_destroy(a);
+    return st;
+}
+
+rw_status rw_client_update_weights_zmq(rw_client *c, const rw_sync_manifest *man, const void *data,
+                                       int timeout_ms, rw_err *err) {
+    rw_mw *a;
+    RW_CHECK(new_args(&a, err));
+    rw_mw_map(a, 2);
+    rw_mw_str(a, "transport");
+    rw_mw_str(a, "zmq");
+    rw_mw_str(a, "manifest");
+    rw_sync_manifest_write(man, a);
+    uint64_t id, nb = rw_sync_manifest_bytes(man);
+    uint64_t target = c->zc_sent + 1;
+    /* a zero-byte frame still needs a valid pointer */
+    static const char empty = 0;
+    rw_status st = rw_client_send(c, "update_weights", a, data ? data : &empty, nb, true, &id, err);
+    rw_mw_destroy(a);
+    if (st != RW_OK) return st;
+    rw_msg *m = NULL;
+    rw_reply r;
+    rw_err werr;
+    rw_status wst = rw_client_wait(c, id, timeout_ms, &m, &r, NULL, NULL, &werr);
+    rw_msg_free(m);
+    /* the frame is released once fully sent; the reply implies the worker had it, so this is
+     * normally immediate */
+    double deadline = now_ms() + (timeout_ms < 0 ? 60000 : timeout_ms);
+    while (atomic_load(&c->zc->released) < target && now_ms() < deadline) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    if (wst != RW_OK) {
+        if (err) *err = werr;
+        return note(c, wst, err);
+    }
+    if (atomic_load(&c->zc->released) < target)
+        return note(c,
+                    RW_ERR(err, RW_E_TIMEOUT,
+                           "client: ZeroMQ still holds the bucket buffer after %d ms (close the "
+                           "client before reusing it)",
+                           timeout_ms),
+                    err);
+    return RW_OK;
+}
+
+static rw_status empty_call(rw_client *c, const char *cmd, int timeout_ms, rw_msg **m, rw_reply *r,
+                            rw_err *err) {
+    return call(c, cmd, NULL, timeout_ms, m, r, err);
+}
+
+rw_status rw_client_commit_update(rw_client *c, int timeout_ms, char *version, size_t cap,
+                                  rw_err *err) {
+    rw_msg *m;
+    rw_reply r;
+    RW_CHECK(empty_call(c, "commit_update", timeout_ms, &m, &r, err));
+    rw_status st = RW_OK;
+    if (version && cap)
+        st = rw_mobj_strcpy(rw_mobj_get(r.result, "version"), "result.version", version, cap, err);
+    rw_msg_free(m);
+    return note(c, st, err);
+}
+
+rw_status rw_client_abort_update(rw_client *c, int timeout_ms, bool *intact, rw_err *err) {
+    rw_msg *m;
+    rw_reply r;
+    RW_CHECK(empty_call(c, "abort_update", timeout_ms, &m, &r, err));
+    rw_status st = RW_OK;
+    if (intact) st = rw_mobj_bool(rw_mobj_get(r.result, "intact"), "result.intact", intact, err);
+    rw_msg_free(m);
+    return note(c, st, err);
+}
+
+rw_status rw_client_update_from_disk(rw_client *c, const char *dir, const char *version,
+                                     int timeout_ms, rw_err *err) {
+    rw_mw *a;
+    RW_CHECK(new_args(&a, err));
+    rw_mw_map(a, version && version[0] ? 2 : 1);
+    rw_mw_str(a, "path");
+    rw_mw_str(a, dir);
+    if (version && version[0]) {
+        rw_mw_str(a, "version");
+        rw_mw_str(a, version);
+    }
+    rw_msg *m = NULL;
+    rw_reply r;
+    rw_status st = call(c, "update_weights_from_disk", a, timeout_ms, &m, &r, err);
+    rw_msg_free(m);
+    rw_mw_destroy(a);
+    return st;
+}
+
+rw_status rw_client_get_weight_version(rw_client *c, int timeout_ms, char *version, size_t cap,
+                                       int *state, rw_err *err) {
+    rw_msg *m;
+    rw_reply r;
+    RW_CHECK(empty_call(c, "get_weight_version", timeout_ms, &m, &r, err));
+    rw_status st =
+        rw_mobj_strcpy(rw_mobj_get(r.result, "version"), "result.version", version, cap, err);
+    if (st == RW_OK && state) {
+        char s[32];
+        st = rw_mobj_strcpy(rw_mobj_get(r.result, "state"), "result.state", s, sizeof s, err);
+        *state = !strcmp(s, "ready")      ? RW_SYNC_READY
+                 : !strcmp(s, "updating") ? RW_SYNC_UPDATING
+                                          : RW_SYNC_INCOMPLETE;
+    }
+    rw_msg_free(m);
+    return note(c, st, err);
+}
+
+rw_status rw_client_get_weights(rw_client *c, const char *name, int rank, void *dst, size_t cap,
+                                size_t *len, int timeout_ms, rw_err *err) {
+    (void)rank; /* one rank per control endpoint here; the daemon adds a rank argument */
+    rw_mw *a;
+    RW_CHECK(new_args(&a, err));
+    rw_mw_map(a, 1);
+    rw_mw_str(a, "name");
+    rw_mw_str(a, name);
+    uint64_t id;
+    rw_status st = rw_client_send(c, "get_weights", a, NULL, 0, false, &id, err);
+    rw_mw_destroy(a);
+    if (st != RW_OK) return st;
+    rw_msg *m;
+    rw_reply r;
+    void *frame;
+    size_t flen;
+    RW_CHECK(rw_client_wait(c, id, timeout_ms, &m, &r, &frame, &flen, err));
+    rw_msg_free(m);
+    *len = flen;
+    if (!frame)
+        st = RW_ERR(err, RW_E_PROTOCOL, "get_weights: reply without a data frame");
+    else if (flen > cap)
+        st = RW_ERR(err, RW_E_RANGE, "get_weights: %s has %zu bytes, buffer holds %zu", name, flen,
+                    cap);
+    else
+        memcpy(dst, frame, flen);
+    free(frame);
+    return note(c, st, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Checksums                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct sums_rank {
+    int rank;
+    size_t n;
+    char **names;
+    uint64_t *values;
+} sums_rank;
+
+struct rw_client_sums {
+    int tp;
+    char method[16];
+    int n_not_convert;
+    char **not_convert;
+    int nranks;
+    sums_rank *r;
+};
+
+void rw_client_sums_free(rw_client_sums *s) {
+    if (!s) return;
+    for (int i = 0; i < s->nranks; i++) {
+        for (size_t j = 0; j < s->r[i].n; j++)
+            free(s->r[i].names[j]);
+        free(s->r[i].names);
+        free(s->r[i].values);
+    }
+    for (int i = 0; i < s->n_not_convert; i++)
+        free(s->not_convert[i]);
+    free(s->not_convert);
+    free(s->r);
+    free(s);
+}
+
+int rw_client_sums_tp(const rw_client_sums *s) {
+    return s->tp;
+}
+int rw_client_sums_ranks(const rw_client_sums *s) {
+    return s->nranks;
+}
+int rw_client_sums_rank(const rw_client_sums *s, int i) {
+    return i >= 0 && i < s->nranks ? s->r[i].rank : -1;
+}
+size_t rw_client_sums_count(const rw_client_sums *s, int i) {
+    return i >= 0 && i < s->nranks ? s->r[i].n : 0;
+}
+const char *rw_client_sums_at(const rw_client_sums *s, int i, size_t j, uint64_t *value) {
+    if (i < 0 || i >= s->nranks || j >= s->r[i].n) return NULL;
+    if (value) *value = s->r[i].values[j];
+    return s->r[i].names[j];
+}
+rw_status rw_client_sums_find(const rw_client_sums *s, int i, const char *name, uint64_t *value,
+                              rw_err *err) {
+    if (i < 0 || i >= s->nranks) RW_FAIL(err, RW_E_RANGE, "checksums: rank entry %d", i);
+    for (size_t j = 0; j < s->r[i].n; j++)
+        if (!strcmp(s->r[i].names[j], name)) {
+            *value = s->r[i].values[j];
+            return RW_OK;
+        }
+    RW_FAIL(err, RW_E_NOT_FOUND, "checksums: %s not reported by rank %d", name, s->r[i].rank);
+}
+
+rw_status rw_client_sums_quant(const rw_client_sums *s, rw_quant_config *q, rw_err *err) {
+    memset(q, 0, sizeof *q);
+    if (!strcmp(s->method, "none")) return RW_OK;
+    if (!strcmp(s->method, "mxfp8")) {
+        q->method = RW_QMETHOD_MXFP8;
+        q->block[0] = 1;
+        q->block[1] = 32;
+    } else if (!strcmp(s->method, "fp8")) {
+        q->method = RW_QMETHOD_FP8_BLOCK;
+        q->block[0] = q->block[1] = 128;
+    } else {
+        RW_FAIL(err, RW_E_PROTOCOL, "checksums: unknown quant method '%s'", s->method);
+    }
+    strcpy(q->fmt, "e4m3");
+    q->n_not_convert = s->n_not_convert;
+    for (int i = 0; i < s->n_not_convert; i++)
+        q->not_convert[i] = s->not_convert[i];
+    return RW_OK;
+}
+
+static rw_status parse_sums(const rw_mobj *res, rw_client_sums *s, rw_err *err) {
+    uint64_t tp;
+    RW_CHECK(rw_mobj_u64(rw_mobj_get(res, "tp"), "result.tp", &tp, err));
+    s->tp = (int)tp;
+    const rw_mobj *q = rw_mobj_get(res, "quant");
+    RW_CHECK(rw_mobj_strcpy(rw_mobj_get(q, "method"), "result.quant.method", s->method,
+                            sizeof s->method, err));
+    const rw_mobj *nc = rw_mobj_get(q, "not_convert");
+    if (rw_mobj_type(nc) != RW_M_ARRAY || rw_mobj_len(nc) > RW_MAX_NOT_CONVERT)
+        RW_FAIL(err, RW_E_PROTOCOL, "result.quant.not_convert: expected an array of <= %d",
+                RW_MAX_NOT_CONVERT);
+    s->not_convert = calloc(rw_mobj_len(nc) + 1, sizeof *s->not_convert);
+    if (!s->not_convert) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
+    for (size_t i = 0; i < rw_mobj_len(nc); i++) {
+        char buf[256];
+        RW_CHECK(
+            rw_mobj_strcpy(rw_mobj_at(nc, i), "result.quant.not_convert[]", buf, sizeof buf, err));
+        s->not_convert[i] = strdup(buf);
+        if (!s->not_convert[i]) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
+        s->n_not_convert++;
+    }
+    const rw_mobj *ranks = rw_mobj_get(res, "ranks");
+    if (rw_mobj_type(ranks) != RW_M_ARRAY || rw_mobj_len(ranks) == 0)
+        RW_FAIL(err, RW_E_PROTOCOL, "result.ranks: expected a non-empty array");
+    size_t nr = rw_mobj_len(ranks);
+    s->r = calloc(nr, sizeof *s->r);
+    if (!s->r) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
+    for (size_t i = 0; i < nr; i++) {
+        const rw_mobj *e = rw_mobj_at(ranks, i);
+        sums_rank *sr = &s->r[i];
+        s->nranks = (int)i + 1;
+        uint64_t rk;
+        RW_CHECK(rw_mobj_u64(rw_mobj_get(e, "rank"), "result.ranks[].rank", &rk, err));
+        sr->rank = (int)rk;
+        const rw_mobj *cs = rw_mobj_get(e, "checksums");
+        if (rw_mobj_type(cs) != RW_M_MAP)
+            RW_FAIL(err, RW_E_PROTOCOL, "result.ranks[].checksums: expected a map");
+        size_t n = rw_mobj_len(cs);
+        sr->names = calloc(n + 1, sizeof *sr->names);
+        sr->values = calloc(n + 1, sizeof *sr->values);
+        if (!sr->names || !sr->values) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
+        for (size_t j = 0; j < n; j++) {
+            char name[RW_SYNC_MAX_NAME], hex[17];
+            RW_CHECK(
+                rw_mobj_strcpy(rw_mobj_key_at(cs, j), "checksum name", name, sizeof name, err));
+            RW_CHECK(rw_mobj_strcpy(rw_mobj_val_at(cs, j), name, hex, sizeof hex, err));
+            uint8_t b[8];
+            RW_CHECK(rw_hex_decode(hex, strlen(hex), b, 8, name, err));
+            uint64_t v = 0;
+            for (int k = 0; k < 8; k++)
+                v = v << 8 | b[k];
+            sr->names[j] = strdup(name);
+            if (!sr->names[j]) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
+            sr->values[j] = v;
+            sr->n = j + 1;
+        }
+    }
+    return RW_OK;
+}
+
+rw_status rw_client_checksum(rw_client *c, const char *const *names, size_t n, int timeout_ms,
+                             rw_client_sums **out, rw_err *err) {
+    *out = NULL;
+    rw_mw *a;
+    RW_CHECK(new_args(&a, err));
+    if (names) {
+        rw_mw_map(a, 1);
+        rw_mw_str(a, "names");
+        rw_mw_array(a, (uint32_t)n);
+        for (size_t i = 0; i < n; i++)
+            rw_mw_str(a, names[i]);
+    } else {
+        rw_mw_map(a, 0);
+    }
+    rw_msg *m = NULL;
+    rw_reply r;
+    rw_status st = call(c, "checksum", a, timeout_ms, &m, &r, err);
+    rw_mw_destroy(a);
+    if (st != RW_OK) return st;
+    rw_client_sums *s = calloc(1, sizeof *s);
+    if (!s) st = RW_ERR(err, RW_E_OOM, "checksums: out of memory");
+    if (st == RW_OK) st = parse_sums(r.result, s, err);
+    rw_msg_free(m);
+    if (st != RW_OK) {
+        rw_client_sums_free(s);
+        return note(c, st, err);
+    }
+    *out = s;
+    return RW_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Trainer side of the NCCL group                                                               */
+/* ------------------------------------------------------------------------------------------ */
+struct rw_client_group {
+    rw_client **w;
+    int n;
+    char name[64];
+    rw_sync_group *comm;
+};
+
+void rw_client_group_destroy(rw_client_group *g) {
+    if (!g) return;
+    rw_sync_group_destroy(g->comm);
+    free(g->w);
+    free(g);
+}
+
+rw_sync_group *rw_client_group_comm(rw_client_group *g) {
+    return g->comm;
+}
+void *rw_client_group_stream(rw_client_group *g) {
+    return rw_sync_group_stream(g->comm);
+}
+
+rw_status rw_client_group_create(rw_client *const *workers, const int *worker_ranks, int n,
+                                 const char *name, int device, double timeout_s,
+                                 rw_client_group **out, rw_err *err) {
+    *out = NULL;
+    if (n < 1 || n > 4096) RW_FAIL(err, RW_E_INVALID_ARG, "group: %d workers", n);
+    if (!name || !name[0] || strlen(name) > 63)
+        RW_FAIL(err, RW_E_INVALID_ARG, "group: name empty or longer than 63 characters");
+    if (timeout_s <= 0) timeout_s = 120;
+    int world = 1;
+    for (int i = 0; i < n; i++) {
+        int r = worker_ranks ? worker_ranks[i] : 1;
+        if (r < 1 || r > 64) RW_FAIL(err, RW_E_INVALID_ARG, "group: worker %d has %d ranks", i, r);
+        world += r;
+    }
+    rw_client_group *g = calloc(1, sizeof *g);
+    if (!g) RW_FAIL(err, RW_E_OOM, "group: out of memory");
+    g->w = calloc((size_t)n, sizeof *g->w);
+    uint64_t *ids = calloc((size_t)n, sizeof *ids);
+    rw_status st = RW_OK;
+    if (!g->w || !ids) {
+        st = RW_ERR(err, RW_E_OOM, "group: out of memory");
+        goto fail;
+    }
+    memcpy(g->w, workers, (size_t)n * sizeof *g->w);
+    g->n = n;
+    rw_sync_strlcpy(g->name, name, sizeof g->name);
+    uint8_t id[RW_NCCL_ID_BYTES];
+    RW_CHECKGOTO(rw_sync_group_unique_id(id, err), st, fail);
+    char hex[2 * RW_NCCL_ID_BYTES + 1];
+    rw_hex_encode(id, sizeof id, hex);
+    int offset = 1;
+    for (int i = 0; i < n; i++) {
+        rw_mw *a;
+        RW_CHECKGOTO(new_args(&a, err), st, fail);
+        rw_mw_map(a, 5);
+        rw_mw_str(a, "unique_id");
+        rw_mw_str(a, hex);
+        rw_mw_str(a, "world_size");
+        rw_mw_u64(a, (uint64_t)world);
+        rw_mw_str(a, "rank_offset");
+        rw_mw_u64(a, (uint64_t)offset);
+        rw_mw_str(a, "group_name");
+        rw_mw_str(a, name);
+        rw_mw_str(a, "timeout_s");
+        rw_mw_f64(a, timeout_s);
+        st = rw_client_send(workers[i], "init_weights_update_group", a, NULL, 0, false, &ids[i],
+                            err);
+        rw_mw_destroy(a);
+        if (st != RW_OK) goto fail;
+        offset += worker_ranks ? worker_ranks[i] : 1;
+    }
+    /* the workers join while we do: init returns once every rank is in */
+    rw_status jst = rw_sync_group_create(id, world, 0, name, device, timeout_s, &g->comm, err);
+    int wait_ms = (int)(timeout_s * 1000) + 5000;
+    for (int i = 0; i < n; i++) {
+        rw_msg *m = NULL;
+        rw_reply r;
+        rw_err we;
+        rw_status ws = rw_client_wait(workers[i], ids[i], wait_ms, &m, &r, NULL, NULL, &we);
+        rw_msg_free(m);
+        if (ws != RW_OK && jst == RW_OK && st == RW_OK) {
+            st = ws;
+            if (err) *err = we;
+            rw_err_prefix(err, "group '%s': worker %d", name, i);
+        }
+    }
+    if (jst != RW_OK) st = jst;
+    if (st != RW_OK) goto fail;
+    free(ids);
+    *out = g;
+    return RW_OK;
+fail:
+    free(ids);
+    rw_client_group_destroy(g);
+    return st;
+}
+
+rw_status rw_client_update_weights_nccl(rw_client_group *g, const rw_sync_manifest *man,
+                                        const void *dev_data, void *stream, int timeout_ms,
+                                        rw_err *err) {
+    uint64_t ids[64], *idp = g->n <= 64 ? ids : calloc((size_t)g->n, sizeof *idp);
+    if (!idp) RW_FAIL(err, RW_E_OOM, "group: out of memory");
+    rw_mw *a;
+    rw_status st = new_args(&a, err);
+    if (st == RW_OK) {
+        rw_mw_map(a, 3);
+        rw_mw_str(a, "transport");
+        rw_mw_str(a, "nccl");
+        rw_mw_str(a, "group_name");
+        rw_mw_str(a, g->name);
+        rw_mw_str(a, "manifest");
+        rw_sync_manifest_write(man, a);
+    }
+    int sent = 0;
+    for (int i = 0; st == RW_OK && i < g->n; i++) {
+        st = rw_client_send(g->w[i], "update_weights", a, NULL, 0, false, &idp[i], err);
+        if (st == RW_OK) sent++;
+    }
+    rw_mw_destroy(a);
+    /* every worker must have posted its receive before rank 0 broadcasts */
+    for (int i = 0; i < sent; i++) {
+        rw_msg *m = NULL;
+        rw_reply r;
+        rw_err we;
+        rw_status ws = rw_client_wait(g->w[i], idp[i], timeout_ms, &m, &r, NULL, NULL, &we);
+        rw_msg_free(m);
+        if (ws != RW_OK && st == RW_OK) {
+            st = ws;
+            if (err) *err = we;
+            rw_err_prefix(err, "worker %d", i);
+        }
+    }
+    if (idp != ids) free(idp);
+    if (st != RW_OK) return st;
+    return rw_sync_group_bcast(g->comm, (void *)dev_data, rw_sync_manifest_bytes(man), stream, err);
+}
+
+rw_status rw_client_group_sync(rw_client_group *g, void *stream, double timeout_s, rw_err *err) {
+    return rw_sync_group_wait(g->comm, stream, timeout_s, err);
+}

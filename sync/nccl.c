@@ -1,0 +1,215 @@
+/* nccl.c - the NCCL transport: a weight-update group (trainer = rank 0, worker ranks at their rank
+ * offset) on a non-blocking communicator, so that every wait is bounded: init and completion are
+ * polled with ncclCommGetAsyncError, and a timeout aborts the communicator (ncclCommAbort ends
+ * its kernels) after which the group can be created again. Built only with CUDA; nccl_none.c
+ * answers RW_E_NO_DEVICE elsewhere. NVLink SHARP / multicast (NCCL_NVLS_ENABLE) is left as the
+ * environment sets it; this code never turns it on. */
+#include "sync_internal.h"
+
+#include <inttypes.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct rw_sync_group {
+    ncclComm_t comm;
+    char name[64];
+    int world, rank, device;
+    bool ok;
+    cudaStream_t own; /* used when a caller passes no stream */
+};
+
+static void nap(void) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+rw_status rw_sync_group_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err) {
+    ncclUniqueId u;
+    _Static_assert(sizeof u == RW_NCCL_ID_BYTES, "ncclUniqueId size");
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess) RW_FAIL(err, RW_E_NCCL, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+    memcpy(id, &u, sizeof u);
+    return RW_OK;
+}
+
+/* Polls a non-blocking communicator until its pending operation settles. */
+static rw_status settle(rw_sync_group *g, double deadline, const char *what, rw_err *err) {
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(g->comm, &state);
+        if (r != ncclSuccess) state = r;
+        if (state == ncclSuccess) return RW_OK;
+        if (state != ncclInProgress) {
+            rw_sync_group_abort(g);
+            RW_FAIL(err, RW_E_NCCL, "NCCL group '%s' (rank %d of %d): %s: %s", g->name, g->rank,
+                    g->world, what, ncclGetErrorString(state));
+        }
+        if (rw_now() > deadline) {
+            rw_sync_group_abort(g);
+            RW_FAIL(err, RW_E_TIMEOUT,
+                    "NCCL group '%s' (rank %d of %d): %s did not finish in time: communicator "
+                    "aborted, create the group again",
+                    g->name, g->rank, g->world, what);
+        }
+        nap();
+    }
+}
+
+rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, int rank,
+                               const char *name, int device, double timeout_s, rw_sync_group **out,
+                               rw_err *err) {
+    *out = NULL;
+    if (world < 2 || rank < 0 || rank >= world)
+        RW_FAIL(err, RW_E_RANGE, "NCCL group: rank %d of world %d", rank, world);
+    if (!name || !name[0] || strlen(name) >= 64)
+        RW_FAIL(err, RW_E_INVALID_ARG, "NCCL group: name empty or longer than 63 characters");
+    if (timeout_s <= 0) timeout_s = 120;
+    RW_CUDA_TRY(err, cudaSetDevice(device));
+    rw_sync_group *g = calloc(1, sizeof *g);
+    if (!g) RW_FAIL(err, RW_E_OOM, "NCCL group: out of memory");
+    rw_sync_strlcpy(g->name, name, sizeof g->name);
+    g->world = world;
+    g->rank = rank;
+    g->device = device;
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&g->comm, world, u, rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        free(g);
+        RW_FAIL(err, RW_E_NCCL, "NCCL group '%s': ncclCommInitRankConfig (rank %d of %d): %s", name,
+                rank, world, ncclGetErrorString(r));
+    }
+    g->ok = true;
+    rw_status st = settle(g, rw_now() + timeout_s, "joining", err);
+    if (st != RW_OK) {
+        rw_sync_group_destroy(g);
+        return st;
+    }
+    cudaError_t ce = cudaStreamCreateWithFlags(&g->own, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        rw_sync_group_destroy(g);
+        RW_FAIL(err, RW_E_CUDA, "NCCL group: cudaStreamCreate: %s", cudaGetErrorString(ce));
+    }
+    *out = g;
+    return RW_OK;
+}
+
+void rw_sync_group_abort(rw_sync_group *g) {
+    if (!g || !g->ok) return;
+    g->ok = false;
+    cudaSetDevice(g->device);
+    ncclCommAbort(g->comm);
+    g->comm = NULL;
+}
+
+void rw_sync_group_destroy(rw_sync_group *g) {
+    if (!g) return;
+    /* abort rather than finalize: finalize would wait for peers that may be gone */
+    rw_sync_group_abort(g);
+    if (g->own) cudaStreamDestroy(g->own);
+    free(g);
+}
+
+const char *rw_sync_group_name(const rw_sync_group *g) {
+    return g->name;
+}
+int rw_sync_group_rank(const rw_sync_group *g) {
+    return g->rank;
+}
+int rw_sync_group_world(const rw_sync_group *g) {
+    return g->world;
+}
+int rw_sync_group_device(const rw_sync_group *g) {
+    return g->device;
+}
+bool rw_sync_group_ok(const rw_sync_group *g) {
+    return g && g->ok;
+}
+void *rw_sync_group_stream(rw_sync_group *g) {
+    return g->own;
+}
+
+rw_status rw_sync_group_check(rw_sync_group *g, rw_err *err) {
+    if (!g->ok) RW_FAIL(err, RW_E_NCCL, "NCCL group '%s' was aborted", g->name);
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(g->comm, &state);
+    if (r != ncclSuccess) state = r;
+    if (state == ncclSuccess || state == ncclInProgress) return RW_OK;
+    rw_sync_group_abort(g);
+    RW_FAIL(err, RW_E_NCCL, "NCCL group '%s' (rank %d): %s: communicator aborted", g->name, g->rank,
+            ncclGetErrorString(state));
+}
+
+rw_status rw_sync_group_bcast(rw_sync_group *g, void *buf, uint64_t nbytes, rw_stream s,
+                              rw_err *err) {
+    if (!g->ok) RW_FAIL(err, RW_E_STATE, "NCCL group '%s' was aborted; create it again", g->name);
+    RW_CUDA_TRY(err, cudaSetDevice(g->device));
+    cudaStream_t st = s ? (cudaStream_t)s : g->own;
+    ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, 0, g->comm, st);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        rw_sync_group_abort(g);
+        RW_FAIL(err, RW_E_NCCL, "NCCL group '%s': ncclBroadcast of %" PRIu64 " bytes: %s", g->name,
+                nbytes, ncclGetErrorString(r));
+    }
+    /* non-blocking communicators may still be enqueuing; that takes no peer, so it is short */
+    return r == ncclInProgress ? settle(g, rw_now() + 60, "enqueuing a broadcast", err) : RW_OK;
+}
+
+rw_status rw_sync_group_wait(rw_sync_group *g, rw_stream s, double timeout_s, rw_err *err) {
+    RW_CUDA_TRY(err, cudaSetDevice(g->device));
+    cudaStream_t st = s ? (cudaStream_t)s : g->own;
+    cudaEvent_t ev;
+    RW_CUDA_TRY(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t ce = cudaEventRecord(ev, st);
+    if (ce != cudaSuccess) {
+        cudaEventDestroy(ev);
+        RW_FAIL(err, RW_E_CUDA, "NCCL wait: cudaEventRecord: %s", cudaGetErrorString(ce));
+    }
+    double deadline = rw_now() + (timeout_s > 0 ? timeout_s : 120);
+    rw_status ret = RW_OK;
+    for (;;) {
+        ce = cudaEventQuery(ev);
+        if (ce == cudaSuccess) break;
+        if (ce != cudaErrorNotReady) {
+            ret = RW_ERR(err, RW_E_CUDA, "NCCL group '%s': stream failed: %s", g->name,
+                         cudaGetErrorString(ce));
+            break;
+        }
+        if (g->ok && (ret = rw_sync_group_check(g, err)) != RW_OK) {
+            cudaEventSynchronize(ev);
+            break;
+        }
+        if (rw_now() > deadline) {
+            rw_sync_group_abort(g);
+            cudaEventSynchronize(ev); /* the abort ends the NCCL kernels */
+            ret = RW_ERR(err, RW_E_TIMEOUT,
+                         "NCCL group '%s' (rank %d): broadcast did not finish within %.1f s: "
+                         "communicator aborted, create the group again",
+                         g->name, g->rank, timeout_s);
+            break;
+        }
+        nap();
+    }
+    cudaEventDestroy(ev);
+    return ret;
+}
+
+static rw_status nccl_read(rw_sync_source *src, void *dst, rw_place place, uint64_t nbytes,
+                           rw_stream s, rw_err *err) {
+    if (place != RW_PLACE_DEVICE)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "nccl source: the destination must be device memory");
+    if (nbytes != src->nbytes)
+        RW_FAIL(err, RW_E_SHAPE,
+                "nccl source: %" PRIu64 " bytes asked, the broadcast carries %" PRIu64, nbytes,
+                src->nbytes);
+    return rw_sync_group_bcast(src->ctx, dst, nbytes, s, err);
+}
+
+rw_sync_source rw_sync_source_nccl(rw_sync_group *g, uint64_t nbytes) {
+    rw_sync_source s = {
+        .name = "nccl", .host = NULL, .nbytes = nbytes, .read = nccl_read, .ctx = g};
+    return s;
+}

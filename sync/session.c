@@ -1,0 +1,646 @@
+/* session.c - the update session of one worker rank: begin -> buckets -> commit | abort, with the
+ * protocol's invariants (every manifest validated before any byte is written; a failed or
+ * aborted session leaves the previous version intact or marks the weights incomplete; commit
+ * switches the version atomically for generation), and the bucket pipeline.
+ *
+ * Pipeline on a device weight set (two staging buffers, two streams):
+ *
+ *   comm stream:     [wait done[s]] recv k -> staging[s] [rec recvd[s]]   recv k+1 -> staging[s^1]
+ *   compute stream:                       [wait recvd[s]] apply k (restore/slice/quantize/pack)
+ *                                                                         [rec done[s]]
+ *
+ * `recv` is an NCCL broadcast or an H2D copy of a host source (ZeroMQ frame, mmap'd file); apply
+ * is rw_wset_apply per piece, reading the piece where it lies in staging: no canonical copy of
+ * the model, no host round trip. At most two buckets are in flight; reusing a slot waits (on the
+ * host, bounded by the session timeout) for the bucket that used it two steps ago.
+ * On a host weight set the same sequence runs with the source's host bytes as the staging buffer
+ * (ZeroMQ frames and mmaps are host memory already), synchronously.
+ */
+#include "sync_internal.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct rw_sync_session {
+    rw_wset *ws;
+    rw_place place;
+    int device;
+
+    /* Guarded by mu: what other threads read (rw_sync_session_info / _ready). */
+    pthread_mutex_t mu;
+    rw_sync_wstate state;
+    char version[RW_SYNC_MAX_VERSION + 1];     /* serving (or last complete) version */
+    char new_version[RW_SYNC_MAX_VERSION + 1]; /* of the open session */
+    bool flush_cache;
+    uint64_t committed, aborted;
+    uint64_t buckets, bytes;
+    double last_update_s, last_gbps, last_commit_time;
+
+    /* Control-thread only. */
+    bool was_incomplete; /* weights were incomplete when the open session began */
+    bool written;        /* the open session has issued at least one write */
+    double timeout_s;
+    double t_begin, t_active;
+
+    uint64_t staging_bytes; /* each of the two device buffers */
+    void *staging[2];
+    bool busy[2];       /* slot holds a bucket whose apply may still run */
+    double busy_t0[2];  /* when it was enqueued */
+    bool busy_nccl[2];  /* its receive is an NCCL broadcast (a hung peer can stall it) */
+    uint64_t slot_next; /* bucket counter across the session; slot = counter % 2 */
+#ifdef RW_HAVE_CUDA
+    cudaStream_t comm, compute;
+    cudaEvent_t recvd[2], done[2];
+#endif
+    rw_sync_group *group;
+};
+
+const char *rw_sync_wstate_str(rw_sync_wstate s) {
+    switch (s) {
+    case RW_SYNC_READY: return "ready";
+    case RW_SYNC_UPDATING: return "updating";
+    case RW_SYNC_INCOMPLETE: return "weights_incomplete";
+    default: return "unknown";
+    }
+}
+
+rw_status rw_sync_session_create(rw_wset *ws, const char *version, bool incomplete,
+                                 rw_sync_session **out, rw_err *err) {
+    *out = NULL;
+    if (!ws) RW_FAIL(err, RW_E_INVALID_ARG, "sync session: NULL weight set");
+    RW_CHECK(rw_sync_check_version_tag(version, err));
+    rw_sync_session *s = calloc(1, sizeof *s);
+    if (!s) RW_FAIL(err, RW_E_OOM, "sync session: out of memory");
+    s->ws = ws;
+    rw_tensor probe = rw_wset_final_norm(ws);
+    s->place = probe.place;
+    s->device = probe.device;
+    pthread_mutex_init(&s->mu, NULL);
+    s->state = incomplete ? RW_SYNC_INCOMPLETE : RW_SYNC_READY;
+    rw_sync_strlcpy(s->version, version, sizeof s->version);
+    s->timeout_s = 300;
+    *out = s;
+    return RW_OK;
+}
+
+rw_wset *rw_sync_session_wset(rw_sync_session *s) {
+    return s->ws;
+}
+
+void rw_sync_session_info(const rw_sync_session *cs, rw_sync_info *out) {
+    rw_sync_session *s = (rw_sync_session *)cs;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&s->mu);
+    out->state = s->state;
+    memcpy(out->version, s->version, sizeof out->version);
+    if (s->state == RW_SYNC_UPDATING) memcpy(out->new_version, s->new_version, sizeof out->version);
+    out->flush_cache = s->flush_cache;
+    out->sessions_committed = s->committed;
+    out->sessions_aborted = s->aborted;
+    out->buckets = s->buckets;
+    out->bytes = s->bytes;
+    out->last_update_s = s->last_update_s;
+    out->last_update_gbps = s->last_gbps;
+    out->last_commit_time = s->last_commit_time;
+    pthread_mutex_unlock(&s->mu);
+    out->staging_bytes = s->staging[0] ? 2 * s->staging_bytes : 0;
+    out->has_group = s->group && rw_sync_group_ok(s->group);
+    if (s->group) rw_sync_strlcpy(out->group, rw_sync_group_name(s->group), sizeof out->group);
+}
+
+rw_status rw_sync_session_ready(const rw_sync_session *cs, char *version, size_t cap, rw_err *err) {
+    rw_sync_session *s = (rw_sync_session *)cs;
+    pthread_mutex_lock(&s->mu);
+    rw_sync_wstate st = s->state;
+    if (version && cap) rw_sync_strlcpy(version, s->version, cap);
+    pthread_mutex_unlock(&s->mu);
+    if (st == RW_SYNC_UPDATING)
+        RW_FAIL(err, RW_E_BUSY, "weights: an update session is open (generation is paused)");
+    if (st == RW_SYNC_INCOMPLETE)
+        RW_FAIL(err, RW_E_WEIGHTS_INCOMPLETE,
+                "weights: a failed or aborted update left them partly written; a full update "
+                "(or reload) must succeed first");
+    return RW_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Device resources                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+#ifdef RW_HAVE_CUDA
+static rw_status dev_resources(rw_sync_session *s, uint64_t bucket_bytes, rw_err *err) {
+    RW_CUDA_TRY(err, cudaSetDevice(s->device));
+    if (!s->comm) {
+        RW_CUDA_TRY(err, cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
+        RW_CUDA_TRY(err, cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
+        for (int i = 0; i < 2; i++) {
+            RW_CUDA_TRY(err, cudaEventCreateWithFlags(&s->recvd[i], cudaEventDisableTiming));
+            RW_CUDA_TRY(err, cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming));
+        }
+    }
+    if (s->staging[0] && s->staging_bytes >= bucket_bytes) return RW_OK;
+    for (int i = 0; i < 2; i++) {
+        if (s->staging[i]) cudaFree(s->staging[i]);
+        s->staging[i] = NULL;
+    }
+    s->staging_bytes = 0;
+    for (int i = 0; i < 2; i++) {
+        cudaError_t e = cudaMalloc(&s->staging[i], bucket_bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            for (int j = 0; j < 2; j++) {
+                if (s->staging[j]) cudaFree(s->staging[j]);
+                s->staging[j] = NULL;
+            }
+            RW_FAIL(err, RW_E_OOM,
+                    "sync session: two staging buffers of %" PRIu64 " bytes on device %d: %s",
+                    bucket_bytes, s->device, cudaGetErrorString(e));
+        }
+    }
+    s->staging_bytes = bucket_bytes;
+    return RW_OK;
+}
+
+/* Waits for slot i's bucket (bounded). Returns RW_E_TIMEOUT / RW_E_NCCL / RW_E_CUDA. A stuck
+ * NCCL receive gets its communicator aborted, which ends the kernel, so the slot drains. */
+static rw_status wait_slot(rw_sync_session *s, int i, rw_err *err) {
+    if (!s->busy[i]) return RW_OK;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(s->done[i]);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) {
+            s->busy[i] = false;
+            RW_FAIL(err, RW_E_CUDA, "sync session: bucket in slot %d failed on the device: %s", i,
+                    cudaGetErrorString(e));
+        }
+        if (s->busy_nccl[i] && s->group) {
+            rw_status st = rw_sync_group_check(s->group, err);
+            if (st != RW_OK) {
+                cudaEventSynchronize(s->done[i]); /* the abort ended the kernel */
+                s->busy[i] = false;
+                return st;
+            }
+        }
+        if (rw_now() - s->busy_t0[i] > s->timeout_s) {
+            if (s->busy_nccl[i] && s->group) {
+                rw_sync_group_abort(s->group);
+                cudaEventSynchronize(s->done[i]);
+                s->busy[i] = false;
+                RW_FAIL(err, RW_E_TIMEOUT,
+                        "sync session: NCCL receive of group '%s' did not finish within %.1f s "
+                        "(trainer gone?): communicator aborted, re-create the group",
+                        rw_sync_group_name(s->group), s->timeout_s);
+            }
+            RW_FAIL(err, RW_E_TIMEOUT,
+                    "sync session: device work of a bucket did not finish within %.1f s",
+                    s->timeout_s);
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    s->busy[i] = false;
+    return RW_OK;
+}
+#endif
+
+/* Waits for every bucket in flight; the first error wins but both slots are drained. */
+static rw_status wait_all(rw_sync_session *s, rw_err *err) {
+#ifdef RW_HAVE_CUDA
+    rw_status st = RW_OK;
+    for (int i = 0; i < 2; i++) {
+        rw_status si = wait_slot(s, i, st == RW_OK ? err : NULL);
+        if (st == RW_OK) st = si;
+    }
+    return st;
+#else
+    (void)s;
+    (void)err;
+    return RW_OK;
+#endif
+}
+
+static void free_staging(rw_sync_session *s) {
+#ifdef RW_HAVE_CUDA
+    for (int i = 0; i < 2; i++) {
+        if (s->staging[i]) cudaFree(s->staging[i]);
+        s->staging[i] = NULL;
+    }
+#endif
+    s->staging_bytes = 0;
+}
+
+void rw_sync_session_destroy(rw_sync_session *s) {
+    if (!s) return;
+    if (s->state == RW_SYNC_UPDATING) {
+        bool intact;
+        rw_sync_session_abort(s, &intact, NULL);
+    }
+    rw_sync_group_destroy(s->group);
+#ifdef RW_HAVE_CUDA
+    if (s->comm) {
+        cudaSetDevice(s->device);
+        for (int i = 0; i < 2; i++) {
+            cudaEventDestroy(s->recvd[i]);
+            cudaEventDestroy(s->done[i]);
+        }
+        cudaStreamDestroy(s->comm);
+        cudaStreamDestroy(s->compute);
+    }
+#endif
+    free_staging(s);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+rw_status rw_sync_session_release(rw_sync_session *s, rw_err *err) {
+    if (s->state == RW_SYNC_UPDATING)
+        RW_FAIL(err, RW_E_STATE, "sync session: cannot release staging while an update is open");
+    free_staging(s);
+    return RW_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Session state machine                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+rw_status rw_sync_session_begin(rw_sync_session *s, const rw_sync_begin_args *a, rw_err *err) {
+    if (!a) RW_FAIL(err, RW_E_INVALID_ARG, "begin_update: NULL arguments");
+    if (s->state == RW_SYNC_UPDATING)
+        RW_FAIL(err, RW_E_STATE, "begin_update: an update session (to '%s') is already open",
+                s->new_version);
+    RW_CHECK(rw_sync_check_version_tag(a->version, err));
+    uint64_t bucket = a->bucket_bytes ? a->bucket_bytes : RW_SYNC_DEFAULT_BUCKET;
+    if (bucket > (64ull << 30))
+        RW_FAIL(err, RW_E_RANGE, "begin_update: bucket_bytes %" PRIu64 " (limit 64 GiB)", bucket);
+    double timeout = a->timeout_s > 0 ? a->timeout_s : 300;
+    if (s->place == RW_PLACE_DEVICE) {
+#ifdef RW_HAVE_CUDA
+        RW_CHECK(dev_resources(s, bucket, err));
+#else
+        RW_FAIL(err, RW_E_NO_DEVICE, "begin_update: device weight set in a build without CUDA");
+#endif
+    }
+    s->staging_bytes = s->place == RW_PLACE_DEVICE ? s->staging_bytes : bucket;
+    s->was_incomplete = s->state == RW_SYNC_INCOMPLETE;
+    s->written = false;
+    s->timeout_s = timeout;
+    s->t_begin = s->t_active = rw_now();
+    s->slot_next = 0;
+    rw_wset_mark_clear(s->ws);
+    pthread_mutex_lock(&s->mu);
+    s->state = RW_SYNC_UPDATING;
+    rw_sync_strlcpy(s->new_version, a->version, sizeof s->new_version);
+    s->flush_cache = a->flush_cache;
+    s->buckets = s->bytes = 0;
+    pthread_mutex_unlock(&s->mu);
+    return RW_OK;
+}
+
+/* Ends the open session without a version change. */
+static void end_aborted(rw_sync_session *s, bool *intact) {
+    bool keep = !s->written && !s->was_incomplete;
+    pthread_mutex_lock(&s->mu);
+    s->state = keep ? RW_SYNC_READY : RW_SYNC_INCOMPLETE;
+    s->aborted++;
+    pthread_mutex_unlock(&s->mu);
+    *intact = keep;
+}
+
+rw_status rw_sync_session_abort(rw_sync_session *s, bool *intact, rw_err *err) {
+    if (s->state != RW_SYNC_UPDATING)
+        RW_FAIL(err, RW_E_STATE, "abort_update: no update session is open");
+    rw_err e2;
+    rw_status st = wait_all(s, &e2);
+    if (st != RW_OK) RW_LOGW("abort_update: %s", e2.msg);
+    end_aborted(s, intact);
+    return RW_OK;
+}
+
+/* Aborts the session after a failure and appends what that means to the error message. */
+static rw_status fail_session(rw_sync_session *s, rw_status st, rw_err *err) {
+    rw_err e2;
+    if (wait_all(s, &e2) != RW_OK) RW_LOGW("sync session: while aborting: %s", e2.msg);
+    bool intact;
+    end_aborted(s, &intact);
+    if (err) {
+        char tmp[sizeof err->msg];
+        snprintf(tmp, sizeof tmp, "%s; update aborted: %s", err->msg,
+                 intact ? "nothing was written, the previous version still serves"
+                        : "weights are incomplete until a full update succeeds");
+        memcpy(err->msg, tmp, sizeof tmp);
+    }
+    RW_LOGW("sync session: %s", err ? err->msg : rw_status_str(st));
+    return st;
+}
+
+rw_status rw_sync_session_fail(rw_sync_session *s, rw_status st, rw_err *err) {
+    if (st == RW_OK || s->state != RW_SYNC_UPDATING) return st;
+    return fail_session(s, st, err);
+}
+
+rw_status rw_sync_session_poll(rw_sync_session *s, rw_err *err) {
+    if (s->state != RW_SYNC_UPDATING) return RW_OK;
+    double now = rw_now();
+#ifdef RW_HAVE_CUDA
+    for (int i = 0; i < 2; i++) {
+        if (!s->busy[i]) continue;
+        cudaError_t e = cudaEventQuery(s->done[i]);
+        if (e == cudaSuccess) {
+            s->busy[i] = false;
+            continue;
+        }
+        rw_status st = RW_OK;
+        if (e != cudaErrorNotReady) {
+            s->busy[i] = false;
+            st = RW_ERR(err, RW_E_CUDA, "sync session: bucket failed on the device: %s",
+                        cudaGetErrorString(e));
+        } else if (s->busy_nccl[i] && s->group) {
+            st = rw_sync_group_check(s->group, err);
+        }
+        if (st == RW_OK && now - s->busy_t0[i] > s->timeout_s) st = wait_slot(s, i, err);
+        if (st != RW_OK) return fail_session(s, st, err);
+    }
+    if (s->busy[0] || s->busy[1]) return RW_OK;
+#endif
+    if (now - s->t_active > s->timeout_s) {
+        rw_status st =
+            RW_ERR(err, RW_E_TIMEOUT, "sync session: no update command for %.1f s (timeout %.1f s)",
+                   now - s->t_active, s->timeout_s);
+        return fail_session(s, st, err);
+    }
+    return RW_OK;
+}
+
+/* Everything that can be checked before a byte is written. */
+static rw_status validate_bucket(rw_sync_session *s, const rw_sync_manifest *m,
+                                 const rw_sync_source *src, rw_err *err) {
+    RW_CHECK(rw_sync_manifest_check(m, err));
+    uint64_t nb = rw_sync_manifest_bytes(m);
+    if (src->nbytes != nb)
+        RW_FAIL(err, RW_E_SHAPE,
+                "update_weights: the manifest describes %" PRIu64 " bytes but the %s transport "
+                "delivered %" PRIu64 " (truncated or extra frame data)",
+                nb, src->name, src->nbytes);
+    if (s->place == RW_PLACE_DEVICE && nb > s->staging_bytes)
+        RW_FAIL(err, RW_E_RANGE,
+                "update_weights: bucket of %" PRIu64 " bytes exceeds the staging buffer of %" PRIu64
+                " (begin_update bucket_bytes)",
+                nb, s->staging_bytes);
+    if (s->place == RW_PLACE_HOST && !src->host)
+        RW_FAIL(err, RW_E_UNSUPPORTED,
+                "update_weights: the %s transport needs a CUDA weight set (this one is on the "
+                "host)",
+                src->name);
+    for (size_t i = 0; i < rw_sync_manifest_count(m); i++) {
+        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), NULL, s->place);
+        RW_CHECK(rw_wset_validate_piece(s->ws, &p, err));
+    }
+    return RW_OK;
+}
+
+static rw_status apply_pieces(rw_sync_session *s, const rw_sync_manifest *m, const void *base,
+                              rw_place place, rw_stream stream, rw_err *err) {
+    for (size_t i = 0; i < rw_sync_manifest_count(m); i++) {
+        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), base, place);
+        s->written = true;
+        RW_CHECK(rw_wset_apply(s->ws, &p, stream, err));
+    }
+    return RW_OK;
+}
+
+rw_status rw_sync_session_apply(rw_sync_session *s, const rw_sync_manifest *m, rw_sync_source *src,
+                                rw_sync_bucket_result *out, rw_err *err) {
+    if (out) memset(out, 0, sizeof *out);
+    if (s->state != RW_SYNC_UPDATING)
+        RW_FAIL(err, RW_E_STATE, "update_weights: no update session is open (begin_update first)");
+    s->t_active = rw_now();
+    rw_status st = validate_bucket(s, m, src, err);
+    if (st != RW_OK) return fail_session(s, st, err);
+    uint64_t nb = rw_sync_manifest_bytes(m), idx = s->slot_next++;
+    bool applied = false;
+    if (s->place == RW_PLACE_HOST) {
+        st = apply_pieces(s, m, src->host, RW_PLACE_HOST, NULL, err);
+        applied = true;
+    } else {
+#ifdef RW_HAVE_CUDA
+        int slot = (int)(idx % 2);
+        bool nccl = src->host == NULL;
+        RW_CHECKGOTO(wait_slot(s, slot, err), st, fail);
+        RW_CUDA_TRYGOTO(err, cudaSetDevice(s->device), st, fail);
+        RW_CHECKGOTO(src->read(src, s->staging[slot], RW_PLACE_DEVICE, nb, s->comm, err), st, fail);
+        RW_CUDA_TRYGOTO(err, cudaEventRecord(s->recvd[slot], s->comm), st, fail);
+        RW_CUDA_TRYGOTO(err, cudaStreamWaitEvent(s->compute, s->recvd[slot], 0), st, fail);
+        s->busy[slot] = true;
+        s->busy_t0[slot] = rw_now();
+        s->busy_nccl[slot] = nccl;
+        RW_CHECKGOTO(apply_pieces(s, m, s->staging[slot], RW_PLACE_DEVICE, s->compute, err), st,
+                     fail);
+        RW_CUDA_TRYGOTO(err, cudaEventRecord(s->done[slot], s->compute), st, fail);
+        /* the next bucket's receive into this slot must wait for this apply */
+        RW_CUDA_TRYGOTO(err, cudaStreamWaitEvent(s->comm, s->done[slot], 0), st, fail);
+#else
+        st = RW_ERR(err, RW_E_NO_DEVICE, "update_weights: device weight set without CUDA");
+#endif
+    }
+#ifdef RW_HAVE_CUDA
+fail:
+#endif
+    if (st != RW_OK) return fail_session(s, st, err);
+    pthread_mutex_lock(&s->mu);
+    s->buckets++;
+    s->bytes += nb;
+    pthread_mutex_unlock(&s->mu);
+    s->t_active = rw_now();
+    if (out) {
+        out->index = idx;
+        out->tensors = rw_sync_manifest_count(m);
+        out->bytes = nb;
+        out->applied = applied;
+    }
+    return RW_OK;
+}
+
+rw_status rw_sync_session_commit(rw_sync_session *s, rw_sync_commit_result *out, rw_err *err) {
+    if (out) memset(out, 0, sizeof *out);
+    if (s->state != RW_SYNC_UPDATING)
+        RW_FAIL(err, RW_E_STATE, "commit_update: no update session is open");
+    rw_status st = wait_all(s, err);
+    if (st != RW_OK) return fail_session(s, st, err);
+    if (s->was_incomplete) {
+        char missing[RW_SYNC_MAX_NAME];
+        missing[0] = 0;
+        if (!rw_wset_complete(s->ws, missing, sizeof missing)) {
+            st = RW_ERR(err, RW_E_WEIGHTS_INCOMPLETE,
+                        "commit_update: the weights were incomplete before this session and it "
+                        "did not write all of them (first missing: %s)",
+                        missing[0] ? missing : "?");
+            return fail_session(s, st, err);
+        }
+    }
+    double now = rw_now(), dt = now - s->t_begin;
+    pthread_mutex_lock(&s->mu);
+    memcpy(s->version, s->new_version, sizeof s->version);
+    s->state = RW_SYNC_READY;
+    s->committed++;
+    s->last_update_s = dt;
+    s->last_gbps = dt > 0 ? (double)s->bytes / dt / 1e9 : 0;
+    s->last_commit_time = now;
+    if (out) {
+        memcpy(out->version, s->version, sizeof out->version);
+        out->flush_cache = s->flush_cache;
+        out->buckets = s->buckets;
+        out->bytes = s->bytes;
+        out->seconds = dt;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return RW_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* NCCL group                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+rw_status rw_sync_session_init_group(rw_sync_session *s, const uint8_t id[RW_NCCL_ID_BYTES],
+                                     int world, int rank, const char *name, double timeout_s,
+                                     rw_err *err) {
+    if (s->place != RW_PLACE_DEVICE)
+        RW_FAIL(
+            err, RW_E_UNSUPPORTED,
+            "init_weights_update_group: NCCL needs a CUDA weight set (this one is on the host)");
+    if (s->busy[0] || s->busy[1])
+        RW_FAIL(err, RW_E_BUSY,
+                "init_weights_update_group: buckets are in flight on the current group");
+    rw_sync_group_destroy(s->group);
+    s->group = NULL;
+    return rw_sync_group_create(id, world, rank, name, s->device, timeout_s, &s->group, err);
+}
+
+rw_sync_group *rw_sync_session_group(rw_sync_session *s, const char *name) {
+    if (!s->group) return NULL;
+    if (name && name[0] && strcmp(name, rw_sync_group_name(s->group))) return NULL;
+    return s->group;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Disk                                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+static int by_file_offset(const void *a, const void *b) {
+    const rw_st_entry *x = *(const rw_st_entry *const *)a, *y = *(const rw_st_entry *const *)b;
+    if (x->file_index != y->file_index) return x->file_index < y->file_index ? -1 : 1;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* A gap this large between selected tensors starts a new bucket instead of copying it. */
+#define DISK_MAX_GAP (1u << 20)
+
+rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const char *only,
+                                     const rw_sync_begin_args *a, uint64_t *tensors,
+                                     uint64_t *bytes, rw_err *err) {
+    if (tensors) *tensors = 0;
+    if (bytes) *bytes = 0;
+    if (!dir || !dir[0]) RW_FAIL(err, RW_E_INVALID_ARG, "update_weights_from_disk: empty path");
+    bool implicit = s->state != RW_SYNC_UPDATING;
+    rw_ckpt *ck = NULL;
+    const rw_st_entry **ents = NULL;
+    rw_sync_manifest *m = NULL;
+    regex_t re;
+    bool have_re = false;
+    rw_status st;
+    if (only && only[0]) {
+        int rc = regcomp(&re, only, REG_EXTENDED | REG_NOSUB);
+        if (rc) {
+            char msg[128];
+            regerror(rc, &re, msg, sizeof msg);
+            RW_FAIL(err, RW_E_INVALID_ARG, "update_weights_from_disk: regex '%s': %s", only, msg);
+        }
+        have_re = true;
+    }
+    RW_CHECKGOTO(rw_sync_manifest_create(&m, err), st, out);
+    RW_CHECKGOTO(rw_ckpt_open(dir, &ck, err), st, out);
+    size_t n = rw_ckpt_count(ck), k = 0;
+    ents = calloc(n ? n : 1, sizeof *ents);
+    if (!ents) {
+        st = RW_ERR(err, RW_E_OOM, "update_weights_from_disk: out of memory");
+        goto out;
+    }
+    /* validate every selected tensor before anything is written */
+    for (size_t i = 0; i < n; i++) {
+        const rw_st_entry *e = rw_ckpt_at(ck, i);
+        if (have_re && regexec(&re, e->name, 0, NULL, 0) != 0) continue;
+        rw_sync_manifest_clear(m);
+        rw_sync_source one;
+        RW_CHECKGOTO(rw_sync_bucket_from_entries(&e, 1, m, &one, err), st, out);
+        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, 0), NULL, s->place);
+        st = rw_wset_validate_piece(s->ws, &p, err);
+        if (st != RW_OK) {
+            rw_err_prefix(err, "update_weights_from_disk: %s", dir);
+            goto out;
+        }
+        ents[k++] = e;
+    }
+    if (k == 0) {
+        st = RW_ERR(err, RW_E_NOT_FOUND, "update_weights_from_disk: %s: no tensor selected%s%s",
+                    dir, have_re ? " by " : "", have_re ? only : "");
+        goto out;
+    }
+    qsort(ents, k, sizeof *ents, by_file_offset);
+    if (implicit) {
+        char ver[RW_SYNC_MAX_VERSION + 1];
+        rw_sync_begin_args b = a ? *a : (rw_sync_begin_args){0};
+        if (!b.version || !b.version[0]) {
+            snprintf(ver, sizeof ver, "disk:%s", dir);
+            for (char *c = ver; *c; c++)
+                if (*c < 0x20 || *c > 0x7e) *c = '?';
+            b.version = ver;
+        }
+        RW_CHECKGOTO(rw_sync_session_begin(s, &b, err), st, out);
+    }
+    uint64_t limit = s->staging_bytes ? s->staging_bytes : RW_SYNC_DEFAULT_BUCKET;
+    for (size_t i = 0; i < k;) {
+        /* a bucket: consecutive tensors of one file, one byte range of its mapping */
+        const rw_st_entry *first = ents[i];
+        if (first->end - first->begin > limit) {
+            st = RW_ERR(err, RW_E_RANGE,
+                        "update_weights_from_disk: %s: %" PRIu64 " bytes exceed the bucket size "
+                        "%" PRIu64 " (begin_update bucket_bytes)",
+                        first->name, first->end - first->begin, limit);
+            goto fail_open;
+        }
+        size_t j = i + 1;
+        uint64_t end = first->end;
+        while (j < k) {
+            const rw_st_entry *e = ents[j];
+            /* a tensor misaligned for its dtype relative to the bucket starts a new one */
+            if (e->file_index != first->file_index || e->end - first->begin > limit ||
+                e->begin > end + DISK_MAX_GAP ||
+                (e->begin - first->begin) % rw_dtype_size(e->dtype))
+                break;
+            end = e->end;
+            j++;
+        }
+        rw_sync_source src;
+        RW_CHECKGOTO(rw_sync_bucket_from_entries(&ents[i], j - i, m, &src, err), st, fail_open);
+        /* apply aborts the session itself on failure */
+        st = rw_sync_session_apply(s, m, &src, NULL, err);
+        if (st != RW_OK) goto out;
+        if (tensors) *tensors += j - i;
+        if (bytes) *bytes += end - first->begin;
+        i = j;
+    }
+    /* the mapping is closed below: nothing may still read it */
+    st = wait_all(s, err);
+    if (st != RW_OK) {
+        st = fail_session(s, st, err);
+        goto out;
+    }
+    if (implicit) st = rw_sync_session_commit(s, NULL, err);
+    goto out;
+fail_open:
+    st = fail_session(s, st, err);
+out:
+    rw_sync_manifest_destroy(m);
+    free(ents);
+    rw_ckpt_close(ck);
+    if (have_re) regfree(&re);
+    return st;
+}
