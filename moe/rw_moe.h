@@ -92,6 +92,16 @@ void rw_moe_pack_ref(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, const void *
                      const void *logical_scale, void *packed, void *packed_scale);
 void rw_moe_unpack_ref(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, const void *packed,
                        const void *packed_scale, void *logical, void *logical_scale);
+/* CUDA pack / unpack of `n_experts` consecutive experts (device pointers, on `s`): logical
+ * matrices and scales back to back per expert (mxfp8 logical scales [rows, cols/32] u8, fp8
+ * [rows/128, cols/128] f32), packed ones at rw_moe_packed_bytes / rw_moe_packed_scale_bytes
+ * strides. Byte-identical to the _ref functions. RW_E_NO_DEVICE without CUDA. */
+rw_status rw_moe_pack_cuda(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, int64_t n_experts,
+                           const void *logical, const void *logical_scale, void *packed,
+                           void *packed_scale, rw_stream s, rw_err *err);
+rw_status rw_moe_unpack_cuda(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, int64_t n_experts,
+                             const void *packed, const void *packed_scale, void *logical,
+                             void *logical_scale, rw_stream s, rw_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Pieces: what an update delivers                                                              */
@@ -112,6 +122,8 @@ typedef struct rw_piece {
     rw_piece_layout layout;
     const void *data;            /* contiguous piece bytes, borrowed for the call */
     rw_place place;
+    size_t nbytes;               /* bytes at `data` as delivered; 0 = not given (not checked),
+                                    otherwise it must equal rw_piece_nbytes() */
 } rw_piece;
 
 size_t rw_piece_nbytes(const rw_piece *p);
@@ -162,6 +174,15 @@ rw_status rw_wset_validate_piece(const rw_wset *ws, const rw_piece *p, rw_err *e
  * receiving bf16 whose quantization block is only partly covered by the piece keep the part in a
  * staging area until the block is complete. `s` is the stream for device work. */
 rw_status rw_wset_apply(rw_wset *ws, const rw_piece *p, rw_stream s, rw_err *err);
+/* Applies `n` pieces as one batch: validates all of them first (nothing is written when any is
+ * refused), then performs the batch; on a device set with a handful of kernel launches (one fused
+ * scatter for every copy / quantize-and-pack op of the batch). rw_wset_apply is this with n = 1.
+ * Device work is queued on `s`: device pieces must stay valid until `s` reaches it; host pieces
+ * are copied before the call returns. Pieces of one batch must not overlap (or must agree).
+ * Partly covered quantization blocks are kept on the host until complete; rw_wset_mark_clear()
+ * drops them. A set is not safe for concurrent calls. */
+rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_stream s,
+                              rw_err *err);
 /* True when every local weight has been fully written since the last rw_wset_mark_clear(). */
 void rw_wset_mark_clear(rw_wset *ws);
 bool rw_wset_complete(const rw_wset *ws, char *missing, size_t cap);
@@ -174,6 +195,31 @@ rw_status rw_wset_readback(const rw_wset *ws, const char *name, void *dst, size_
 /* xxh3-64 of the readback bytes (same as rw_checksum64 over a trainer's slice computed with
  * rw_moe_plan_tensor). */
 rw_status rw_wset_checksum(const rw_wset *ws, const char *name, uint64_t *out, rw_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Benchmark S3 (spec/targets.md): the fused pack scatter vs a device-to-device copy of the same  */
+/* bytes, in one run, CUDA events, warm-up, median of many reps over rotating buffers.          */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct rw_moe_bench_cfg {
+    int64_t H, I, E; /* expert shapes (Qwen3-30B-A3B: 2048, 768, 128) */
+    int tp, rank;    /* worker TP and rank: the canonical slice [r*S, (r+1)*S) is packed */
+    rw_wfmt fmt;     /* bf16 (pack), mxfp8 (quantize + pack), fp8-block (quantize) */
+    int layers;      /* layers' experts per rep (>= 1) */
+    int bufs;        /* rotating source/destination sets (>= 2); each set is layers' worth */
+    int warmup, reps;
+    int device;
+} rw_moe_bench_cfg;
+
+typedef struct rw_moe_bench_result {
+    double bytes_moved;      /* bytes read + bytes written by one pack rep */
+    double pack_ms_median, pack_ms_min, pack_ms_max;
+    double copy_ms_median, copy_ms_min, copy_ms_max; /* cudaMemcpyAsync D2D of the same bytes */
+    double pack_gbps, copy_gbps; /* bytes_moved / median time */
+    double ratio;            /* pack_gbps / copy_gbps (target >= 0.7) */
+    int64_t ops, launches;   /* scatter ops and kernel launches per rep */
+} rw_moe_bench_result;
+
+rw_status rw_moe_bench_pack(const rw_moe_bench_cfg *cfg, rw_moe_bench_result *out, rw_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Routing and experts on the packed layout                                                     */
