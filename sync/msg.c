@@ -14,13 +14,17 @@
  * bytes claim. */
 #define RW_MSG_MAX_ELEMS (2u << 20)
 
+/* msgpack-c's strings and bins point into the bytes they were decoded from, so a message keeps
+ * its own copy of them. */
 struct rw_msg {
     msgpack_unpacked up;
+    void *bytes;
 };
 
 void rw_msg_free(rw_msg *m) {
     if (!m) return;
     msgpack_unpacked_destroy(&m->up);
+    free(m->bytes);
     free(m);
 }
 
@@ -155,10 +159,17 @@ static rw_status decode_any(const void *buf, size_t len, rw_msg **out, rw_err *e
         RW_FAIL(err, RW_E_FORMAT, "msgpack: %zu trailing bytes after the message",
                 (size_t)(s.end - s.p));
     rw_msg *m = calloc(1, sizeof *m);
-    if (!m) RW_FAIL(err, RW_E_OOM, "msgpack: out of memory");
+    void *copy = malloc(len);
+    if (!m || !copy) {
+        free(m);
+        free(copy);
+        RW_FAIL(err, RW_E_OOM, "msgpack: out of memory");
+    }
+    memcpy(copy, buf, len);
+    m->bytes = copy;
     msgpack_unpacked_init(&m->up);
     size_t off = 0;
-    msgpack_unpack_return r = msgpack_unpack_next(&m->up, buf, len, &off);
+    msgpack_unpack_return r = msgpack_unpack_next(&m->up, copy, len, &off);
     if (r != MSGPACK_UNPACK_SUCCESS || off != len) {
         rw_msg_free(m);
         RW_FAIL(err, r == MSGPACK_UNPACK_NOMEM_ERROR ? RW_E_OOM : RW_E_FORMAT,

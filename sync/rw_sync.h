@@ -454,6 +454,8 @@ rw_status rw_zmq_recv(void *router, int timeout_ms, rw_zmq_msg **out, rw_err *er
 void rw_zmq_msg_free(rw_zmq_msg *m);
 const void *rw_zmq_msg_envelope(const rw_zmq_msg *m, size_t *len);
 void rw_zmq_msg_frames(const rw_zmq_msg *m, rw_sync_frames *out);
+/* The sender's routing id (borrowed from the message): tells the clients of one ROUTER apart. */
+const void *rw_zmq_msg_peer(const rw_zmq_msg *m, size_t *len);
 /* Sends a reply to the peer of `to`: routing id (+ delimiter), envelope (copied), and an
  * optional data frame whose ownership passes to ZeroMQ (freed with free()). */
 rw_status rw_zmq_reply(void *router, const rw_zmq_msg *to, const void *env, size_t env_len,

@@ -392,8 +392,11 @@ static rw_status validate_bucket(rw_sync_session *s, const rw_sync_manifest *m,
                 "update_weights: the %s transport needs a CUDA weight set (this one is on the "
                 "host)",
                 src->name);
+    /* pieces point where they will be applied from (host bytes, or the staging slot the
+     * receive will fill); nothing is read here */
+    const void *base = s->place == RW_PLACE_HOST ? src->host : s->staging[s->slot_next % 2];
     for (size_t i = 0; i < rw_sync_manifest_count(m); i++) {
-        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), NULL, s->place);
+        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), base, s->place);
         RW_CHECK(rw_wset_validate_piece(s->ws, &p, err));
     }
     return RW_OK;
@@ -570,7 +573,7 @@ rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const 
         rw_sync_manifest_clear(m);
         rw_sync_source one;
         RW_CHECKGOTO(rw_sync_bucket_from_entries(&e, 1, m, &one, err), st, out);
-        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, 0), NULL, s->place);
+        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, 0), e->data, RW_PLACE_HOST);
         st = rw_wset_validate_piece(s->ws, &p, err);
         if (st != RW_OK) {
             rw_err_prefix(err, "update_weights_from_disk: %s", dir);

@@ -45,6 +45,15 @@ void rw_zmq_msg_frames(const rw_zmq_msg *m, rw_sync_frames *out) {
     }
 }
 
+const void *rw_zmq_msg_peer(const rw_zmq_msg *m, size_t *len) {
+    if (m->nparts < 1) {
+        *len = 0;
+        return NULL;
+    }
+    *len = zmq_msg_size((zmq_msg_t *)&m->part[0]);
+    return zmq_msg_data((zmq_msg_t *)&m->part[0]);
+}
+
 rw_status rw_zmq_recv(void *router, int timeout_ms, rw_zmq_msg **out, rw_err *err) {
     *out = NULL;
     zmq_pollitem_t pi = {.socket = router, .events = ZMQ_POLLIN};
