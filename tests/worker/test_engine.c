@@ -1,0 +1,368 @@
+/* test_engine.c - the generation engine on the CPU backend with the fixture model:
+ * - continuous batching: 64 requests of mixed prompt lengths and sampling settings, arriving over
+ *   time into a small token budget (chunked prefill) and a small KV cache (admission waits and
+ *   retraction), produce exactly the tokens, logprobs and top logprobs each produces alone;
+ * - pause / resume in every mode, KV release / resume, flush refusal, abort, stop ids, weight
+ *   version spans, request validation. */
+#include <math.h>
+
+#include "rw_test.h"
+#include "rw_worker.h"
+
+typedef struct ctx {
+    rw_config cfg;
+    rw_model *m;
+} ctx;
+
+static int setup(void **state) {
+    ctx *c = calloc(1, sizeof *c);
+    char dir[1024], path[1100];
+    rw_err err = {0};
+    rw_test_path(dir, sizeof dir, RW_TEST_FIXTURE);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    RW_ASSERT_OK(rw_config_load(path, &c->cfg, &err), &err);
+    rw_model_opts mo = {RW_BACKEND_CPU, 0, 1, 0, NULL};
+    RW_ASSERT_OK(rw_model_create(&c->cfg, &mo, &c->m, &err), &err);
+    RW_ASSERT_OK(rw_model_load_ckpt(c->m, dir, &err), &err);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state) {
+    ctx *c = *state;
+    rw_model_destroy(c->m);
+    rw_config_free(&c->cfg);
+    free(c);
+    return 0;
+}
+
+typedef struct spec {
+    int32_t prompt[128];
+    int n;
+    rw_sampling sp;
+    int arrive; /* step at which it is added */
+} spec;
+
+static void make_specs(spec *s, int count, int V, uint64_t seed) {
+    rw_rng r;
+    rw_rng_seed(&r, seed);
+    for (int i = 0; i < count; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        /* mostly short prompts, every fifth long enough to be chunked */
+        s[i].n = i % 5 == 0 ? 60 + (int)(rw_rng_u64(&r) % 60) : 1 + (int)(rw_rng_u64(&r) % 30);
+        for (int j = 0; j < s[i].n; j++)
+            s[i].prompt[j] = (int32_t)(rw_rng_u64(&r) % (uint64_t)V);
+        s[i].sp = rw_sampling_default();
+        s[i].sp.max_new_tokens = 1 + (int)(rw_rng_u64(&r) % 32);
+        if (i % 2) {
+            s[i].sp.temperature = 0.6f + 0.1f * (float)(i % 7);
+            s[i].sp.top_p = i % 3 ? 0.9f : 1.0f;
+            s[i].sp.top_k = i % 4 == 1 ? 20 : 0;
+            s[i].sp.seed = 1000 + (uint64_t)i;
+        }
+        if (i % 8 == 3) s[i].sp.top_logprobs = 3;
+        if (i % 6 == 5) { /* a few stop ids: some requests end early */
+            s[i].sp.n_stop = 4;
+            for (int j = 0; j < 4; j++)
+                s[i].sp.stop_ids[j] = (int32_t)(rw_rng_u64(&r) % 64);
+        }
+        s[i].arrive = (int)(rw_rng_u64(&r) % 120);
+    }
+}
+
+static void same_output(const rw_output *a, const rw_output *b, int i) {
+    if (a->n != b->n || a->finish != b->finish)
+        fail_msg("request %d: %d tokens (%s) batched, %d (%s) alone", i, a->n,
+                 rw_finish_str(a->finish), b->n, rw_finish_str(b->finish));
+    for (int j = 0; j < a->n; j++)
+        if (a->tokens[j] != b->tokens[j] || memcmp(&a->logprobs[j], &b->logprobs[j], 4) != 0)
+            fail_msg("request %d token %d: %d (%.9g) batched, %d (%.9g) alone", i, j, a->tokens[j],
+                     a->logprobs[j], b->tokens[j], b->logprobs[j]);
+    assert_int_equal(a->top_n, b->top_n);
+    if (a->top_n) {
+        rw_assert_bytes_equal(a->top_ids, b->top_ids, sizeof(int32_t) * (size_t)(a->n * a->top_n),
+                              "top ids");
+        rw_assert_bytes_equal(a->top_logprobs, b->top_logprobs,
+                              sizeof(float) * (size_t)(a->n * a->top_n), "top logprobs");
+    }
+}
+
+static rw_output *run_alone(rw_model *m, const spec *s, rw_err *err) {
+    rw_engine *e = NULL;
+    rw_engine_opts o = rw_engine_opts_default();
+    if (rw_engine_create(m, &o, &e, err) != RW_OK) return NULL;
+    rw_output *out = NULL;
+    if (rw_engine_add(e, 1, s->prompt, s->n, &s->sp, err) == RW_OK &&
+        rw_engine_run(e, err) == RW_OK)
+        out = rw_engine_pop_output(e);
+    rw_engine_destroy(e);
+    return out;
+}
+
+static void test_continuous_batching(void **state) {
+    ctx *c = *state;
+    enum { N = 64 };
+    static spec s[N];
+    make_specs(s, N, c->cfg.vocab_size, 77);
+    rw_output *alone[N];
+    rw_err err = {0};
+    int greedy = 0, sampled = 0, stopped = 0;
+    for (int i = 0; i < N; i++) {
+        alone[i] = run_alone(c->m, &s[i], &err);
+        if (!alone[i]) fail_msg("request %d alone: %s", i, err.msg);
+        if (s[i].sp.temperature > 0)
+            sampled++;
+        else
+            greedy++;
+        stopped += alone[i]->finish == RW_FINISH_STOP;
+    }
+    assert_true(greedy >= 16 && sampled >= 16);
+
+    /* batched: 48 tokens per step (prompts of 60+ are chunked), 16 running, KV for 40 blocks of
+     * 16 tokens (640 tokens, less than the running set needs: admission waits and decodes
+     * retract the newest requests) */
+    rw_engine_opts o = rw_engine_opts_default();
+    o.max_batch_tokens = 48;
+    o.max_running = 16;
+    o.kv_block_size = 16;
+    rw_engine *probe;
+    RW_ASSERT_OK(rw_engine_create(c->m, &o, &probe, &err), &err);
+    rw_engine_stats st;
+    rw_engine_stats_get(probe, &st);
+    const size_t block_bytes = st.kv_bytes / (size_t)st.kv_blocks_total;
+    rw_engine_destroy(probe);
+    o.kv_bytes = 40 * block_bytes;
+    rw_engine *e;
+    RW_ASSERT_OK(rw_engine_create(c->m, &o, &e, &err), &err);
+    rw_engine_stats_get(e, &st);
+    assert_int_equal(st.kv_blocks_total, 40);
+    rw_output *batched[N] = {0};
+    int added = 0, done = 0, max_running = 0;
+    int64_t max_used = 0;
+    for (int step = 0; done < N; step++) {
+        for (int i = 0; i < N; i++)
+            if (s[i].arrive == step) {
+                RW_ASSERT_OK(rw_engine_add(e, (uint64_t)i, s[i].prompt, s[i].n, &s[i].sp, &err),
+                             &err);
+                added++;
+            }
+        RW_ASSERT_OK(rw_engine_step(e, &err), &err);
+        rw_engine_stats_get(e, &st);
+        if (st.running > max_running) max_running = st.running;
+        if (st.kv_blocks_used > max_used) max_used = st.kv_blocks_used;
+        assert_true(st.kv_blocks_used <= 40);
+        rw_output *out;
+        while ((out = rw_engine_pop_output(e))) {
+            assert_true(out->id < N);
+            assert_null(batched[out->id]);
+            batched[out->id] = out;
+            done++;
+        }
+        if (step > 100000) fail_msg("no progress: %d of %d done", done, N);
+    }
+    assert_int_equal(added, N);
+    for (int i = 0; i < N; i++)
+        same_output(batched[i], alone[i], i);
+    rw_engine_stats_get(e, &st);
+    print_message("64 requests: %d greedy, %d sampled, %d stopped early; %lld steps, max running "
+                  "%d, max KV blocks %lld of 40, %lld retractions\n",
+                  greedy, sampled, stopped, (long long)st.steps, max_running, (long long)max_used,
+                  (long long)st.preemptions);
+    /* the test must have exercised batching and KV pressure */
+    assert_true(max_running >= 8);
+    assert_true(st.preemptions > 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    for (int i = 0; i < N; i++) {
+        rw_output_free(alone[i]);
+        rw_output_free(batched[i]);
+    }
+    rw_engine_destroy(e);
+}
+
+static const spec *one_spec(void) {
+    static spec s;
+    memset(&s, 0, sizeof s);
+    s.n = 20;
+    for (int j = 0; j < s.n; j++)
+        s.prompt[j] = (int32_t)((j * 37 + 11) % 512);
+    s.sp = rw_sampling_default();
+    s.sp.max_new_tokens = 20;
+    s.sp.temperature = 0.8f;
+    s.sp.seed = 99;
+    return &s;
+}
+
+static void test_pause_modes(void **state) {
+    ctx *c = *state;
+    rw_err err = {0};
+    const spec *s = one_spec();
+    rw_output *ref = run_alone(c->m, s, &err);
+    assert_non_null(ref);
+    for (int mode = 0; mode < 3; mode++) {
+        rw_engine *e;
+        RW_ASSERT_OK(rw_engine_create(c->m, NULL, &e, &err), &err);
+        RW_ASSERT_OK(rw_engine_add(e, 5, s->prompt, s->n, &s->sp, &err), &err);
+        for (int k = 0; k < 6; k++)
+            RW_ASSERT_OK(rw_engine_step(e, &err), &err);
+        const int before = rw_engine_progress(e, 5);
+        assert_int_equal(before, 6); /* one prefill step then one token per step */
+        RW_ASSERT_OK(rw_engine_pause(e, (rw_pause_mode)mode, &err), &err);
+        assert_true(rw_engine_paused(e));
+        rw_engine_stats st;
+        rw_engine_stats_get(e, &st);
+        if (mode == RW_PAUSE_ABORT) {
+            rw_output *o = rw_engine_pop_output(e);
+            assert_non_null(o);
+            assert_int_equal(o->finish, RW_FINISH_ABORT);
+            assert_int_equal(o->n, 6);
+            rw_assert_bytes_equal(o->tokens, ref->tokens, sizeof(int32_t) * 6, "partial tokens");
+            rw_output_free(o);
+            assert_int_equal(st.running + st.waiting, 0);
+            RW_ASSERT_OK(rw_engine_resume(e, &err), &err);
+            assert_true(rw_engine_idle(e));
+            rw_engine_destroy(e);
+            continue;
+        }
+        RW_ASSERT_OK(rw_engine_step(e, &err), &err); /* paused: nothing happens */
+        assert_int_equal(rw_engine_progress(e, 5), before);
+        if (mode == RW_PAUSE_RETRACT) {
+            assert_int_equal(st.running, 0);
+            assert_int_equal(st.waiting, 1);
+            assert_int_equal(st.kv_blocks_used, 0);
+            RW_ASSERT_OK(rw_engine_flush_cache(e, &err), &err);
+            RW_ASSERT_OK(rw_engine_release_kv(e, &err), &err);
+            rw_engine_stats_get(e, &st);
+            assert_true(st.kv_released);
+            RW_ASSERT_OK(rw_engine_resume(e, &err), &err);
+            RW_ASSERT_OK(rw_engine_step(e, &err), &err); /* released: nothing happens */
+            assert_int_equal(rw_engine_progress(e, 5), before);
+            RW_ASSERT_OK(rw_engine_resume_kv(e, &err), &err);
+        } else {
+            assert_int_equal(st.running, 1);
+            assert_true(st.kv_blocks_used > 0);
+            assert_int_equal(rw_engine_flush_cache(e, &err), RW_E_BUSY);
+            assert_int_equal(rw_engine_release_kv(e, &err), RW_E_BUSY);
+            RW_ASSERT_OK(rw_engine_resume(e, &err), &err);
+        }
+        RW_ASSERT_OK(rw_engine_run(e, &err), &err);
+        rw_output *o = rw_engine_pop_output(e);
+        assert_non_null(o);
+        same_output(o, ref, mode);
+        rw_output_free(o);
+        rw_engine_destroy(e);
+    }
+    rw_output_free(ref);
+}
+
+static void test_abort_stop_versions(void **state) {
+    ctx *c = *state;
+    rw_err err = {0};
+    spec s = *one_spec();
+    s.sp.temperature = 0.0f;
+    rw_output *ref = run_alone(c->m, &s, &err);
+    assert_non_null(ref);
+    assert_int_equal(ref->n, 20);
+    rw_engine *e;
+    RW_ASSERT_OK(rw_engine_create(c->m, NULL, &e, &err), &err);
+    /* abort: queued and running requests, partial output kept */
+    RW_ASSERT_OK(rw_engine_add(e, 1, s.prompt, s.n, &s.sp, &err), &err);
+    for (int k = 0; k < 4; k++)
+        RW_ASSERT_OK(rw_engine_step(e, &err), &err);
+    RW_ASSERT_OK(rw_engine_add(e, 2, s.prompt, s.n, &s.sp, &err), &err);
+    RW_ASSERT_OK(rw_engine_abort(e, 1, &err), &err);
+    RW_ASSERT_OK(rw_engine_abort(e, 2, &err), &err);
+    assert_int_equal(rw_engine_abort(e, 1, &err), RW_E_NOT_FOUND);
+    rw_output *o = rw_engine_pop_output(e);
+    assert_int_equal(o->id, 1);
+    assert_int_equal(o->finish, RW_FINISH_ABORT);
+    assert_int_equal(o->n, 4);
+    rw_assert_bytes_equal(o->tokens, ref->tokens, 16, "aborted prefix");
+    rw_output_free(o);
+    o = rw_engine_pop_output(e);
+    assert_int_equal(o->id, 2);
+    assert_int_equal(o->n, 0);
+    rw_output_free(o);
+    rw_engine_stats st;
+    rw_engine_stats_get(e, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    /* stop ids: the first token that did not occur earlier in the greedy output */
+    int j = 3;
+    for (;; j++) {
+        bool seen = false;
+        for (int q = 0; q < j; q++)
+            seen |= ref->tokens[q] == ref->tokens[j];
+        if (!seen) break;
+    }
+    assert_true(j < 20);
+    spec t = s;
+    t.sp.n_stop = 2;
+    t.sp.stop_ids[0] = 100000; /* never sampled */
+    t.sp.stop_ids[1] = ref->tokens[j];
+    RW_ASSERT_OK(rw_engine_add(e, 3, t.prompt, t.n, &t.sp, &err), &err);
+    RW_ASSERT_OK(rw_engine_run(e, &err), &err);
+    o = rw_engine_pop_output(e);
+    assert_int_equal(o->finish, RW_FINISH_STOP);
+    assert_int_equal(o->n, j + 1);
+    rw_output_free(o);
+    /* weight versions: tokens 0..2 under version 7, the rest under 8 */
+    rw_engine_set_weight_version(e, 7);
+    RW_ASSERT_OK(rw_engine_add(e, 4, s.prompt, s.n, &s.sp, &err), &err);
+    while (rw_engine_progress(e, 4) < 3)
+        RW_ASSERT_OK(rw_engine_step(e, &err), &err);
+    rw_engine_set_weight_version(e, 8);
+    RW_ASSERT_OK(rw_engine_run(e, &err), &err);
+    o = rw_engine_pop_output(e);
+    assert_int_equal(o->n_spans, 2);
+    assert_int_equal(o->spans[0].version, 7);
+    assert_int_equal(o->spans[0].begin, 0);
+    assert_int_equal(o->spans[0].end, 3);
+    assert_int_equal(o->spans[1].version, 8);
+    assert_int_equal(o->spans[1].begin, 3);
+    assert_int_equal(o->spans[1].end, 20);
+    same_output(o, ref, 4);
+    rw_output_free(o);
+    rw_engine_stats_get(e, &st);
+    assert_int_equal(st.weight_version, 8);
+    assert_true(st.generated_tokens >= 20 + 4 + j + 1);
+    rw_engine_destroy(e);
+    rw_output_free(ref);
+}
+
+static void test_add_validation(void **state) {
+    ctx *c = *state;
+    rw_err err = {0};
+    rw_engine *e;
+    rw_engine_opts o = rw_engine_opts_default();
+    o.max_seq_len = 100;
+    RW_ASSERT_OK(rw_engine_create(c->m, &o, &e, &err), &err);
+    rw_sampling sp = rw_sampling_default();
+    int32_t p[3] = {1, 2, 3};
+    RW_ASSERT_OK(rw_engine_add(e, 1, p, 3, &sp, &err), &err);
+    assert_int_equal(rw_engine_add(e, 1, p, 3, &sp, &err), RW_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "already exists"));
+    int32_t bad[2] = {1, 512};
+    assert_int_equal(rw_engine_add(e, 2, bad, 2, &sp, &err), RW_E_RANGE);
+    assert_non_null(strstr(err.msg, "512"));
+    sp.max_new_tokens = 98;
+    assert_int_equal(rw_engine_add(e, 3, p, 3, &sp, &err), RW_E_RANGE);
+    assert_non_null(strstr(err.msg, "max_seq_len"));
+    sp.max_new_tokens = 4;
+    sp.top_p = 0.0f;
+    assert_int_equal(rw_engine_add(e, 4, p, 3, &sp, &err), RW_E_INVALID_ARG);
+    sp.top_p = 1.0f;
+    sp.top_logprobs = RW_MAX_TOP_LOGPROBS + 1;
+    assert_int_equal(rw_engine_add(e, 5, p, 3, &sp, &err), RW_E_INVALID_ARG);
+    assert_int_equal(rw_engine_add(e, 6, p, 0, &sp, &err), RW_E_INVALID_ARG);
+    assert_int_equal(rw_engine_pause(e, (rw_pause_mode)9, &err), RW_E_INVALID_ARG);
+    rw_engine_destroy(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_add_validation),
+        cmocka_unit_test(test_abort_stop_versions),
+        cmocka_unit_test(test_pause_modes),
+        cmocka_unit_test(test_continuous_batching),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

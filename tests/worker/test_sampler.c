@@ -1,0 +1,248 @@
+/* test_sampler.c - the sampling rule (rw_sample_row_ref, rw_sample_uniform) and the thread
+ * communicator: greedy and its logprob, top-n logprobs, determinism from (seed, position),
+ * frequencies against the softmax, top-k / top-p support, bad parameters; all-reduce and
+ * all-gather over thread ranks. */
+#include <math.h>
+#include <pthread.h>
+
+#include "rw_test.h"
+#include "rw_worker.h"
+
+static void random_logits(float *l, int V, uint64_t seed, float scale) {
+    rw_rng r;
+    rw_rng_seed(&r, seed);
+    for (int i = 0; i < V; i++)
+        l[i] = scale * rw_rng_normal(&r);
+}
+
+static double lse(const float *l, int V) {
+    double mx = -1e300, s = 0;
+    for (int i = 0; i < V; i++)
+        mx = fmax(mx, l[i]);
+    for (int i = 0; i < V; i++)
+        s += exp(l[i] - mx);
+    return mx + log(s);
+}
+
+static void test_greedy_and_logprobs(void **state) {
+    (void)state;
+    enum { V = 1000 };
+    float l[V];
+    random_logits(l, V, 1, 3.0f);
+    l[17] = 20.0f;
+    l[400] = 20.0f; /* tie: the lower id wins */
+    static uint8_t scratch[V * 12];
+    rw_sampling sp = rw_sampling_default();
+    sp.top_logprobs = 5;
+    int32_t tok, ids[5];
+    float lp, lps[5];
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, 3, scratch, &tok, &lp, ids, lps, &err), &err);
+    assert_int_equal(tok, 17);
+    const double z = lse(l, V);
+    assert_true(fabs(lp - (l[17] - z)) < 1e-5);
+    assert_int_equal(ids[0], 17);
+    assert_int_equal(ids[1], 400);
+    for (int j = 0; j < 5; j++) {
+        assert_true(fabs(lps[j] - (l[ids[j]] - z)) < 1e-5);
+        if (j) assert_true(lps[j] <= lps[j - 1]);
+        for (int i = 0; i < V; i++) /* nothing outside the top-n beats the n-th */
+            if (l[i] > l[ids[4]]) {
+                bool in = false;
+                for (int q = 0; q < 5; q++)
+                    in |= ids[q] == i;
+                assert_true(in);
+            }
+    }
+    /* top_k == 1 is greedy even with a temperature */
+    sp.temperature = 1.5f;
+    sp.top_k = 1;
+    RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, 99, scratch, &tok, &lp, NULL, NULL, &err), &err);
+    assert_int_equal(tok, 17);
+}
+
+static void test_uniform(void **state) {
+    (void)state;
+    /* depends only on (seed, position) and is spread over [0, 1) */
+    double sum = 0;
+    int distinct = 0;
+    float prev = -1;
+    for (int p = 0; p < 10000; p++) {
+        const float u = rw_sample_uniform(42, p);
+        assert_true(u >= 0.0f && u < 1.0f);
+        assert_true(u == rw_sample_uniform(42, p));
+        sum += u;
+        distinct += u != prev;
+        prev = u;
+    }
+    assert_true(fabs(sum / 10000 - 0.5) < 0.02);
+    assert_true(distinct > 9990);
+    assert_true(rw_sample_uniform(42, 5) != rw_sample_uniform(43, 5));
+}
+
+static void test_frequencies(void **state) {
+    (void)state;
+    enum { V = 6, N = 60000 };
+    const float l[V] = {1.0f, 0.5f, -1.0f, 2.0f, 0.0f, 1.5f};
+    rw_sampling sp = rw_sampling_default();
+    sp.temperature = 0.7f;
+    sp.seed = 1234;
+    static uint8_t scratch[V * 12];
+    int cnt[V] = {0};
+    rw_err err = {0};
+    for (int p = 0; p < N; p++) {
+        int32_t tok;
+        float lp;
+        RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, p, scratch, &tok, &lp, NULL, NULL, &err), &err);
+        assert_true(tok >= 0 && tok < V);
+        cnt[tok]++;
+        /* the logprob is of the raw (temperature-free) distribution */
+        assert_true(fabs(lp - (l[tok] - lse(l, V))) < 1e-5);
+    }
+    double z = 0, p[V];
+    for (int i = 0; i < V; i++)
+        z += exp(l[i] / 0.7);
+    for (int i = 0; i < V; i++) {
+        p[i] = exp(l[i] / 0.7) / z;
+        const double sd = sqrt(N * p[i] * (1 - p[i]));
+        if (fabs(cnt[i] - N * p[i]) > 5 * sd + 1)
+            fail_msg("token %d: %d draws, expected %.1f (sd %.1f)", i, cnt[i], N * p[i], sd);
+    }
+}
+
+static void test_top_k_top_p(void **state) {
+    (void)state;
+    enum { V = 300 };
+    float l[V];
+    random_logits(l, V, 9, 2.0f);
+    static uint8_t scratch[V * 12];
+    rw_err err = {0};
+    /* the k-th largest logit */
+    float sorted[V];
+    memcpy(sorted, l, sizeof l);
+    for (int i = 0; i < V; i++)
+        for (int j = i + 1; j < V; j++)
+            if (sorted[j] > sorted[i]) {
+                float t = sorted[i];
+                sorted[i] = sorted[j];
+                sorted[j] = t;
+            }
+    rw_sampling sp = rw_sampling_default();
+    sp.temperature = 1.0f;
+    sp.top_k = 7;
+    sp.seed = 5;
+    int seen_k = 0;
+    bool hit[V] = {0};
+    for (int p = 0; p < 3000; p++) {
+        int32_t tok;
+        RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, p, scratch, &tok, NULL, NULL, NULL, &err), &err);
+        assert_true(l[tok] >= sorted[6]);
+        if (!hit[tok]) seen_k++;
+        hit[tok] = true;
+    }
+    assert_int_equal(seen_k, 7); /* all seven are reachable */
+    /* top-p: the nucleus is the shortest descending prefix with mass >= p */
+    sp.top_k = 0;
+    sp.top_p = 0.5f;
+    double z = 0;
+    for (int i = 0; i < V; i++)
+        z += exp(l[i] - sorted[0]);
+    double cum = 0;
+    float thr = sorted[0];
+    for (int i = 0; i < V; i++) {
+        cum += exp(sorted[i] - sorted[0]) / z;
+        if (cum >= 0.5) {
+            thr = sorted[i];
+            break;
+        }
+    }
+    memset(hit, 0, sizeof hit);
+    int seen_p = 0, nucleus = 0;
+    for (int i = 0; i < V; i++)
+        nucleus += l[i] >= thr;
+    for (int p = 0; p < 5000; p++) {
+        int32_t tok;
+        RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, p, scratch, &tok, NULL, NULL, NULL, &err), &err);
+        assert_true(l[tok] >= thr);
+        if (!hit[tok]) seen_p++;
+        hit[tok] = true;
+    }
+    assert_true(nucleus > 1);
+    assert_int_equal(seen_p, nucleus);
+    /* non-finite logits are refused with a clear error */
+    float bad[3] = {NAN, NAN, NAN};
+    int32_t tok;
+    assert_int_equal(rw_sample_row_ref(bad, 3, &sp, 0, scratch, &tok, NULL, NULL, NULL, &err),
+                     RW_E_RANGE);
+}
+
+/* --- thread communicator ------------------------------------------------------------------ */
+typedef struct comm_args {
+    rw_comm *c;
+    int rank, size;
+    int ok;
+} comm_args;
+
+static void *comm_rank(void *p) {
+    comm_args *a = p;
+    enum { N = 1000 };
+    float buf[N], want[N];
+    rw_err err = {0};
+    a->ok = 1;
+    for (int i = 0; i < N; i++)
+        buf[i] = (float)(a->rank + 1) * 0.25f + (float)i;
+    for (int i = 0; i < N; i++) {
+        float s = 0;
+        for (int r = 0; r < a->size; r++)
+            s += (float)(r + 1) * 0.25f + (float)i;
+        want[i] = s;
+    }
+    if (rw_comm_allreduce_f32(a->c, buf, N, NULL, &err) != RW_OK) a->ok = 0;
+    for (int i = 0; i < N; i++)
+        if (buf[i] != want[i]) a->ok = 0;
+    int32_t send[3] = {a->rank, a->rank * 10, -a->rank}, recv[3 * 8];
+    if (rw_comm_allgather(a->c, send, recv, sizeof send, NULL, &err) != RW_OK) a->ok = 0;
+    for (int r = 0; r < a->size; r++)
+        if (recv[3 * r] != r || recv[3 * r + 1] != 10 * r || recv[3 * r + 2] != -r) a->ok = 0;
+    /* mismatched sizes are reported on every rank instead of corrupting memory */
+    if (a->size > 1 &&
+        rw_comm_allreduce_f32(a->c, buf, a->rank == 0 ? 10 : 11, NULL, &err) != RW_E_INVALID_ARG)
+        a->ok = 0;
+    return NULL;
+}
+
+static void test_thread_comm(void **state) {
+    (void)state;
+    for (int size = 1; size <= 4; size++) {
+        rw_err err = {0};
+        rw_comm_group *g;
+        RW_ASSERT_OK(rw_comm_group_create(size, &g, &err), &err);
+        comm_args a[4];
+        pthread_t th[4];
+        for (int r = 0; r < size; r++) {
+            a[r] = (comm_args){NULL, r, size, 0};
+            RW_ASSERT_OK(rw_comm_create_thread(g, r, &a[r].c, &err), &err);
+        }
+        for (int r = 0; r < size; r++)
+            pthread_create(&th[r], NULL, comm_rank, &a[r]);
+        for (int r = 0; r < size; r++)
+            pthread_join(th[r], NULL);
+        for (int r = 0; r < size; r++) {
+            assert_int_equal(a[r].ok, 1);
+            rw_comm_destroy(a[r].c);
+        }
+        rw_comm_group_destroy(g);
+    }
+    rw_err err = {0};
+    rw_comm_group *g;
+    assert_int_equal(rw_comm_group_create(0, &g, &err), RW_E_RANGE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_and_logprobs), cmocka_unit_test(test_uniform),
+        cmocka_unit_test(test_frequencies),         cmocka_unit_test(test_top_k_top_p),
+        cmocka_unit_test(test_thread_comm),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,471 @@
+/* bench.c - decode and prefill benchmarks on a random model built in device memory (no disk),
+ * for targets G1-G4 of spec/targets.md: `rw-worker --bench ...` or rw_worker_bench_*(). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+rw_bench_opts rw_bench_opts_default(void) {
+    rw_bench_opts o;
+    memset(&o, 0, sizeof o);
+    o.cfg = NULL;
+    o.device = 0;
+    o.batch = 256;
+    o.ctx = 1024;
+    o.nprompt = 8;
+    o.plen = 2048;
+    o.steps = 20;
+    o.graphs = true;
+    o.seed = 1;
+    return o;
+}
+
+#ifndef RW_CUDA_BACKEND
+rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err) {
+    RW_FAIL(err, RW_E_NO_DEVICE, "bench: built without the CUDA backend");
+}
+rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err) {
+    RW_FAIL(err, RW_E_NO_DEVICE, "bench: built without the CUDA backend");
+}
+#else
+#include <cuda_runtime_api.h>
+
+#include "kernels.h"
+
+#define CU(expr)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) RW_FAIL(err, RW_E_CUDA, "%s: %s", #expr, cudaGetErrorString(e_));   \
+    } while (0)
+
+/* The Qwen3-30B-A3B shape of spec/targets.md. */
+static void qwen3_30b(rw_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 151936;
+    c->hidden_size = 2048;
+    c->num_layers = 48;
+    c->num_heads = 32;
+    c->num_kv_heads = 4;
+    c->head_dim = 128;
+    c->num_experts = 128;
+    c->top_k = 8;
+    c->moe_intermediate = 768;
+    c->max_position = 40960;
+    c->rope_theta = 1000000.0;
+    c->rms_eps = 1e-6;
+    c->norm_topk_prob = true;
+    c->tie_word_embeddings = false;
+}
+
+static rw_status fill_t(const rw_tensor *t, rw_wfmt fmt, bool is_scale, float mean, float std,
+                        uint64_t seed, rw_stream s, rw_err *err) {
+    if (!t->data || rw_tensor_numel(t) == 0) return RW_OK;
+    const int64_t n = rw_tensor_numel(t);
+    if (t->dtype == RW_DTYPE_BF16) return rw_k_fill_bf16(t->data, n, seed, mean, std, s, err);
+    if (t->dtype == RW_DTYPE_F32) /* fp8-block scales: e4m3 values in (-1, 1) times this */
+        return rw_k_fill_f32(t->data, n, std, s, err);
+    if (is_scale || t->dtype == RW_DTYPE_UE8M0 ||
+        (t->dtype == RW_DTYPE_U8 && fmt == RW_WFMT_MXFP8)) {
+        /* UE8M0 2^-6: e4m3 values below 1 become weights below 1/64 */
+        CU(cudaMemsetAsync(t->data, 121, (size_t)n, (cudaStream_t)s));
+        return RW_OK;
+    }
+    return rw_k_fill_e4m3(t->data, n, seed, s, err);
+}
+
+/* Random weights straight into the device weight set (no host round trip). */
+static rw_status fill_model(rw_model *m, uint64_t seed, rw_err *err) {
+    rw_stream s = rw_cuda_be_stream(m);
+    const rw_config *c = rw_model_config(m);
+    const float std = 0.02f;
+    uint64_t k = seed * 1000003u;
+    for (int l = 0; l < c->num_layers; l++) {
+        const rw_layer_weights *w = rw_wset_layer(rw_model_wset(m), l);
+        const rw_tensor *norms[] = {&w->input_norm, &w->post_norm, &w->q_norm, &w->k_norm};
+        for (int i = 0; i < 4; i++)
+            RW_CHECK(fill_t(norms[i], RW_WFMT_BF16, false, 1.0f, 0.05f, ++k, s, err));
+        const rw_tensor *att[] = {&w->q, &w->k, &w->v, &w->o};
+        const rw_tensor *atts[] = {&w->q_scale, &w->k_scale, &w->v_scale, &w->o_scale};
+        for (int i = 0; i < 4; i++) {
+            RW_CHECK(fill_t(att[i], w->attn_fmt, false, 0.0f, std, ++k, s, err));
+            if (w->attn_fmt != RW_WFMT_BF16)
+                RW_CHECK(fill_t(atts[i], w->attn_fmt, true, 0.0f, std, ++k, s, err));
+        }
+        RW_CHECK(fill_t(&w->router, RW_WFMT_BF16, false, 0.0f, std, ++k, s, err));
+        RW_CHECK(fill_t(&w->w13, w->moe_fmt, false, 0.0f, std, ++k, s, err));
+        RW_CHECK(fill_t(&w->w2, w->moe_fmt, false, 0.0f, std, ++k, s, err));
+        if (w->moe_fmt != RW_WFMT_BF16) {
+            RW_CHECK(fill_t(&w->w13_scale, w->moe_fmt, true, 0.0f, std, ++k, s, err));
+            RW_CHECK(fill_t(&w->w2_scale, w->moe_fmt, true, 0.0f, std, ++k, s, err));
+        }
+    }
+    rw_tensor e = rw_wset_embed(rw_model_wset(m)), h = rw_wset_lm_head(rw_model_wset(m)),
+              f = rw_wset_final_norm(rw_model_wset(m));
+    RW_CHECK(fill_t(&e, RW_WFMT_BF16, false, 0.0f, 1.0f, ++k, s, err));
+    RW_CHECK(fill_t(&h, RW_WFMT_BF16, false, 0.0f, std, ++k, s, err));
+    RW_CHECK(fill_t(&f, RW_WFMT_BF16, false, 1.0f, 0.05f, ++k, s, err));
+    CU(cudaStreamSynchronize((cudaStream_t)s));
+    return RW_OK;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* HBM bandwidth measured now (device-to-device copy, read + write bytes), GB/s. */
+static rw_status measure_hbm(double *gbs, rw_err *err) {
+    const size_t bytes = (size_t)2 << 30;
+    void *a = NULL, *b = NULL;
+    CU(cudaMalloc(&a, bytes));
+    cudaError_t ce = cudaMalloc(&b, bytes);
+    if (ce != cudaSuccess) {
+        cudaFree(a);
+        RW_FAIL(err, RW_E_OOM, "bench: 2 GiB copy buffer: %s", cudaGetErrorString(ce));
+    }
+    cudaMemset(a, 1, bytes);
+    double t[7];
+    for (int i = 0; i < 8; i++) {
+        cudaDeviceSynchronize();
+        const double t0 = rw_now();
+        cudaMemcpy(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
+        cudaDeviceSynchronize();
+        if (i) t[i - 1] = rw_now() - t0;
+    }
+    cudaFree(a);
+    cudaFree(b);
+    qsort(t, 7, sizeof t[0], cmp_d);
+    *gbs = 2.0 * (double)bytes / t[3] / 1e9;
+    return RW_OK;
+}
+
+static size_t tensor_bytes(const rw_tensor *t) {
+    return t->data ? rw_tensor_nbytes(t) : 0;
+}
+
+static const char *fmt_name(rw_wfmt f) {
+    return f == RW_WFMT_BF16 ? "bf16" : f == RW_WFMT_MXFP8 ? "mxfp8" : "fp8-block";
+}
+
+static rw_status make_model(const rw_bench_opts *o, rw_config *cfg, rw_model **m, rw_err *err) {
+    if (o->cfg)
+        RW_CHECK(rw_config_copy(o->cfg, cfg, err));
+    else
+        qwen3_30b(cfg);
+    rw_model_opts mo = {RW_BACKEND_CUDA, o->device, 1, 0, NULL};
+    RW_CHECK(rw_model_create(cfg, &mo, m, err));
+    return fill_model(*m, o->seed, err);
+}
+
+rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err) {
+    rw_config cfg;
+    rw_model *m = NULL;
+    rw_kv *kv = NULL;
+    int32_t *blocks = NULL, *toks = NULL;
+    rw_fwd_seq *seqs = NULL;
+    rw_sample_req *req = NULL;
+    rw_sample_res *res = NULL;
+    double *times = NULL;
+    rw_status st;
+    memset(&cfg, 0, sizeof cfg);
+    const int B = o->batch, ctx = o->ctx, steps = o->steps > 0 ? o->steps : 20;
+    if (B < 1 || ctx < 1) RW_FAIL(err, RW_E_INVALID_ARG, "bench decode: batch %d, ctx %d", B, ctx);
+    double hbm = 0;
+    RW_CHECK(measure_hbm(&hbm, err));
+    RW_CHECKGOTO(make_model(o, &cfg, &m, err), st, done);
+    const int bs = 16, bps = (ctx + 1 + bs - 1) / bs;
+    RW_CHECKGOTO(m->ops->reserve(m, B, B, err), st, done);
+    RW_CHECKGOTO(m->ops->kv_create(m, (int64_t)B * bps, bs, &kv, err), st, done);
+    RW_CHECKGOTO(rw_cuda_be_kv_randomize(m, kv, o->seed + 7, err), st, done);
+    blocks = malloc(sizeof(int32_t) * (size_t)B * bps);
+    toks = malloc(sizeof(int32_t) * (size_t)B);
+    seqs = calloc((size_t)B, sizeof *seqs);
+    req = calloc((size_t)B, sizeof *req);
+    res = calloc((size_t)B, sizeof *res);
+    times = calloc((size_t)steps, sizeof *times);
+    if (!blocks || !toks || !seqs || !req || !res || !times) {
+        st = RW_ERR(err, RW_E_OOM, "bench decode buffers");
+        goto done;
+    }
+    rw_sampling sp = rw_sampling_default();
+    sp.temperature = 1.0f; /* the usual RL rollout setting */
+    rw_rng r;
+    rw_rng_seed(&r, o->seed);
+    for (int s = 0; s < B; s++) {
+        for (int i = 0; i < bps; i++)
+            blocks[s * bps + i] = s * bps + i;
+        seqs[s] = (rw_fwd_seq){s, 1, ctx, blocks + (size_t)s * bps, s};
+        req[s] = (rw_sample_req){&sp, ctx + 1, s};
+    }
+    const int warm = 3;
+    for (int it = 0; it < warm + steps; it++) {
+        for (int s = 0; s < B; s++)
+            toks[s] = (int32_t)(rw_rng_u64(&r) % (uint64_t)cfg.vocab_size);
+        rw_fwd_batch b = {B, seqs, B, toks, B, false};
+        CU(cudaDeviceSynchronize());
+        const double t0 = rw_now();
+        RW_CHECKGOTO(m->ops->forward(m, kv, &b, err), st, done);
+        RW_CHECKGOTO(m->ops->sample(m, B, req, res, err), st, done); /* synchronizes */
+        if (it >= warm) times[it - warm] = rw_now() - t0;
+    }
+    qsort(times, (size_t)steps, sizeof *times, cmp_d);
+    /* bytes a step must read: every expert some token routed to (expected count under uniform
+     * routing), dense attention weights, router, lm_head, and the KV of every sequence */
+    const rw_layer_weights *w0 = rw_wset_layer(m->ws, 0);
+    const double E = cfg.num_experts, k = cfg.top_k;
+    const double touched = E * (1.0 - pow(1.0 - k / E, B));
+    double wbytes = 0;
+    for (int l = 0; l < cfg.num_layers; l++) {
+        const rw_layer_weights *w = rw_wset_layer(m->ws, l);
+        const double per_exp = (double)(tensor_bytes(&w->w13) + tensor_bytes(&w->w2) +
+                                        tensor_bytes(&w->w13_scale) + tensor_bytes(&w->w2_scale)) /
+                               E;
+        wbytes += touched * per_exp;
+        wbytes += (double)(tensor_bytes(&w->q) + tensor_bytes(&w->k) + tensor_bytes(&w->v) +
+                           tensor_bytes(&w->o) + tensor_bytes(&w->router));
+    }
+    rw_tensor lm = rw_wset_lm_head(m->ws);
+    wbytes += (double)tensor_bytes(&lm);
+    const double kvbytes =
+        (double)B * (ctx + 1) * cfg.num_layers * m->d.nkv_local * cfg.head_dim * 2.0 * 2.0;
+    const double floor_s = (wbytes + kvbytes) / (hbm * 1e9);
+    const double med = times[steps / 2];
+    fprintf(
+        out,
+        "{\"bench\": \"decode\", \"experts\": \"%s\", \"batch\": %d, \"ctx\": %d, \"steps\": %d, "
+        "\"graphs\": %s, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, \"step_ms_max\": %.3f, "
+        "\"tokens_per_s\": %.1f, \"bytes_per_step_gb\": %.3f, \"hbm_gbs_measured\": %.0f, "
+        "\"floor_ms\": %.3f, \"floor_tokens_per_s\": %.1f, \"ratio_to_floor\": %.3f}\n",
+        fmt_name(w0->moe_fmt), B, ctx, steps, getenv("RW_CUDA_GRAPHS") ? "env" : "true", med * 1e3,
+        times[0] * 1e3, times[steps - 1] * 1e3, B / med, (wbytes + kvbytes) / 1e9, hbm,
+        floor_s * 1e3, B / floor_s, floor_s / med);
+    st = RW_OK;
+done:
+    if (kv) m->ops->kv_destroy(m, kv);
+    rw_model_destroy(m);
+    rw_config_free(&cfg);
+    free(blocks);
+    free(toks);
+    free(seqs);
+    free(req);
+    free(res);
+    free(times);
+    return st;
+}
+
+rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err) {
+    rw_config cfg;
+    rw_model *m = NULL;
+    rw_kv *kv = NULL;
+    int32_t *blocks = NULL, *toks = NULL, *ids = NULL;
+    rw_fwd_seq *seqs = NULL;
+    uint16_t *xd = NULL;
+    float *yd = NULL, *wd = NULL;
+    int32_t *idd = NULL;
+    void *mws = NULL;
+    rw_status st;
+    memset(&cfg, 0, sizeof cfg);
+    const int NP = o->nprompt, L = o->plen;
+    if (NP < 1 || L < 1) RW_FAIL(err, RW_E_INVALID_ARG, "bench prefill: %d x %d", NP, L);
+    RW_CHECKGOTO(make_model(o, &cfg, &m, err), st, done);
+    const int bs = 16, bps = (L + bs - 1) / bs;
+    const int64_t T = (int64_t)NP * L;
+    RW_CHECKGOTO(m->ops->reserve(m, T, NP, err), st, done);
+    RW_CHECKGOTO(m->ops->kv_create(m, (int64_t)NP * bps, bs, &kv, err), st, done);
+    blocks = malloc(sizeof(int32_t) * (size_t)NP * bps);
+    toks = malloc(sizeof(int32_t) * (size_t)T);
+    seqs = calloc((size_t)NP, sizeof *seqs);
+    if (!blocks || !toks || !seqs) {
+        st = RW_ERR(err, RW_E_OOM, "bench prefill buffers");
+        goto done;
+    }
+    rw_rng r;
+    rw_rng_seed(&r, o->seed);
+    for (int64_t i = 0; i < T; i++)
+        toks[i] = (int32_t)(rw_rng_u64(&r) % (uint64_t)cfg.vocab_size);
+    for (int s = 0; s < NP; s++) {
+        for (int i = 0; i < bps; i++)
+            blocks[s * bps + i] = s * bps + i;
+        seqs[s] = (rw_fwd_seq){s * L, L, 0, blocks + (size_t)s * bps, s};
+    }
+    rw_fwd_batch b = {NP, seqs, (int32_t)T, toks, NP, false};
+    double t[4];
+    for (int it = 0; it < 4; it++) {
+        CU(cudaDeviceSynchronize());
+        const double t0 = rw_now();
+        RW_CHECKGOTO(m->ops->forward(m, kv, &b, err), st, done);
+        CU(cudaStreamSynchronize((cudaStream_t)rw_cuda_be_stream(m)));
+        t[it] = rw_now() - t0;
+    }
+    qsort(t + 1, 3, sizeof t[0], cmp_d);
+    const double fwd = t[2];
+    /* GEMMs alone, same shapes: q, k, v, o (cuBLASLt) and the experts (own kernel), layer 0 */
+    const rw_layer_weights *w = rw_wset_layer(m->ws, 0);
+    const int64_t H = cfg.hidden_size, qd = (int64_t)m->d.nh_local * cfg.head_dim,
+                  kd = (int64_t)m->d.nkv_local * cfg.head_dim, P = m->d.P;
+    const int K = cfg.top_k;
+    rw_stream s = rw_cuda_be_stream(m);
+    CU(cudaMalloc((void **)&xd, (size_t)T * (size_t)(qd > H ? qd : H) * 2));
+    CU(cudaMalloc((void **)&yd, (size_t)T * (size_t)(qd > H ? qd : H) * 4));
+    CU(cudaMalloc((void **)&wd, (size_t)T * K * 4));
+    CU(cudaMalloc((void **)&idd, (size_t)T * K * 4));
+    RW_CHECKGOTO(rw_k_fill_bf16(xd, T * (qd > H ? qd : H), o->seed + 3, 0.0f, 1.0f, s, err), st,
+                 done);
+    RW_CHECKGOTO(rw_k_fill_f32(wd, T * K, 1.0f / K, s, err), st, done);
+    ids = malloc(sizeof(int32_t) * (size_t)T * K);
+    if (!ids) {
+        st = RW_ERR(err, RW_E_OOM, "ids");
+        goto done;
+    }
+    for (int64_t i = 0; i < T; i++) /* k distinct experts per token, uniform */
+        for (int j = 0; j < K; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                e = (int32_t)(rw_rng_u64(&r) % (uint64_t)cfg.num_experts);
+                dup = false;
+                for (int q = 0; q < j; q++)
+                    dup |= ids[i * K + q] == e;
+            } while (dup);
+            ids[i * K + j] = e;
+        }
+    CU(cudaMemcpy(idd, ids, sizeof(int32_t) * (size_t)T * K, cudaMemcpyHostToDevice));
+    const size_t mwsb = rw_moe_experts_cuda_workspace(cfg.num_experts, P, H, T, K);
+    CU(cudaMalloc(&mws, mwsb));
+    if (w->attn_fmt != RW_WFMT_BF16 || w->moe_fmt != RW_WFMT_BF16)
+        fprintf(out, "{\"note\": \"layer 0 is quantized: GEMM timing uses its formats\"}\n");
+    double tg_dense = 0, tg_moe = 0;
+    for (int it = 0; it < 4; it++) {
+        CU(cudaStreamSynchronize((cudaStream_t)s));
+        double t0 = rw_now();
+        if (w->attn_fmt == RW_WFMT_BF16) {
+            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->q.data, xd, yd, T, qd, H, err), st, done);
+            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->k.data, xd, yd, T, kd, H, err), st, done);
+            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->v.data, xd, yd, T, kd, H, err), st, done);
+            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->o.data, xd, yd, T, H, qd, err), st, done);
+        }
+        CU(cudaStreamSynchronize((cudaStream_t)s));
+        double t1 = rw_now();
+        CU(cudaMemsetAsync(yd, 0, (size_t)T * H * 4, (cudaStream_t)s));
+        RW_CHECKGOTO(rw_moe_experts_cuda(w, &m->d, H, xd, T, idd, wd, K, yd, mws, mwsb, s, err), st,
+                     done);
+        CU(cudaStreamSynchronize((cudaStream_t)s));
+        double t2 = rw_now();
+        if (it) { /* first round warms up */
+            tg_dense += (t1 - t0) / 3;
+            tg_moe += (t2 - t1) / 3;
+        }
+    }
+    const double f_dense = 2.0 * T * H * (qd + 2 * kd) + 2.0 * T * qd * H;
+    const double f_moe = 2.0 * T * K * (2.0 * P * H + (double)H * P);
+    const double f_lm = 2.0 * NP * (double)m->d.v_local * H;
+    const double f_gemm = cfg.num_layers * (f_dense + f_moe) + f_lm;
+    const double f_attn =
+        cfg.num_layers * 2.0 * 2.0 * NP * ((double)L * (L + 1) / 2) * m->d.nh_local * cfg.head_dim;
+    const double dense_tfs = w->attn_fmt == RW_WFMT_BF16 ? f_dense / tg_dense / 1e12 : 0;
+    const double moe_tfs = f_moe / tg_moe / 1e12;
+    const double layer_gemm_s = (w->attn_fmt == RW_WFMT_BF16 ? tg_dense : 0) + tg_moe;
+    fprintf(out,
+            "{\"bench\": \"prefill\", \"experts\": \"%s\", \"prompts\": %d, \"prompt_len\": %d, "
+            "\"forward_ms\": %.2f, \"tokens_per_s\": %.0f, \"gemm_tflop_per_forward\": %.2f, "
+            "\"attention_tflop_per_forward\": %.2f, \"forward_tflops_gemm_only\": %.1f, "
+            "\"dense_gemm_tflops\": %.1f, \"moe_gemm_tflops\": %.1f, "
+            "\"layer_gemm_tflops\": %.1f, \"ratio_to_779\": %.3f}\n",
+            fmt_name(w->moe_fmt), NP, L, fwd * 1e3, T / fwd, f_gemm / 1e12, f_attn / 1e12,
+            f_gemm / fwd / 1e12, dense_tfs, moe_tfs,
+            (f_dense * (w->attn_fmt == RW_WFMT_BF16) + f_moe) / layer_gemm_s / 1e12,
+            (f_dense * (w->attn_fmt == RW_WFMT_BF16) + f_moe) / layer_gemm_s / 1e12 / 779.0);
+    st = RW_OK;
+done:
+    cudaFree(xd);
+    cudaFree(yd);
+    cudaFree(wd);
+    cudaFree(idd);
+    cudaFree(mws);
+    if (kv) m->ops->kv_destroy(m, kv);
+    rw_model_destroy(m);
+    rw_config_free(&cfg);
+    free(blocks);
+    free(toks);
+    free(seqs);
+    free(ids);
+    return st;
+}
+#endif
+
+int rw_worker_bench_main(int argc, char **argv, FILE *out) {
+    rw_bench_opts o = rw_bench_opts_default();
+    const char *what = NULL, *config = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--bench") == 0 && i + 1 < argc) {
+            what = argv[++i];
+            continue;
+        }
+        if (strcmp(a, "--no-graphs") == 0) {
+            o.graphs = false;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "rw-worker: %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (strcmp(a, "--config") == 0) {
+            config = v;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (end == v || *end || errno || x < 0 || x > (1L << 30)) {
+            fprintf(stderr, "rw-worker: bad value '%s' for %s\n", v, a);
+            return 2;
+        }
+        if (strcmp(a, "--batch") == 0)
+            o.batch = (int)x;
+        else if (strcmp(a, "--ctx") == 0)
+            o.ctx = (int)x;
+        else if (strcmp(a, "--steps") == 0)
+            o.steps = (int)x;
+        else if (strcmp(a, "--nprompt") == 0)
+            o.nprompt = (int)x;
+        else if (strcmp(a, "--plen") == 0)
+            o.plen = (int)x;
+        else if (strcmp(a, "--gpu") == 0)
+            o.device = (int)x;
+        else if (strcmp(a, "--seed") == 0)
+            o.seed = (uint64_t)x;
+        else {
+            fprintf(stderr, "rw-worker: unknown bench option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!what || (strcmp(what, "decode") && strcmp(what, "prefill") && strcmp(what, "all"))) {
+        fprintf(stderr, "usage: rw-worker --bench decode|prefill|all [--config FILE] [--batch N] "
+                        "[--ctx N] [--steps N] [--nprompt N] [--plen N] [--no-graphs] [--gpu N]\n");
+        return 2;
+    }
+    rw_err err = {0};
+    rw_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (config) {
+        if (rw_config_load(config, &cfg, &err) != RW_OK) {
+            fprintf(stderr, "rw-worker: %s\n", err.msg);
+            return 1;
+        }
+        o.cfg = &cfg;
+    }
+    rw_status st = RW_OK;
+    if (strcmp(what, "prefill") != 0) st = rw_worker_bench_decode(&o, out, &err);
+    if (st == RW_OK && strcmp(what, "all") == 0 && o.batch != 1) { /* G2: batch-1 latency */
+        rw_bench_opts one = o;
+        one.batch = 1;
+        st = rw_worker_bench_decode(&one, out, &err);
+    }
+    if (st == RW_OK && strcmp(what, "decode") != 0) st = rw_worker_bench_prefill(&o, out, &err);
+    if (st != RW_OK) fprintf(stderr, "rw-worker: bench: %s: %s\n", rw_status_str(st), err.msg);
+    if (config) rw_config_free(&cfg);
+    return st == RW_OK ? 0 : 1;
+}

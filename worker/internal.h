@@ -1,0 +1,105 @@
+/* internal.h - worker internals shared by the model, the backends (cpu.c, cuda_backend.c) and the
+ * engine: the forward-batch description, the backend interface (a struct of function pointers)
+ * and the model struct. Not part of the public contract. */
+#ifndef RW_WORKER_INTERNAL_H
+#define RW_WORKER_INTERNAL_H
+
+#include "rw_worker.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One sequence's part of a forward step. Its tokens are tokens[tok0, tok0 + ntok) of the batch,
+ * at positions pos0 .. pos0 + ntok - 1; the KV of positions [0, pos0) is already in the cache,
+ * the step writes positions [pos0, pos0 + ntok). blocks[i] is the physical KV block holding
+ * positions [i*bs, (i+1)*bs). */
+typedef struct rw_fwd_seq {
+    int32_t tok0, ntok, pos0;
+    const int32_t *blocks; /* [ceil((pos0 + ntok) / bs)] */
+    int32_t logits_row;    /* row of the logits output for the sequence's last token; -1 none */
+} rw_fwd_seq;
+
+typedef struct rw_fwd_batch {
+    int nseq;
+    const rw_fwd_seq *seq;
+    int32_t ntok;
+    const int32_t *tokens; /* [ntok] */
+    int32_t nlogits;       /* rows of logits produced */
+    bool all_logits;       /* teacher forcing: token i gets logits row i (nlogits == ntok) */
+} rw_fwd_batch;
+
+/* Backend-owned KV storage: nblocks blocks of bs tokens for every layer. */
+typedef struct rw_kv rw_kv;
+
+/* One sampling request against a row of the last forward's logits. */
+typedef struct rw_sample_req {
+    const rw_sampling *sp;
+    int64_t position; /* position of the token being generated (prompt + generated so far) */
+    int row;
+} rw_sample_req;
+
+typedef struct rw_sample_res {
+    int32_t token;
+    float logprob;
+    int32_t top_ids[RW_MAX_TOP_LOGPROBS];
+    float top_lps[RW_MAX_TOP_LOGPROBS];
+} rw_sample_res;
+
+typedef struct rw_backend_ops {
+    const char *name;
+    /* sizes the scratch for forwards of up to max_tokens tokens / max_seqs sequences before the
+     * KV cache takes the remaining memory (NULL: grows on demand) */
+    rw_status (*reserve)(rw_model *m, int64_t max_tokens, int max_seqs, rw_err *err);
+    /* bytes of one KV block (all layers, K and V) */
+    size_t (*kv_block_bytes)(rw_model *m, int block_size);
+    /* memory available for the KV cache given a fraction of what is free */
+    rw_status (*kv_budget)(rw_model *m, double fraction, size_t *bytes, rw_err *err);
+    rw_status (*kv_create)(rw_model *m, int64_t nblocks, int block_size, rw_kv **out, rw_err *err);
+    void (*kv_destroy)(rw_model *m, rw_kv *kv);
+    /* runs the batch; keeps the logits rows (full vocabulary, after the all-gather) inside the
+     * backend until the next forward */
+    rw_status (*forward)(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err *err);
+    rw_status (*sample)(rw_model *m, int n, const rw_sample_req *req, rw_sample_res *res,
+                        rw_err *err);
+    /* copies logits rows [row0, row0 + nrows) to host dst [nrows, V] */
+    rw_status (*logits_host)(rw_model *m, int row0, int nrows, float *dst, rw_err *err);
+    void (*destroy)(rw_model *m);
+} rw_backend_ops;
+
+struct rw_model {
+    rw_config cfg;
+    rw_tp_dims d;
+    rw_backend kind;
+    int device;
+    rw_comm *comm; /* borrowed, or own_comm */
+    bool own_comm;
+    rw_wset *ws;
+    const rw_backend_ops *ops;
+    void *be; /* backend state */
+};
+
+rw_status rw_cpu_backend_init(rw_model *m, rw_err *err);
+rw_status rw_cuda_backend_init(rw_model *m, rw_err *err);
+
+/* CUDA backend hooks for the benchmarks (cuda_backend.c; CUDA builds only). */
+rw_status rw_cuda_be_gemm(rw_model *m, const void *W, const void *X, float *Y, int64_t M, int64_t N,
+                          int64_t K, rw_err *err);
+void *rw_cuda_be_stream(rw_model *m);
+rw_status rw_cuda_be_kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err);
+
+/* The communicator: an interface over single-rank, thread-group and NCCL implementations. */
+struct rw_comm {
+    int rank, size;
+    rw_status (*allreduce_f32)(rw_comm *c, float *buf, size_t n, rw_stream s, rw_err *err);
+    rw_status (*allgather)(rw_comm *c, const void *send, void *recv, size_t bytes, rw_stream s,
+                           rw_err *err);
+    void (*destroy)(rw_comm *c);
+    void *impl;
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,131 @@
+/* kernels.h - the CUDA backend's kernels (kernels.cu, extern "C" launchers taking a stream) and
+ * their plain-C references (kernels_ref.c) that the gpu-suite tests compare them with. Internal to
+ * the worker module.
+ *
+ * Conventions: bf16 tensors are uint16_t bit patterns; shapes are row-major; the paged KV cache
+ * of one layer is K, V bf16 [nblocks, nkv, bs, hd]; a token's KV slot is block * bs + offset. */
+#ifndef RW_WORKER_KERNELS_H
+#define RW_WORKER_KERNELS_H
+
+#include "rw_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The sampler's uniform draw, shared by host and device: splitmix64 of (seed, position), top 24
+ * bits, in [0, 1). rw_sample_uniform (rw_worker.h) is this function. */
+RW_HD uint64_t rw_splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+RW_HD float rw_sample_uniform_dev(uint64_t seed, int64_t position) {
+    const uint64_t x = rw_splitmix64(seed ^ rw_splitmix64((uint64_t)position));
+    return (float)(x >> 40) * (1.0f / 16777216.0f);
+}
+
+/* x [n, H] fp32 = emb [v_local, H] bf16 row (tok - v_begin), or zeros when the token belongs to
+ * another rank's vocabulary rows. */
+void rw_k_embed_ref(const int32_t *tok, int64_t n, const uint16_t *emb, int64_t v_begin,
+                    int64_t v_local, int64_t H, float *x);
+rw_status rw_k_embed(const int32_t *tok, int64_t n, const uint16_t *emb, int64_t v_begin,
+                     int64_t v_local, int64_t H, float *x, rw_stream s, rw_err *err);
+
+/* When y != NULL: x += y first (x is updated). Then out_bf16 = bf16(w * (x * rsqrt(mean(x^2) +
+ * eps))) and, when out_f32 != NULL, the same value in fp32. x, y [n, H] fp32; w [H] bf16. */
+void rw_k_add_rmsnorm_ref(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
+                          float eps, uint16_t *out_bf16, float *out_f32);
+rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
+                           float eps, uint16_t *out_bf16, float *out_f32, rw_stream s, rw_err *err);
+
+/* out_bf16 [n, H]: row i = rmsnorm(x[rows[i]] (+ y[rows[i]] when y != NULL, written back to
+ * x)). Rows must be distinct. */
+void rw_k_rmsnorm_rows_ref(float *x, const float *y, const int32_t *rows, int64_t n,
+                           const uint16_t *w, int64_t H, float eps, uint16_t *out_bf16);
+rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *rows, int64_t n,
+                            const uint16_t *w, int64_t H, float eps, uint16_t *out_bf16,
+                            rw_stream s, rw_err *err);
+
+/* Per-head RMSNorm of q and k (weights qn, kn [hd] bf16), RoPE (rotate-half, angle = pos *
+ * inv_freq[i], inv_freq [hd/2] fp32), then q_out bf16 [n, nh, hd] and the K, V cache slots:
+ * slot[t] = block * bs + offset (negative: not stored). q [n, nh*hd], k, v [n, nkv*hd] fp32. */
+void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, const uint16_t *qn,
+                         const uint16_t *kn, const int32_t *pos, const int32_t *slot, int64_t n,
+                         int nh, int nkv, int hd, int bs, const float *inv_freq, float eps,
+                         uint16_t *q_out, uint16_t *kcache, uint16_t *vcache);
+rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, const uint16_t *qn,
+                          const uint16_t *kn, const int32_t *pos, const int32_t *slot, int64_t n,
+                          int nh, int nkv, int hd, int bs, const float *inv_freq, float eps,
+                          uint16_t *q_out, uint16_t *kcache, uint16_t *vcache, rw_stream s,
+                          rw_err *err);
+
+/* Paged causal attention. A tile is up to RW_ATTN_QT consecutive tokens of one sequence:
+ * tiles[i] = {seq, first token, count, 0}. Token t of the batch has position pos[t] and attends
+ * keys 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride ...].
+ * q [ntok, nh, hd] bf16 -> out [ntok, nh, hd] bf16; fp32 math, softmax scale 1/sqrt(hd).
+ * nsplit > 1 splits each tile's keys over that many CTAs (flash-decoding) and needs `part`,
+ * rw_k_attention_part_bytes() bytes of device scratch. bs % 16 == 0, hd in {32, 64, 128, 256}. */
+#define RW_ATTN_QT 8
+typedef struct rw_attn_tile {
+    int32_t seq, tok0, ntok, pad;
+} rw_attn_tile;
+void rw_k_attention_ref(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
+                        const rw_attn_tile *tiles, int ntiles, const int32_t *pos,
+                        const int32_t *bt, int bt_stride, int nh, int nkv, int hd, int bs,
+                        uint16_t *out);
+size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int nsplit);
+rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
+                         const rw_attn_tile *tiles, int ntiles, const int32_t *pos,
+                         const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv, int hd,
+                         int bs, int nsplit, void *part, uint16_t *out, rw_stream s, rw_err *err);
+
+/* Router logits in fp32: y [n, E] = x [n, H] fp32 . w [E, H] bf16 (upcast exactly). */
+void rw_k_router_ref(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y);
+rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y,
+                      rw_stream s, rw_err *err);
+
+/* Logits from the vocab-parallel lm_head: g [T, n, vl] (rank-major, as all-gathered) ->
+ * out [n, V] (V <= T * vl; the zero rows past V are dropped). */
+void rw_k_logits_gather_ref(const float *g, int T, int64_t n, int64_t vl, int64_t V, float *out);
+rw_status rw_k_logits_gather(const float *g, int T, int64_t n, int64_t vl, int64_t V, float *out,
+                             rw_stream s, rw_err *err);
+
+/* Sampling of n rows of logits [n, V] fp32 on the device, one CTA per row, the rule of
+ * rw_sampling (rw_worker.h) with one documented difference: probability masses are summed as
+ * 32.32 fixed point (exp(z - zmax) * 2^32, truncated) in uint64, which makes the sums exact and
+ * independent of the reduction order (so reruns give the same tokens); an id whose mass rounds
+ * to zero is never drawn. */
+typedef struct rw_k_sample_param {
+    float temperature, top_p;
+    int32_t top_k, top_n;
+    uint64_t seed;
+    int64_t position;
+    int32_t row; /* row of `logits` this request samples from */
+    int32_t pad;
+} rw_k_sample_param;
+typedef struct rw_k_sample_out {
+    int32_t token;
+    float logprob;
+    int32_t top_ids[20];
+    float top_lps[20];
+} rw_k_sample_out;
+/* n requests; request i samples row p[i].row of logits [rows, V] into out[i]. */
+void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
+                     rw_k_sample_out *out);
+rw_status rw_k_sample(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
+                      rw_k_sample_out *out, rw_stream s, rw_err *err);
+
+/* Seeded device fills for benchmark weights: bf16 mean + std * N(0,1); e4m3 values of
+ * magnitude < 1 (no NaN codes); bytes set to a constant. Each element depends only on (seed, i). */
+rw_status rw_k_fill_bf16(uint16_t *p, int64_t n, uint64_t seed, float mean, float std, rw_stream s,
+                         rw_err *err);
+rw_status rw_k_fill_e4m3(uint8_t *p, int64_t n, uint64_t seed, rw_stream s, rw_err *err);
+rw_status rw_k_fill_f32(float *p, int64_t n, float value, rw_stream s, rw_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

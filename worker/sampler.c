@@ -1,0 +1,130 @@
+/* sampler.c - the sampling rule (CPU reference): greedy, temperature, top-k, top-p, a uniform draw
+ * that depends only on (seed, position), the logprob of the sampled token under the raw
+ * distribution, and the top-n logprobs. The rule is documented at rw_sampling in rw_worker.h; the
+ * CUDA sampler (sample.cu) implements the same one. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "kernels.h"
+
+rw_sampling rw_sampling_default(void) {
+    rw_sampling s;
+    memset(&s, 0, sizeof s);
+    s.temperature = 0.0f;
+    s.top_p = 1.0f;
+    s.top_k = 0;
+    s.max_new_tokens = 16;
+    return s;
+}
+
+float rw_sample_uniform(uint64_t seed, int64_t position) {
+    return rw_sample_uniform_dev(seed, position);
+}
+
+typedef struct zid {
+    float z;
+    int32_t id;
+} zid;
+
+/* descending z, ties to the lower id */
+static int zid_cmp(const void *a, const void *b) {
+    const zid *x = a, *y = b;
+    if (x->z > y->z) return -1;
+    if (x->z < y->z) return 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+rw_status rw_sample_row_ref(const float *logits, int V, const rw_sampling *sp, int64_t position,
+                            void *scratch, int32_t *token, float *logprob, int32_t *top_ids,
+                            float *top_lps, rw_err *err) {
+    if (!logits || !sp || !token || V <= 0)
+        RW_FAIL(err, RW_E_INVALID_ARG, "sample: NULL argument or V = %d", V);
+    /* log-softmax normaliser of the raw logits */
+    float mx = -INFINITY;
+    int32_t arg = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > mx) {
+            mx = logits[i];
+            arg = i;
+        }
+    if (!isfinite(mx)) RW_FAIL(err, RW_E_RANGE, "sample: logits are not finite (max %g)", mx);
+    double se = 0.0;
+    for (int i = 0; i < V; i++)
+        se += exp((double)logits[i] - mx);
+    const float lse = mx + (float)log(se);
+
+    int32_t tok = arg;
+    const bool greedy = sp->temperature <= 0.0f || sp->top_k == 1;
+    if (!greedy) {
+        if (!scratch) RW_FAIL(err, RW_E_INVALID_ARG, "sample: NULL scratch");
+        zid *s = scratch;
+        const float inv_t = 1.0f / sp->temperature;
+        for (int i = 0; i < V; i++) {
+            s[i].z = logits[i] * inv_t;
+            s[i].id = i;
+        }
+        const float zmax = mx * inv_t;
+        qsort(s, (size_t)V, sizeof *s, zid_cmp);
+        float thr = -INFINITY;
+        int nk = V;
+        if (sp->top_k > 0 && sp->top_k < V) {
+            thr = s[sp->top_k - 1].z;
+            while (nk > 0 && s[nk - 1].z < thr)
+                nk--; /* ties at the boundary stay */
+        }
+        if (sp->top_p < 1.0f) {
+            double tot = 0.0;
+            for (int i = 0; i < nk; i++)
+                tot += exp((double)s[i].z - zmax);
+            double cum = 0.0;
+            for (int i = 0; i < nk; i++) {
+                cum += exp((double)s[i].z - zmax);
+                if (cum >= (double)sp->top_p * tot) {
+                    if (s[i].z > thr) thr = s[i].z;
+                    break;
+                }
+            }
+        }
+        /* draw over the kept set in ascending id order */
+        double tot = 0.0;
+        for (int i = 0; i < V; i++) {
+            const float z = logits[i] * inv_t;
+            if (z >= thr) tot += exp((double)z - zmax);
+        }
+        const double target = (double)rw_sample_uniform(sp->seed, position) * tot;
+        double cum = 0.0;
+        tok = -1;
+        for (int i = 0; i < V; i++) {
+            const float z = logits[i] * inv_t;
+            if (z < thr) continue;
+            cum += exp((double)z - zmax);
+            tok = i;
+            if (cum > target) break;
+        }
+        if (tok < 0) tok = arg;
+    }
+    *token = tok;
+    if (logprob) *logprob = logits[tok] - lse;
+    if (sp->top_logprobs > 0 && top_ids && top_lps) {
+        const int n = sp->top_logprobs < V ? sp->top_logprobs : V;
+        /* n passes, each taking the best entry after the previous one in the order (descending
+         * logit, ascending id) */
+        float pv = INFINITY;
+        int32_t pid = -1;
+        for (int j = 0; j < n; j++) {
+            int32_t best = -1;
+            for (int i = 0; i < V; i++) {
+                const float l = logits[i];
+                if (l > pv || (l == pv && i <= pid)) continue;
+                if (best < 0 || l > logits[best]) best = i;
+            }
+            if (best < 0) best = 0;
+            top_ids[j] = best;
+            top_lps[j] = logits[best] - lse;
+            pv = logits[best];
+            pid = best;
+        }
+    }
+    return RW_OK;
+}
