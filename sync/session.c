@@ -402,14 +402,20 @@ static rw_status validate_bucket(rw_sync_session *s, const rw_sync_manifest *m,
     return RW_OK;
 }
 
+/* One batch per bucket: the weight set turns it into a handful of kernel launches on a device
+ * (rw_wset_apply_batch), so per-tensor launch overhead does not scale with the tensor count. */
 static rw_status apply_pieces(rw_sync_session *s, const rw_sync_manifest *m, const void *base,
                               rw_place place, rw_stream stream, rw_err *err) {
-    for (size_t i = 0; i < rw_sync_manifest_count(m); i++) {
-        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), base, place);
-        s->written = true;
-        RW_CHECK(rw_wset_apply(s->ws, &p, stream, err));
-    }
-    return RW_OK;
+    size_t n = rw_sync_manifest_count(m);
+    if (n == 0) return RW_OK;
+    rw_piece *p = malloc(n * sizeof *p);
+    if (!p) RW_FAIL(err, RW_E_OOM, "update_weights: out of memory for %zu pieces", n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), base, place);
+    s->written = true;
+    rw_status st = rw_wset_apply_batch(s->ws, p, n, stream, err);
+    free(p);
+    return st;
 }
 
 rw_status rw_sync_session_apply(rw_sync_session *s, const rw_sync_manifest *m, rw_sync_source *src,
