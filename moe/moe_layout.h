@@ -66,6 +66,12 @@ typedef struct rw_moe_op {
     int32_t kind, esize;
     int32_t rows, cols;
 } rw_moe_op;
+/* The CUDA scatter copies ops to shared memory as 8-byte words; the layout is fixed. */
+#ifdef __cplusplus
+static_assert(sizeof(rw_moe_op) == 112, "rw_moe_op layout");
+#else
+_Static_assert(sizeof(rw_moe_op) == 112, "rw_moe_op layout");
+#endif
 
 /* Work units of a scatter op on the device: one unit = one row x one 64-column chunk of the
  * destination (the chunks the op's columns [c0, c0 + cols) touch). FP8Q ops are one block each

@@ -149,10 +149,14 @@ __device__ __forceinline__ void mxq8(const rw_moe_op &o, const uint8_t *srow, in
     }
 }
 
+#define OPCACHE 8 /* ops a thread block keeps in shared memory (a block usually spans 1-2) */
+
 __global__ void __launch_bounds__(NTHREADS)
     scatter_kernel(const rw_moe_op *__restrict__ ops, const int64_t *__restrict__ ub, int nops,
                    int64_t total) {
     __shared__ int s_d0, s_d1;
+    __shared__ rw_moe_op s_ops[OPCACHE];
+    __shared__ int64_t s_ub[OPCACHE + 1];
     int64_t u0 = (int64_t)blockIdx.x * UPB;
     if (threadIdx.x == 0) {
         int64_t ul = u0 + UPB < total ? u0 + UPB - 1 : total - 1;
@@ -160,16 +164,49 @@ __global__ void __launch_bounds__(NTHREADS)
         s_d1 = find_op(ub, s_d0, nops - 1, ul);
     }
     __syncthreads();
+    int d0 = s_d0, nc = s_d1 - s_d0 + 1;
+    bool cached = nc <= OPCACHE;
+    if (cached) {
+        /* copy the block's ops (as 8-byte words) and their unit offsets to shared memory */
+        const uint64_t *g = (const uint64_t *)(ops + d0);
+        uint64_t *w = (uint64_t *)s_ops;
+        int words = nc * (int)(sizeof(rw_moe_op) / 8);
+        for (int i = threadIdx.x; i < words; i += NTHREADS)
+            w[i] = g[i];
+        for (int i = threadIdx.x; i <= nc; i += NTHREADS)
+            s_ub[i] = ub[d0 + i];
+    }
+    __syncthreads();
     int g = threadIdx.x >> 3, l8 = threadIdx.x & 7;
     for (int it = 0; it < UPB / 32; it++) {
         int64_t u = u0 + it * 32 + g;
         if (u >= total) return;
-        int d = find_op(ub, s_d0, s_d1, u);
-        const rw_moe_op &o = ops[d];
+        const rw_moe_op *op;
+        int64_t base;
+        if (cached) {
+            int j = 0;
+            while (j + 1 < nc && s_ub[j + 1] <= u)
+                j++;
+            op = &s_ops[j];
+            base = s_ub[j];
+        } else {
+            int d = find_op(ub, d0, s_d1, u);
+            op = &ops[d];
+            base = ub[d];
+        }
+        const rw_moe_op &o = *op;
         int64_t c0 = o.dst_c0, c1 = o.dst_c0 + o.cols;
         int64_t ch0 = c0 / 64, nch = (c1 - 1) / 64 - ch0 + 1;
-        int64_t lu = u - ub[d];
-        int64_t row = lu / nch, k0 = (ch0 + lu % nch) * 64 + l8 * 8;
+        int64_t lu = u - base, row, ch;
+        if (lu < 0xffffffffll && nch < 0xffffffffll) { /* 32-bit division where it fits */
+            uint32_t a = (uint32_t)lu, b = (uint32_t)nch;
+            row = a / b;
+            ch = a % b;
+        } else {
+            row = lu / nch;
+            ch = lu % nch;
+        }
+        int64_t k0 = (ch0 + ch) * 64 + l8 * 8;
         int64_t r = o.dst_r0 + row;
         int64_t n = map_row(o.dst, r);
         const uint8_t *srow = (const uint8_t *)(uintptr_t)o.src + row * o.src_ld * o.esize;
