@@ -1,0 +1,449 @@
+/* test_sync_gpu.c - the sync module on CUDA devices (gpu suite; exits 77 without one):
+ *  - the benchmark fill kernel equals its CPU reference byte for byte;
+ *  - a device weight set updated through the pipeline (ZeroMQ frames copied into device staging,
+ *    disk) equals a host weight set loaded directly, by checksum of every tensor;
+ * and with two devices (NCCL refuses two ranks of one communicator on one GPU, so these skip on a
+ * single-GPU machine):
+ *  - the transport conformance test (conformance.h) over an NCCL broadcast, trainer rank 0 in a
+ *    thread of its own on device 0, the worker rank on device 1;
+ *  - a receive whose broadcast never comes times out, the communicator is aborted, and a group
+ *    created again afterwards works;
+ *  - pushes over NCCL (whole tensors and trainer TP 2 shards) into a device weight set, verified
+ *    by checksums; a trainer that stops broadcasting mid-update leaves the worker incomplete, not
+ *    hung, and a new group + full push recovers;
+ *  - the S1 benchmark entry point on the tiny model. */
+#include "conformance.h"
+#include "sync_util.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <unistd.h>
+
+static int ndev(void) {
+    return rw_cuda_device_count();
+}
+
+static void test_fill_kernel(void **state) {
+    (void)state;
+    rw_err e;
+    const uint64_t n = (1u << 20) + 3;
+    uint16_t *ref = malloc(n * 2), *got = malloc(n * 2);
+    rw_sync_fill_bf16_ref(ref, n, 42, 0.02f);
+    void *d;
+    RW_ASSERT_OK(rw_cuda_set_device(0, &e), &e);
+    RW_ASSERT_OK(rw_dev_malloc(n * 2, &d, &e), &e);
+    RW_ASSERT_OK(rw_sync_fill_bf16_cuda(d, n, 42, 0.02f, NULL, &e), &e);
+    RW_ASSERT_OK(rw_memcpy(got, RW_PLACE_HOST, d, RW_PLACE_DEVICE, n * 2, NULL, &e), &e);
+    RW_ASSERT_OK(rw_stream_sync(NULL, &e), &e);
+    rw_assert_bytes_equal(ref, got, n * 2, "fill kernel vs reference");
+    /* not degenerate: values spread around zero with about the asked std */
+    double s2 = 0;
+    int zeros = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        float v = rw_bf16_to_f32(ref[i]);
+        s2 += (double)v * v;
+        zeros += v == 0.0f;
+    }
+    double sd = sqrt(s2 / (double)n);
+    assert_true(sd > 0.018 && sd < 0.022);
+    assert_true(zeros < 100);
+    rw_dev_free(d);
+    free(ref);
+    free(got);
+}
+
+/* Every canonical tensor's checksum of `a` equals that of `b`. */
+static void assert_same_weights(rw_wset *a, rw_wset *b, const rw_config *cfg, const char *what) {
+    rw_ckpt *ck = fx_ckpt();
+    rw_err e;
+    for (size_t i = 0; i < rw_ckpt_count(ck); i++) {
+        const char *name = rw_ckpt_at(ck, i)->name;
+        uint64_t x, y;
+        RW_ASSERT_OK(rw_wset_checksum(a, name, &x, &e), &e);
+        RW_ASSERT_OK(rw_wset_checksum(b, name, &y, &e), &e);
+        if (x != y) fail_msg("%s: %s differs", what, name);
+    }
+    (void)cfg;
+    rw_ckpt_close(ck);
+}
+
+typedef struct dworker {
+    rw_wset *ws;
+    rw_sync_session *s;
+    rw_sync_server *srv;
+    rw_client *c;
+} dworker;
+
+static void dworker_start(dworker *w, const rw_config *cfg, int device) {
+    rw_err e;
+    RW_ASSERT_OK(rw_wset_create(cfg, 1, 0, RW_PLACE_DEVICE, device, &w->ws, &e), &e);
+    RW_ASSERT_OK(rw_sync_session_create(w->ws, "zeros", true, &w->s, &e), &e);
+    RW_ASSERT_OK(rw_sync_server_start(w->s, NULL, "tcp://127.0.0.1:*", &w->srv, &e), &e);
+    RW_ASSERT_OK(rw_client_connect(rw_sync_server_endpoint(w->srv), NULL, &w->c, &e), &e);
+}
+
+static void dworker_stop(dworker *w) {
+    rw_client_close(w->c);
+    rw_sync_server_stop(w->srv);
+    rw_sync_session_destroy(w->s);
+    rw_wset_destroy(w->ws);
+}
+
+static void test_device_pipeline_zmq_and_disk(void **state) {
+    (void)state;
+    rw_config cfg;
+    fx_config(&cfg);
+    rw_wset *ref = ws_reference(&cfg, 1, 0);
+    dworker w;
+    dworker_start(&w, &cfg, ndev() - 1);
+    char dir[400];
+    fx_dir(dir, sizeof dir);
+    rw_client *cl[1] = {w.c};
+    rw_push_opts o = {.transport = "zmq",
+                      .trainer_tp = 2,
+                      .bucket_bytes = 1u << 20,
+                      .version = "zmq-dev",
+                      .verify = true,
+                      .timeout_ms = 30000};
+    rw_push_summary s;
+    rw_err e;
+    RW_ASSERT_OK(rw_sync_push_ckpt(cl, 1, NULL, dir, &o, &s, &e), &e);
+    assert_int_equal(s.mismatches, 0);
+    assert_true(s.buckets > 1); /* more than one bucket: both staging slots were used */
+    assert_same_weights(w.ws, ref, &cfg, "device set via zmq");
+    rw_sync_info info;
+    rw_sync_session_info(w.s, &info);
+    assert_int_equal(info.staging_bytes, 2u << 20);
+    RW_ASSERT_OK(rw_client_update_from_disk(w.c, dir, "disk-dev", 30000, &e), &e);
+    assert_same_weights(w.ws, ref, &cfg, "device set via disk");
+    dworker_stop(&w);
+    rw_wset_destroy(ref);
+    rw_config_free(&cfg);
+}
+
+/* --- NCCL ----------------------------------------------------------------------------------- */
+typedef struct join_arg {
+    uint8_t id[RW_NCCL_ID_BYTES];
+    int rank, device;
+    double timeout;
+    rw_sync_group *g;
+    rw_status st;
+    rw_err err;
+} join_arg;
+
+static void *join_main(void *p) {
+    join_arg *a = p;
+    a->st = rw_sync_group_create(a->id, 2, a->rank, "conf", a->device, a->timeout, &a->g, &a->err);
+    return NULL;
+}
+
+/* Rank 0 on device 0 and rank 1 on device 1, joined concurrently. */
+static void make_pair(rw_sync_group **g0, rw_sync_group **g1) {
+    rw_err e;
+    join_arg a = {.rank = 0, .device = 0, .timeout = 60},
+             b = {.rank = 1, .device = 1, .timeout = 60};
+    RW_ASSERT_OK(rw_sync_group_unique_id(a.id, &e), &e);
+    memcpy(b.id, a.id, sizeof a.id);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, join_main, &a), 0);
+    join_main(&b);
+    pthread_join(th, NULL);
+    RW_ASSERT_OK(a.st, &a.err);
+    RW_ASSERT_OK(b.st, &b.err);
+    *g0 = a.g;
+    *g1 = b.g;
+}
+
+/* The NCCL pair: manifests travel through a queue in their wire form; bytes through a trainer
+ * thread that copies each bucket to device 0 and broadcasts it. */
+#define QN 8
+typedef struct npair {
+    rw_sync_group *g0, *g1;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void *man[QN]; /* msgpack bytes */
+    size_t man_len[QN];
+    int mh, mt;
+    uint8_t *job[QN];
+    uint64_t job_len[QN];
+    int jh, jt;
+    bool stop;
+    pthread_t th;
+    rw_status st;
+    rw_err err;
+} npair;
+
+static void *trainer_main(void *p) {
+    npair *q = p;
+    rw_err e;
+    rw_cuda_set_device(0, NULL);
+    for (;;) {
+        pthread_mutex_lock(&q->mu);
+        while (q->jh == q->jt && !q->stop)
+            pthread_cond_wait(&q->cv, &q->mu);
+        if (q->jh == q->jt) {
+            pthread_mutex_unlock(&q->mu);
+            break;
+        }
+        uint8_t *b = q->job[q->jh % QN];
+        uint64_t n = q->job_len[q->jh % QN];
+        q->jh++;
+        pthread_mutex_unlock(&q->mu);
+        void *d;
+        rw_status st = rw_dev_malloc(n ? n : 1, &d, &e);
+        if (st == RW_OK) st = rw_memcpy(d, RW_PLACE_DEVICE, b, RW_PLACE_HOST, n, NULL, &e);
+        if (st == RW_OK) st = rw_stream_sync(NULL, &e);
+        if (st == RW_OK) st = rw_sync_group_bcast(q->g0, d, n, NULL, &e);
+        if (st == RW_OK) st = rw_sync_group_wait(q->g0, NULL, 30, &e);
+        rw_dev_free(d);
+        free(b);
+        if (st != RW_OK && q->st == RW_OK) {
+            q->st = st;
+            q->err = e;
+        }
+    }
+    return NULL;
+}
+
+static rw_status n_send(void *pair, const rw_sync_manifest *m, const void *bytes, rw_err *err) {
+    npair *q = pair;
+    rw_mw *w;
+    RW_CHECK(rw_mw_create(&w, err));
+    rw_sync_manifest_write(m, w);
+    void *mb;
+    size_t ml;
+    RW_CHECK(rw_mw_take(w, &mb, &ml, err));
+    rw_mw_destroy(w);
+    uint64_t n = rw_sync_manifest_bytes(m);
+    uint8_t *copy = malloc(n ? n : 1);
+    memcpy(copy, bytes, n);
+    pthread_mutex_lock(&q->mu);
+    q->man[q->mt % QN] = mb;
+    q->man_len[q->mt % QN] = ml;
+    q->mt++;
+    q->job[q->jt % QN] = copy;
+    q->job_len[q->jt % QN] = n;
+    q->jt++;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    return RW_OK;
+}
+
+static rw_status n_recv(void *pair, int timeout_ms, rw_sync_manifest *m, rw_sync_source *src,
+                        rw_err *err) {
+    npair *q = pair;
+    double deadline = rw_now() + timeout_ms / 1e3;
+    pthread_mutex_lock(&q->mu);
+    while (q->mh == q->mt) {
+        pthread_mutex_unlock(&q->mu);
+        if (rw_now() > deadline) RW_FAIL(err, RW_E_TIMEOUT, "no manifest");
+        usleep(2000);
+        pthread_mutex_lock(&q->mu);
+    }
+    void *mb = q->man[q->mh % QN];
+    size_t ml = q->man_len[q->mh % QN];
+    q->mh++;
+    pthread_mutex_unlock(&q->mu);
+    rw_msg *msg;
+    const rw_mobj *v;
+    rw_status st = rw_msg_decode_value(mb, ml, &msg, &v, err);
+    if (st == RW_OK) st = rw_sync_manifest_read(v, "manifest", m, err);
+    rw_msg_free(msg);
+    free(mb);
+    if (st == RW_OK) *src = rw_sync_source_nccl(q->g1, rw_sync_manifest_bytes(m));
+    return st;
+}
+
+static void n_release(void *pair) {
+    (void)pair;
+}
+
+static void test_conformance_nccl(void **state) {
+    (void)state;
+    if (ndev() < 2) skip();
+    npair q = {0};
+    pthread_mutex_init(&q.mu, NULL);
+    pthread_cond_init(&q.cv, NULL);
+    make_pair(&q.g0, &q.g1);
+    assert_int_equal(pthread_create(&q.th, NULL, trainer_main, &q), 0);
+    conf_ops o = {.name = "nccl",
+                  .pair = &q,
+                  .dst_place = RW_PLACE_DEVICE,
+                  .device = 1,
+                  .shards = true,
+                  .send = n_send,
+                  .send_truncated = NULL, /* a broadcast's count is fixed by the manifest */
+                  .recv = n_recv,
+                  .release = n_release};
+    conformance_run(&o);
+    pthread_mutex_lock(&q.mu);
+    q.stop = true;
+    pthread_cond_broadcast(&q.cv);
+    pthread_mutex_unlock(&q.mu);
+    pthread_join(q.th, NULL);
+    RW_ASSERT_OK(q.st, &q.err);
+    rw_sync_group_destroy(q.g0);
+    rw_sync_group_destroy(q.g1);
+}
+
+static void test_nccl_timeout_abort_recreate(void **state) {
+    (void)state;
+    if (ndev() < 2) skip();
+    rw_sync_group *g0, *g1;
+    make_pair(&g0, &g1);
+    rw_err e;
+    void *d1;
+    RW_ASSERT_OK(rw_cuda_set_device(1, &e), &e);
+    RW_ASSERT_OK(rw_dev_malloc(1 << 20, &d1, &e), &e);
+    /* the worker posts a receive; the trainer never broadcasts */
+    RW_ASSERT_OK(rw_sync_group_bcast(g1, d1, 1 << 20, NULL, &e), &e);
+    double t0 = rw_now();
+    assert_int_equal(rw_sync_group_wait(g1, NULL, 1.0, &e), RW_E_TIMEOUT);
+    assert_true(rw_now() - t0 < 10);
+    assert_non_null(strstr(e.msg, "aborted"));
+    assert_false(rw_sync_group_ok(g1));
+    assert_int_equal(rw_sync_group_bcast(g1, d1, 16, NULL, &e), RW_E_STATE);
+    rw_sync_group_destroy(g1);
+    rw_sync_group_destroy(g0);
+    /* a new group works */
+    make_pair(&g0, &g1);
+    uint8_t host[4096], back[4096];
+    for (int i = 0; i < 4096; i++)
+        host[i] = (uint8_t)(i * 7 + 3);
+    void *d0;
+    RW_ASSERT_OK(rw_cuda_set_device(0, &e), &e);
+    RW_ASSERT_OK(rw_dev_malloc(4096, &d0, &e), &e);
+    RW_ASSERT_OK(rw_memcpy(d0, RW_PLACE_DEVICE, host, RW_PLACE_HOST, 4096, NULL, &e), &e);
+    RW_ASSERT_OK(rw_stream_sync(NULL, &e), &e);
+    RW_ASSERT_OK(rw_sync_group_bcast(g0, d0, 4096, NULL, &e), &e);
+    RW_ASSERT_OK(rw_sync_group_bcast(g1, d1, 4096, NULL, &e), &e);
+    RW_ASSERT_OK(rw_sync_group_wait(g1, NULL, 30, &e), &e);
+    RW_ASSERT_OK(rw_sync_group_wait(g0, NULL, 30, &e), &e);
+    RW_ASSERT_OK(rw_cuda_set_device(1, &e), &e);
+    RW_ASSERT_OK(rw_memcpy(back, RW_PLACE_HOST, d1, RW_PLACE_DEVICE, 4096, NULL, &e), &e);
+    RW_ASSERT_OK(rw_stream_sync(NULL, &e), &e);
+    rw_assert_bytes_equal(host, back, 4096, "broadcast after re-creating the group");
+    rw_dev_free(d0);
+    rw_dev_free(d1);
+    rw_sync_group_destroy(g0);
+    rw_sync_group_destroy(g1);
+}
+
+static void test_push_nccl(void **state) {
+    (void)state;
+    if (ndev() < 2) skip();
+    rw_config cfg;
+    fx_config(&cfg);
+    rw_wset *ref = ws_reference(&cfg, 1, 0);
+    dworker w;
+    dworker_start(&w, &cfg, 1);
+    rw_err e;
+    rw_client_group *g;
+    RW_ASSERT_OK(rw_client_group_create(&w.c, NULL, 1, "weights", 0, 60, &g, &e), &e);
+    char dir[400];
+    fx_dir(dir, sizeof dir);
+    for (int tp = 1; tp <= 2; tp++) {
+        rw_push_opts o = {.transport = "nccl",
+                          .trainer_tp = tp,
+                          .bucket_bytes = 1u << 20,
+                          .version = tp == 1 ? "nccl-1" : "nccl-2",
+                          .verify = true,
+                          .timeout_ms = 30000};
+        rw_push_summary s;
+        RW_ASSERT_OK(rw_sync_push_ckpt(&w.c, 1, g, dir, &o, &s, &e), &e);
+        assert_int_equal(s.mismatches, 0);
+        assert_true(s.checked > 0);
+        assert_same_weights(w.ws, ref, &cfg, "device set via nccl");
+    }
+    /* the trainer announces a bucket and never broadcasts it */
+    RW_ASSERT_OK(rw_client_begin_update(w.c, "stalled", false, 1u << 20, 1.0, 10000, &e), &e);
+    rw_sync_manifest *m;
+    RW_ASSERT_OK(rw_sync_manifest_create(&m, &e), &e);
+    int64_t shape[1] = {cfg.hidden_size};
+    RW_ASSERT_OK(rw_sync_manifest_add(m, "model.norm.weight", RW_DTYPE_BF16, 1, shape, -1, 0, 0,
+                                      RW_PIECE_PLAIN, NULL, &e),
+                 &e);
+    rw_mw *a;
+    RW_ASSERT_OK(rw_mw_create(&a, &e), &e);
+    rw_mw_map(a, 3);
+    rw_mw_str(a, "transport");
+    rw_mw_str(a, "nccl");
+    rw_mw_str(a, "group_name");
+    rw_mw_str(a, "weights");
+    rw_mw_str(a, "manifest");
+    rw_sync_manifest_write(m, a);
+    uint64_t id;
+    RW_ASSERT_OK(rw_client_send(w.c, "update_weights", a, NULL, 0, false, &id, &e), &e);
+    rw_msg *msg;
+    rw_reply r;
+    RW_ASSERT_OK(rw_client_wait(w.c, id, 10000, &msg, &r, NULL, NULL, &e), &e);
+    rw_msg_free(msg);
+    /* the worker's watchdog aborts the communicator and the session */
+    double t0 = rw_now();
+    int st = RW_SYNC_UPDATING;
+    char v[RW_SYNC_MAX_VERSION + 1];
+    while (st == RW_SYNC_UPDATING && rw_now() - t0 < 20) {
+        usleep(100000);
+        RW_ASSERT_OK(rw_client_get_weight_version(w.c, 10000, v, sizeof v, &st, &e), &e);
+    }
+    assert_int_equal(st, RW_SYNC_INCOMPLETE);
+    rw_client_group_destroy(g);
+    /* a new group and a full push recover */
+    RW_ASSERT_OK(rw_client_group_create(&w.c, NULL, 1, "weights", 0, 60, &g, &e), &e);
+    rw_push_opts o = {.transport = "nccl",
+                      .trainer_tp = 1,
+                      .version = "after",
+                      .verify = true,
+                      .timeout_ms = 30000};
+    rw_push_summary s;
+    RW_ASSERT_OK(rw_sync_push_ckpt(&w.c, 1, g, dir, &o, &s, &e), &e);
+    RW_ASSERT_OK(rw_client_get_weight_version(w.c, 10000, v, sizeof v, &st, &e), &e);
+    assert_int_equal(st, RW_SYNC_READY);
+    assert_string_equal(v, "after");
+    assert_same_weights(w.ws, ref, &cfg, "after recovery");
+    rw_mw_destroy(a);
+    rw_sync_manifest_destroy(m);
+    rw_client_group_destroy(g);
+    dworker_stop(&w);
+    rw_wset_destroy(ref);
+    rw_config_free(&cfg);
+}
+
+static void test_bench_entry(void **state) {
+    (void)state;
+    if (ndev() < 2) skip();
+    rw_config cfg;
+    fx_config(&cfg);
+    rw_sync_bench_opts o = {.cfg = &cfg,
+                            .trainer_device = 0,
+                            .worker_device = 1,
+                            .bucket_bytes = 1u << 20,
+                            .repeats = 2,
+                            .timeout_s = 60};
+    rw_sync_bench_result r;
+    rw_err e;
+    RW_ASSERT_OK(rw_sync_bench_nccl(&o, &r, &e), &e);
+    assert_int_equal(r.repeats, 2);
+    assert_true(r.bytes > 0 && r.buckets > 1);
+    assert_true(r.update_median_s > 0 && r.ceiling_median_s > 0);
+    assert_true(r.worker_weights_bytes > 0);
+    char *json;
+    RW_ASSERT_OK(rw_sync_bench_json(&r, "S1-tiny", &json, &e), &e);
+    assert_non_null(strstr(json, "\"ratio\""));
+    fprintf(stderr, "%s\n", json);
+    free(json);
+    rw_config_free(&cfg);
+}
+
+int main(void) {
+    rw_test_require_gpu(1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fill_kernel),
+        cmocka_unit_test(test_device_pipeline_zmq_and_disk),
+        cmocka_unit_test(test_conformance_nccl),
+        cmocka_unit_test(test_nccl_timeout_abort_recreate),
+        cmocka_unit_test(test_push_nccl),
+        cmocka_unit_test(test_bench_entry),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
