@@ -1,0 +1,187 @@
+/* bench.h - rw-bench internals: options, the JSON result line, statistics, the ceilings measured
+ * in the same run (device copy, pinned host -> device copy, raw NCCL broadcast, cuBLASLt GEMM)
+ * and the modes. Not a public contract: only tools/bench includes it.
+ *
+ * Every measurement prints one JSON object per line on stdout (schema in docs/BENCHMARKS.md):
+ * bench, what, bytes or tokens, median_s, p10_s, p90_s, reps, achieved, unit, ceiling,
+ * ceiling_what, ratio, target_id, target, met, commit, device, date, cmd. Progress and diagnostics
+ * go to stderr.
+ */
+#ifndef RW_BENCH_H
+#define RW_BENCH_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rw_core.h"
+
+#define RWB_MAX_LIST 16
+#define RWB_MAX_SAMPLES 256
+#define RWB_GIB (1024.0 * 1024.0 * 1024.0)
+#define RWB_MIB (1024.0 * 1024.0)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Options and run context                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct rwb_opts {
+    const char *config_path; /* Qwen3-MoE config.json of the benchmarked model */
+    int gpu0, gpu1;          /* trainer / primary GPU, worker GPU (sync) */
+    int reps, warmup;        /* per measurement (modes with slow reps use fewer, see main.c) */
+    bool full;               /* full sweep grids instead of the reduced default ones */
+    bool no_quant;           /* skip the mxfp8-last-8-bf16 variants (S2, G3) */
+    uint64_t seed;
+    /* sync */
+    uint64_t buckets[RWB_MAX_LIST]; /* bytes */
+    int nbuckets;
+    uint64_t s1_bucket;             /* the bucket size targets S1, S2, S5 are defined at */
+    /* pack */
+    int pack_layers;
+    /* disk */
+    const char *disk_dir; /* an existing checkpoint of the config (skips writing one) */
+    const char *scratch;  /* where the checkpoint is written (local disk, not $OUT) */
+    int disk_layers;      /* layers of the written checkpoint (0: all of the config) */
+    const char *ckpt_tool;/* rw-ckpt executable */
+    /* decode */
+    int batches[RWB_MAX_LIST], nbatches;
+    int ctxs[RWB_MAX_LIST], nctxs;
+    int steps;                   /* timed decode steps per point */
+    int g1_batch, g1_ctx;        /* the point targets G1 and G3 are defined at */
+    int gen_batch, gen_prompt, gen_new; /* end-to-end generate (the rw side of G5) */
+    int gen_reps;
+    double setup_timeout_s;      /* bound on the prefill that fills a decode batch's KV cache */
+    /* prefill */
+    int nprompt, plen;
+    int prefill_max_tokens;      /* engine max_batch_tokens for the prefill run (0: all tokens) */
+    int prefill_reps;
+} rwb_opts;
+
+/* What every line carries besides its numbers. */
+typedef struct rwb_meta {
+    char commit[64];
+    char device[192];
+    char date[32];
+    char *cmd; /* argv joined (owned) */
+} rwb_meta;
+
+/* State shared by the modes of one invocation (no globals: passed to every mode). */
+typedef struct rwb_ctx {
+    rwb_opts o;
+    rw_config cfg;   /* bf16 model */
+    rw_config cfg_q; /* mxfp8-last-8-bf16 variant of cfg */
+    rwb_meta meta;
+    int failures;    /* measurements that reported an error */
+    void *engine_state; /* engine.c's cached model (decode and prefill share it) */
+} rwb_ctx;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Result lines and statistics (out.c)                                                          */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct rwb_stats {
+    int n;
+    double median, p10, p90, min, max;
+} rwb_stats;
+
+/* Order statistics of x[0..n) (n >= 1; x is not modified). Percentiles interpolate linearly
+ * between order statistics. */
+rwb_stats rwb_stats_of(const double *x, int n);
+
+/* A new result line with bench, what, commit, device, date and cmd set. */
+json_t *rwb_line(const rwb_ctx *c, const char *bench, const char *what);
+/* median_s, p10_s, p90_s, min_s, max_s and reps from samples (seconds). */
+void rwb_line_stats(json_t *j, const rwb_stats *s);
+/* achieved, unit, ceiling, ceiling_what and ratio = achieved / ceiling (null when the ceiling is
+ * missing or zero). */
+void rwb_line_rate(json_t *j, double achieved, const char *unit, double ceiling,
+                   const char *ceiling_what);
+/* target_id, target (human text) and met (null when met < 0). */
+void rwb_line_target(json_t *j, const char *id, const char *text, int met);
+void rwb_set_num(json_t *j, const char *key, double v);
+void rwb_set_int(json_t *j, const char *key, int64_t v);
+void rwb_set_str(json_t *j, const char *key, const char *v);
+/* Prints the line on stdout (one compact JSON object and a newline, flushed) and frees it. */
+void rwb_emit(json_t *j);
+/* An error line for a measurement that could not run; counts a failure. */
+void rwb_emit_error(rwb_ctx *c, const char *bench, const char *what, const rw_err *err);
+/* A line saying a point was skipped on purpose (why), not a failure. */
+void rwb_emit_skip(rwb_ctx *c, const char *bench, const char *what, const char *why,
+                   json_t *params);
+
+/* Fills meta (commit from RW_COMMIT or the build, device names, UTC date). */
+void rwb_meta_init(rwb_meta *m, const rwb_opts *o, int argc, char **argv);
+void rwb_meta_free(rwb_meta *m);
+
+/* Bytes of every canonical weight of cfg in bf16 (what a trainer sends). */
+uint64_t rwb_model_bf16_bytes(const rw_config *cfg);
+/* The mxfp8-last-N-bf16 variant of a bf16 config (as rw-ckpt quantize writes it). */
+rw_status rwb_config_mxfp8_last(const rw_config *src, int last_n, rw_config *out, rw_err *err);
+
+/* The token id of prompt `seq` at position `pos`: splitmix64 of (seed, seq, pos) modulo V.
+ * tools/peer/hf_generate.py computes the same prompts. */
+int32_t rwb_prompt_token(uint64_t seed, int seq, int pos, int vocab);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Ceilings (gpu.c; RW_E_NO_DEVICE in builds without CUDA)                                     */
+/* ------------------------------------------------------------------------------------------ */
+/* Device-to-device copies of `bytes` on `dev` (cudaMemcpyAsync, rotating over 2 source and
+ * destination buffers of random data), CUDA events per rep. samples[reps] in seconds; one copy
+ * moves 2 * bytes (read + write). */
+rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples, rw_err *err);
+/* Pinned host -> device copy of `total` bytes in chunks of `chunk` (one pinned chunk of random
+ * bytes, rotating over 2 device chunks); samples[reps] in seconds for the whole `total`. */
+rw_status rwb_copy_h2d(int dev, uint64_t total, size_t chunk, int warmup, int reps,
+                       double *samples, rw_err *err);
+
+/* A raw NCCL broadcast from dev0 to dev1 within this process (ncclCommInitAll, both ranks driven
+ * from this thread in group calls). */
+typedef struct rwb_bcast rwb_bcast;
+rw_status rwb_bcast_create(int dev0, int dev1, rwb_bcast **out, rw_err *err);
+void rwb_bcast_destroy(rwb_bcast *b);
+/* Broadcasts `total` bytes as ceil(total / bucket) broadcasts of at most `bucket` bytes, rotating
+ * over 2 bucket buffers of random data on each side; host time from the first enqueue to both
+ * streams done, per rep. */
+rw_status rwb_bcast_run(rwb_bcast *b, uint64_t total, uint64_t bucket, int warmup, int reps,
+                        double *samples, rw_err *err);
+
+/* cuBLASLt bf16 GEMM, fp32 accumulate, bf16 out: C[m x n] = op(A)[m x k] B[k x n] with A stored
+ * k x m (transposed) and B k x n, column-major, `batch` independent products (strided). Random
+ * inputs, rotating over enough sets to exceed L2; CUDA events per rep. FLOPs = 2 m n k batch. */
+typedef struct rwb_gemm rwb_gemm;
+rw_status rwb_gemm_create(int dev, rwb_gemm **out, rw_err *err);
+void rwb_gemm_destroy(rwb_gemm *g);
+rw_status rwb_gemm_run(rwb_gemm *g, int64_t m, int64_t n, int64_t k, int batch, int warmup,
+                       int reps, double *samples, rw_err *err);
+
+/* Device name and count, e.g. "2x NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)". */
+void rwb_device_desc(char *buf, size_t cap);
+/* Random bf16 values on the device: mean + std * N(0,1) approximately (sum of 4 uniforms,
+ * scaled), hashed from (seed, index); no zeros except by rounding. `s` is a cudaStream_t. */
+rw_status rwb_fill_bf16(void *dst, uint64_t n, uint64_t seed, float mean, float std, void *s,
+                        rw_err *err);
+rw_status rwb_device_sync(int dev, rw_err *err);
+/* Free and total memory of the current device. */
+rw_status rwb_mem_info(size_t *free_b, size_t *total_b, rw_err *err);
+
+/* Measures the HBM copy bandwidth of `dev` (2 GiB copies, read + write bytes counted), emits its
+ * ceiling line under `bench`, and returns GB/s (ceilings.c). */
+rw_status rwb_measure_hbm(rwb_ctx *c, int dev, const char *bench, double *gbps, rw_err *err);
+/* Times one GEMM shape (see rwb_gemm_run); emits a ceiling line when `emit`. */
+rw_status rwb_measure_gemm(rwb_ctx *c, rwb_gemm *g, const char *bench, const char *what,
+                           int64_t m, int64_t n, int64_t k, int batch, bool emit,
+                           double *median_s, rw_err *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Modes: each measures its own ceilings in the same run and prints its lines.                 */
+/* ------------------------------------------------------------------------------------------ */
+void rwb_mode_ceilings(rwb_ctx *c);
+void rwb_mode_sync(rwb_ctx *c);
+void rwb_mode_pack(rwb_ctx *c);
+void rwb_mode_disk(rwb_ctx *c);
+void rwb_mode_decode(rwb_ctx *c);
+void rwb_mode_prefill(rwb_ctx *c);
+/* Releases what engine.c cached in c->engine_state. */
+void rwb_engine_release(rwb_ctx *c);
+
+#endif

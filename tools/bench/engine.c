@@ -1,0 +1,876 @@
+/* engine.c - `rw-bench decode` (G1, G2, G3 and the rw side of G5) and `rw-bench prefill` (G4),
+ * measured through the worker's public engine API on the CUDA backend, TP1 on one GPU, with the
+ * benchmarked config's weights drawn at random on the GPU and written through the weight set's
+ * apply path (rw_wset_apply_batch: slicing, quantize on load, packing - as an update would).
+ *
+ * decode: for each context length, one batch of requests is prefilled (its KV cache is real),
+ * then the batch is cut down request by request (aborts) so every batch size of the sweep is timed
+ * on the same cache: warm-up steps, then `steps` engine steps, each timed from the call to a
+ * device synchronize. Tokens per second = batch / median step time; the tokens actually generated
+ * are counted from the engine's stats and reported beside it. The ceiling is the memory floor:
+ * the bytes a step must read (attention and router weights, the lm_head, the distinct experts the
+ * batch touches in expectation under uniform top-k routing, E (1 - (1 - k/E)^B) per layer, and the
+ * KV cache of every sequence) over the HBM copy bandwidth measured in the same run.
+ *
+ * generate: B prompts of P tokens, N new tokens each (greedy, no stop), timed from the first
+ * add to the last token: output tokens per second, the quantity tools/peer/hf_generate.py reports
+ * for the same prompts (rwb_prompt_token) - their ratio is G5.
+ *
+ * prefill: nprompt prompts of plen tokens (max_new_tokens 1), timed from the first add to idle;
+ * achieved TFLOP/s counts the FLOPs of the model's GEMMs only (attention's score and value
+ * products are not counted, so the ratio understates the work done), against a cuBLASLt bf16
+ * GEMM 8192^3 measured in the same run and against cuBLASLt on the model's own GEMM shapes.
+ *
+ * Beside the engine path, the worker module's own entry points (rw_worker_bench_decode and
+ * rw_worker_bench_prefill: one forward pass on a synthetic KV cache, no scheduler) are run at the
+ * target points and re-emitted as *_forward lines, so the engine's overhead shows as the
+ * difference between the two. */
+#include "bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef RWB_HAVE_WORKER
+#include "rw_worker.h"
+
+typedef struct eng_state {
+    rw_model *m;
+    bool quant;      /* m was made from cfg_q */
+    double hbm_gbps; /* measured in this run; 0 = not yet */
+    double g1_tok_s; /* bf16 decode at the G1 point, for G3 */
+} eng_state;
+
+static eng_state *state(rwb_ctx *c) {
+    if (!c->engine_state) c->engine_state = calloc(1, sizeof(eng_state));
+    return c->engine_state;
+}
+
+void rwb_engine_release(rwb_ctx *c) {
+    eng_state *s = c->engine_state;
+    if (!s) return;
+    rw_model_destroy(s->m);
+    free(s);
+    c->engine_state = NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Random weights on the GPU through the apply path                                             */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct wlist {
+    const rw_config *cfg;
+    rw_wname *w;
+    size_t n, cap;
+} wlist;
+
+static rw_status collect(const rw_wname *w, void *vctx) {
+    wlist *l = vctx;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? 2 * l->cap : 1024;
+        rw_wname *p = realloc(l->w, nc * sizeof *p);
+        if (!p) return RW_E_OOM;
+        l->w = p;
+        l->cap = nc;
+    }
+    l->w[l->n++] = *w;
+    return RW_OK;
+}
+
+static bool is_norm(rw_wkind k) {
+    return k == RW_W_INPUT_NORM || k == RW_W_POST_NORM || k == RW_W_FINAL_NORM ||
+           k == RW_W_Q_NORM || k == RW_W_K_NORM;
+}
+
+#define FILL_NAME 192
+typedef struct fill_batch {
+    rw_piece *p;
+    char (*names)[FILL_NAME];
+    bool *norm;
+    size_t n;
+    size_t used;
+} fill_batch;
+
+static rw_status fill_flush(rw_wset *ws, fill_batch *b, uint8_t *scratch, uint64_t seed,
+                            rw_stream s, rw_err *err) {
+    if (b->n == 0) return RW_OK;
+    /* weights N(0, 0.02)-like, norms 1 + 0.1 N(0, 1)-like, as rw_model_load_random draws them */
+    RW_CHECK(rwb_fill_bf16(scratch, b->used / 2, seed, 0.0f, 0.02f, s, err));
+    for (size_t i = 0; i < b->n; i++)
+        if (b->norm[i])
+            RW_CHECK(rwb_fill_bf16((void *)b->p[i].data,
+                                   (uint64_t)rw_shape_numel(b->p[i].ndim, b->p[i].shape),
+                                   seed ^ (0x9e37ull * (i + 1)), 1.0f, 0.1f, s, err));
+    RW_CHECK(rw_wset_apply_batch(ws, b->p, b->n, s, err));
+    RW_CHECK(rw_stream_sync(s, err));
+    b->n = 0;
+    b->used = 0;
+    return RW_OK;
+}
+
+static rw_status fill_random(rw_model *m, int dev, uint64_t seed, rw_err *err) {
+    const rw_config *cfg = rw_model_config(m);
+    rw_wset *ws = rw_model_wset(m);
+    wlist l = {cfg, NULL, 0, 0};
+    fill_batch b = {0};
+    uint8_t *scratch = NULL;
+    rw_stream s = NULL;
+    rw_status st = rw_config_for_each_weight(cfg, collect, &l);
+    if (st != RW_OK) {
+        free(l.w);
+        RW_FAIL(err, st, "random weights: listing the weights failed");
+    }
+    size_t cap = 1ull << 30, largest = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        int nd;
+        int64_t sh[RW_MAX_DIMS];
+        RW_CHECKGOTO(rw_config_weight_shape(cfg, &l.w[i], &nd, sh, err), st, out);
+        size_t bytes = (size_t)rw_shape_numel(nd, sh) * 2;
+        if (bytes > largest) largest = bytes;
+    }
+    if (largest + 256 > cap) cap = largest + 256;
+    b.p = calloc(l.n, sizeof *b.p);
+    b.names = calloc(l.n, sizeof *b.names);
+    b.norm = calloc(l.n, sizeof *b.norm);
+    if (!b.p || !b.names || !b.norm) {
+        st = RW_ERR(err, RW_E_OOM, "random weights: out of memory");
+        goto out;
+    }
+    RW_CHECKGOTO(rw_cuda_set_device(dev, err), st, out);
+    RW_CHECKGOTO(rw_stream_create(&s, err), st, out);
+    RW_CHECKGOTO(rw_dev_malloc(cap, (void **)&scratch, err), st, out);
+    rw_wset_mark_clear(ws);
+    uint64_t batch_no = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        rw_piece *p = &b.p[b.n];
+        memset(p, 0, sizeof *p);
+        RW_CHECKGOTO(rw_config_weight_shape(cfg, &l.w[i], &p->ndim, p->shape, err), st, out);
+        size_t bytes = (size_t)rw_shape_numel(p->ndim, p->shape) * 2;
+        size_t off = (b.used + 255) & ~(size_t)255;
+        if (off + bytes > cap) {
+            RW_CHECKGOTO(fill_flush(ws, &b, scratch, seed + 1000003ull * ++batch_no, s, err), st,
+                         out);
+            off = 0;
+            p = &b.p[0];
+            memset(p, 0, sizeof *p);
+            RW_CHECKGOTO(rw_config_weight_shape(cfg, &l.w[i], &p->ndim, p->shape, err), st, out);
+        }
+        rw_name_format(&l.w[i], b.names[b.n], FILL_NAME);
+        p->name = b.names[b.n];
+        p->dtype = RW_DTYPE_BF16;
+        p->shard_dim = -1;
+        p->layout = RW_PIECE_PLAIN;
+        p->data = scratch + off;
+        p->place = RW_PLACE_DEVICE;
+        b.norm[b.n] = is_norm(l.w[i].kind);
+        b.n++;
+        b.used = off + bytes;
+    }
+    RW_CHECKGOTO(fill_flush(ws, &b, scratch, seed + 1000003ull * ++batch_no, s, err), st, out);
+    char missing[512];
+    if (!rw_wset_complete(ws, missing, sizeof missing))
+        st = RW_ERR(err, RW_E_INTERNAL, "random weights: incomplete after the fill: %s", missing);
+out:
+    if (s) rw_stream_sync(s, NULL);
+    rw_dev_free(scratch);
+    rw_stream_destroy(s);
+    free(b.p);
+    free(b.names);
+    free(b.norm);
+    free(l.w);
+    return st;
+}
+
+static rw_status model_get(rwb_ctx *c, bool quant, rw_model **out, rw_err *err) {
+    eng_state *es = state(c);
+    if (!es) RW_FAIL(err, RW_E_OOM, "out of memory");
+    if (es->m && es->quant == quant) {
+        *out = es->m;
+        return RW_OK;
+    }
+    rw_model_destroy(es->m);
+    es->m = NULL;
+    rw_model_opts mo;
+    memset(&mo, 0, sizeof mo);
+    mo.backend = RW_BACKEND_CUDA;
+    mo.device = c->o.gpu0;
+    mo.tp = 1;
+    mo.rank = 0;
+    mo.comm = NULL;
+    double t0 = rw_now();
+    fprintf(stderr, "rw-bench: building the %s model on GPU %d\n",
+            quant ? "mxfp8-last-8-bf16" : "bf16", c->o.gpu0);
+    RW_CHECK(rw_model_create(quant ? &c->cfg_q : &c->cfg, &mo, &es->m, err));
+    rw_status st = fill_random(es->m, c->o.gpu0, c->o.seed + (quant ? 7 : 0), err);
+    if (st != RW_OK) {
+        rw_model_destroy(es->m);
+        es->m = NULL;
+        return st;
+    }
+    es->quant = quant;
+    fprintf(stderr, "rw-bench: model ready in %.1f s (%.2f GB of weights)\n", rw_now() - t0,
+            (double)rw_wset_bytes(rw_model_wset(es->m)) / 1e9);
+    *out = es->m;
+    return RW_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Memory floor of a decode step                                                                */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct floor_model {
+    double fixed;       /* bytes read once per step whatever the batch: attention, router, norms,
+                           lm_head, final norm */
+    double per_expert;  /* bytes of one expert summed over the layers */
+    double per_row;     /* embedding row read per sequence */
+    double kv_per_token;/* KV bytes per cached token (all layers, K and V) */
+    int E, k;
+} floor_model;
+
+static double tbytes(const rw_tensor *t) {
+    return t->data && t->ndim > 0 ? (double)rw_tensor_nbytes(t) : 0;
+}
+
+static floor_model floor_of(rw_model *m) {
+    floor_model f;
+    memset(&f, 0, sizeof f);
+    const rw_config *cfg = rw_model_config(m);
+    rw_wset *ws = rw_model_wset(m);
+    f.E = cfg->num_experts;
+    f.k = cfg->top_k;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        const rw_layer_weights *lw = rw_wset_layer(ws, l);
+        f.fixed += tbytes(&lw->input_norm) + tbytes(&lw->post_norm) + tbytes(&lw->q_norm) +
+                   tbytes(&lw->k_norm) + tbytes(&lw->q) + tbytes(&lw->k) + tbytes(&lw->v) +
+                   tbytes(&lw->o) + tbytes(&lw->router);
+        if (lw->attn_fmt != RW_WFMT_BF16)
+            f.fixed += tbytes(&lw->q_scale) + tbytes(&lw->k_scale) + tbytes(&lw->v_scale) +
+                       tbytes(&lw->o_scale);
+        double ex = tbytes(&lw->w13) + tbytes(&lw->w2);
+        if (lw->moe_fmt != RW_WFMT_BF16) ex += tbytes(&lw->w13_scale) + tbytes(&lw->w2_scale);
+        f.per_expert += ex / f.E;
+    }
+    rw_tensor lm = rw_wset_lm_head(ws), fn = rw_wset_final_norm(ws);
+    f.fixed += tbytes(&lm) + tbytes(&fn);
+    f.per_row = (double)cfg->hidden_size * 2.0;
+    /* bf16 K and V of every layer (the CUDA backend's cache); replaced by the engine's own count
+     * when its stats give one */
+    f.kv_per_token = (double)cfg->num_layers * 2.0 * cfg->num_kv_heads * cfg->head_dim * 2.0;
+    return f;
+}
+
+static double floor_bytes(const floor_model *f, int batch, double ctx, double *experts) {
+    double d = f->E * (1.0 - pow(1.0 - (double)f->k / f->E, batch));
+    if (experts) *experts = d;
+    return f->fixed + f->per_row * batch + f->per_expert * d + f->kv_per_token * batch * ctx;
+}
+
+static rw_status hbm(rwb_ctx *c, const char *bench, double *gbps, rw_err *err) {
+    eng_state *es = state(c);
+    if (!es) RW_FAIL(err, RW_E_OOM, "out of memory");
+    if (es->hbm_gbps <= 0) RW_CHECK(rwb_measure_hbm(c, c->o.gpu0, bench, &es->hbm_gbps, err));
+    *gbps = es->hbm_gbps;
+    return RW_OK;
+}
+
+static void free_outputs(rw_engine *e) {
+    rw_output *o;
+    while ((o = rw_engine_pop_output(e))) rw_output_free(o);
+}
+
+static rw_status add_prompts(rwb_ctx *c, rw_engine *e, const rw_config *cfg, uint64_t id0,
+                             int n, int plen, int new_tokens, rw_err *err) {
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)plen);
+    if (!toks) RW_FAIL(err, RW_E_OOM, "out of memory");
+    rw_sampling sp = rw_sampling_default();
+    sp.max_new_tokens = new_tokens;
+    rw_status st = RW_OK;
+    for (int i = 0; i < n && st == RW_OK; i++) {
+        for (int t = 0; t < plen; t++)
+            toks[t] = rwb_prompt_token(c->o.seed, i, t, cfg->vocab_size);
+        st = rw_engine_add(e, id0 + (uint64_t)i, toks, plen, &sp, err);
+    }
+    free(toks);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The worker module's entry points, re-emitted in rw-bench's line format                       */
+/* ------------------------------------------------------------------------------------------ */
+typedef rw_status (*worker_bench_fn)(const rw_bench_opts *, FILE *, rw_err *);
+
+/* Runs an entry point with its output captured; returns the JSON objects it printed (NULL and err
+ * set when it failed). */
+static json_t *capture(worker_bench_fn fn, const rw_bench_opts *bo, rw_err *err) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        RW_ERR(err, RW_E_OOM, "open_memstream failed");
+        return NULL;
+    }
+    rw_status st = fn(bo, f, err);
+    fclose(f);
+    json_t *arr = json_array();
+    for (char *save = NULL, *ln = strtok_r(buf, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+        json_t *o = json_loads(ln, 0, NULL);
+        if (json_is_object(o))
+            json_array_append_new(arr, o);
+        else
+            json_decref(o);
+    }
+    free(buf);
+    if (st != RW_OK) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+static double jnum(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Forward-level decode at one point (its own model, built and freed inside the call). */
+static void worker_decode(rwb_ctx *c, bool quant, int batch, int ctx, const char *target_id,
+                          double *tok_s) {
+    rw_err err = {0};
+    const char *what = quant ? "decode_forward_mxfp8" : "decode_forward_bf16";
+    rw_bench_opts bo = rw_bench_opts_default();
+    bo.cfg = quant ? &c->cfg_q : &c->cfg;
+    bo.device = c->o.gpu0;
+    bo.batch = batch;
+    bo.ctx = ctx;
+    bo.steps = c->o.steps;
+    bo.seed = c->o.seed;
+    fprintf(stderr, "rw-bench: decode: rw_worker_bench_decode %s batch %d ctx %d\n",
+            quant ? "mxfp8" : "bf16", batch, ctx);
+    json_t *arr = capture(rw_worker_bench_decode, &bo, &err);
+    if (!arr) {
+        rwb_emit_error(c, "decode", what, &err);
+        return;
+    }
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        if (!json_is_string(json_object_get(o, "bench")) ||
+            strcmp(json_string_value(json_object_get(o, "bench")), "decode") != 0)
+            continue;
+        const double med = jnum(o, "step_ms_median") * 1e-3;
+        const double ach = jnum(o, "tokens_per_s"), fl = jnum(o, "floor_tokens_per_s");
+        json_t *j = rwb_line(c, "decode", what);
+        rwb_set_str(j, "source", "rw_worker_bench_decode (one forward + sample on a synthetic KV cache)");
+        rwb_set_int(j, "batch", batch);
+        rwb_set_int(j, "ctx", ctx);
+        rwb_set_int(j, "tokens", (int64_t)batch * bo.steps);
+        rwb_set_num(j, "median_s", med);
+        json_object_set_new(j, "p10_s", json_null());
+        json_object_set_new(j, "p90_s", json_null());
+        rwb_set_num(j, "min_s", jnum(o, "step_ms_min") * 1e-3);
+        rwb_set_num(j, "max_s", jnum(o, "step_ms_max") * 1e-3);
+        rwb_set_int(j, "reps", bo.steps);
+        rwb_set_num(j, "ms_per_step", jnum(o, "step_ms_median"));
+        rwb_line_rate(j, ach, "tok/s", fl,
+                      "memory floor computed inside the entry point (HBM copy in the same call)");
+        rwb_set_num(j, "floor_s", jnum(o, "floor_ms") * 1e-3);
+        rwb_set_num(j, "hbm_gbps", jnum(o, "hbm_gbs_measured"));
+        json_object_set(j, "raw", o);
+        int met = -1;
+        if (target_id && !strcmp(target_id, "G1/forward")) met = isfinite(ach / fl) ? ach >= 0.6 * fl : -1;
+        if (target_id && !strcmp(target_id, "G2/forward")) met = isfinite(med) ? med <= 2.5e-3 : -1;
+        if (target_id && !strcmp(target_id, "G3/forward") && tok_s && *tok_s > 0) {
+            rwb_set_num(j, "vs_bf16", ach / *tok_s);
+            met = ach >= 1.5 * *tok_s;
+        }
+        rwb_line_target(j, target_id, target_id ? "forward pass only, see the target row above" : NULL,
+                        met);
+        if (tok_s && !quant) *tok_s = ach;
+        rwb_emit(j);
+    }
+    json_decref(arr);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* generate: the rw side of G5                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
+    rw_err err = {0};
+    const rw_config *cfg = rw_model_config(m);
+    const int B = c->o.gen_batch, P = c->o.gen_prompt, N = c->o.gen_new;
+    const int reps = c->o.gen_reps < RWB_MAX_SAMPLES ? c->o.gen_reps : RWB_MAX_SAMPLES;
+    double smp[RWB_MAX_SAMPLES];
+    rw_engine *e = NULL;
+    rw_engine_opts eo = rw_engine_opts_default();
+    eo.max_running = B;
+    eo.max_batch_tokens = B > 8192 ? B : 8192;
+    eo.max_seq_len = P + N + 16;
+    if (rw_engine_create(m, &eo, &e, &err) != RW_OK) {
+        rwb_emit_error(c, "decode", "generate_bf16", &err);
+        return;
+    }
+    int64_t toks = 0;
+    for (int r = -1; r < reps; r++) {
+        int n_new = r < 0 ? (N < 8 ? N : 8) : N;
+        uint64_t id0 = (uint64_t)(r + 2) * 1000000ull;
+        double t0 = rw_now();
+        if (add_prompts(c, e, cfg, id0, B, P, n_new, &err) != RW_OK ||
+            rw_engine_run(e, &err) != RW_OK || rwb_device_sync(c->o.gpu0, &err) != RW_OK) {
+            rwb_emit_error(c, "decode", "generate_bf16", &err);
+            rw_engine_abort_all(e);
+            free_outputs(e);
+            rw_engine_destroy(e);
+            return;
+        }
+        double t1 = rw_now();
+        rw_output *o;
+        int64_t got = 0;
+        while ((o = rw_engine_pop_output(e))) {
+            got += o->n;
+            rw_output_free(o);
+        }
+        if (r >= 0) {
+            smp[r] = t1 - t0;
+            toks += got;
+        }
+    }
+    rw_engine_destroy(e);
+    rwb_stats s = rwb_stats_of(smp, reps);
+    floor_model f = floor_of(m);
+    /* decode-only floor at the mean context of the run (prefill time not counted) */
+    double fb = floor_bytes(&f, B, P + N / 2.0, NULL);
+    double floor_tok_s = B / (fb / (gbps * 1e9));
+    json_t *j = rwb_line(c, "decode", "generate_bf16");
+    rwb_set_int(j, "batch", B);
+    rwb_set_int(j, "prompt", P);
+    rwb_set_int(j, "new", N);
+    rwb_set_int(j, "tokens", (int64_t)B * N);
+    rwb_set_int(j, "generated_tokens", toks);
+    rwb_set_int(j, "max_batch_tokens", eo.max_batch_tokens);
+    rwb_line_stats(j, &s);
+    rwb_line_rate(j, (double)B * N / s.median, "tok/s", floor_tok_s,
+                  "decode memory floor at this batch and the mean context (prefill not counted)");
+    rwb_line_target(j, "G5", "rw generate tok/s >= 10 x peer (transformers generate) tok/s", -1);
+    if (toks != (int64_t)B * N * reps)
+        rwb_set_str(j, "warning", "generated token count differs from batch x new x reps");
+    rwb_emit(j);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* decode sweep                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+static int cmp_desc(const void *a, const void *b) { return *(const int *)b - *(const int *)a; }
+
+static json_t *point_params(int batch, int ctx) {
+    json_t *p = json_object();
+    json_object_set_new(p, "batch", json_integer(batch));
+    json_object_set_new(p, "ctx", json_integer(ctx));
+    return p;
+}
+
+/* One context length: prefill the largest batch that fits, then time every batch size. */
+static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *batches, int nb,
+                       double gbps) {
+    rw_err err = {0};
+    const char *what = quant ? "decode_mxfp8" : "decode_bf16";
+    const rw_config *cfg = rw_model_config(m);
+    const int steps = c->o.steps < RWB_MAX_SAMPLES ? c->o.steps : RWB_MAX_SAMPLES;
+    const int slack = nb * (c->o.warmup + steps) + 8;
+    rw_engine *e = NULL;
+    rw_engine_opts eo = rw_engine_opts_default();
+    eo.max_running = batches[0];
+    eo.max_batch_tokens = batches[0] > 8192 ? batches[0] : 8192;
+    eo.max_seq_len = ctx + slack + 16;
+    if (rw_engine_create(m, &eo, &e, &err) != RW_OK) {
+        rwb_emit_error(c, "decode", what, &err);
+        return;
+    }
+    rw_engine_stats es;
+    rw_engine_stats_get(e, &es);
+    floor_model f = floor_of(m);
+    if (es.kv_blocks_total > 0 && es.kv_block_size > 0 && es.kv_bytes > 0)
+        f.kv_per_token = (double)es.kv_bytes / ((double)es.kv_blocks_total * es.kv_block_size);
+    const int bs = es.kv_block_size > 0 ? es.kv_block_size : 1;
+    const int64_t per_seq = (ctx + slack + bs - 1) / bs;
+    const int64_t fit = per_seq > 0 ? es.kv_blocks_total / per_seq : 0;
+    int first = 0;
+    while (first < nb && batches[first] > fit) {
+        char why[160];
+        snprintf(why, sizeof why, "KV cache holds %lld sequences of %d + %d tokens",
+                 (long long)fit, ctx, slack);
+        rwb_emit_skip(c, "decode", what, why, point_params(batches[first], ctx));
+        first++;
+    }
+    if (first == nb) {
+        rw_engine_destroy(e);
+        return;
+    }
+    int cur = batches[first];
+    double t0 = rw_now();
+    if (add_prompts(c, e, cfg, 0, cur, ctx, slack, &err) != RW_OK) goto fail;
+    /* prefill until every request has its first token */
+    for (;;) {
+        int done = 0;
+        for (int i = 0; i < cur; i++) done += rw_engine_progress(e, (uint64_t)i) >= 1;
+        if (done == cur) break;
+        if (rw_now() - t0 > c->o.setup_timeout_s) {
+            RW_ERR(&err, RW_E_TIMEOUT, "prefill of %d x %d tokens took over %.0f s", cur, ctx,
+                   c->o.setup_timeout_s);
+            goto fail;
+        }
+        if (rw_engine_step(e, &err) != RW_OK) goto fail;
+    }
+    if (rwb_device_sync(c->o.gpu0, &err) != RW_OK) goto fail;
+    {
+        double dt = rw_now() - t0;
+        json_t *j = rwb_line(c, "decode", quant ? "setup_prefill_mxfp8" : "setup_prefill_bf16");
+        rwb_set_str(j, "role", "info");
+        rwb_set_int(j, "batch", cur);
+        rwb_set_int(j, "ctx", ctx);
+        rwb_set_int(j, "tokens", (int64_t)cur * ctx);
+        rwb_stats s = rwb_stats_of(&dt, 1);
+        rwb_line_stats(j, &s);
+        rwb_line_rate(j, (double)cur * ctx / dt, "tok/s", 0, NULL);
+        rwb_emit(j);
+    }
+    for (int bi = first; bi < nb; bi++) {
+        const int B = batches[bi];
+        for (int i = B; i < cur; i++) rw_engine_abort(e, (uint64_t)i, NULL);
+        cur = B;
+        free_outputs(e);
+        for (int w = 0; w < c->o.warmup; w++)
+            if (rw_engine_step(e, &err) != RW_OK) goto fail;
+        if (rwb_device_sync(c->o.gpu0, &err) != RW_OK) goto fail;
+        double smp[RWB_MAX_SAMPLES];
+        const int g0 = rw_engine_progress(e, 0);
+        rw_engine_stats a, z;
+        rw_engine_stats_get(e, &a);
+        for (int s = 0; s < steps; s++) {
+            double s0 = rw_now();
+            if (rw_engine_step(e, &err) != RW_OK) goto fail;
+            if (rwb_device_sync(c->o.gpu0, &err) != RW_OK) goto fail;
+            smp[s] = rw_now() - s0;
+        }
+        rw_engine_stats_get(e, &z);
+        const int g1 = rw_engine_progress(e, 0);
+        const int64_t gen = z.generated_tokens - a.generated_tokens;
+        const double ctx_mean = ctx + (g0 + g1) / 2.0;
+        rwb_stats st = rwb_stats_of(smp, steps);
+        double experts;
+        double fb = floor_bytes(&f, B, ctx_mean, &experts);
+        double floor_s = fb / (gbps * 1e9);
+        json_t *j = rwb_line(c, "decode", what);
+        rwb_set_int(j, "batch", B);
+        rwb_set_int(j, "ctx", ctx);
+        rwb_set_num(j, "ctx_mean", ctx_mean);
+        rwb_set_int(j, "tokens", (int64_t)B * steps);
+        rwb_set_int(j, "generated_tokens", gen);
+        rwb_set_int(j, "preemptions", z.preemptions - a.preemptions);
+        rwb_line_stats(j, &st);
+        rwb_set_num(j, "ms_per_step", st.median * 1e3);
+        double achieved = B / st.median;
+        rwb_line_rate(j, achieved, "tok/s", B / floor_s,
+                      "memory floor: bytes read per step / HBM copy bandwidth (same run)");
+        rwb_set_num(j, "floor_bytes", fb);
+        rwb_set_num(j, "floor_s", floor_s);
+        rwb_set_num(j, "floor_experts_per_layer", experts);
+        rwb_set_num(j, "hbm_gbps", gbps);
+        if (gen != (int64_t)B * steps)
+            rwb_set_str(j, "warning", "generated tokens differ from batch x steps");
+        const bool g1pt = B == c->o.g1_batch && ctx == c->o.g1_ctx;
+        if (!quant && g1pt) {
+            state(c)->g1_tok_s = achieved;
+            rwb_line_target(j, "G1", "decode tok/s >= 0.6 x memory floor (0.8 later)",
+                            achieved >= 0.6 * (B / floor_s));
+        } else if (!quant && B == 1 && ctx == c->o.g1_ctx) {
+            rwb_set_num(j, "target_max_s", 2.5e-3);
+            rwb_line_target(j, "G2", "decode latency at batch 1 <= 2.5 ms per token",
+                            st.median <= 2.5e-3);
+        } else if (quant && g1pt) {
+            double g1 = state(c)->g1_tok_s;
+            if (g1 > 0) rwb_set_num(j, "vs_bf16", achieved / g1);
+            rwb_line_target(j, "G3", "mxfp8-last-8-bf16 decode tok/s >= 1.5 x bf16 (G1)",
+                            g1 > 0 ? achieved >= 1.5 * g1 : -1);
+        }
+        rwb_emit(j);
+    }
+    rw_engine_abort_all(e);
+    free_outputs(e);
+    rw_engine_destroy(e);
+    return;
+fail:
+    rwb_emit_error(c, "decode", what, &err);
+    rw_engine_abort_all(e);
+    free_outputs(e);
+    rw_engine_destroy(e);
+}
+
+void rwb_mode_decode(rwb_ctx *c) {
+    rw_err err = {0};
+    double gbps = 0;
+    rw_model *m = NULL;
+    if (hbm(c, "decode", &gbps, &err) != RW_OK) {
+        rwb_emit_error(c, "decode", "hbm_copy", &err);
+        return;
+    }
+    if (model_get(c, false, &m, &err) != RW_OK) {
+        rwb_emit_error(c, "decode", "decode_bf16", &err);
+        return;
+    }
+    run_generate(c, m, gbps);
+    int batches[RWB_MAX_LIST];
+    int nb = c->o.nbatches;
+    memcpy(batches, c->o.batches, sizeof(int) * (size_t)nb);
+    qsort(batches, (size_t)nb, sizeof(int), cmp_desc);
+    for (int i = 0; i < c->o.nctxs; i++) decode_ctx(c, m, false, c->o.ctxs[i], batches, nb, gbps);
+    if (!c->o.no_quant) {
+        if (model_get(c, true, &m, &err) != RW_OK) {
+            rwb_emit_error(c, "decode", "decode_mxfp8", &err);
+        } else if (c->o.full) {
+            decode_ctx(c, m, true, c->o.g1_ctx, batches, nb, gbps);
+        } else {
+            int one[1] = {c->o.g1_batch};
+            decode_ctx(c, m, true, c->o.g1_ctx, one, 1, gbps);
+        }
+    }
+    /* the worker's forward-level entry point builds its own model: free ours first */
+    rwb_engine_release(c);
+    double g1_fwd = 0;
+    worker_decode(c, false, c->o.g1_batch, c->o.g1_ctx, "G1/forward", &g1_fwd);
+    worker_decode(c, false, 1, c->o.g1_ctx, "G2/forward", NULL);
+    if (!c->o.no_quant) worker_decode(c, true, c->o.g1_batch, c->o.g1_ctx, "G3/forward", &g1_fwd);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* prefill                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct gemm_shape {
+    const char *name;
+    int64_t m, n, k; /* C[m x n] = W[m x k] x X[k x n]: m output features, n tokens */
+    int batch;
+    int per_layer;   /* 1: once per layer; 0: once per forward */
+} gemm_shape;
+
+/* Forward-level prefill (rw_worker_bench_prefill) against the GEMM ceiling of this run. */
+static void worker_prefill(rwb_ctx *c, double ceil_8192) {
+    rw_err err = {0};
+    rw_bench_opts bo = rw_bench_opts_default();
+    bo.cfg = &c->cfg;
+    bo.device = c->o.gpu0;
+    bo.nprompt = c->o.nprompt;
+    bo.plen = c->o.plen;
+    bo.seed = c->o.seed;
+    fprintf(stderr, "rw-bench: prefill: rw_worker_bench_prefill %d x %d\n", bo.nprompt, bo.plen);
+    json_t *arr = capture(rw_worker_bench_prefill, &bo, &err);
+    if (!arr) {
+        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
+        return;
+    }
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        const json_t *b = json_object_get(o, "bench");
+        if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
+        const double fwd = jnum(o, "forward_ms") * 1e-3, tf = jnum(o, "gemm_tflop_per_forward");
+        const double ach = tf / fwd;
+        json_t *j = rwb_line(c, "prefill", "prefill_forward_bf16");
+        rwb_set_str(j, "source", "rw_worker_bench_prefill (one forward pass, median of 3)");
+        rwb_set_int(j, "tokens", (int64_t)bo.nprompt * bo.plen);
+        rwb_set_int(j, "nprompt", bo.nprompt);
+        rwb_set_int(j, "plen", bo.plen);
+        rwb_set_num(j, "gemm_flops", tf * 1e12);
+        rwb_set_num(j, "median_s", fwd);
+        json_object_set_new(j, "p10_s", json_null());
+        json_object_set_new(j, "p90_s", json_null());
+        rwb_set_int(j, "reps", 3);
+        rwb_line_rate(j, ach, "TFLOP/s", ceil_8192,
+                      "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs only");
+        rwb_set_num(j, "tok_per_s", jnum(o, "tokens_per_s"));
+        json_object_set(j, "raw", o);
+        rwb_line_target(j, "G4/forward", "forward pass only, see the target row above",
+                        ceil_8192 > 0 && isfinite(ach) ? ach >= 0.5 * ceil_8192 : -1);
+        rwb_emit(j);
+    }
+    json_decref(arr);
+}
+
+void rwb_mode_prefill(rwb_ctx *c) {
+    rw_err err = {0};
+    const rw_config *cfg = &c->cfg;
+    const int64_t T = (int64_t)c->o.nprompt * c->o.plen;
+    const int64_t H = cfg->hidden_size, I = cfg->moe_intermediate, E = cfg->num_experts;
+    const int64_t qkv = (int64_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * cfg->head_dim;
+    const int64_t per_expert = T * cfg->top_k / E; /* tokens per expert under uniform routing */
+    const gemm_shape shapes[] = {
+        {"qkv_proj", qkv, T, H, 1, 1},
+        {"o_proj", H, T, (int64_t)cfg->num_heads * cfg->head_dim, 1, 1},
+        {"router", E, T, H, 1, 1},
+        {"experts_gate_up", 2 * I, per_expert, H, (int)E, 1},
+        {"experts_down", H, per_expert, I, (int)E, 1},
+        {"lm_head", cfg->vocab_size, c->o.nprompt, H, 1, 0},
+    };
+    const int nshape = (int)(sizeof shapes / sizeof shapes[0]);
+
+    /* 1. GEMM ceilings in this run: the 8192^3 reference and the model's shapes */
+    rwb_gemm *g = NULL;
+    double t8192 = 0, shapes_s = 0, flops = 0;
+    bool shapes_ok = true;
+    if (rwb_gemm_create(c->o.gpu0, &g, &err) != RW_OK) {
+        rwb_emit_error(c, "prefill", "gemm_bf16_8192", &err);
+        return;
+    }
+    if (rwb_measure_gemm(c, g, "prefill", "gemm_bf16_8192", 8192, 8192, 8192, 1, true, &t8192,
+                         &err) != RW_OK) {
+        rwb_emit_error(c, "prefill", "gemm_bf16_8192", &err);
+        t8192 = 0;
+    }
+    for (int i = 0; i < nshape; i++) {
+        const gemm_shape *s = &shapes[i];
+        double f = 2.0 * (double)s->m * (double)s->n * (double)s->k * s->batch;
+        double mult = s->per_layer ? cfg->num_layers : 1;
+        flops += f * mult;
+        char what[64];
+        snprintf(what, sizeof what, "gemm_shape_%s", s->name);
+        double t = 0;
+        if (s->n < 1 ||
+            rwb_measure_gemm(c, g, "prefill", what, s->m, s->n, s->k, s->batch, true, &t, &err) !=
+                RW_OK) {
+            if (s->n >= 1) rwb_emit_error(c, "prefill", what, &err);
+            shapes_ok = false;
+            continue;
+        }
+        shapes_s += t * mult;
+    }
+    rwb_gemm_destroy(g);
+    const double ceil_8192 = t8192 > 0 ? 2.0 * 8192.0 * 8192.0 * 8192.0 / t8192 / 1e12 : 0;
+    const double ceil_shapes = shapes_ok && shapes_s > 0 ? flops / shapes_s / 1e12 : 0;
+
+    /* 2. the worker's forward-level entry point (its own model: ours must not be resident) */
+    rwb_engine_release(c);
+    worker_prefill(c, ceil_8192);
+
+    /* 3. the engine's prefill */
+    rw_model *m = NULL;
+    if (model_get(c, false, &m, &err) != RW_OK) {
+        rwb_emit_error(c, "prefill", "prefill_bf16", &err);
+        return;
+    }
+    rw_engine *e = NULL;
+    rw_engine_opts eo = rw_engine_opts_default();
+    eo.max_running = c->o.nprompt;
+    eo.max_batch_tokens = c->o.prefill_max_tokens > 0 ? c->o.prefill_max_tokens : (int)T;
+    eo.max_seq_len = c->o.plen + 16;
+    if (rw_engine_create(m, &eo, &e, &err) != RW_OK) {
+        rwb_emit_error(c, "prefill", "prefill_bf16", &err);
+        return;
+    }
+    const int reps = c->o.prefill_reps < RWB_MAX_SAMPLES ? c->o.prefill_reps : RWB_MAX_SAMPLES;
+    double smp[RWB_MAX_SAMPLES];
+    for (int r = -1; r < reps; r++) {
+        double t0 = rw_now();
+        if (add_prompts(c, e, cfg, (uint64_t)(r + 2) * 1000000ull, c->o.nprompt, c->o.plen, 1,
+                        &err) != RW_OK ||
+            rw_engine_run(e, &err) != RW_OK || rwb_device_sync(c->o.gpu0, &err) != RW_OK) {
+            rwb_emit_error(c, "prefill", "prefill_bf16", &err);
+            rw_engine_abort_all(e);
+            free_outputs(e);
+            rw_engine_destroy(e);
+            return;
+        }
+        double t1 = rw_now();
+        free_outputs(e);
+        if (r >= 0) smp[r] = t1 - t0;
+    }
+    rw_engine_destroy(e);
+    rwb_stats s = rwb_stats_of(smp, reps);
+    const double achieved = flops / s.median / 1e12;
+    json_t *j = rwb_line(c, "prefill", "prefill_bf16");
+    rwb_set_int(j, "tokens", T);
+    rwb_set_int(j, "nprompt", c->o.nprompt);
+    rwb_set_int(j, "plen", c->o.plen);
+    rwb_set_int(j, "max_batch_tokens", eo.max_batch_tokens);
+    rwb_set_num(j, "gemm_flops", flops);
+    rwb_line_stats(j, &s);
+    rwb_line_rate(j, achieved, "TFLOP/s", ceil_8192,
+                  "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs only");
+    rwb_set_num(j, "tok_per_s", (double)T / s.median);
+    if (ceil_shapes > 0) {
+        rwb_set_num(j, "ceiling_shapes", ceil_shapes);
+        rwb_set_num(j, "ratio_shapes", achieved / ceil_shapes);
+    }
+    rwb_line_target(j, "G4", "prefill GEMM TFLOP/s >= 0.5 x bf16 GEMM 8192^3",
+                    ceil_8192 > 0 ? achieved >= 0.5 * ceil_8192 : -1);
+    rwb_emit(j);
+}
+
+#else /* no worker module in this build */
+
+void rwb_engine_release(rwb_ctx *c) { (void)c; }
+
+static void no_worker(rwb_ctx *c, const char *bench, const char *what) {
+    rw_err err = {0};
+    RW_ERR(&err, RW_E_UNSUPPORTED, "the worker module (engine API) is not in this build");
+    rwb_emit_error(c, bench, what, &err);
+}
+
+void rwb_mode_decode(rwb_ctx *c) {
+    rw_err err = {0};
+    double gbps;
+    if (rwb_measure_hbm(c, c->o.gpu0, "decode", &gbps, &err) != RW_OK)
+        rwb_emit_error(c, "decode", "hbm_copy", &err);
+    no_worker(c, "decode", "decode_bf16");
+}
+
+/* Forward-level prefill (rw_worker_bench_prefill) against the GEMM ceiling of this run. */
+static void worker_prefill(rwb_ctx *c, double ceil_8192) {
+    rw_err err = {0};
+    rw_bench_opts bo = rw_bench_opts_default();
+    bo.cfg = &c->cfg;
+    bo.device = c->o.gpu0;
+    bo.nprompt = c->o.nprompt;
+    bo.plen = c->o.plen;
+    bo.seed = c->o.seed;
+    fprintf(stderr, "rw-bench: prefill: rw_worker_bench_prefill %d x %d\n", bo.nprompt, bo.plen);
+    json_t *arr = capture(rw_worker_bench_prefill, &bo, &err);
+    if (!arr) {
+        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
+        return;
+    }
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        const json_t *b = json_object_get(o, "bench");
+        if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
+        const double fwd = jnum(o, "forward_ms") * 1e-3, tf = jnum(o, "gemm_tflop_per_forward");
+        const double ach = tf / fwd;
+        json_t *j = rwb_line(c, "prefill", "prefill_forward_bf16");
+        rwb_set_str(j, "source", "rw_worker_bench_prefill (one forward pass, median of 3)");
+        rwb_set_int(j, "tokens", (int64_t)bo.nprompt * bo.plen);
+        rwb_set_int(j, "nprompt", bo.nprompt);
+        rwb_set_int(j, "plen", bo.plen);
+        rwb_set_num(j, "gemm_flops", tf * 1e12);
+        rwb_set_num(j, "median_s", fwd);
+        json_object_set_new(j, "p10_s", json_null());
+        json_object_set_new(j, "p90_s", json_null());
+        rwb_set_int(j, "reps", 3);
+        rwb_line_rate(j, ach, "TFLOP/s", ceil_8192,
+                      "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs only");
+        rwb_set_num(j, "tok_per_s", jnum(o, "tokens_per_s"));
+        json_object_set(j, "raw", o);
+        rwb_line_target(j, "G4/forward", "forward pass only, see the target row above",
+                        ceil_8192 > 0 && isfinite(ach) ? ach >= 0.5 * ceil_8192 : -1);
+        rwb_emit(j);
+    }
+    json_decref(arr);
+}
+
+void rwb_mode_prefill(rwb_ctx *c) {
+    rw_err err = {0};
+    rwb_gemm *g = NULL;
+    double t;
+    if (rwb_gemm_create(c->o.gpu0, &g, &err) != RW_OK ||
+        rwb_measure_gemm(c, g, "prefill", "gemm_bf16_8192", 8192, 8192, 8192, 1, true, &t,
+                         &err) != RW_OK)
+        rwb_emit_error(c, "prefill", "gemm_bf16_8192", &err);
+    rwb_gemm_destroy(g);
+    no_worker(c, "prefill", "prefill_bf16");
+}
+#endif

@@ -1,0 +1,376 @@
+/* sync.c - `rw-bench sync` (S1, S2, S5) and `rw-bench disk` (S4).
+ *
+ * sync: a raw NCCL broadcast GPU0 -> GPU1 of the model's bf16 bytes at every bucket size (the
+ * wire-time line), then the full-model update through the real protocol (rw_sync_bench_nccl of
+ * the sync module: trainer on GPU0, TP1 worker on GPU1, first byte to ready-to-generate, pack
+ * included), whose result carries the raw broadcast of the same buckets measured in the same run.
+ * S2 is the same update into a worker serving mxfp8-last-8-bf16; S5 is the worker's peak device
+ * memory during the S1 update against weights + 2 buckets + 1 GiB.
+ *
+ * disk: a random checkpoint written to local disk (rw-ckpt random, reused when already there),
+ * read twice so the page cache is warm, then update_weights_from_disk into a worker on GPU0
+ * (rw_sync_bench_disk) against a pinned host -> device copy of the same bytes. */
+#include "bench.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef RWB_HAVE_SYNC
+#include "rw_sync.h"
+#endif
+
+#ifdef RWB_HAVE_SYNC
+/* One line for an rw_sync_bench_result: update time against the ceiling of the same run. The
+ * caller adds its own fields and emits it. */
+static json_t *update_line(rwb_ctx *c, const char *bench, const char *what, uint64_t bucket,
+                        const rw_sync_bench_result *r, const char *ceiling_what,
+                        const char *target_id, const char *target_text, double max_time_ratio,
+                        double min_rate_ratio, double wire_sep_s) {
+    int n = r->repeats < RW_SYNC_BENCH_MAX_REPEATS ? r->repeats : RW_SYNC_BENCH_MAX_REPEATS;
+    rwb_stats su = rwb_stats_of(r->update_s, n), sc = rwb_stats_of(r->ceiling_s, n);
+    json_t *j = rwb_line(c, bench, what);
+    rwb_set_num(j, "bytes", (double)r->bytes);
+    if (bucket) rwb_set_num(j, "bucket_bytes", (double)bucket);
+    rwb_set_int(j, "tensors", (int64_t)r->tensors);
+    rwb_set_int(j, "buckets", (int64_t)r->buckets);
+    rwb_line_stats(j, &su);
+    double achieved = (double)r->bytes / su.median / 1e9;
+    double ceiling = (double)r->bytes / sc.median / 1e9;
+    rwb_line_rate(j, achieved, "GB/s", ceiling, ceiling_what);
+    rwb_set_num(j, "ceiling_median_s", sc.median);
+    rwb_set_num(j, "ceiling_p10_s", sc.p10);
+    rwb_set_num(j, "ceiling_p90_s", sc.p90);
+    double tr = su.median / sc.median;
+    rwb_set_num(j, "time_ratio", tr);
+    if (wire_sep_s > 0) rwb_set_num(j, "raw_bcast_separate_s", wire_sep_s);
+    int met = -1;
+    if (target_id && max_time_ratio > 0) met = tr <= max_time_ratio;
+    if (target_id && min_rate_ratio > 0) met = achieved / ceiling >= min_rate_ratio;
+    rwb_line_target(j, target_id, target_text, met);
+    return j;
+}
+#endif
+
+void rwb_mode_sync(rwb_ctx *c) {
+    rw_err err = {0};
+    double smp[RWB_MAX_SAMPLES];
+    double wire_s[RWB_MAX_LIST] = {0};
+    const uint64_t total = rwb_model_bf16_bytes(&c->cfg);
+
+    /* 1. the wire: raw broadcasts of the model's bytes at each bucket size */
+    rwb_bcast *b = NULL;
+    if (rwb_bcast_create(c->o.gpu0, c->o.gpu1, &b, &err) != RW_OK) {
+        rwb_emit_error(c, "sync", "raw_bcast", &err);
+    } else {
+        for (int i = 0; i < c->o.nbuckets; i++) {
+            uint64_t bk = c->o.buckets[i];
+            fprintf(stderr, "rw-bench: sync: raw broadcast of %.2f GB in %llu MiB buckets\n",
+                    (double)total / 1e9, (unsigned long long)(bk >> 20));
+            if (rwb_bcast_run(b, total, bk, 1, c->o.reps, smp, &err) != RW_OK) {
+                rwb_emit_error(c, "sync", "raw_bcast", &err);
+                continue;
+            }
+            rwb_stats s = rwb_stats_of(smp, c->o.reps);
+            wire_s[i] = s.median;
+            json_t *j = rwb_line(c, "sync", "raw_bcast");
+            rwb_set_str(j, "role", "ceiling");
+            rwb_set_num(j, "bytes", (double)total);
+            rwb_set_num(j, "bucket_bytes", (double)bk);
+            rwb_line_stats(j, &s);
+            rwb_line_rate(j, (double)total / s.median / 1e9, "GB/s", 0, NULL);
+            rwb_emit(j);
+        }
+        rwb_bcast_destroy(b); /* frees its buffers before the update needs both GPUs' memory */
+    }
+
+#ifdef RWB_HAVE_SYNC
+    /* 2. full-model updates through the protocol, each with its own raw broadcast ceiling */
+    int repeats = c->o.reps < RW_SYNC_BENCH_MAX_REPEATS ? c->o.reps : RW_SYNC_BENCH_MAX_REPEATS;
+    for (int i = 0; i < c->o.nbuckets; i++) {
+        uint64_t bk = c->o.buckets[i];
+        bool at_target = bk == c->o.s1_bucket;
+        rw_sync_bench_opts so;
+        memset(&so, 0, sizeof so);
+        so.cfg = &c->cfg;
+        so.trainer_device = c->o.gpu0;
+        so.worker_device = c->o.gpu1;
+        so.bucket_bytes = bk;
+        so.repeats = repeats;
+        so.timeout_s = 120;
+        rw_sync_bench_result r;
+        memset(&r, 0, sizeof r);
+        fprintf(stderr, "rw-bench: sync: bf16 update, %llu MiB buckets\n",
+                (unsigned long long)(bk >> 20));
+        if (rw_sync_bench_nccl(&so, &r, &err) != RW_OK) {
+            rwb_emit_error(c, "sync", "update_bf16", &err);
+            continue;
+        }
+        rwb_emit(update_line(c, "sync", "update_bf16", bk, &r,
+                             "raw ncclBroadcast of the same buckets", at_target ? "S1" : NULL,
+                             "update time <= 1.15 x raw broadcast time", 1.15, 0, wire_s[i]));
+        if (at_target) {
+            /* S5: peak worker memory during the update against its budget */
+            double budget = (double)r.worker_weights_bytes + 2.0 * (double)bk + RWB_GIB;
+            json_t *j = rwb_line(c, "sync", "worker_memory");
+            rwb_set_num(j, "bytes", (double)r.worker_peak_bytes);
+            rwb_set_num(j, "bucket_bytes", (double)bk);
+            rwb_set_num(j, "weights_bytes", (double)r.worker_weights_bytes);
+            rwb_set_num(j, "staging_bytes", (double)r.worker_staging_bytes);
+            rwb_set_num(j, "achieved", (double)r.worker_peak_bytes);
+            rwb_set_str(j, "unit", "bytes");
+            rwb_set_num(j, "ceiling", budget);
+            rwb_set_str(j, "ceiling_what", "budget: weights + 2 buckets + 1 GiB");
+            rwb_set_num(j, "ratio", (double)r.worker_peak_bytes / budget);
+            rwb_line_target(j, "S5", "worker peak memory <= weights + 2 buckets + 1 GiB",
+                            (double)r.worker_peak_bytes <= budget);
+            rwb_emit(j);
+        }
+    }
+    if (!c->o.no_quant) {
+        rw_sync_bench_opts so;
+        memset(&so, 0, sizeof so);
+        so.cfg = &c->cfg_q;
+        so.trainer_device = c->o.gpu0;
+        so.worker_device = c->o.gpu1;
+        so.bucket_bytes = c->o.s1_bucket;
+        so.repeats = repeats;
+        so.timeout_s = 120;
+        rw_sync_bench_result r;
+        memset(&r, 0, sizeof r);
+        fprintf(stderr, "rw-bench: sync: bf16 -> mxfp8-last-8-bf16 update\n");
+        if (rw_sync_bench_nccl(&so, &r, &err) != RW_OK)
+            rwb_emit_error(c, "sync", "update_mxfp8", &err);
+        else
+            rwb_emit(update_line(c, "sync", "update_mxfp8", c->o.s1_bucket, &r,
+                                 "raw ncclBroadcast of the same buckets", "S2",
+                                 "update time (quantize on load) <= 1.25 x raw broadcast time",
+                                 1.25, 0, 0));
+    }
+#else
+    RW_ERR(&err, RW_E_UNSUPPORTED,
+           "the sync module's benchmark entry point (rw_sync_bench_nccl) is not in this build");
+    rwb_emit_error(c, "sync", "update_bf16", &err);
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* disk                                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+static rw_status write_text(const char *path, const char *text, rw_err *err) {
+    FILE *f = fopen(path, "w");
+    if (!f) RW_FAIL(err, RW_E_IO, "%s: %s", path, strerror(errno));
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) RW_FAIL(err, RW_E_IO, "%s: write failed", path);
+    return RW_OK;
+}
+
+static rw_status mkdirs(const char *path, rw_err *err) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            RW_FAIL(err, RW_E_IO, "mkdir %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        RW_FAIL(err, RW_E_IO, "mkdir %s: %s", buf, strerror(errno));
+    return RW_OK;
+}
+
+/* Runs argv[0] with argv, waiting for it; stdout goes to our stderr (stdout carries JSON). */
+static rw_status run_tool(char *const argv[], rw_err *err) {
+    pid_t pid = fork();
+    if (pid < 0) RW_FAIL(err, RW_E_IO, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(2, 1);
+        execv(argv[0], argv);
+        fprintf(stderr, "rw-bench: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int wst = 0;
+    while (waitpid(pid, &wst, 0) < 0)
+        if (errno != EINTR) RW_FAIL(err, RW_E_IO, "waitpid: %s", strerror(errno));
+    if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0)
+        RW_FAIL(err, RW_E_IO, "%s failed (status %d)", argv[0],
+                WIFEXITED(wst) ? WEXITSTATUS(wst) : -1);
+    return RW_OK;
+}
+
+/* Reads every regular file of `dir` once; returns the bytes read. */
+static rw_status read_dir(const char *dir, uint64_t *bytes, rw_err *err) {
+    *bytes = 0;
+    DIR *d = opendir(dir);
+    if (!d) RW_FAIL(err, RW_E_IO, "%s: %s", dir, strerror(errno));
+    const size_t cap = 64u << 20;
+    char *buf = malloc(cap);
+    rw_status st = RW_OK;
+    if (!buf) {
+        closedir(d);
+        RW_FAIL(err, RW_E_OOM, "out of memory");
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        int fd = open(p, O_RDONLY);
+        if (fd < 0) {
+            st = RW_ERR(err, RW_E_IO, "%s: %s", p, strerror(errno));
+            break;
+        }
+        ssize_t n;
+        while ((n = read(fd, buf, cap)) > 0) *bytes += (uint64_t)n;
+        if (n < 0) st = RW_ERR(err, RW_E_IO, "%s: %s", p, strerror(errno));
+        close(fd);
+        if (st != RW_OK) break;
+    }
+    free(buf);
+    closedir(d);
+    return st;
+}
+
+/* The checkpoint directory for `cfg`: the given one, or one written under scratch (reused when a
+ * marker from an earlier complete write with the same layer count is there). */
+static rw_status disk_ckpt(rwb_ctx *c, const rw_config *cfg, char *dir, size_t cap, rw_err *err) {
+    if (c->o.disk_dir) {
+        snprintf(dir, cap, "%s", c->o.disk_dir);
+        return RW_OK;
+    }
+    char cfgpath[1100], marker[1100];
+    snprintf(dir, cap, "%s/ckpt-%dl-seed%llu", c->o.scratch, cfg->num_layers,
+             (unsigned long long)c->o.seed);
+    snprintf(marker, sizeof marker, "%s/.rw-bench-complete", dir);
+    if (access(marker, F_OK) == 0) {
+        fprintf(stderr, "rw-bench: disk: reusing %s\n", dir);
+        return RW_OK;
+    }
+    RW_CHECK(mkdirs(c->o.scratch, err));
+    snprintf(cfgpath, sizeof cfgpath, "%s/config-%dl.json", c->o.scratch, cfg->num_layers);
+    char *json = NULL;
+    RW_CHECK(rw_config_to_json(cfg, &json, err));
+    rw_status st = write_text(cfgpath, json, err);
+    free(json);
+    RW_CHECK(st);
+    if (!c->o.ckpt_tool || !*c->o.ckpt_tool)
+        RW_FAIL(err, RW_E_NOT_FOUND, "no rw-ckpt executable (pass --ckpt-tool or --disk-dir)");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->o.seed);
+    char *argv[] = {(char *)c->o.ckpt_tool, "random", "--config", cfgpath, "--out", dir,
+                    "--seed", seed, NULL};
+    fprintf(stderr, "rw-bench: disk: writing a random checkpoint of %d layers to %s\n",
+            cfg->num_layers, dir);
+    double t0 = rw_now();
+    RW_CHECK(run_tool(argv, err));
+    fprintf(stderr, "rw-bench: disk: written in %.1f s\n", rw_now() - t0);
+    return write_text(marker, "complete\n", err);
+}
+
+void rwb_mode_disk(rwb_ctx *c) {
+    rw_err err = {0};
+    double smp[RWB_MAX_SAMPLES];
+    rw_config cfg;
+    if (rw_cuda_device_count() < 1) {
+        /* no device: do not write gigabytes for a measurement that cannot run */
+        RW_ERR(&err, RW_E_NO_DEVICE, "disk: no CUDA device in this build or machine");
+        rwb_emit_error(c, "disk", "update_disk", &err);
+        return;
+    }
+    if (rw_config_copy(&c->cfg, &cfg, &err) != RW_OK) {
+        rwb_emit_error(c, "disk", "update_disk", &err);
+        return;
+    }
+    if (!c->o.disk_dir && c->o.disk_layers > 0 && c->o.disk_layers < cfg.num_layers)
+        cfg.num_layers = c->o.disk_layers;
+    char dir[1024];
+    if (disk_ckpt(c, &cfg, dir, sizeof dir, &err) != RW_OK) {
+        rwb_emit_error(c, "disk", "update_disk", &err);
+        rw_config_free(&cfg);
+        return;
+    }
+    if (c->o.disk_dir) {
+        /* an existing checkpoint brings its own config */
+        char p[1100];
+        snprintf(p, sizeof p, "%s/config.json", dir);
+        rw_config_free(&cfg);
+        if (rw_config_load(p, &cfg, &err) != RW_OK) {
+            rwb_emit_error(c, "disk", "update_disk", &err);
+            return;
+        }
+    }
+    const uint64_t total = rwb_model_bf16_bytes(&cfg);
+
+    /* page cache: the first read may come from the device, the second is what "warm" means */
+    uint64_t got = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        double t0 = rw_now();
+        if (read_dir(dir, &got, &err) != RW_OK) {
+            rwb_emit_error(c, "disk", "page_cache_read", &err);
+            rw_config_free(&cfg);
+            return;
+        }
+        double dt = rw_now() - t0;
+        if (pass == 1) {
+            json_t *j = rwb_line(c, "disk", "page_cache_read");
+            rwb_set_str(j, "role", "info");
+            rwb_set_num(j, "bytes", (double)got);
+            rwb_stats s = rwb_stats_of(&dt, 1);
+            rwb_line_stats(j, &s);
+            rwb_line_rate(j, (double)got / dt / 1e9, "GB/s", 0, NULL);
+            rwb_emit(j);
+        }
+    }
+
+    /* the ceiling of this mode, measured on its own (the entry point measures it again) */
+    if (rwb_copy_h2d(c->o.gpu0, total, 1u << 30, 1, c->o.reps, smp, &err) == RW_OK) {
+        rwb_stats s = rwb_stats_of(smp, c->o.reps);
+        json_t *j = rwb_line(c, "disk", "h2d_pinned");
+        rwb_set_str(j, "role", "ceiling");
+        rwb_set_num(j, "bytes", (double)total);
+        rwb_line_stats(j, &s);
+        rwb_line_rate(j, (double)total / s.median / 1e9, "GB/s", 0, NULL);
+        rwb_emit(j);
+    } else {
+        rwb_emit_error(c, "disk", "h2d_pinned", &err);
+    }
+
+#ifdef RWB_HAVE_SYNC
+    rw_sync_bench_opts so;
+    memset(&so, 0, sizeof so);
+    so.cfg = &cfg;
+    so.trainer_device = c->o.gpu0;
+    so.worker_device = c->o.gpu0;
+    so.repeats = c->o.reps < RW_SYNC_BENCH_MAX_REPEATS ? c->o.reps : RW_SYNC_BENCH_MAX_REPEATS;
+    so.timeout_s = 120;
+    so.disk_dir = dir;
+    rw_sync_bench_result r;
+    memset(&r, 0, sizeof r);
+    fprintf(stderr, "rw-bench: disk: update_weights_from_disk of %s\n", dir);
+    if (rw_sync_bench_disk(&so, &r, &err) != RW_OK) {
+        rwb_emit_error(c, "disk", "update_disk", &err);
+    } else {
+        json_t *j = update_line(c, "disk", "update_disk", 0, &r,
+                                "pinned host -> device copy of the same bytes", "S4",
+                                "update from disk (page cache warm) >= 0.5 x pinned H2D bandwidth",
+                                0, 0.5, 0);
+        rwb_set_int(j, "layers", cfg.num_layers);
+        rwb_emit(j);
+    }
+#else
+    RW_ERR(&err, RW_E_UNSUPPORTED,
+           "the sync module's benchmark entry point (rw_sync_bench_disk) is not in this build");
+    rwb_emit_error(c, "disk", "update_disk", &err);
+#endif
+    rw_config_free(&cfg);
+}
