@@ -141,14 +141,37 @@ static uint32_t mag_bits(float v) {
     return rw_f32_bits(v) & 0x7fffffffu;
 }
 
+static int64_t map_row(const rw_moe_tgt *t, int64_t r) {
+    return t->rowmap == RW_MOE_RM_W13    ? rw_moe_w13_row_map(r, t->P)
+           : t->rowmap == RW_MOE_RM_SHUF ? rw_moe_row_shuffle(r)
+                                         : r;
+}
+
+static int64_t addr_of(const rw_moe_tgt *t, int64_t n, int64_t k) {
+    if (t->addr == RW_MOE_AD_KBLOCK) return rw_moe_kblock_offset(n, k, t->ld);
+    if (t->addr == RW_MOE_AD_SWZ) return rw_moe_scale_swizzle(n, k, t->ld);
+    return n * t->ld + k;
+}
+
 static void run_copy(const rw_moe_op *o) {
     const uint8_t *src = (const uint8_t *)(uintptr_t)o->src;
     uint8_t *dst = (uint8_t *)(uintptr_t)o->dst.base;
     size_t es = (size_t)o->esize;
-    for (int64_t i = 0; i < o->rows; i++)
-        for (int64_t j = 0; j < o->cols; j++)
-            memcpy(dst + (size_t)rw_moe_tgt_offset(&o->dst, o->dst_r0 + i, o->dst_c0 + j) * es,
-                   src + (size_t)(i * o->src_ld + j) * es, es);
+    for (int64_t i = 0; i < o->rows; i++) {
+        int64_t n = map_row(&o->dst, o->dst_r0 + i);
+        const uint8_t *s = src + (size_t)(i * o->src_ld) * es;
+        for (int64_t j = 0; j < o->cols;) {
+            int64_t k = o->dst_c0 + j;
+            /* columns stay contiguous to the end of the row (ROWS), of the 64-element K block
+             * (KBLOCK), or of the group of 4 (SWZ) */
+            int64_t run = o->dst.addr == RW_MOE_AD_ROWS     ? o->cols - j
+                          : o->dst.addr == RW_MOE_AD_KBLOCK ? 64 - k % 64
+                                                            : 4 - k % 4;
+            if (run > o->cols - j) run = o->cols - j;
+            memcpy(dst + (size_t)addr_of(&o->dst, n, k) * es, s + (size_t)j * es, (size_t)run * es);
+            j += run;
+        }
+    }
 }
 
 static void run_mxq(const rw_moe_op *o) {
@@ -164,9 +187,10 @@ static void run_mxq(const rw_moe_op *o) {
             }
             uint8_t s = rw_mxfp8_scale_from_amax(rw_bits_f32(m));
             int64_t r = o->dst_r0 + i;
-            scl[rw_moe_tgt_offset(&o->scl, r, (o->dst_c0 + j0) / RW_MXFP8_BLOCK)] = s;
+            scl[addr_of(&o->scl, map_row(&o->scl, r), (o->dst_c0 + j0) / RW_MXFP8_BLOCK)] = s;
+            int64_t n = map_row(&o->dst, r);
             for (int64_t j = j0; j < j0 + RW_MXFP8_BLOCK; j++)
-                dst[rw_moe_tgt_offset(&o->dst, r, o->dst_c0 + j)] =
+                dst[addr_of(&o->dst, n, o->dst_c0 + j)] =
                     rw_mxfp8_quantize_elem(load_f32(src, o->esize, i * o->src_ld + j), s);
         }
     }

@@ -66,6 +66,11 @@ typedef struct unit {
     stage *st;
 } unit;
 
+typedef struct opvec {
+    rw_moe_op *v;
+    size_t n, cap;
+} opvec;
+
 struct rw_wset {
     rw_config cfg;
     rw_tp_dims d;
@@ -78,6 +83,7 @@ struct rw_wset {
     unit *units;
     rw_moe_host_slot slots[2];
     int slot_next;
+    opvec keep[3]; /* op vectors kept between batches (their memory is reused) */
 };
 
 static size_t per_layer(const rw_wset *ws) {
@@ -670,11 +676,6 @@ rw_status rw_wset_validate_piece(const rw_wset *ws, const rw_piece *p, rw_err *e
 /* ------------------------------------------------------------------------------------------ */
 /* Building ops                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
-typedef struct opvec {
-    rw_moe_op *v;
-    size_t n, cap;
-} opvec;
-
 static rw_status opvec_push(opvec *o, const rw_moe_op *op, rw_err *err) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 256;
@@ -1228,10 +1229,13 @@ static rw_status flush_unit(build *b, size_t uid, rw_err *err) {
 /* ------------------------------------------------------------------------------------------ */
 /* Apply                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
+/* Hands the op vectors back to the set for the next batch and frees the rest. */
 static void build_free(build *b) {
-    free(b->direct.v);
-    free(b->fp8q.v);
-    free(b->flush.v);
+    opvec *v[3] = {&b->direct, &b->fp8q, &b->flush};
+    for (int i = 0; i < 3; i++) {
+        v[i]->n = 0;
+        b->ws->keep[i] = *v[i];
+    }
     free(b->flushbuf);
     free(b->touched);
 }
@@ -1311,6 +1315,10 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
     memset(&b, 0, sizeof b);
     b.ws = ws;
     b.s = s;
+    b.direct = ws->keep[0];
+    b.fp8q = ws->keep[1];
+    b.flush = ws->keep[2];
+    memset(ws->keep, 0, sizeof ws->keep);
     rw_status st = RW_OK;
     uint8_t *hostcopy = NULL;
     void *devcopy = NULL;
