@@ -46,7 +46,8 @@ typedef struct rect {
 } rect;
 
 /* Host staging of a weight unit whose quantization blocks arrive in parts. Local coordinates of
- * the unit's unpadded slice [rows, cols]. */
+ * the unit's unpadded slice [rows, cols]. Buffers are allocated on first use: an fp8 checkpoint
+ * waiting for its scales holds 1 byte per element, bf16 parts 4. */
 typedef struct stage {
     int64_t rows, cols;
     float *val;     /* [rows, cols] values known (bf16 widened, or dequantized) */
@@ -724,9 +725,8 @@ static rw_status stage_get(build *b, size_t uid, const geom *g, stage **out, rw_
         s->rows = g->vr;
         s->cols = g->vc;
         size_t n = (size_t)(g->vr * g->vc), words = (n + 63) / 64;
-        s->val = malloc(n * sizeof(float) + 1);
-        s->have = calloc(words + 1, sizeof(uint64_t));
-        if (!s->val || !s->have) {
+        s->have = calloc(words + 1, sizeof(uint64_t)); /* values: allocated on first use */
+        if (!s->have) {
             stage_free(s);
             RW_FAIL(err, RW_E_OOM, "out of memory for a staging area of %zu elements", n);
         }
@@ -807,6 +807,10 @@ static rw_status stage_weight(build *b, size_t uid, const geom *g, const pbase *
     uint8_t *tmp;
     RW_CHECK(host_rect(b, pb, off, lr.r1 - lr.r0, lr.c1 - lr.c0, ld, &src, &sld, &tmp, err));
     bool raw = pb->dtype == RW_DTYPE_E4M3;
+    if (!raw && !s->val && !(s->val = malloc((size_t)(s->rows * s->cols) * sizeof(float) + 1))) {
+        free(tmp);
+        RW_FAIL(err, RW_E_OOM, "out of memory for a staging area");
+    }
     if (raw && !s->raw) {
         size_t n = (size_t)(s->rows * s->cols);
         s->raw = malloc(n + 1);
@@ -1493,6 +1497,11 @@ static rw_status read_unit(const rw_wset *ws, size_t uid, int64_t r0, int64_t r1
     return RW_OK;
 }
 
+/* Shapes: a weight's unpadded local slice ([rows, cols], 1-D tensors [n]); mxfp8 scales the
+ * matching [rows, cols / 32] slice; fp8-block scales the rank's own local blocks
+ * [ceil(rows / 128), ceil(cols / 128)] (equal to the canonical blocks only when the slice is
+ * block-aligned); fused names [E, 2S, H] (gate slice then up slice per expert) and [E, H, S].
+ * On a device set the caller first synchronizes the stream its applies were queued on. */
 rw_status rw_wset_readback(const rw_wset *ws, const char *name, void *dst, size_t cap, size_t *len,
                            int *ndim, int64_t *shape, rw_err *err) {
     if (!ws || !name || !len) RW_FAIL(err, RW_E_INVALID_ARG, "readback: NULL argument");
