@@ -47,10 +47,11 @@ struct rw_sync_session {
 
     uint64_t staging_bytes; /* each of the two device buffers */
     void *staging[2];
-    bool busy[2];       /* slot holds a bucket whose apply may still run */
-    double busy_t0[2];  /* when it was enqueued */
-    bool busy_nccl[2];  /* its receive is an NCCL broadcast (a hung peer can stall it) */
-    uint64_t slot_next; /* bucket counter across the session; slot = counter % 2 */
+    bool busy[2];         /* slot holds a bucket whose apply may still run */
+    double busy_t0[2];    /* when it was enqueued */
+    bool busy_nccl[2];    /* its receive is an NCCL broadcast (a hung peer can stall it) */
+    uint64_t slot_next;   /* bucket counter across the session; slot = counter % 2 */
+    double hard_deadline; /* when non-zero, waits give up at this rw_now() (abort's grace) */
 #ifdef RW_HAVE_CUDA
     cudaStream_t comm, compute;
     cudaEvent_t recvd[2], done[2];
@@ -183,7 +184,8 @@ static rw_status wait_slot(rw_sync_session *s, int i, rw_err *err) {
                 return st;
             }
         }
-        if (rw_now() - s->busy_t0[i] > s->timeout_s) {
+        if (rw_now() - s->busy_t0[i] > s->timeout_s ||
+            (s->hard_deadline > 0 && rw_now() > s->hard_deadline)) {
             if (s->busy_nccl[i] && s->group) {
                 rw_sync_group_abort(s->group);
                 cudaEventSynchronize(s->done[i]);
@@ -310,8 +312,12 @@ static void end_aborted(rw_sync_session *s, bool *intact) {
 rw_status rw_sync_session_abort(rw_sync_session *s, bool *intact, rw_err *err) {
     if (s->state != RW_SYNC_UPDATING)
         RW_FAIL(err, RW_E_STATE, "abort_update: no update session is open");
+    /* the trainer gave up: a receive still waiting for its broadcast gets a short grace, then
+     * its communicator is aborted (the group must be re-created) */
     rw_err e2;
+    s->hard_deadline = rw_now() + (s->timeout_s < 5 ? s->timeout_s : 5);
     rw_status st = wait_all(s, &e2);
+    s->hard_deadline = 0;
     if (st != RW_OK) RW_LOGW("abort_update: %s", e2.msg);
     end_aborted(s, intact);
     return RW_OK;
