@@ -489,7 +489,12 @@ static rw_status to_json(const rw_mobj *o, json_t **out, int depth, rw_err *err)
             RW_FAIL(err, RW_E_RANGE, "to JSON: non-finite number %g", o->via.f64);
         j = json_real(o->via.f64);
         break;
-    case MSGPACK_OBJECT_STR: j = json_stringn_nocheck(o->via.str.ptr, o->via.str.size); break;
+    case MSGPACK_OBJECT_STR:
+        /* JSON text is UTF-8: jansson refuses other bytes (json_dumps would fail later and the
+         * failure would read as out of memory) */
+        j = json_stringn(o->via.str.ptr, o->via.str.size);
+        if (!j) RW_FAIL(err, RW_E_FORMAT, "to JSON: a string is not valid UTF-8");
+        break;
     case MSGPACK_OBJECT_ARRAY:
         j = json_array();
         for (uint32_t i = 0; j && i < o->via.array.size; i++) {
@@ -524,7 +529,10 @@ static rw_status to_json(const rw_mobj *o, json_t **out, int depth, rw_err *err)
                 json_decref(j);
                 return st;
             }
-            json_object_set_new(j, key, e);
+            if (json_object_set_new(j, key, e) != 0) {
+                json_decref(j);
+                RW_FAIL(err, RW_E_FORMAT, "to JSON: a map key is not valid UTF-8");
+            }
         }
         break;
     default:
