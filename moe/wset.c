@@ -531,6 +531,7 @@ void rw_wset_destroy(rw_wset *ws) {
             stage_free(ws->units[i].st);
         }
     free(ws->units);
+    for (int i = 0; i < 3; i++) free(ws->keep[i].v);
     for (int i = 0; i < 2; i++)
         rw_moe_slot_free(&ws->slots[i]);
     rw_arena_destroy(ws->arena);
