@@ -276,12 +276,16 @@ static void free_outputs(rw_engine *e) {
     while ((o = rw_engine_pop_output(e))) rw_output_free(o);
 }
 
+/* Queues n prompts of plen tokens (rwb_prompt_token), ids id0.., `new_tokens` each; temperature
+ * 0 is greedy, 1 the RL rollout setting (full-vocabulary sampling). No stop tokens. */
 static rw_status add_prompts(rwb_ctx *c, rw_engine *e, const rw_config *cfg, uint64_t id0,
-                             int n, int plen, int new_tokens, rw_err *err) {
+                             int n, int plen, int new_tokens, float temperature, rw_err *err) {
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)plen);
     if (!toks) RW_FAIL(err, RW_E_OOM, "out of memory");
     rw_sampling sp = rw_sampling_default();
     sp.max_new_tokens = new_tokens;
+    sp.temperature = temperature;
+    sp.seed = c->o.seed;
     rw_status st = RW_OK;
     for (int i = 0; i < n && st == RW_OK; i++) {
         for (int t = 0; t < plen; t++)
@@ -412,7 +416,7 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
         int n_new = r < 0 ? (N < 8 ? N : 8) : N;
         uint64_t id0 = (uint64_t)(r + 2) * 1000000ull;
         double t0 = rw_now();
-        if (add_prompts(c, e, cfg, id0, B, P, n_new, &err) != RW_OK ||
+        if (add_prompts(c, e, cfg, id0, B, P, n_new, 0.0f, &err) != RW_OK ||
             rw_engine_run(e, &err) != RW_OK || rwb_device_sync(c->o.gpu0, &err) != RW_OK) {
             rwb_emit_error(c, "decode", "generate_bf16", &err);
             rw_engine_abort_all(e);
@@ -445,6 +449,7 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
     rwb_set_int(j, "tokens", (int64_t)B * N);
     rwb_set_int(j, "generated_tokens", toks);
     rwb_set_int(j, "max_batch_tokens", eo.max_batch_tokens);
+    rwb_set_str(j, "sampling", "greedy");
     rwb_line_stats(j, &s);
     rwb_line_rate(j, (double)B * N / s.median, "tok/s", floor_tok_s,
                   "decode memory floor at this batch and the mean context (prefill not counted)");
@@ -466,6 +471,16 @@ static json_t *point_params(int batch, int ctx) {
     return p;
 }
 
+/* Mean number of tokens generated so far by requests 0..n-1 (their context is ctx + this). */
+static double mean_progress(const rw_engine *e, int n) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        int p = rw_engine_progress(e, (uint64_t)i);
+        sum += p > 0 ? p : 0;
+    }
+    return n ? sum / n : 0;
+}
+
 /* One context length: prefill the largest batch that fits, then time every batch size. */
 static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *batches, int nb,
                        double gbps) {
@@ -473,11 +488,14 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
     const char *what = quant ? "decode_mxfp8" : "decode_bf16";
     const rw_config *cfg = rw_model_config(m);
     const int steps = c->o.steps < RWB_MAX_SAMPLES ? c->o.steps : RWB_MAX_SAMPLES;
-    const int slack = nb * (c->o.warmup + steps) + 8;
     rw_engine *e = NULL;
     rw_engine_opts eo = rw_engine_opts_default();
     eo.max_running = batches[0];
     eo.max_batch_tokens = batches[0] > 8192 ? batches[0] : 8192;
+    /* new tokens per request: the sweep's steps, plus the tokens the first requests generate
+     * while the later ones are still being prefilled (about one per prefill step), plus margin */
+    const int slack = nb * (c->o.warmup + steps) +
+                      (int)((int64_t)batches[0] * ctx / eo.max_batch_tokens) + 16;
     eo.max_seq_len = ctx + slack + 16;
     if (rw_engine_create(m, &eo, &e, &err) != RW_OK) {
         rwb_emit_error(c, "decode", what, &err);
@@ -505,7 +523,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
     }
     int cur = batches[first];
     double t0 = rw_now();
-    if (add_prompts(c, e, cfg, 0, cur, ctx, slack, &err) != RW_OK) goto fail;
+    if (add_prompts(c, e, cfg, 0, cur, ctx, slack, 1.0f, &err) != RW_OK) goto fail;
     /* prefill until every request has its first token */
     for (;;) {
         int done = 0;
@@ -540,7 +558,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
             if (rw_engine_step(e, &err) != RW_OK) goto fail;
         if (rwb_device_sync(c->o.gpu0, &err) != RW_OK) goto fail;
         double smp[RWB_MAX_SAMPLES];
-        const int g0 = rw_engine_progress(e, 0);
+        const double g0 = mean_progress(e, B);
         rw_engine_stats a, z;
         rw_engine_stats_get(e, &a);
         for (int s = 0; s < steps; s++) {
@@ -550,7 +568,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
             smp[s] = rw_now() - s0;
         }
         rw_engine_stats_get(e, &z);
-        const int g1 = rw_engine_progress(e, 0);
+        const double g1 = mean_progress(e, B);
         const int64_t gen = z.generated_tokens - a.generated_tokens;
         const double ctx_mean = ctx + (g0 + g1) / 2.0;
         rwb_stats st = rwb_stats_of(smp, steps);
@@ -566,6 +584,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         rwb_set_int(j, "preemptions", z.preemptions - a.preemptions);
         rwb_line_stats(j, &st);
         rwb_set_num(j, "ms_per_step", st.median * 1e3);
+        rwb_set_str(j, "sampling", "temperature 1, full vocabulary");
         double achieved = B / st.median;
         rwb_line_rate(j, achieved, "tok/s", B / floor_s,
                       "memory floor: bytes read per step / HBM copy bandwidth (same run)");
@@ -767,7 +786,7 @@ void rwb_mode_prefill(rwb_ctx *c) {
     for (int r = -1; r < reps; r++) {
         double t0 = rw_now();
         if (add_prompts(c, e, cfg, (uint64_t)(r + 2) * 1000000ull, c->o.nprompt, c->o.plen, 1,
-                        &err) != RW_OK ||
+                        0.0f, &err) != RW_OK ||
             rw_engine_run(e, &err) != RW_OK || rwb_device_sync(c->o.gpu0, &err) != RW_OK) {
             rwb_emit_error(c, "prefill", "prefill_bf16", &err);
             rw_engine_abort_all(e);

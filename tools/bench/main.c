@@ -51,6 +51,7 @@ static void usage(FILE *f) {
             "  --prefill-max-tokens N  engine token budget per step for prefill (default NP*PLEN)\n"
             "  --prefill-reps N     (default 5)\n"
             "  --list               print the plan and exit (no device needed)\n"
+            "  --print-prompts      print the generate prompts (--gen B,P,N; --seed) as JSON and exit\n"
             "\n"
             "stdout: one JSON object per measurement; stderr: progress. Exit 1 when any\n"
             "measurement reported an error (its line has an \"error\" field).\n",
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     rwb_opts *o = &c.o;
     defaults(o);
-    bool run[NMODES] = {0}, any = false, list = false;
+    bool run[NMODES] = {0}, any = false, list = false, print_prompts = false;
     bool have_buckets = false, have_batches = false, have_ctxs = false;
     char scratch[1024];
     const char *tmp = getenv("TMPDIR");
@@ -231,6 +232,11 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--list")) {
             list = true;
+            continue;
+        }
+        if (!strcmp(a, "--print-prompts")) {
+            print_prompts = true;
+            any = true;
             continue;
         }
         if (i + 1 >= argc) {
@@ -321,6 +327,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rw-bench: %s\n", err.msg);
         rw_config_free(&c.cfg);
         return 1;
+    }
+    if (print_prompts) {
+        /* the generate prompts as a JSON array (tools/peer/hf_generate.py --print-prompts agrees) */
+        printf("[");
+        for (int b = 0; b < o->gen_batch; b++) {
+            printf(b ? ", [" : "[");
+            for (int t = 0; t < o->gen_prompt; t++)
+                printf(t ? ", %d" : "%d", rwb_prompt_token(o->seed, b, t, c.cfg.vocab_size));
+            printf("]");
+        }
+        printf("]\n");
+        rw_config_free(&c.cfg);
+        rw_config_free(&c.cfg_q);
+        return 0;
     }
     rwb_meta_init(&c.meta, o, argc, argv);
     print_plan(o, run);

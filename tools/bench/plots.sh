@@ -20,6 +20,11 @@ for gp in sync_vs_bucket.gp decode_vs_batch.gp; do
     fi
     (cd "$plots" && gnuplot -e "outdir='$pngs'" "$gp") || status=1
     png="$pngs/${gp%.gp}.png"
-    [ -s "$png" ] && echo "plots.sh: wrote $png" || { echo "plots.sh: $png not written" >&2; status=1; }
+    if [ -s "$png" ]; then
+        echo "plots.sh: wrote $png"
+    else
+        echo "plots.sh: $png not written" >&2
+        status=1
+    fi
 done
 exit $status

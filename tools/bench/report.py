@@ -129,9 +129,14 @@ def first(lines, **kw):
 
 
 def failed(lines, bench, what):
+    """The error line of (bench, what), or else the first error of that bench (a failed ceiling
+    or model build stops the measurements after it)."""
     for l in lines:
         if l.get("bench") == bench and l.get("what") == what and "error" in l:
             return l
+    for l in lines:
+        if l.get("bench") == bench and "error" in l:
+            return dict(l, error=f"({l.get('what')}) {l['error']}")
     return None
 
 
@@ -511,6 +516,26 @@ def generate(lines, rerun, png_rel):
     return "\n".join(md) + "\n", sync_dat, decode_dat, f"{commit}, {date}"
 
 
+def summary(lines):
+    """The targets as a short plain-text table (for a terminal or the end of a log)."""
+    rows = [("target", "measured", "ceiling (same run)", "ratio", "met")]
+    for tid, _, target in TARGETS:
+        for lid in (None, tid + "/forward"):
+            r = target_row(tid, lines, lid)
+            name = tid if lid is None else tid + "(fwd)"
+            if r is None:
+                if lid is None:
+                    rows.append((name, "not yet measured", "", "", ""))
+                continue
+            meas, ceil, ratio, m, _, _ = r
+            rows.append((name, meas, ceil, ratio, {True: "yes", False: "NO"}.get(m, "-")))
+    w = [min(max(len(r[i]) for r in rows), 60) for i in range(5)]
+    out = ["  ".join(c[:60].ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    nerr = sum(1 for l in lines if "error" in l)
+    out.append(f"{len(lines)} result lines, {nerr} with errors")
+    return "\n".join(out) + "\n"
+
+
 def splice(path, text):
     if not os.path.exists(path):
         with open(path, "w", encoding="utf-8") as f:
@@ -533,9 +558,13 @@ def main(argv=None):
     ap.add_argument("--md", help="markdown file whose report section is replaced (stdout when absent)")
     ap.add_argument("--plots-dir", help="where to write the gnuplot data and scripts")
     ap.add_argument("--png-dir", default=".", help="PNG directory as the markdown links it (relative to the md)")
+    ap.add_argument("--summary", action="store_true", help="print a short plain-text target table and exit")
     a = ap.parse_args(argv)
     lines = read_lines(a.results)
     rerun = read_lines(a.rerun)
+    if a.summary:
+        sys.stdout.write(summary(lines))
+        return 0
     text, sync_dat, decode_dat, meta = generate(lines, rerun, a.png_dir.rstrip("/") or ".")
     if a.plots_dir:
         write_plots(a.plots_dir, sync_dat, decode_dat, meta)
