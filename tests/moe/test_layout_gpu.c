@@ -309,7 +309,7 @@ static void test_device_wset_bf16_pieces(void **state) {
         for (size_t ti = 0; ti < 4; ti++) {
             int T = TPS[ti], r = T - 1;
             check_device_apply(&m.cfg, T, r, &whole, 1, "whole tensors");
-            for (int mode = TM_PLAIN; mode <= TM_ODD; mode++) {
+            for (int mode = TM_PLAIN; mode <= TM_FUSED_ODD; mode++) {
                 plist l = {0};
                 pl_trainer(&l, &m, TPS[3 - ti], (tmode)mode);
                 pl_shuffle(&l, 31 * ti + (uint64_t)mode);

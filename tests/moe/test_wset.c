@@ -271,7 +271,8 @@ static void test_slices_every_T_I(void **state) {
 
 /* Trainer pieces: for trainer TP in {1,2,4,8} x worker TP in {1,2,4,8}, every rank, in every
  * piece form (Megatron TP shards, fused gate_up in the Megatron form, expert-parallel shards
- * of the fused tensors, odd splits along K), shuffled and in several batches: the packed bytes
+ * of the fused tensors, odd splits along K, fused tensors cut across the gate / up boundary),
+ * shuffled and in several batches: the packed bytes
  * equal those from whole tensors. bf16, mxfp8 and fp8-block layers (quantize on load, with
  * staging of partly covered blocks). */
 static void test_trainer_pieces(void **state) {
@@ -292,7 +293,7 @@ static void test_trainer_pieces(void **state) {
                 apply_list(ref, &whole, 1);
                 uint8_t *want = arena_copy(ref);
                 for (size_t ti = 0; ti < 4; ti++)
-                    for (int mode = TM_PLAIN; mode <= TM_ODD; mode++) {
+                    for (int mode = TM_PLAIN; mode <= TM_FUSED_ODD; mode++) {
                         plist l = {0};
                         pl_trainer(&l, &m, TPS[ti], (tmode)mode);
                         pl_shuffle(&l, 1000 * ti + 10 * mode + (uint64_t)r);

@@ -214,10 +214,12 @@ static inline void pl_gate_up_shard(plist *l, const ttensor *gu, int64_t I, int6
 }
 
 typedef enum tmode {
-    TM_PLAIN = 0,   /* per-expert tensors, Megatron TP shards */
-    TM_GATE_UP = 1, /* fused gate_up in the Megatron form, fused down split along I */
-    TM_EP = 2,      /* fused tensors split along the expert dim */
-    TM_ODD = 3,     /* per-expert tensors split along K at odd offsets, attention along K */
+    TM_PLAIN = 0,     /* per-expert tensors, Megatron TP shards */
+    TM_GATE_UP = 1,   /* fused gate_up in the Megatron form, fused down split along I */
+    TM_EP = 2,        /* fused tensors split along the expert dim */
+    TM_ODD = 3,       /* per-expert tensors split along K at odd offsets, attention along K */
+    TM_FUSED_ODD = 4, /* fused gate_up split along its 2I rows at cuts crossing gate / up, fused
+                         down along H, both at odd offsets */
 } tmode;
 
 static inline bool is_kind(const char *name, const char *suffix) {
@@ -239,10 +241,15 @@ static inline void pl_trainer(plist *l, const tmodel *m, int tt, tmode mode) {
         bool fused =
             is_kind(t->name, "experts.gate_up_proj") || is_kind(t->name, "experts.down_proj");
         bool expert = !fused && strstr(t->name, ".mlp.experts.") != NULL;
-        if ((mode == TM_GATE_UP || mode == TM_EP) ? expert : fused) continue;
+        bool fused_mode = mode == TM_GATE_UP || mode == TM_EP || mode == TM_FUSED_ODD;
+        if (fused_mode ? expert : fused) continue;
         if (fused) {
             bool gu = is_kind(t->name, "gate_up_proj");
-            if (mode == TM_EP) {
+            if (mode == TM_FUSED_ODD) {
+                int64_t n = t->shape[1];
+                int64_t cuts[4] = {0, n / 2 - 37, n / 2 + 11, n}; /* the middle piece spans both */
+                pl_split(l, t, 1, 3, cuts);
+            } else if (mode == TM_EP) {
                 int parts = tt < E ? tt : (int)E;
                 pl_split(l, t, 0, parts, NULL);
             } else if (gu) {
