@@ -285,12 +285,59 @@ static void test_quant_ops(void **state) {
     }
 }
 
+/* Device entry points: without CUDA they refuse with RW_E_NO_DEVICE; with CUDA they check shapes
+ * before touching the device. */
+static void test_device_entry_points(void **state) {
+    (void)state;
+    rw_err err = {0};
+    uint8_t a[64], b[64];
+    if (!rw_cuda_built()) {
+        assert_int_equal(
+            rw_moe_pack_cuda(RW_WFMT_BF16, RW_MOE_W13, 128, 256, 1, a, NULL, b, NULL, NULL, &err),
+            RW_E_NO_DEVICE);
+        assert_int_equal(
+            rw_moe_unpack_cuda(RW_WFMT_BF16, RW_MOE_W13, 128, 256, 1, a, NULL, b, NULL, NULL, &err),
+            RW_E_NO_DEVICE);
+        rw_moe_bench_cfg bc = {
+            .H = 256, .I = 256, .E = 1, .tp = 1, .layers = 1, .bufs = 2, .reps = 1};
+        rw_moe_bench_result br;
+        assert_int_equal(rw_moe_bench_pack(&bc, &br, &err), RW_E_NO_DEVICE);
+        rw_config c;
+        moe_test_config(&c, 256, 2, 256, 1, RW_QMETHOD_NONE, 0);
+        rw_wset *ws = NULL;
+        assert_int_equal(rw_wset_create(&c, 1, 0, RW_PLACE_DEVICE, 0, &ws, &err), RW_E_NO_DEVICE);
+        assert_null(ws);
+        RW_ASSERT_OK(rw_wset_create(&c, 1, 0, RW_PLACE_HOST, 0, &ws, &err), &err);
+        uint16_t *x = moe_test_rand_bf16(256 * 256, 3, 1.0f);
+        rw_piece p = {.name = "model.layers.0.mlp.experts.0.up_proj.weight",
+                      .dtype = RW_DTYPE_BF16,
+                      .ndim = 2,
+                      .shape = {256, 256},
+                      .shard_dim = -1,
+                      .data = x,
+                      .place = RW_PLACE_DEVICE};
+        assert_int_equal(rw_wset_validate_piece(ws, &p, &err), RW_E_NO_DEVICE);
+        assert_non_null(strstr(err.msg, "up_proj"));
+        free(x);
+        rw_wset_destroy(ws);
+        rw_config_free(&c);
+    } else {
+        assert_int_equal(
+            rw_moe_pack_cuda(RW_WFMT_BF16, RW_MOE_W13, 100, 256, 1, a, NULL, b, NULL, NULL, &err),
+            RW_E_SHAPE);
+        assert_int_equal(
+            rw_moe_unpack_cuda(RW_WFMT_MXFP8, RW_MOE_W2, 128, 96, 1, a, a, b, b, NULL, &err),
+            RW_E_SHAPE);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_maps),
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_copy_ops_match_pack),
         cmocka_unit_test(test_quant_ops),
+        cmocka_unit_test(test_device_entry_points),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
