@@ -56,6 +56,7 @@ typedef struct rwb_opts {
     int nprompt, plen;
     int prefill_max_tokens;      /* engine max_batch_tokens for the prefill run (0: all tokens) */
     int prefill_reps;
+    double time_limit_s;         /* 0: none */
 } rwb_opts;
 
 /* What every line carries besides its numbers. */
@@ -74,7 +75,12 @@ typedef struct rwb_ctx {
     rwb_meta meta;
     int failures;    /* measurements that reported an error */
     void *engine_state; /* engine.c's cached model (decode and prefill share it) */
+    double t_deadline;  /* rw_now() after which measurements are skipped (0: none) */
 } rwb_ctx;
+
+/* True once the --time-limit of this invocation has passed: the caller emits a "skipped" line
+ * for what it did not measure, so a run ends with lines rather than being killed. */
+bool rwb_out_of_time(const rwb_ctx *c);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Result lines and statistics (out.c)                                                          */
@@ -113,8 +119,10 @@ void rwb_emit_skip(rwb_ctx *c, const char *bench, const char *what, const char *
 void rwb_meta_init(rwb_meta *m, const rwb_opts *o, int argc, char **argv);
 void rwb_meta_free(rwb_meta *m);
 
-/* Bytes of every canonical weight of cfg in bf16 (what a trainer sends). */
+/* Bytes of every canonical weight of cfg in bf16 (what a trainer sends), and of the largest one
+ * (the embedding or the lm_head: 622 MB for Qwen3-30B-A3B, more than a 512 MiB bucket). */
 uint64_t rwb_model_bf16_bytes(const rw_config *cfg);
+uint64_t rwb_model_largest_tensor(const rw_config *cfg);
 /* The mxfp8-last-N-bf16 variant of a bf16 config (as rw-ckpt quantize writes it). */
 rw_status rwb_config_mxfp8_last(const rw_config *src, int last_n, rw_config *out, rw_err *err);
 

@@ -412,6 +412,7 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
         return;
     }
     int64_t toks = 0;
+    int done_reps = 0;
     for (int r = -1; r < reps; r++) {
         int n_new = r < 0 ? (N < 8 ? N : 8) : N;
         uint64_t id0 = (uint64_t)(r + 2) * 1000000ull;
@@ -434,10 +435,12 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
         if (r >= 0) {
             smp[r] = t1 - t0;
             toks += got;
+            done_reps++;
+            if (rwb_out_of_time(c)) break;
         }
     }
     rw_engine_destroy(e);
-    rwb_stats s = rwb_stats_of(smp, reps);
+    rwb_stats s = rwb_stats_of(smp, done_reps);
     floor_model f = floor_of(m);
     /* decode-only floor at the mean context of the run (prefill time not counted) */
     double fb = floor_bytes(&f, B, P + N / 2.0, NULL);
@@ -454,7 +457,7 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
     rwb_line_rate(j, (double)B * N / s.median, "tok/s", floor_tok_s,
                   "decode memory floor at this batch and the mean context (prefill not counted)");
     rwb_line_target(j, "G5", "rw generate tok/s >= 10 x peer (transformers generate) tok/s", -1);
-    if (toks != (int64_t)B * N * reps)
+    if (toks != (int64_t)B * N * done_reps)
         rwb_set_str(j, "warning", "generated token count differs from batch x new x reps");
     rwb_emit(j);
 }
@@ -551,6 +554,10 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
     }
     for (int bi = first; bi < nb; bi++) {
         const int B = batches[bi];
+        if (rwb_out_of_time(c)) {
+            rwb_emit_skip(c, "decode", what, "time limit reached", point_params(B, ctx));
+            continue;
+        }
         for (int i = B; i < cur; i++) rw_engine_abort(e, (uint64_t)i, NULL);
         cur = B;
         free_outputs(e);
@@ -561,17 +568,21 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         const double g0 = mean_progress(e, B);
         rw_engine_stats a, z;
         rw_engine_stats_get(e, &a);
+        int done_steps = 0;
         for (int s = 0; s < steps; s++) {
             double s0 = rw_now();
             if (rw_engine_step(e, &err) != RW_OK) goto fail;
             if (rwb_device_sync(c->o.gpu0, &err) != RW_OK) goto fail;
             smp[s] = rw_now() - s0;
+            done_steps++;
+            if (done_steps >= 5 && rwb_out_of_time(c)) break; /* fewer reps, still a median */
         }
         rw_engine_stats_get(e, &z);
         const double g1 = mean_progress(e, B);
         const int64_t gen = z.generated_tokens - a.generated_tokens;
+        const int nsteps = done_steps;
         const double ctx_mean = ctx + (g0 + g1) / 2.0;
-        rwb_stats st = rwb_stats_of(smp, steps);
+        rwb_stats st = rwb_stats_of(smp, nsteps);
         double experts;
         double fb = floor_bytes(&f, B, ctx_mean, &experts);
         double floor_s = fb / (gbps * 1e9);
@@ -579,7 +590,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         rwb_set_int(j, "batch", B);
         rwb_set_int(j, "ctx", ctx);
         rwb_set_num(j, "ctx_mean", ctx_mean);
-        rwb_set_int(j, "tokens", (int64_t)B * steps);
+        rwb_set_int(j, "tokens", (int64_t)B * nsteps);
         rwb_set_int(j, "generated_tokens", gen);
         rwb_set_int(j, "preemptions", z.preemptions - a.preemptions);
         rwb_line_stats(j, &st);
@@ -592,7 +603,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         rwb_set_num(j, "floor_s", floor_s);
         rwb_set_num(j, "floor_experts_per_layer", experts);
         rwb_set_num(j, "hbm_gbps", gbps);
-        if (gen != (int64_t)B * steps)
+        if (gen != (int64_t)B * nsteps)
             rwb_set_str(j, "warning", "generated tokens differ from batch x steps");
         const bool g1pt = B == c->o.g1_batch && ctx == c->o.g1_ctx;
         if (!quant && g1pt) {
@@ -640,7 +651,9 @@ void rwb_mode_decode(rwb_ctx *c) {
     memcpy(batches, c->o.batches, sizeof(int) * (size_t)nb);
     qsort(batches, (size_t)nb, sizeof(int), cmp_desc);
     for (int i = 0; i < c->o.nctxs; i++) decode_ctx(c, m, false, c->o.ctxs[i], batches, nb, gbps);
-    if (!c->o.no_quant) {
+    if (!c->o.no_quant && rwb_out_of_time(c)) {
+        rwb_emit_skip(c, "decode", "decode_mxfp8", "time limit reached", NULL);
+    } else if (!c->o.no_quant) {
         if (model_get(c, true, &m, &err) != RW_OK) {
             rwb_emit_error(c, "decode", "decode_mxfp8", &err);
         } else if (c->o.full) {
@@ -653,6 +666,10 @@ void rwb_mode_decode(rwb_ctx *c) {
     /* the worker's forward-level entry point builds its own model: free ours first */
     rwb_engine_release(c);
     double g1_fwd = 0;
+    if (rwb_out_of_time(c)) {
+        rwb_emit_skip(c, "decode", "decode_forward_bf16", "time limit reached", NULL);
+        return;
+    }
     worker_decode(c, false, c->o.g1_batch, c->o.g1_ctx, "G1/forward", &g1_fwd);
     worker_decode(c, false, 1, c->o.g1_ctx, "G2/forward", NULL);
     if (!c->o.no_quant) worker_decode(c, true, c->o.g1_batch, c->o.g1_ctx, "G3/forward", &g1_fwd);
@@ -783,6 +800,7 @@ void rwb_mode_prefill(rwb_ctx *c) {
     }
     const int reps = c->o.prefill_reps < RWB_MAX_SAMPLES ? c->o.prefill_reps : RWB_MAX_SAMPLES;
     double smp[RWB_MAX_SAMPLES];
+    int done_reps = 0;
     for (int r = -1; r < reps; r++) {
         double t0 = rw_now();
         if (add_prompts(c, e, cfg, (uint64_t)(r + 2) * 1000000ull, c->o.nprompt, c->o.plen, 1,
@@ -796,10 +814,14 @@ void rwb_mode_prefill(rwb_ctx *c) {
         }
         double t1 = rw_now();
         free_outputs(e);
-        if (r >= 0) smp[r] = t1 - t0;
+        if (r >= 0) {
+            smp[r] = t1 - t0;
+            done_reps++;
+            if (done_reps >= 3 && rwb_out_of_time(c)) break;
+        }
     }
     rw_engine_destroy(e);
-    rwb_stats s = rwb_stats_of(smp, reps);
+    rwb_stats s = rwb_stats_of(smp, done_reps);
     const double achieved = flops / s.median / 1e12;
     json_t *j = rwb_line(c, "prefill", "prefill_bf16");
     rwb_set_int(j, "tokens", T);

@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "  --full               full sweeps: buckets 64 MiB..2 GiB, batch 1..512, context 128..4k\n"
             "  --no-quant           skip the mxfp8-last-8-bf16 variants (S2, G3)\n"
             "  --seed N             random weights and prompts (default 1)\n"
-            "  --buckets LIST       sync bucket sizes in MiB (default 64,512,2048)\n"
+            "  --buckets LIST       sync bucket sizes in MiB (default 64,512,1024,2048)\n"
             "  --pack-layers N      layers of experts per pack rep (default 1)\n"
             "  --disk-dir DIR       an existing checkpoint for disk (default: write one)\n"
             "  --scratch DIR        where disk writes its checkpoint (default $TMPDIR or /tmp)/rw-bench\n"
@@ -46,7 +46,9 @@ static void usage(FILE *f) {
             "  --steps N            timed decode steps per point (default 20)\n"
             "  --gen B,P,N          generate: batch, prompt length, new tokens (default 64,128,128)\n"
             "  --gen-reps N         generate repetitions (default 3)\n"
-            "  --setup-timeout S    bound on the prefill that fills a decode batch (default 180)\n"
+            "  --setup-timeout S    bound on the prefill that fills a decode batch (default 90)\n"
+            "  --time-limit S       after S seconds, skip what is left (skipped lines; default:\n"
+            "                       $RW_BENCH_TIME_LIMIT, else none)\n"
             "  --prefill NP,PLEN    prompts and their length (default 8,2048)\n"
             "  --prefill-max-tokens N  engine token budget per step for prefill (default NP*PLEN)\n"
             "  --prefill-reps N     (default 5)\n"
@@ -77,7 +79,7 @@ static void defaults(rwb_opts *o) {
     o->gen_prompt = 128;
     o->gen_new = 128;
     o->gen_reps = 3;
-    o->setup_timeout_s = 180;
+    o->setup_timeout_s = 90;
     o->nprompt = 8;
     o->plen = 2048;
     o->prefill_reps = 5;
@@ -85,12 +87,13 @@ static void defaults(rwb_opts *o) {
 
 /* The reduced default grids, or the full ones; lists given on the command line win. */
 static void grids(rwb_opts *o, bool have_buckets, bool have_batches, bool have_ctxs) {
-    static const uint64_t bk_small[] = {64, 512, 2048}, bk_full[] = {64, 128, 256, 512, 1024, 2048};
+    static const uint64_t bk_small[] = {64, 512, 1024, 2048},
+                          bk_full[] = {64, 128, 256, 512, 1024, 2048};
     static const int b_small[] = {1, 16, 64, 256}, b_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
     static const int c_small[] = {128, 1024}, c_full[] = {128, 512, 1024, 2048, 4096};
     if (!have_buckets) {
         const uint64_t *v = o->full ? bk_full : bk_small;
-        o->nbuckets = o->full ? 6 : 3;
+        o->nbuckets = o->full ? 6 : 4;
         for (int i = 0; i < o->nbuckets; i++) o->buckets[i] = v[i] << 20;
     }
     if (!have_batches) {
@@ -262,6 +265,7 @@ int main(int argc, char **argv) {
         INT_OPT("--prefill-max-tokens", 0, 1L << 24, o->prefill_max_tokens)
         INT_OPT("--prefill-reps", 1, RWB_MAX_SAMPLES, o->prefill_reps)
         INT_OPT("--setup-timeout", 1, 100000, o->setup_timeout_s)
+        INT_OPT("--time-limit", 0, 100000, o->time_limit_s)
 #undef INT_OPT
         if (!strcmp(a, "--config")) {
             o->config_path = val;
@@ -313,6 +317,13 @@ int main(int argc, char **argv) {
     bool s1_listed = false;
     for (int k = 0; k < o->nbuckets; k++) s1_listed |= o->buckets[k] == o->s1_bucket;
     if (!s1_listed && o->nbuckets < RWB_MAX_LIST) o->buckets[o->nbuckets++] = o->s1_bucket;
+    /* ascending: the sync mode attaches S1/S2/S5 to the first size >= s1_bucket that works */
+    for (int a = 1; a < o->nbuckets; a++)
+        for (int b = a; b > 0 && o->buckets[b - 1] > o->buckets[b]; b--) {
+            uint64_t t = o->buckets[b];
+            o->buckets[b] = o->buckets[b - 1];
+            o->buckets[b - 1] = t;
+        }
     if (list) {
         print_plan(o, run);
         return 0;
@@ -344,8 +355,16 @@ int main(int argc, char **argv) {
     }
     rwb_meta_init(&c.meta, o, argc, argv);
     print_plan(o, run);
+    const char *tl = getenv("RW_BENCH_TIME_LIMIT"); /* set by tools/gpu/run-all.sh per stage */
+    long tlv;
+    if (o->time_limit_s <= 0 && tl && parse_long(tl, 1, 100000, &tlv)) o->time_limit_s = tlv;
+    if (o->time_limit_s > 0) c.t_deadline = rw_now() + o->time_limit_s;
     for (int k = 0; k < NMODES; k++) {
         if (!run[k]) continue;
+        if (rwb_out_of_time(&c)) {
+            rwb_emit_skip(&c, MODES[k].name, "all", "time limit reached", NULL);
+            continue;
+        }
         double t0 = rw_now();
         fprintf(stderr, "rw-bench: --- %s ---\n", MODES[k].name);
         MODES[k].fn(&c);

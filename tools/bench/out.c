@@ -131,6 +131,8 @@ void rwb_emit_skip(rwb_ctx *c, const char *bench, const char *what, const char *
     rwb_emit(j);
 }
 
+bool rwb_out_of_time(const rwb_ctx *c) { return c->t_deadline > 0 && rw_now() > c->t_deadline; }
+
 /* ------------------------------------------------------------------------------------------ */
 /* Metadata                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
@@ -166,7 +168,7 @@ void rwb_meta_free(rwb_meta *m) {
 /* ------------------------------------------------------------------------------------------ */
 typedef struct bytes_ctx {
     const rw_config *cfg;
-    uint64_t bytes;
+    uint64_t bytes, largest;
 } bytes_ctx;
 
 static rw_status add_bytes(const rw_wname *w, void *vctx) {
@@ -174,14 +176,22 @@ static rw_status add_bytes(const rw_wname *w, void *vctx) {
     int nd;
     int64_t shape[RW_MAX_DIMS];
     RW_CHECK(rw_config_weight_shape(b->cfg, w, &nd, shape, NULL));
-    b->bytes += (uint64_t)rw_shape_numel(nd, shape) * 2u;
+    uint64_t n = (uint64_t)rw_shape_numel(nd, shape) * 2u;
+    b->bytes += n;
+    if (n > b->largest) b->largest = n;
     return RW_OK;
 }
 
 uint64_t rwb_model_bf16_bytes(const rw_config *cfg) {
-    bytes_ctx b = {cfg, 0};
+    bytes_ctx b = {cfg, 0, 0};
     if (rw_config_for_each_weight(cfg, add_bytes, &b) != RW_OK) return 0;
     return b.bytes;
+}
+
+uint64_t rwb_model_largest_tensor(const rw_config *cfg) {
+    bytes_ctx b = {cfg, 0, 0};
+    if (rw_config_for_each_weight(cfg, add_bytes, &b) != RW_OK) return 0;
+    return b.largest;
 }
 
 rw_status rwb_config_mxfp8_last(const rw_config *src, int last_n, rw_config *out, rw_err *err) {

@@ -255,6 +255,10 @@ def targets_table(lines):
             out.append(f"| {tid} | {what} | {target} | not yet measured | - | - | - | - | - | - | - | - |")
             continue
         meas, ceil, ratio, m, spr, l = r
+        if l is not None and l.get("note"):
+            meas += f" (note: {md_escape(l['note'])})"
+        if l is not None and num(l.get("bucket_bytes")) and tid in ("S1", "S2", "S5"):
+            meas += f", {fmt(l['bucket_bytes'] / 2**20)} MiB buckets"
         if m is False:
             missed.append((tid, meas, ceil, ratio))
         out.append("| " + " | ".join([tid, what, target, meas, ceil, ratio, met_str(m), spr]
