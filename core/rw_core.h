@@ -227,12 +227,14 @@ RW_HD float rw_e4m3_to_f32(uint8_t b) {
 }
 
 /* fp32 -> e4m3fn: saturating (|x| > 448 -> 448 with sign, inf too), round to nearest even,
- * NaN -> 0x7f (sign kept: 0xff for negative NaN). */
+ * every NaN -> 0x7f. NaN is canonical (sign dropped) because the sign of a NaN produced by
+ * arithmetic (x / scale) differs between x86 and the GPU; one encoding keeps the CPU reference
+ * and the CUDA quantizers byte-identical. */
 RW_HD uint8_t rw_f32_to_e4m3(float f) {
     uint32_t u = rw_f32_bits(f);
     uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint8_t)(sign | 0x7fu);
+    if (a > 0x7f800000u) return 0x7fu;
     if (a >= 0x43e00000u) return (uint8_t)(sign | 0x7eu); /* >= 448 (and inf): saturate */
     uint32_t e = a >> 23;
     if (e < 121) { /* below 2^-6: subnormal range of e4m3, step 2^-9 */

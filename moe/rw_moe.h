@@ -242,6 +242,20 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
                                 const float *weights, int k, float *out, void *ws,
                                 size_t ws_bytes, rw_err *err);
 
+/* CUDA versions (experts.cu; RW_E_NO_DEVICE without CUDA). Device pointers, work on `s`.
+ * Routing: same rule as rw_moe_route_ref (ties to the lower id), E <= 1024, k <= 32.
+ * Experts: x is bf16 [ntok, H] (the GEMM input), out [ntok, H] fp32 is accumulated into (+=) as
+ * in the reference; the gate/up products are rounded to bf16 before the down projection; quantized
+ * experts are dequantized to bf16 tile by tile (weight-only). H and P multiples of 128. ws holds
+ * rw_moe_experts_cuda_workspace(E_l, P, H, max_tok, k) bytes for calls with ntok <= max_tok. */
+rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
+                            int32_t *ids, float *weights, rw_stream s, rw_err *err);
+size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok, int k);
+rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                              const uint16_t *x, int64_t ntok, const int32_t *ids,
+                              const float *weights, int k, float *out, void *ws, size_t ws_bytes,
+                              rw_stream s, rw_err *err);
+
 #ifdef __cplusplus
 }
 #endif

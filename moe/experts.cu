@@ -1,0 +1,599 @@
+/* experts.cu - MoE routing and the expert computation on the packed layout, on the device.
+ * CPU references: rw_moe_route_ref (route.c) and rw_moe_experts_ref (experts.c).
+ *
+ * Pipeline of rw_moe_experts_cuda for a chunk of nt tokens (A = nt * k assignments):
+ *   1. count:    cnt[e] = assignments routed to local expert e            (grid E)
+ *   2. schedule: off[e] = exclusive scan of cnt; tile list of TN-row tiles per expert (1 CTA)
+ *   3. scatter:  stable sort of the assignments by expert -> perm (sorted row -> assignment) and
+ *                inv (assignment -> sorted row); same order on every run     (grid E)
+ *   4. w13 GEMM: for each (tile, 128 packed rows of w13): acc = W13 x^T with tensor cores
+ *                (mma.sync m16n8k16 bf16, fp32 accumulate); the packed row order puts up_j in
+ *                rows 0-7 and gate_j in rows 8-15 of every 16-row group, so one thread holds
+ *                both halves: act[row][j] = bf16(silu(gate) * up)              (grid tiles x
+ * 2P/128)
+ *   5. w2 GEMM:  y[row][h] = W2 act^T, rows un-shuffled to canonical h       (grid tiles x H/128)
+ *   6. combine:  out[t] += sum_j w[t, j] * y[inv[t*k + j]] in slot order      (deterministic)
+ * mxfp8 and fp8-block layers run weight-only: the e4m3 tile is dequantized to bf16 in shared
+ * memory (exactly: e4m3 times a power of two, or times the fp32 block scale rounded to bf16 for
+ * fp8-block) and the math is bf16. Every output element is computed by one thread in a fixed
+ * order, so results do not depend on the run or on atomics.
+ *
+ * Shared-memory tiles are [rows][8 x 16-byte chunks] with chunk c of row r stored at c ^ (r & 7)
+ * so ldmatrix reads are free of bank conflicts. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "rw_moe.h"
+
+#define MOE_THREADS 128 /* 4 warps, each 32 rows of the 128-row weight tile */
+#define MOE_BM 128
+#define MOE_STAGES 3
+#define MAX_TOPK 32
+
+/* ------------------------------------------------------------------------------------------ */
+/* routing                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+/* One warp per token; E <= 1024 (32 logits per lane in registers). */
+__global__ void route_kernel(const float *__restrict__ logits, int64_t ntok, int E, int k,
+                             bool renorm, int32_t *__restrict__ ids, float *__restrict__ wts) {
+    const int lane = threadIdx.x & 31;
+    const int64_t t = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (t >= ntok) return;
+    const float *l = logits + t * E;
+    float v[32];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int e = i * 32 + lane;
+        v[i] = e < E ? l[e] : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int e = i * 32 + lane;
+        v[i] = e < E ? expf(v[i] - mx) : 0.0f;
+        s += v[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        v[i] = i * 32 + lane < E ? v[i] / s : -1.0f;
+    int32_t myid[MAX_TOPK];
+    float myw[MAX_TOPK];
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bp = -2.0f;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < 32; i++) /* ascending expert id per lane: '>' keeps the lower id */
+            if (v[i] > bp) {
+                bp = v[i];
+                be = i * 32 + lane;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (op > bp || (op == bp && oe < be)) {
+                bp = op;
+                be = oe;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            if (i * 32 + lane == be) v[i] = -1.0f; /* taken */
+        if (j < MAX_TOPK) {
+            myid[j] = be;
+            myw[j] = bp;
+        }
+        sum += bp;
+    }
+    if (lane == 0)
+        for (int j = 0; j < k; j++) {
+            ids[t * k + j] = myid[j];
+            wts[t * k + j] = renorm ? myw[j] / sum : myw[j];
+        }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* sort by expert and tile schedule                                                             */
+/* ------------------------------------------------------------------------------------------ */
+__global__ void count_kernel(const int32_t *__restrict__ ids, int64_t A,
+                             int32_t *__restrict__ cnt) {
+    const int e = blockIdx.x;
+    int c = 0;
+    for (int64_t a = threadIdx.x; a < A; a += blockDim.x)
+        c += ids[a] == e;
+    __shared__ int part[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        c += __shfl_xor_sync(0xffffffffu, c, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0;
+        for (int w = 0; w < (int)blockDim.x / 32; w++)
+            s += part[w];
+        cnt[e] = s;
+    }
+}
+
+/* off [E+1]; tiles [max_tiles] as (expert, first sorted row); *ntiles. One thread does it: E is
+ * at most a few hundred. */
+__global__ void schedule_kernel(const int32_t *__restrict__ cnt, int E, int tn,
+                                int32_t *__restrict__ off, int2 *__restrict__ tiles,
+                                int32_t *__restrict__ ntiles) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    int o = 0, nt = 0;
+    for (int e = 0; e < E; e++) {
+        off[e] = o;
+        for (int r = 0; r < cnt[e]; r += tn)
+            tiles[nt++] = make_int2(e, o + r);
+        o += cnt[e];
+    }
+    off[E] = o;
+    *ntiles = nt;
+}
+
+/* Stable placement: block-wide prefix of "routed to e" over the assignments in order. */
+__global__ void scatter_kernel(const int32_t *__restrict__ ids, int64_t A,
+                               const int32_t *__restrict__ off, int32_t *__restrict__ perm,
+                               int32_t *__restrict__ inv) {
+    const int e = blockIdx.x;
+    __shared__ int wsum[32];
+    __shared__ int base;
+    if (threadIdx.x == 0) base = off[e];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, w = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int64_t a0 = 0; a0 < A; a0 += blockDim.x) {
+        const int64_t a = a0 + threadIdx.x;
+        const bool f = a < A && ids[a] == e;
+        const unsigned bal = __ballot_sync(0xffffffffu, f);
+        if (lane == 0) wsum[w] = __popc(bal);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int i = 0; i < nw; i++) {
+            if (i < w) before += wsum[i];
+            total += wsum[i];
+        }
+        const int pos = base + before + __popc(bal & ((1u << lane) - 1u));
+        if (f) {
+            perm[pos] = (int32_t)a;
+            inv[a] = pos;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) base += total;
+        __syncthreads();
+    }
+}
+
+__global__ void inv_clear_kernel(const int32_t *__restrict__ ids, int64_t A, int E,
+                                 int32_t *__restrict__ inv) {
+    const int64_t a = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (a < A && (ids[a] < 0 || ids[a] >= E)) inv[a] = -1; /* not a local expert */
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* tensor-core helpers                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                        const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* byte offset of 16-byte chunk c of row r in a swizzled [rows][128 B] tile */
+__device__ __forceinline__ int swz(int r, int c) {
+    return r * 128 + ((c ^ (r & 7)) << 4);
+}
+
+/* packed row -> canonical local row (w13: interleave + shuffle inverse; w2: shuffle inverse) */
+__device__ __forceinline__ int64_t canon13(int64_t n, int64_t P) {
+    const int64_t i = 32 * (n / 32) + 4 * (n % 8) + (n % 32) / 8;
+    return (i % 2 == 0) ? i / 2 : P + i / 2;
+}
+__device__ __forceinline__ int64_t unshuffle(int64_t n) {
+    return 32 * (n / 32) + 4 * (n % 8) + (n % 32) / 8;
+}
+
+enum { FMT_BF16 = 0, FMT_MX = 1, FMT_FP8B = 2 };
+
+struct gemm_args {
+    const void *w;      /* packed weights of the layer, all local experts */
+    const void *wscale; /* packed scales (quantized formats) */
+    int64_t w_expert;   /* bytes per expert of w */
+    int64_t s_expert;   /* bytes per expert of wscale */
+    int64_t M, K;       /* rows (2P or H) and reduction length (H or P) of one expert */
+    int64_t P, H;
+    int64_t scale_cols;       /* fp8-block: column blocks; mxfp8: Kt (swizzle) */
+    const __nv_bfloat16 *xin; /* w13: x [ntok, H] gathered through perm; w2: act [A, P] */
+    const int32_t *perm, *off;
+    const int2 *tiles;
+    const int32_t *ntiles;
+    int k;              /* top-k (w13 gathers token perm[row] / k) */
+    __nv_bfloat16 *act; /* w13 output [A, P] */
+    float *y;           /* w2 output [A, H] */
+};
+
+/* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
+ * tokens, K in steps of 64. */
+template <int TN, int FMT, bool W13>
+__global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int tile = blockIdx.x;
+    if (tile >= *g.ntiles) return;
+    const int2 td = g.tiles[tile];
+    const int e = td.x, r0 = td.y;
+    const int rend = g.off[e + 1];
+    const int64_t m0 = (int64_t)blockIdx.y * MOE_BM;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nkb = (int)(g.K / 64);
+
+    /* layout: [stage][A 16 KB | B TN*128 B] for bf16; quantized: [stage][A8 8 KB | B], then one
+     * bf16 A tile the stage is dequantized into */
+    constexpr int A_BYTES = MOE_BM * 128;
+    constexpr int A8_BYTES = MOE_BM * 64;
+    constexpr int B_BYTES = TN * 128;
+    constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + B_BYTES;
+    uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only */
+    __shared__ int64_t brow_src[TN];          /* element offset of each B row, -1 = zero row */
+    __shared__ float rscale[MOE_BM][2];       /* per-row scales of the current 64-column block */
+
+    for (int r = tid; r < TN; r += MOE_THREADS) {
+        const int sr = r0 + r;
+        int64_t src = -1;
+        if (sr < rend) src = W13 ? (int64_t)(g.perm[sr] / g.k) * g.H : (int64_t)sr * g.P;
+        brow_src[r] = src;
+    }
+    __syncthreads();
+
+    const uint8_t *wexp = (const uint8_t *)g.w + (int64_t)e * g.w_expert;
+    auto load_stage = [&](int st, int kb) {
+        uint8_t *sa = smem + st * STAGE;
+        uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
+        if (FMT == FMT_BF16) {
+            /* [K/64, M, 64]: rows m0.. of block kb are 16 KB contiguous */
+            const uint8_t *src = wexp + ((int64_t)kb * g.M + m0) * 128;
+#pragma unroll
+            for (int i = 0; i < A_BYTES / 16 / MOE_THREADS; i++) {
+                const int q = i * MOE_THREADS + tid, r = q >> 3, c = q & 7;
+                cp_async16(sa + swz(r, c), src + (int64_t)q * 16, 16);
+            }
+        } else {
+            /* e4m3 [M, K]: 64 bytes of row n at n*K + kb*64; fp8-block rows are in canonical
+             * order and read through the packed->canonical map so the epilogue is shared */
+#pragma unroll
+            for (int i = 0; i < A8_BYTES / 16 / MOE_THREADS; i++) {
+                const int q = i * MOE_THREADS + tid, r = q >> 2, c = q & 3;
+                int64_t n = m0 + r;
+                if (FMT == FMT_FP8B && W13) n = canon13(n, g.P);
+                cp_async16(sa + r * 64 + c * 16, wexp + n * g.K + (int64_t)kb * 64 + c * 16, 16);
+            }
+        }
+        const int chunks = TN * 8;
+        for (int q = tid; q < chunks; q += MOE_THREADS) {
+            const int r = q >> 3, c = q & 7;
+            const int64_t s = brow_src[r];
+            const __nv_bfloat16 *src = g.xin + (s < 0 ? 0 : s) + (int64_t)kb * 64 + c * 8;
+            cp_async16(sb + swz(r, c), src, s < 0 ? 0 : 16);
+        }
+    };
+
+    float acc[2][TN / 8][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < TN / 8; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                acc[a][b][c] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < MOE_STAGES - 1; s++) {
+        if (s < nkb) load_stage(s, s);
+        cp_commit();
+    }
+    for (int kb = 0; kb < nkb; kb++) {
+        cp_wait<MOE_STAGES - 2>();
+        __syncthreads();
+        const int st = kb % MOE_STAGES;
+        uint8_t *sa = smem + st * STAGE;
+        uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
+        if (FMT != FMT_BF16) {
+            /* per-row scales of this 64-column block, then dequantize row tid into the bf16
+             * tile */
+            const uint8_t *sexp = (const uint8_t *)g.wscale + (int64_t)e * g.s_expert;
+            {
+                const int r = tid;
+                const int64_t n = m0 + r;
+                if (FMT == FMT_MX) {
+                    const int64_t kc = (int64_t)kb * 2;
+                    rscale[r][0] = rw_ue8m0_to_f32(sexp[rw_moe_scale_swizzle(n, kc, g.scale_cols)]);
+                    rscale[r][1] =
+                        rw_ue8m0_to_f32(sexp[rw_moe_scale_swizzle(n, kc + 1, g.scale_cols)]);
+                } else {
+                    const int64_t cn = W13 ? canon13(n, g.P) : n;
+                    const float s =
+                        ((const float *)sexp)[(cn / 128) * g.scale_cols + ((int64_t)kb * 64) / 128];
+                    rscale[r][0] = rscale[r][1] = s;
+                }
+                const uint8_t *q = sa + r * 64;
+#pragma unroll
+                for (int c = 0; c < 8; c++) {
+                    __align__(16) __nv_bfloat16 v[8];
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        v[i] = __float2bfloat16(rw_e4m3_to_f32(q[c * 8 + i]) * rscale[r][c >> 2]);
+                    *(uint4 *)(deq + swz(r, c)) = *(const uint4 *)v;
+                }
+            }
+            __syncthreads();
+            sa = deq;
+        }
+        {
+            const int nk = kb + MOE_STAGES - 1;
+            if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
+            cp_commit();
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r = warp * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int c = ks * 2 + (lane >> 4);
+                ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], sa + swz(r, c));
+            }
+#pragma unroll
+            for (int nt = 0; nt < TN / 8; nt += 2) {
+                uint32_t b0, b1, b2, b3;
+                const int r = nt * 8 + ((lane >> 4) << 3) + (lane & 7);
+                const int c = ks * 2 + ((lane >> 3) & 1);
+                ldsm_x4(b0, b1, b2, b3, sb + swz(r, c));
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_bf16(acc[mt][nt], a[mt], b0, b1);
+                    mma_bf16(acc[mt][nt + 1], a[mt], b2, b3);
+                }
+            }
+        }
+    }
+    cp_wait<0>();
+
+    /* epilogue: C fragment rows g, g+8 (weight rows), columns 2c, 2c+1 (tokens) */
+    const int gq = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        const int64_t mrow = m0 + warp * 32 + mt * 16; /* first packed row of this m16 tile */
+#pragma unroll
+        for (int nt = 0; nt < TN / 8; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int col = nt * 8 + cq * 2 + h;
+                const int sr = r0 + col;
+                if (sr >= rend) continue;
+                if (W13) {
+                    const int64_t j = 16 * (mrow / 32) + 2 * gq + ((mrow % 32) == 16 ? 1 : 0);
+                    const float up = acc[mt][nt][h], gate = acc[mt][nt][2 + h];
+                    const float v = gate / (1.0f + expf(-gate)) * up;
+                    g.act[(int64_t)sr * g.P + j] = __float2bfloat16(v);
+                } else {
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        const int64_t n = mrow + gq + half * 8;
+                        const int64_t hrow = FMT == FMT_FP8B ? n : unshuffle(n);
+                        g.y[(int64_t)sr * g.H + hrow] = acc[mt][nt][half * 2 + h];
+                    }
+                }
+            }
+    }
+}
+
+/* out[t, h] += sum_j w[t, j] * y[inv[t*k + j], h], slots in order. */
+__global__ void combine_kernel(const float *__restrict__ y, const int32_t *__restrict__ inv,
+                               const float *__restrict__ wts, int64_t nt, int k, int64_t H,
+                               float *__restrict__ out) {
+    const int64_t t = blockIdx.x;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int32_t r = inv[t * k + j];
+            if (r >= 0) s += wts[t * k + j] * y[(int64_t)r * H + h];
+        }
+        out[t * H + h] += s;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* launchers                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+#define CUDA_TRY(expr, err)                                                                        \
+    do {                                                                                           \
+        cudaError_t ce_ = (expr);                                                                  \
+        if (ce_ != cudaSuccess)                                                                    \
+            return rw_err_set((err), RW_E_CUDA, __FILE__, __LINE__, "%s: %s", #expr,               \
+                              cudaGetErrorString(ce_));                                            \
+    } while (0)
+
+extern "C" rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
+                                       int32_t *ids, float *weights, rw_stream s, rw_err *err) {
+    if (ntok <= 0) return RW_OK;
+    if (E < 1 || E > 1024 || k < 1 || k > MAX_TOPK || k > E)
+        return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                          "moe route (cuda): E = %d (1..1024), k = %d (1..%d)", E, k, MAX_TOPK);
+    const int wpb = 8;
+    route_kernel<<<(unsigned)((ntok + wpb - 1) / wpb), wpb * 32, 0, (cudaStream_t)s>>>(
+        logits, ntok, E, k, renorm, ids, weights);
+    return RW_LAUNCH_CHECK(s, "moe route", err);
+}
+
+/* Workspace carve-up for a chunk of up to max_tok tokens. */
+typedef struct moe_ws {
+    int32_t *cnt, *off, *perm, *inv, *ntiles;
+    int2 *tiles;
+    __nv_bfloat16 *act;
+    float *y;
+    size_t bytes;
+} moe_ws;
+
+static int64_t max_tiles(int64_t A, int64_t E, int tn) {
+    return (A + tn - 1) / tn + E;
+}
+
+static moe_ws ws_layout(void *base, int64_t E, int64_t P, int64_t H, int64_t max_tok, int k) {
+    moe_ws w;
+    uint8_t *p = (uint8_t *)base;
+    size_t o = 0;
+    const int64_t A = max_tok * k;
+#define TAKE(field, type, n)                                                                       \
+    w.field = (type *)(p ? p + o : NULL);                                                          \
+    o += ((size_t)(n) * sizeof(type) + 255) & ~(size_t)255;
+    TAKE(cnt, int32_t, E);
+    TAKE(off, int32_t, E + 1);
+    TAKE(perm, int32_t, A);
+    TAKE(inv, int32_t, A);
+    TAKE(ntiles, int32_t, 1);
+    TAKE(tiles, int2, max_tiles(A, E, 32));
+    TAKE(act, __nv_bfloat16, A * P);
+    TAKE(y, float, A *H);
+#undef TAKE
+    w.bytes = o;
+    return w;
+}
+
+/* Tokens per pass: bounds the y buffer ([chunk * k, H] fp32). */
+#define MOE_CHUNK 4096
+
+extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok,
+                                                int k) {
+    const int64_t chunk = max_tok < MOE_CHUNK ? max_tok : MOE_CHUNK;
+    return ws_layout(NULL, E, P, H, chunk < 1 ? 1 : chunk, k).bytes;
+}
+
+template <int TN, int FMT, bool W13> static size_t gemm_smem() {
+    const int a = FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64;
+    return (size_t)MOE_STAGES * (a + TN * 128) + (FMT == FMT_BF16 ? 0 : MOE_BM * 128);
+}
+
+template <int TN, int FMT, bool W13>
+static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
+    const size_t sm = gemm_smem<TN, FMT, W13>();
+    CUDA_TRY(cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm),
+             err);
+    dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
+    moe_gemm_kernel<TN, FMT, W13><<<grid, MOE_THREADS, sm, (cudaStream_t)s>>>(g);
+    return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
+}
+
+template <int TN, bool W13>
+static rw_status launch_fmt(int fmt, const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
+    if (fmt == FMT_BF16) return launch_gemm<TN, FMT_BF16, W13>(g, grid_x, s, err);
+    if (fmt == FMT_MX) return launch_gemm<TN, FMT_MX, W13>(g, grid_x, s, err);
+    return launch_gemm<TN, FMT_FP8B, W13>(g, grid_x, s, err);
+}
+
+extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                                         const uint16_t *x, int64_t ntok, const int32_t *ids,
+                                         const float *weights, int k, float *out, void *ws,
+                                         size_t ws_bytes, rw_stream s, rw_err *err) {
+    if (ntok <= 0) return RW_OK;
+    if (!lw || !d || !x || !ids || !weights || !out || !ws || k < 1)
+        return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
+                          "moe experts (cuda): NULL argument or k = %d", k);
+    const int64_t P = d->P, E = lw->w13.shape[0];
+    if (H % 128 != 0 || P % 128 != 0)
+        return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                          "moe experts (cuda): H = %lld and P = %lld must be multiples of 128",
+                          (long long)H, (long long)P);
+    const int64_t chunk = ntok < MOE_CHUNK ? ntok : MOE_CHUNK;
+    const size_t need = rw_moe_experts_cuda_workspace(E, P, H, chunk, k);
+    if (ws_bytes < need)
+        return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
+                          "moe experts (cuda): workspace %zu bytes, needs %zu", ws_bytes, need);
+    const moe_ws w = ws_layout(ws, E, P, H, chunk, k);
+    const int fmt = lw->moe_fmt == RW_WFMT_BF16    ? FMT_BF16
+                    : lw->moe_fmt == RW_WFMT_MXFP8 ? FMT_MX
+                                                   : FMT_FP8B;
+    cudaStream_t st = (cudaStream_t)s;
+    for (int64_t t0 = 0; t0 < ntok; t0 += chunk) {
+        const int64_t nt = ntok - t0 < chunk ? ntok - t0 : chunk;
+        const int64_t A = nt * k;
+        const int32_t *cid = ids + t0 * k;
+        /* tokens per expert decide the tile width: narrow tiles for decode-sized batches */
+        const int tn = A / E <= 48 ? 32 : 128;
+        count_kernel<<<(unsigned)E, 256, 0, st>>>(cid, A, w.cnt);
+        RW_CHECK(RW_LAUNCH_CHECK(s, "moe count", err));
+        schedule_kernel<<<1, 32, 0, st>>>(w.cnt, (int)E, tn, w.off, w.tiles, w.ntiles);
+        RW_CHECK(RW_LAUNCH_CHECK(s, "moe schedule", err));
+        scatter_kernel<<<(unsigned)E, 256, 0, st>>>(cid, A, w.off, w.perm, w.inv);
+        RW_CHECK(RW_LAUNCH_CHECK(s, "moe scatter", err));
+        inv_clear_kernel<<<(unsigned)((A + 255) / 256), 256, 0, st>>>(cid, A, (int)E, w.inv);
+        RW_CHECK(RW_LAUNCH_CHECK(s, "moe inv", err));
+
+        gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.P = P;
+        g.H = H;
+        g.perm = w.perm;
+        g.off = w.off;
+        g.tiles = w.tiles;
+        g.ntiles = w.ntiles;
+        g.k = k;
+        g.act = w.act;
+        g.y = w.y;
+        const int64_t grid_x = max_tiles(A, E, tn);
+        /* w13: M = 2P rows, K = H */
+        g.w = lw->w13.data;
+        g.wscale = lw->w13_scale.data;
+        g.w_expert = (int64_t)(rw_tensor_nbytes(&lw->w13) / (size_t)E);
+        g.s_expert = fmt == FMT_BF16 ? 0 : (int64_t)(rw_tensor_nbytes(&lw->w13_scale) / (size_t)E);
+        g.M = 2 * P;
+        g.K = H;
+        g.scale_cols = fmt == FMT_MX ? (H / 32 + 3) / 4 : (H + 127) / 128;
+        g.xin = (const __nv_bfloat16 *)(x + t0 * H);
+        RW_CHECK((tn == 32 ? launch_fmt<32, true>(fmt, g, grid_x, s, err)
+                           : launch_fmt<128, true>(fmt, g, grid_x, s, err)));
+        /* w2: M = H rows, K = P, input act rows in sorted order */
+        g.w = lw->w2.data;
+        g.wscale = lw->w2_scale.data;
+        g.w_expert = (int64_t)(rw_tensor_nbytes(&lw->w2) / (size_t)E);
+        g.s_expert = fmt == FMT_BF16 ? 0 : (int64_t)(rw_tensor_nbytes(&lw->w2_scale) / (size_t)E);
+        g.M = H;
+        g.K = P;
+        g.scale_cols = fmt == FMT_MX ? (P / 32 + 3) / 4 : (P + 127) / 128;
+        g.xin = w.act;
+        RW_CHECK((tn == 32 ? launch_fmt<32, false>(fmt, g, grid_x, s, err)
+                           : launch_fmt<128, false>(fmt, g, grid_x, s, err)));
+        combine_kernel<<<(unsigned)nt, 256, 0, st>>>(w.y, w.inv, weights + t0 * k, nt, k, H,
+                                                     out + t0 * H);
+        RW_CHECK(RW_LAUNCH_CHECK(s, "moe combine", err));
+    }
+    return RW_OK;
+}

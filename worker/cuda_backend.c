@@ -1,0 +1,680 @@
+/* cuda_backend.c - the CUDA backend: the Qwen3-MoE forward pass on one GPU rank. Dense GEMMs
+ * (q, k, v, o, lm_head) through cuBLASLt with bf16 inputs and fp32 outputs/accumulation; own
+ * kernels (kernels.cu, moe/experts.cu) for norms, RoPE, paged attention, routing, experts and
+ * sampling; NCCL all-reduce / all-gather through rw_comm; decode steps replayed from CUDA graphs.
+ *
+ * Precision: the residual stream, norms, router logits, softmaxes and accumulations are fp32;
+ * GEMM inputs (normed hidden states, attention output, expert activations) and the KV cache are
+ * bf16. Quantized dense weights (mxfp8 / fp8-block q, k, v, o) are dequantized to bf16 before the
+ * GEMM; quantized experts are dequantized tile by tile inside the expert kernel.
+ *
+ * Per-step metadata (tokens, positions, KV slots, logits rows, attention tiles, block tables)
+ * goes host -> device in one copy from pinned memory into a buffer at a fixed address, so a
+ * captured decode graph reads the new step's values when replayed.
+ *
+ * Shapes: x, y [T, H] fp32; h [T, H] bf16; h32 [T, H] fp32; q [T, nh*hd], k, v [T, nkv*hd] fp32;
+ * qb, att [T, nh*hd] bf16; KV per layer [nblocks + 1, nkv, bs, hd] bf16 (block nblocks is a
+ * scratch block the padding rows of a decode graph write to); logits [rows, V] fp32. */
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "kernels.h"
+
+#define CU(expr)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) RW_FAIL(err, RW_E_CUDA, "%s: %s", #expr, cudaGetErrorString(e_));   \
+    } while (0)
+#define LT(expr)                                                                                   \
+    do {                                                                                           \
+        cublasStatus_t s_ = (expr);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            RW_FAIL(err, RW_E_CUDA, "%s: cuBLAS status %d", #expr, (int)s_);                       \
+    } while (0)
+
+struct rw_kv {
+    int64_t nblocks;
+    int bs;
+    uint16_t *k, *v;    /* [L, nblocks + 1, nkv, bs, hd] */
+    size_t layer_elems; /* (nblocks + 1) * nkv * bs * hd */
+};
+
+#define GEMM_CACHE 128
+typedef struct gemm_algo {
+    int64_t m, n, k;
+    cublasLtMatmulAlgo_t algo;
+} gemm_algo;
+
+#define MAX_GRAPHS 48
+typedef struct dgraph {
+    int B, bt_stride;
+    const rw_kv *kv;
+    cudaGraphExec_t exec;
+} dgraph;
+
+/* Decode batch sizes that get a graph (a batch is padded up to the next one). */
+static const int graph_buckets[] = {1,  2,   4,   8,   12,  16,  24,  32,  48,  64,  80,
+                                    96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512};
+
+typedef struct cuda_be {
+    cudaStream_t st;
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t mm;
+    void *lt_ws;
+    size_t lt_ws_bytes;
+    gemm_algo cache[GEMM_CACHE];
+    int ncache;
+    int nsm;
+    /* capacities of the scratch below */
+    int64_t cap_tok, cap_log;
+    int cap_seq, cap_bt;
+    float *x, *y, *q, *k, *v, *h32, *rl, *wts, *lg_local, *gath, *logits;
+    uint16_t *h, *qb, *att, *hl, *wdeq;
+    int32_t *ids;
+    void *attn_part;
+    size_t attn_part_bytes;
+    void *moe_ws;
+    size_t moe_ws_bytes;
+    float *inv_freq;
+    /* metadata: device buffer and its pinned host mirror, layout fixed by the capacities */
+    uint8_t *meta_d, *meta_h;
+    size_t meta_bytes;
+    size_t off_pos, off_slot, off_rows, off_tiles, off_bt;
+    rw_k_sample_param *sp_d, *sp_h;
+    rw_k_sample_out *so_d, *so_h;
+    int cap_smp;
+    int64_t nlogits;
+    bool use_graphs;
+    dgraph graphs[MAX_GRAPHS];
+    int ngraphs;
+} cuda_be;
+
+static void drop_graphs(cuda_be *be) {
+    for (int i = 0; i < be->ngraphs; i++)
+        cudaGraphExecDestroy(be->graphs[i].exec);
+    be->ngraphs = 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GEMM: Y [M, N] fp32 = X [M, K] bf16 . W [N, K]^T bf16 (row-major). In cuBLAS's column-major
+ * terms: C [N, M] = op(A) B with A = W viewed as [K, N] (transposed), B = X viewed as [K, M]. */
+static rw_status gemm(cuda_be *be, const void *W, const void *X, float *Y, int64_t M, int64_t N,
+                      int64_t K, rw_err *err) {
+    if (M <= 0) return RW_OK;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
+    rw_status st = RW_OK;
+    cublasStatus_t cs;
+    if ((cs = cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K)) ||
+        (cs = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, (uint64_t)K, (uint64_t)M, K)) ||
+        (cs = cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N))) {
+        st = RW_ERR(err, RW_E_CUDA, "cublasLtMatrixLayoutCreate: status %d", (int)cs);
+        goto done;
+    }
+    gemm_algo *ga = NULL;
+    for (int i = 0; i < be->ncache; i++)
+        if (be->cache[i].m == M && be->cache[i].n == N && be->cache[i].k == K) ga = &be->cache[i];
+    cublasLtMatmulAlgo_t algo;
+    if (ga) {
+        algo = ga->algo;
+    } else {
+        cublasLtMatmulPreference_t pref = NULL;
+        cublasLtMatmulHeuristicResult_t res;
+        int nres = 0;
+        cs = cublasLtMatmulPreferenceCreate(&pref);
+        if (!cs)
+            cs =
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &be->lt_ws_bytes, sizeof be->lt_ws_bytes);
+        if (!cs)
+            cs = cublasLtMatmulAlgoGetHeuristic(be->lt, be->mm, a, b, c, c, pref, 1, &res, &nres);
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (cs || nres < 1) {
+            st = RW_ERR(err, RW_E_CUDA, "cuBLASLt: no algorithm for %lldx%lldx%lld (status %d)",
+                        (long long)M, (long long)N, (long long)K, (int)cs);
+            goto done;
+        }
+        algo = res.algo;
+        gemm_algo *slot = &be->cache[be->ncache < GEMM_CACHE ? be->ncache++ : 0];
+        slot->m = M;
+        slot->n = N;
+        slot->k = K;
+        slot->algo = algo;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cs = cublasLtMatmul(be->lt, be->mm, &one, W, a, X, b, &zero, Y, c, Y, c, &algo, be->lt_ws,
+                        be->lt_ws_bytes, be->st);
+    if (cs)
+        st = RW_ERR(err, RW_E_CUDA, "cublasLtMatmul %lldx%lldx%lld: status %d", (long long)M,
+                    (long long)N, (long long)K, (int)cs);
+done:
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    return st;
+}
+
+/* A dense weight [N, K] in any format times X: quantized weights are dequantized to bf16 first. */
+static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
+                       const uint16_t *X, float *Y, int64_t M, rw_err *err) {
+    const int64_t N = w->shape[0], K = w->shape[1];
+    const void *W = w->data;
+    if (w->dtype != RW_DTYPE_BF16) {
+        if (fmt == RW_WFMT_MXFP8)
+            RW_CHECK(rw_dequant_mxfp8_cuda(w->data, sc->data, N, K, be->wdeq, be->st, err));
+        else
+            RW_CHECK(rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, be->wdeq, be->st, err));
+        W = be->wdeq;
+    }
+    return gemm(be, W, X, Y, M, N, K, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+static void free_scratch(cuda_be *be) {
+    void *d[] = {be->x,   be->y,        be->q,         be->k,      be->v,      be->h32,  be->rl,
+                 be->wts, be->lg_local, be->gath,      be->logits, be->h,      be->qb,   be->att,
+                 be->hl,  be->ids,      be->attn_part, be->moe_ws, be->meta_d, be->sp_d, be->so_d};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+        cudaFree(d[i]);
+    cudaFreeHost(be->meta_h);
+    cudaFreeHost(be->sp_h);
+    cudaFreeHost(be->so_h);
+    be->x = be->y = be->q = be->k = be->v = be->h32 = be->rl = be->wts = NULL;
+    be->lg_local = be->gath = be->logits = NULL;
+    be->h = be->qb = be->att = be->hl = NULL;
+    be->ids = NULL;
+    be->attn_part = be->moe_ws = NULL;
+    be->meta_d = be->meta_h = NULL;
+    be->sp_d = be->sp_h = NULL;
+    be->so_d = be->so_h = NULL;
+    be->cap_tok = be->cap_log = 0;
+    be->cap_seq = be->cap_bt = be->cap_smp = 0;
+}
+
+#define SPLIT_MAX_TOK 256
+#define SPLIT_MAX 16
+
+/* (Re)allocates the scratch for ntok tokens, nlog logits rows, nseq sequences and block tables
+ * of nbt entries; never shrinks. Reallocation drops the captured graphs (they hold pointers). */
+static rw_status ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int nbt, rw_err *err) {
+    cuda_be *be = m->be;
+    if (ntok <= be->cap_tok && nlog <= be->cap_log && nseq <= be->cap_seq && nbt <= be->cap_bt)
+        return RW_OK;
+    CU(cudaStreamSynchronize(be->st));
+    drop_graphs(be);
+    const int64_t T = ntok > be->cap_tok ? ntok : be->cap_tok;
+    const int64_t NL = nlog > be->cap_log ? nlog : be->cap_log;
+    const int NS = nseq > be->cap_seq ? nseq : be->cap_seq;
+    int NB = be->cap_bt ? be->cap_bt : 64;
+    while (NB < nbt)
+        NB *= 2;
+    free_scratch(be);
+    const rw_config *c = &m->cfg;
+    const rw_tp_dims *d = &m->d;
+    const int64_t H = c->hidden_size, hd = c->head_dim, E = c->num_experts, K = c->top_k;
+    const int64_t qd = d->nh_local * hd, kd = d->nkv_local * hd, vl = d->v_local, V = c->vocab_size;
+#define DALLOC(p, bytes) CU(cudaMalloc((void **)&(p), (size_t)(bytes) > 0 ? (size_t)(bytes) : 16))
+    DALLOC(be->x, T * H * 4);
+    DALLOC(be->y, T * H * 4);
+    DALLOC(be->h32, T * H * 4);
+    DALLOC(be->h, T * H * 2);
+    DALLOC(be->q, T * qd * 4);
+    DALLOC(be->k, T * kd * 4);
+    DALLOC(be->v, T * kd * 4);
+    DALLOC(be->qb, T * qd * 2);
+    DALLOC(be->att, T * qd * 2);
+    DALLOC(be->rl, T * E * 4);
+    DALLOC(be->wts, T * K * 4);
+    DALLOC(be->ids, T * K * 4);
+    DALLOC(be->hl, NL * H * 2);
+    DALLOC(be->lg_local, NL * vl * 4);
+    DALLOC(be->gath, (int64_t)d->tp * NL * vl * 4);
+    DALLOC(be->logits, NL * V * 4);
+    be->attn_part_bytes = rw_k_attention_part_bytes(T < SPLIT_MAX_TOK ? T : SPLIT_MAX_TOK,
+                                                    d->nh_local, (int)hd, SPLIT_MAX);
+    DALLOC(be->attn_part, be->attn_part_bytes);
+    be->moe_ws_bytes = rw_moe_experts_cuda_workspace(E, d->P, H, T, (int)K);
+    DALLOC(be->moe_ws, be->moe_ws_bytes);
+    /* metadata: tok, pos, slot [T]; rows [NL]; tiles [T + NS]; bt [NS, NB] */
+    be->off_pos = (size_t)T * 4;
+    be->off_slot = be->off_pos + (size_t)T * 4;
+    be->off_rows = be->off_slot + (size_t)T * 4;
+    be->off_tiles = (be->off_rows + (size_t)NL * 4 + 15) & ~(size_t)15;
+    be->off_bt = be->off_tiles + (size_t)(T + NS) * sizeof(rw_attn_tile);
+    be->meta_bytes = be->off_bt + (size_t)NS * NB * 4;
+    DALLOC(be->meta_d, be->meta_bytes);
+    CU(cudaMallocHost((void **)&be->meta_h, be->meta_bytes));
+    be->cap_smp = (int)(NL > NS ? NL : NS);
+    DALLOC(be->sp_d, (size_t)be->cap_smp * sizeof(rw_k_sample_param));
+    DALLOC(be->so_d, (size_t)be->cap_smp * sizeof(rw_k_sample_out));
+    CU(cudaMallocHost((void **)&be->sp_h, (size_t)be->cap_smp * sizeof(rw_k_sample_param)));
+    CU(cudaMallocHost((void **)&be->so_h, (size_t)be->cap_smp * sizeof(rw_k_sample_out)));
+#undef DALLOC
+    be->cap_tok = T;
+    be->cap_log = NL;
+    be->cap_seq = NS;
+    be->cap_bt = NB;
+    return RW_OK;
+}
+
+static rw_status cuda_reserve(rw_model *m, int64_t max_tokens, int max_seqs, rw_err *err) {
+    const int nb = graph_buckets[sizeof graph_buckets / sizeof graph_buckets[0] - 1];
+    const int64_t tok = max_tokens > nb ? max_tokens : nb;
+    const int seqs = max_seqs > nb ? max_seqs : nb;
+    return ensure(m, tok, seqs, seqs, 256, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+static size_t cuda_kv_block_bytes(rw_model *m, int bs) {
+    return (size_t)m->cfg.num_layers * 2 * (size_t)m->d.nkv_local * (size_t)bs *
+           (size_t)m->cfg.head_dim * 2;
+}
+
+static rw_status cuda_kv_budget(rw_model *m, double fraction, size_t *bytes, rw_err *err) {
+    size_t fr = 0, tot = 0;
+    CU(cudaMemGetInfo(&fr, &tot));
+    /* headroom for NCCL buffers, graphs, cuBLAS and the allocator */
+    const size_t reserve = (size_t)768 << 20;
+    const double b = (double)fr * fraction - (double)reserve;
+    *bytes = b > 0 ? (size_t)b : 0;
+    return RW_OK;
+}
+
+static rw_status cuda_kv_create(rw_model *m, int64_t nblocks, int bs, rw_kv **out, rw_err *err) {
+    if (nblocks < 1 || bs < 16 || bs % 16)
+        RW_FAIL(err, RW_E_INVALID_ARG, "kv cache (cuda): %lld blocks of %d (bs %% 16 == 0)",
+                (long long)nblocks, bs);
+    rw_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) RW_FAIL(err, RW_E_OOM, "kv cache");
+    kv->nblocks = nblocks;
+    kv->bs = bs;
+    kv->layer_elems = (size_t)(nblocks + 1) * m->d.nkv_local * bs * m->cfg.head_dim;
+    const size_t bytes = kv->layer_elems * 2 * (size_t)m->cfg.num_layers;
+    cudaError_t ce = cudaMalloc((void **)&kv->k, bytes);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&kv->v, bytes);
+    /* zeroed: keys past a sequence's end are masked, and zeros keep 0 * value finite */
+    if (ce == cudaSuccess) ce = cudaMemsetAsync(kv->k, 0, bytes, ((cuda_be *)m->be)->st);
+    if (ce == cudaSuccess) ce = cudaMemsetAsync(kv->v, 0, bytes, ((cuda_be *)m->be)->st);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(((cuda_be *)m->be)->st);
+    if (ce != cudaSuccess) {
+        cudaFree(kv->k);
+        cudaFree(kv->v);
+        free(kv);
+        (void)cudaGetLastError();
+        RW_FAIL(err, RW_E_OOM, "kv cache (cuda): %zu bytes: %s", 2 * bytes, cudaGetErrorString(ce));
+    }
+    *out = kv;
+    return RW_OK;
+}
+
+static void cuda_kv_destroy(rw_model *m, rw_kv *kv) {
+    if (!kv) return;
+    cuda_be *be = m->be;
+    cudaStreamSynchronize(be->st);
+    /* graphs captured against this cache point into it */
+    int j = 0;
+    for (int i = 0; i < be->ngraphs; i++) {
+        if (be->graphs[i].kv == kv)
+            cudaGraphExecDestroy(be->graphs[i].exec);
+        else
+            be->graphs[j++] = be->graphs[i];
+    }
+    be->ngraphs = j;
+    cudaFree(kv->k);
+    cudaFree(kv->v);
+    free(kv);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The model on the metadata already on the device. */
+static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int64_t nlog,
+                           int bt_stride, int nsplit, rw_err *err) {
+    cuda_be *be = m->be;
+    const rw_config *c = &m->cfg;
+    const rw_tp_dims *d = &m->d;
+    const int64_t H = c->hidden_size, hd = c->head_dim, E = c->num_experts;
+    const int K = c->top_k, nh = d->nh_local, nkv = d->nkv_local;
+    const float eps = (float)c->rms_eps;
+    rw_stream s = be->st;
+    const int32_t *tok = (const int32_t *)be->meta_d;
+    const int32_t *pos = (const int32_t *)(be->meta_d + be->off_pos);
+    const int32_t *slot = (const int32_t *)(be->meta_d + be->off_slot);
+    const int32_t *rows = (const int32_t *)(be->meta_d + be->off_rows);
+    const rw_attn_tile *tiles = (const rw_attn_tile *)(be->meta_d + be->off_tiles);
+    const int32_t *bt = (const int32_t *)(be->meta_d + be->off_bt);
+    const bool tp = d->tp > 1;
+
+    const rw_tensor emb = rw_wset_embed(m->ws);
+    RW_CHECK(rw_k_embed(tok, ntok, emb.data, d->v_begin, d->v_local, H, be->x, s, err));
+    if (tp) RW_CHECK(rw_comm_allreduce_f32(m->comm, be->x, (size_t)(ntok * H), s, err));
+    for (int l = 0; l < c->num_layers; l++) {
+        const rw_layer_weights *lw = rw_wset_layer(m->ws, l);
+        RW_CHECK(rw_k_add_rmsnorm(be->x, l ? be->y : NULL, lw->input_norm.data, ntok, H, eps, be->h,
+                                  NULL, s, err));
+        RW_CHECK(dense(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->h, be->q, ntok, err));
+        RW_CHECK(dense(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->h, be->k, ntok, err));
+        RW_CHECK(dense(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->h, be->v, ntok, err));
+        uint16_t *kc = kv->k + (size_t)l * kv->layer_elems,
+                 *vc = kv->v + (size_t)l * kv->layer_elems;
+        RW_CHECK(rw_k_qk_rope_kv(be->q, be->k, be->v, lw->q_norm.data, lw->k_norm.data, pos, slot,
+                                 ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qb, kc, vc,
+                                 s, err));
+        RW_CHECK(rw_k_attention(be->qb, kc, vc, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
+                                (int)hd, kv->bs, nsplit, be->attn_part, be->att, s, err));
+        RW_CHECK(dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->y, ntok, err));
+        if (tp) RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+        RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h, be->h32, s,
+                                  err));
+        RW_CHECK(rw_k_router(be->h32, lw->router.data, ntok, E, H, be->rl, s, err));
+        RW_CHECK(rw_moe_route_cuda(be->rl, ntok, (int)E, K, c->norm_topk_prob, be->ids, be->wts, s,
+                                   err));
+        CU(cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
+        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, ntok, be->ids, be->wts, K, be->y, be->moe_ws,
+                                     be->moe_ws_bytes, s, err));
+        if (tp) RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+    }
+    const rw_tensor fn = rw_wset_final_norm(m->ws), lm = rw_wset_lm_head(m->ws);
+    RW_CHECK(rw_k_rmsnorm_rows(be->x, be->y, rows, nlog, fn.data, H, eps, be->hl, s, err));
+    RW_CHECK(gemm(be, lm.data, be->hl, be->lg_local, nlog, d->v_local, H, err));
+    const float *g = be->lg_local;
+    if (tp) {
+        RW_CHECK(rw_comm_allgather(m->comm, be->lg_local, be->gath,
+                                   sizeof(float) * (size_t)(nlog * d->v_local), s, err));
+        g = be->gath;
+    }
+    return rw_k_logits_gather(g, d->tp, nlog, d->v_local, c->vocab_size, be->logits, s, err);
+}
+
+static int pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int64_t max_ctx) {
+    if (ntok > SPLIT_MAX_TOK) return 1;
+    int ns = (2 * be->nsm) / (ntiles * nkv > 0 ? ntiles * nkv : 1);
+    const int64_t kt = (max_ctx + 15) / 16;
+    if (max_ctx > 0 && ns > kt / 2) ns = (int)(kt / 2); /* at least two key tiles per split */
+    if (ns > SPLIT_MAX) ns = SPLIT_MAX;
+    return ns < 1 ? 1 : ns;
+}
+
+static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err *err) {
+    cuda_be *be = m->be;
+    if (!b || b->ntok < 1 || b->nseq < 1 || !b->tokens || !b->seq)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: empty batch");
+    if (b->all_logits && b->nlogits != b->ntok)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: all_logits needs nlogits == ntok");
+    const int bs = kv->bs;
+    int maxb = 1;
+    int64_t max_ctx = 0, tok = 0;
+    bool decode = !b->all_logits && b->nlogits == b->nseq;
+    for (int s = 0; s < b->nseq; s++) {
+        const rw_fwd_seq *q = &b->seq[s];
+        if (q->tok0 != tok || q->ntok < 1 || q->pos0 < 0 || !q->blocks)
+            RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequence %d malformed", s);
+        tok += q->ntok;
+        const int64_t end = (int64_t)q->pos0 + q->ntok;
+        const int nb = (int)((end + bs - 1) / bs);
+        if (nb > maxb) maxb = nb;
+        if (end > max_ctx) max_ctx = end;
+        for (int i = 0; i < nb; i++)
+            if (q->blocks[i] < 0 || q->blocks[i] >= kv->nblocks)
+                RW_FAIL(err, RW_E_RANGE, "forward: sequence %d block %d = %d outside [0, %lld)", s,
+                        i, q->blocks[i], (long long)kv->nblocks);
+        if (q->ntok != 1 || q->logits_row != s) decode = false;
+        if (!b->all_logits && q->logits_row >= b->nlogits)
+            RW_FAIL(err, RW_E_RANGE, "forward: logits row %d of %d", q->logits_row, b->nlogits);
+    }
+    if (tok != b->ntok)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequences cover %lld of %d tokens", (long long)tok,
+                b->ntok);
+    for (int32_t t = 0; t < b->ntok; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
+            RW_FAIL(err, RW_E_RANGE, "forward: token %d outside [0, %d)", b->tokens[t],
+                    m->cfg.vocab_size);
+
+    /* decode batches replay a graph captured for the padded batch size */
+    int B = 0;
+    if (decode && be->use_graphs)
+        for (size_t i = 0; i < sizeof graph_buckets / sizeof graph_buckets[0]; i++)
+            if (graph_buckets[i] >= b->nseq) {
+                B = graph_buckets[i];
+                break;
+            }
+    const int64_t ntok = B ? B : b->ntok;
+    const int nseq = B ? B : b->nseq;
+    const int64_t nlog = B ? B : b->nlogits;
+    RW_CHECK(ensure(m, ntok, nlog, nseq, maxb, err));
+
+    /* metadata into the pinned mirror */
+    int32_t *h_tok = (int32_t *)be->meta_h;
+    int32_t *h_pos = (int32_t *)(be->meta_h + be->off_pos);
+    int32_t *h_slot = (int32_t *)(be->meta_h + be->off_slot);
+    int32_t *h_rows = (int32_t *)(be->meta_h + be->off_rows);
+    rw_attn_tile *h_tiles = (rw_attn_tile *)(be->meta_h + be->off_tiles);
+    int32_t *h_bt = (int32_t *)(be->meta_h + be->off_bt);
+    const int stride = be->cap_bt;
+    int ntiles = 0;
+    for (int s = 0; s < b->nseq; s++) {
+        const rw_fwd_seq *q = &b->seq[s];
+        for (int32_t i = 0; i < q->ntok; i++) {
+            const int64_t t = q->tok0 + i;
+            const int32_t p = q->pos0 + i;
+            h_tok[t] = b->tokens[t];
+            h_pos[t] = p;
+            h_slot[t] = q->blocks[p / bs] * bs + p % bs;
+            if (b->all_logits) h_rows[t] = (int32_t)t;
+        }
+        if (!b->all_logits && q->logits_row >= 0) h_rows[q->logits_row] = q->tok0 + q->ntok - 1;
+        for (int32_t i = 0; i < q->ntok; i += RW_ATTN_QT) {
+            const int32_t n = q->ntok - i < RW_ATTN_QT ? q->ntok - i : RW_ATTN_QT;
+            h_tiles[ntiles++] = (rw_attn_tile){s, q->tok0 + i, n, 0};
+        }
+        const int nb = (q->pos0 + q->ntok + bs - 1) / bs;
+        memcpy(h_bt + (size_t)s * stride, q->blocks, sizeof(int32_t) * (size_t)nb);
+    }
+    for (int s = b->nseq; s < nseq; s++) { /* padding rows: token 0 at position 0, scratch block */
+        h_tok[s] = 0;
+        h_pos[s] = 0;
+        h_slot[s] = (int32_t)(kv->nblocks * bs);
+        h_rows[s] = s;
+        h_tiles[ntiles++] = (rw_attn_tile){s, s, 1, 0};
+        h_bt[(size_t)s * stride] = (int32_t)kv->nblocks;
+    }
+    CU(cudaMemcpyAsync(be->meta_d, be->meta_h, be->off_bt + (size_t)nseq * stride * 4,
+                       cudaMemcpyHostToDevice, be->st));
+    if (!B) {
+        const int ns = pick_split(be, ntok, ntiles, m->d.nkv_local, max_ctx);
+        RW_CHECK(run_model(m, kv, ntok, ntiles, nlog, stride, ns, err));
+    } else {
+        dgraph *g = NULL;
+        for (int i = 0; i < be->ngraphs; i++)
+            if (be->graphs[i].B == B && be->graphs[i].bt_stride == stride && be->graphs[i].kv == kv)
+                g = &be->graphs[i];
+        if (!g) {
+            if (be->ngraphs == MAX_GRAPHS) drop_graphs(be);
+            const int ns = pick_split(be, B, B, m->d.nkv_local, 0);
+            cudaGraph_t graph = NULL;
+            CU(cudaStreamBeginCapture(be->st, cudaStreamCaptureModeRelaxed));
+            rw_status st = run_model(m, kv, B, B, B, stride, ns, err);
+            cudaError_t ce = cudaStreamEndCapture(be->st, &graph);
+            if (st != RW_OK) {
+                if (graph) cudaGraphDestroy(graph);
+                return st;
+            }
+            if (ce != cudaSuccess)
+                RW_FAIL(err, RW_E_CUDA, "decode graph capture (batch %d): %s", B,
+                        cudaGetErrorString(ce));
+            g = &be->graphs[be->ngraphs];
+            ce = cudaGraphInstantiate(&g->exec, graph, 0);
+            cudaGraphDestroy(graph);
+            if (ce != cudaSuccess)
+                RW_FAIL(err, RW_E_CUDA, "decode graph instantiate (batch %d): %s", B,
+                        cudaGetErrorString(ce));
+            g->B = B;
+            g->bt_stride = stride;
+            g->kv = kv;
+            be->ngraphs++;
+        }
+        CU(cudaGraphLaunch(g->exec, be->st));
+    }
+    be->nlogits = b->nlogits;
+    return RW_OK;
+}
+
+static rw_status cuda_sample(rw_model *m, int n, const rw_sample_req *req, rw_sample_res *res,
+                             rw_err *err) {
+    cuda_be *be = m->be;
+    if (n <= 0) return RW_OK;
+    if (n > be->cap_smp)
+        RW_FAIL(err, RW_E_RANGE, "sample: %d requests, room for %d", n, be->cap_smp);
+    for (int i = 0; i < n; i++) {
+        if (req[i].row < 0 || req[i].row >= be->nlogits)
+            RW_FAIL(err, RW_E_RANGE, "sample: row %d of %lld", req[i].row, (long long)be->nlogits);
+        const rw_sampling *sp = req[i].sp;
+        rw_k_sample_param *p = &be->sp_h[i];
+        p->temperature = sp->temperature;
+        p->top_p = sp->top_p;
+        p->top_k = sp->top_k;
+        p->top_n = sp->top_logprobs;
+        p->seed = sp->seed;
+        p->position = req[i].position;
+        p->row = req[i].row;
+        p->pad = 0;
+    }
+    CU(cudaMemcpyAsync(be->sp_d, be->sp_h, sizeof(rw_k_sample_param) * (size_t)n,
+                       cudaMemcpyHostToDevice, be->st));
+    RW_CHECK(rw_k_sample(be->logits, n, m->cfg.vocab_size, be->sp_d, be->so_d, be->st, err));
+    CU(cudaMemcpyAsync(be->so_h, be->so_d, sizeof(rw_k_sample_out) * (size_t)n,
+                       cudaMemcpyDeviceToHost, be->st));
+    CU(cudaStreamSynchronize(be->st));
+    for (int i = 0; i < n; i++) {
+        res[i].token = be->so_h[i].token;
+        res[i].logprob = be->so_h[i].logprob;
+        const int tn = req[i].sp->top_logprobs;
+        memcpy(res[i].top_ids, be->so_h[i].top_ids, sizeof(int32_t) * (size_t)tn);
+        memcpy(res[i].top_lps, be->so_h[i].top_lps, sizeof(float) * (size_t)tn);
+    }
+    return RW_OK;
+}
+
+static rw_status cuda_logits_host(rw_model *m, int row0, int nrows, float *dst, rw_err *err) {
+    cuda_be *be = m->be;
+    if (row0 < 0 || nrows < 0 || row0 + nrows > be->nlogits)
+        RW_FAIL(err, RW_E_RANGE, "logits rows [%d, %d) of %lld", row0, row0 + nrows,
+                (long long)be->nlogits);
+    const size_t V = (size_t)m->cfg.vocab_size;
+    CU(cudaMemcpyAsync(dst, be->logits + (size_t)row0 * V, sizeof(float) * V * (size_t)nrows,
+                       cudaMemcpyDeviceToHost, be->st));
+    CU(cudaStreamSynchronize(be->st));
+    return RW_OK;
+}
+
+static void cuda_destroy(rw_model *m) {
+    cuda_be *be = m->be;
+    if (!be) return;
+    cudaStreamSynchronize(be->st);
+    drop_graphs(be);
+    free_scratch(be);
+    cudaFree(be->inv_freq);
+    cudaFree(be->lt_ws);
+    cudaFree(be->wdeq);
+    if (be->mm) cublasLtMatmulDescDestroy(be->mm);
+    if (be->lt) cublasLtDestroy(be->lt);
+    if (be->st) cudaStreamDestroy(be->st);
+    free(be);
+    m->be = NULL;
+}
+
+static const rw_backend_ops cuda_ops = {
+    .name = "cuda",
+    .reserve = cuda_reserve,
+    .kv_block_bytes = cuda_kv_block_bytes,
+    .kv_budget = cuda_kv_budget,
+    .kv_create = cuda_kv_create,
+    .kv_destroy = cuda_kv_destroy,
+    .forward = cuda_forward,
+    .sample = cuda_sample,
+    .logits_host = cuda_logits_host,
+    .destroy = cuda_destroy,
+};
+
+/* Internal hooks for the benchmarks (bench.c). */
+rw_status rw_cuda_be_gemm(rw_model *m, const void *W, const void *X, float *Y, int64_t M, int64_t N,
+                          int64_t K, rw_err *err) {
+    return gemm(m->be, W, X, Y, M, N, K, err);
+}
+void *rw_cuda_be_stream(rw_model *m) {
+    return ((cuda_be *)m->be)->st;
+}
+/* Fills a KV cache with random bf16 (benchmarks must not time zeros). */
+rw_status rw_cuda_be_kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err) {
+    cuda_be *be = m->be;
+    const int64_t n = (int64_t)kv->layer_elems * m->cfg.num_layers;
+    RW_CHECK(rw_k_fill_bf16(kv->k, n, seed, 0.0f, 1.0f, be->st, err));
+    RW_CHECK(rw_k_fill_bf16(kv->v, n, seed + 1, 0.0f, 1.0f, be->st, err));
+    CU(cudaStreamSynchronize(be->st));
+    return RW_OK;
+}
+
+rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
+    const rw_config *c = &m->cfg;
+    if (c->hidden_size % 128 != 0)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "CUDA backend: hidden_size %d must be a multiple of 128",
+                c->hidden_size);
+    cuda_be *be = calloc(1, sizeof *be);
+    if (!be) RW_FAIL(err, RW_E_OOM, "cuda backend");
+    m->be = be;
+    rw_status st = RW_OK;
+    cudaError_t ce;
+    cublasStatus_t cs;
+    if ((ce = cudaSetDevice(m->device)) ||
+        (ce = cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking)) ||
+        (ce = cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, m->device))) {
+        st = RW_ERR(err, RW_E_CUDA, "cuda backend init: %s", cudaGetErrorString(ce));
+        goto fail;
+    }
+    if ((cs = cublasLtCreate(&be->lt)) ||
+        (cs = cublasLtMatmulDescCreate(&be->mm, CUBLAS_COMPUTE_32F, CUDA_R_32F))) {
+        st = RW_ERR(err, RW_E_CUDA, "cuBLASLt init: status %d", (int)cs);
+        goto fail;
+    }
+    {
+        const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+        if ((cs = cublasLtMatmulDescSetAttribute(be->mm, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                 sizeof ta)) ||
+            (cs = cublasLtMatmulDescSetAttribute(be->mm, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                 sizeof tb))) {
+            st = RW_ERR(err, RW_E_CUDA, "cuBLASLt descriptor: status %d", (int)cs);
+            goto fail;
+        }
+    }
+    be->lt_ws_bytes = (size_t)32 << 20;
+    const int64_t hd = c->head_dim, H = c->hidden_size;
+    const int64_t qd = m->d.nh_local * hd;
+    const size_t wdeq = (size_t)(qd > H ? qd : H) * (size_t)(qd > H ? H : qd) * 2;
+    float *inv = malloc(sizeof(float) * (size_t)(hd / 2));
+    if (!inv) {
+        st = RW_ERR(err, RW_E_OOM, "inv_freq");
+        goto fail;
+    }
+    for (int64_t i = 0; i < hd / 2; i++)
+        inv[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)hd));
+    if ((ce = cudaMalloc(&be->lt_ws, be->lt_ws_bytes)) ||
+        (ce = cudaMalloc((void **)&be->wdeq, wdeq)) ||
+        (ce = cudaMalloc((void **)&be->inv_freq, sizeof(float) * (size_t)(hd / 2))) ||
+        (ce = cudaMemcpy(be->inv_freq, inv, sizeof(float) * (size_t)(hd / 2),
+                         cudaMemcpyHostToDevice))) {
+        free(inv);
+        st = RW_ERR(err, RW_E_CUDA, "cuda backend buffers: %s", cudaGetErrorString(ce));
+        goto fail;
+    }
+    free(inv);
+    /* RW_CUDA_GRAPHS=0 turns graphs off; RW_CUDA_SYNC=1 (synchronize after every launch to
+     * localise faults) cannot run inside a capture, so it turns them off too */
+    const char *g = getenv("RW_CUDA_GRAPHS"), *sy = getenv("RW_CUDA_SYNC");
+    be->use_graphs = !(g && strcmp(g, "0") == 0) && !(sy && sy[0] == '1');
+    m->ops = &cuda_ops;
+    return RW_OK;
+fail:
+    cuda_destroy(m);
+    return st;
+}
