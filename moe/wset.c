@@ -531,7 +531,8 @@ void rw_wset_destroy(rw_wset *ws) {
             stage_free(ws->units[i].st);
         }
     free(ws->units);
-    for (int i = 0; i < 3; i++) free(ws->keep[i].v);
+    for (int i = 0; i < 3; i++)
+        free(ws->keep[i].v);
     for (int i = 0; i < 2; i++)
         rw_moe_slot_free(&ws->slots[i]);
     rw_arena_destroy(ws->arena);
@@ -698,6 +699,17 @@ typedef struct build {
     size_t flush_len, flush_cap;
     size_t *touched; /* units whose stage changed in this batch */
     size_t ntouched, captouched;
+    /* host pieces of a device set: the rectangles the ops read, gathered into the pinned table
+     * upload (only this rank's part of each piece crosses to the device) */
+    struct upl {
+        const uint8_t *host;
+        int64_t rows, cols, ld;
+        int es;
+        size_t off; /* in the upload area */
+        bool fp8q;  /* the op is in fp8q (else direct) */
+        size_t idx; /* its index there */
+    } * up;
+    size_t nup, capup, up_bytes;
 } build;
 
 /* A piece's part of one canonical matrix: rows [r0, r1) x cols [c0, c1) of the weight (or, for
@@ -716,6 +728,7 @@ typedef struct pbase {
     const uint8_t *exec, *host;
     int esize;
     rw_dtype dtype;
+    bool upload; /* host bytes for a device set: ops read gathered copies (exec is NULL) */
 } pbase;
 
 static rw_status stage_get(build *b, size_t uid, const geom *g, stage **out, rw_err *err) {
@@ -916,6 +929,39 @@ static rw_moe_op op_new(int kind, int esize, uint64_t src, int64_t ld, const rw_
     return o;
 }
 
+/* Queues op `o` reading the rectangle at byte `off` of the piece (row stride ld elements of
+ * o->esize bytes): directly from the executor's copy, or from a gathered upload. */
+static rw_status put_op(build *b, bool fp8q, rw_moe_op o, const pbase *pb, size_t off, int64_t ld,
+                        rw_err *err) {
+    opvec *v = fp8q ? &b->fp8q : &b->direct;
+    if (!pb->upload) {
+        o.src = (uint64_t)(uintptr_t)(pb->exec + off);
+        o.src_ld = ld;
+        return opvec_push(v, &o, err);
+    }
+    if (b->nup == b->capup) {
+        size_t cap = b->capup ? 2 * b->capup : 256;
+        struct upl *u = realloc(b->up, cap * sizeof *u);
+        if (!u) RW_FAIL(err, RW_E_OOM, "out of memory for upload records");
+        b->up = u;
+        b->capup = cap;
+    }
+    size_t bytes = (size_t)o.rows * (size_t)o.cols * (size_t)o.esize;
+    struct upl *u = &b->up[b->nup++];
+    u->host = pb->host + off;
+    u->rows = o.rows;
+    u->cols = o.cols;
+    u->ld = ld;
+    u->es = o.esize;
+    u->off = b->up_bytes;
+    u->fp8q = fp8q;
+    u->idx = v->n;
+    b->up_bytes += (bytes + 15) & ~(size_t)15;
+    o.src = u->off; /* rebased to the device copy in run_device */
+    o.src_ld = o.cols;
+    return opvec_push(v, &o, err);
+}
+
 /* A scale piece's rectangle (mx: [R, C/32] entries; fp8: canonical blocks). */
 static rw_status emit_scale(build *b, const geom *g, const pbase *pb, const mrect *m, rw_err *err) {
     rw_wname sw = g->w;
@@ -946,12 +992,11 @@ static rw_status emit_scale(build *b, const geom *g, const pbase *pb, const mrec
               m->c1 < sc1 ? m->c1 : sc1};
     if (x.r0 >= x.r1 || x.c0 >= x.c1) return RW_OK;
     int es = g->fmt == RW_WFMT_MXFP8 ? 1 : 4;
-    uint64_t src = (uint64_t)(uintptr_t)(pb->exec + m->off +
-                                         (size_t)((x.r0 - m->r0) * m->ld + (x.c0 - m->c0)) * es);
+    size_t off = m->off + (size_t)((x.r0 - m->r0) * m->ld + (x.c0 - m->c0)) * (size_t)es;
     int64_t r0 = g->fmt == RW_WFMT_MXFP8 ? g->dst_r0 : g->dst_r0 / RW_FP8_BLOCK;
-    rw_moe_op o = op_new(RW_MOE_OP_COPY, es, src, m->ld, &g->scl, r0 + x.r0 - sr0, x.c0 - sc0,
+    rw_moe_op o = op_new(RW_MOE_OP_COPY, es, 0, m->ld, &g->scl, r0 + x.r0 - sr0, x.c0 - sc0,
                          x.r1 - x.r0, x.c1 - x.c0);
-    RW_CHECK(opvec_push(&b->direct, &o, err));
+    RW_CHECK(put_op(b, false, o, pb, off, m->ld, err));
     rect lr = {x.r0 - sr0, x.r1 - sr0, x.c0 - sc0, x.c1 - sc0};
     return cov_add(su, lr, err);
 }
@@ -978,9 +1023,9 @@ static rw_status emit_weight(build *b, const geom *g, const pbase *pb, const mre
     if (g->fmt == RW_WFMT_BF16 || !bf16) {
         if (g->fmt == RW_WFMT_FP8_BLOCK && !g->aligned) /* e4m3 needing re-quantization */
             return stage_weight(b, m->uid, g, pb, off, m->ld, lr, err);
-        rw_moe_op o = op_new(RW_MOE_OP_COPY, es, (uint64_t)(uintptr_t)(pb->exec + off), m->ld,
-                             &g->data, g->dst_r0 + lr.r0, lr.c0, rows, lr.c1 - lr.c0);
-        RW_CHECK(opvec_push(&b->direct, &o, err));
+        rw_moe_op o = op_new(RW_MOE_OP_COPY, es, 0, m->ld, &g->data, g->dst_r0 + lr.r0, lr.c0, rows,
+                             lr.c1 - lr.c0);
+        RW_CHECK(put_op(b, false, o, pb, off, m->ld, err));
         stage_forget(u, lr);
         return cov_add(u, lr, err);
     }
@@ -989,10 +1034,10 @@ static rw_status emit_weight(build *b, const geom *g, const pbase *pb, const mre
         int64_t A = rw_roundup(lr.c0, RW_MXFP8_BLOCK), B = lr.c1 / RW_MXFP8_BLOCK * RW_MXFP8_BLOCK;
         if (A < B) {
             size_t o2 = off + (size_t)(A - lr.c0) * 2;
-            rw_moe_op o = op_new(RW_MOE_OP_MXQ, 2, (uint64_t)(uintptr_t)(pb->exec + o2), m->ld,
-                                 &g->data, g->dst_r0 + lr.r0, A, rows, B - A);
+            rw_moe_op o =
+                op_new(RW_MOE_OP_MXQ, 2, 0, m->ld, &g->data, g->dst_r0 + lr.r0, A, rows, B - A);
             o.scl = g->scl;
-            RW_CHECK(opvec_push(&b->direct, &o, err));
+            RW_CHECK(put_op(b, false, o, pb, o2, m->ld, err));
             rect full = {lr.r0, lr.r1, A, B};
             stage_forget(u, full);
             RW_CHECK(cov_add(u, full, err));
@@ -1015,11 +1060,10 @@ static rw_status emit_weight(build *b, const geom *g, const pbase *pb, const mre
                        blk.c0 > lr.c0 ? blk.c0 : lr.c0, blk.c1 < lr.c1 ? blk.c1 : lr.c1};
             size_t o2 = off + (size_t)((in.r0 - lr.r0) * m->ld + (in.c0 - lr.c0)) * 2;
             if (rect_contains(&in, &blk)) {
-                rw_moe_op o =
-                    op_new(RW_MOE_OP_FP8Q, 2, (uint64_t)(uintptr_t)(pb->exec + o2), m->ld, &g->data,
-                           g->dst_r0 + blk.r0, blk.c0, blk.r1 - blk.r0, blk.c1 - blk.c0);
+                rw_moe_op o = op_new(RW_MOE_OP_FP8Q, 2, 0, m->ld, &g->data, g->dst_r0 + blk.r0,
+                                     blk.c0, blk.r1 - blk.r0, blk.c1 - blk.c0);
                 o.scl = g->scl;
-                RW_CHECK(opvec_push(&b->fp8q, &o, err));
+                RW_CHECK(put_op(b, true, o, pb, o2, m->ld, err));
                 stage_forget(u, blk);
                 RW_CHECK(cov_add(u, blk, err));
                 rect sr = {bi, bi + 1, bj, bj + 1};
@@ -1243,68 +1287,109 @@ static void build_free(build *b) {
     }
     free(b->flushbuf);
     free(b->touched);
+    free(b->up);
 }
 
-/* Runs the batch's ops on the device: one table upload, then the direct scatter, the fp8 block
- * quantizer and the scatter of staged results. */
-static rw_status run_device(build *b, rw_err *err) {
-    rw_wset *ws = b->ws;
-    size_t nd = b->direct.n, nq = b->fp8q.n, nf = b->flush.n;
-    if (nd + nq + nf == 0) return RW_OK;
-    size_t osz = sizeof(rw_moe_op);
-    size_t off_du = nd * osz, off_q = off_du + (nd + 1) * 8, off_f = off_q + nq * osz;
-    size_t off_fu = off_f + nf * osz, off_fb = (off_fu + (nf + 1) * 8 + 255) & ~(size_t)255;
-    size_t total = off_fb + b->flush_len;
-    rw_moe_host_slot *sl = &ws->slots[ws->slot_next];
-    ws->slot_next ^= 1;
-    RW_CHECK(rw_moe_slot_acquire(sl, total, err));
-    uint8_t *h = sl->host;
-    void *dtab = NULL;
-    RW_CHECK(rw_moe_dev_alloc_async(total, b->s, &dtab, err));
-    uint64_t dbase = (uint64_t)(uintptr_t)dtab;
+/* The table image of a batch: [direct ops | their unit prefix | fp8 ops | flush ops | their unit
+ * prefix | flush results | gathered host parts], at offsets the executor reads. */
+typedef struct table {
+    size_t off_du, off_q, off_f, off_fu, off_fb, off_up, total;
+    int64_t dunits, funits;
+} table;
+
+static table table_layout(const build *b) {
+    table t;
+    size_t osz = sizeof(rw_moe_op), nd = b->direct.n, nq = b->fp8q.n, nf = b->flush.n;
+    t.off_du = nd * osz;
+    t.off_q = t.off_du + (nd + 1) * 8;
+    t.off_f = t.off_q + nq * osz;
+    t.off_fu = t.off_f + nf * osz;
+    t.off_fb = (t.off_fu + (nf + 1) * 8 + 255) & ~(size_t)255;
+    t.off_up = (t.off_fb + b->flush_len + 255) & ~(size_t)255;
+    t.total = t.off_up + b->up_bytes;
+    t.dunits = t.funits = 0;
+    return t;
+}
+
+/* Writes the table image into h; `base` is the address the executor will see it at (the device
+ * copy, or h itself on the host): flush ops and ops reading gathered host parts point there. */
+static void table_fill(const build *b, table *t, uint8_t *h, uint64_t base) {
+    size_t osz = sizeof(rw_moe_op), nd = b->direct.n, nq = b->fp8q.n, nf = b->flush.n;
     memcpy(h, b->direct.v, nd * osz);
-    int64_t *du = (int64_t *)(h + off_du), acc = 0;
+    int64_t *du = (int64_t *)(void *)(h + t->off_du), acc = 0;
     for (size_t i = 0; i < nd; i++) {
         du[i] = acc;
         acc += rw_moe_op_units(&b->direct.v[i]);
     }
     du[nd] = acc;
-    int64_t dunits = acc;
-    memcpy(h + off_q, b->fp8q.v, nq * osz);
-    rw_moe_op *fo = (rw_moe_op *)(h + off_f);
+    t->dunits = acc;
+    memcpy(h + t->off_q, b->fp8q.v, nq * osz);
+    rw_moe_op *fo = (rw_moe_op *)(void *)(h + t->off_f);
     memcpy(fo, b->flush.v, nf * osz);
-    int64_t *fu = (int64_t *)(h + off_fu);
+    int64_t *fu = (int64_t *)(void *)(h + t->off_fu);
     acc = 0;
     for (size_t i = 0; i < nf; i++) {
-        fo[i].src += dbase + off_fb; /* offsets into the flush buffer -> device addresses */
+        fo[i].src += base + t->off_fb; /* offsets into the flush results -> addresses */
         fu[i] = acc;
         acc += rw_moe_op_units(&fo[i]);
     }
     fu[nf] = acc;
-    int64_t funits = acc;
-    if (b->flush_len) memcpy(h + off_fb, b->flushbuf, b->flush_len);
-    rw_status st = rw_memcpy(dtab, RW_PLACE_DEVICE, h, RW_PLACE_HOST, total, b->s, err);
+    t->funits = acc;
+    if (b->flush_len) memcpy(h + t->off_fb, b->flushbuf, b->flush_len);
+    /* the parts of host pieces the ops read, gathered row by row; ops re-pointed at them */
+    for (size_t i = 0; i < b->nup; i++) {
+        const struct upl *u = &b->up[i];
+        size_t rb = (size_t)u->cols * (size_t)u->es;
+        for (int64_t r = 0; r < u->rows; r++)
+            memcpy(h + t->off_up + u->off + (size_t)r * rb,
+                   u->host + (size_t)(r * u->ld) * (size_t)u->es, rb);
+        rw_moe_op *o = u->fp8q ? (rw_moe_op *)(void *)(h + t->off_q) + u->idx
+                               : (rw_moe_op *)(void *)h + u->idx;
+        o->src += base + t->off_up;
+    }
+}
+
+/* Runs the batch's ops on the device: one table upload (pinned, alternating slots), then the
+ * direct scatter, the fp8 block quantizer and the scatter of staged results. */
+static rw_status run_device(build *b, rw_err *err) {
+    rw_wset *ws = b->ws;
+    size_t nd = b->direct.n, nq = b->fp8q.n, nf = b->flush.n;
+    if (nd + nq + nf == 0) return RW_OK;
+    table t = table_layout(b);
+    rw_moe_host_slot *sl = &ws->slots[ws->slot_next];
+    ws->slot_next ^= 1;
+    RW_CHECK(rw_moe_slot_acquire(sl, t.total, err));
+    void *dtab = NULL;
+    RW_CHECK(rw_moe_dev_alloc_async(t.total, b->s, &dtab, err));
+    uint8_t *d = dtab;
+    table_fill(b, &t, sl->host, (uint64_t)(uintptr_t)dtab);
+    rw_status st = rw_memcpy(dtab, RW_PLACE_DEVICE, sl->host, RW_PLACE_HOST, t.total, b->s, err);
     if (st == RW_OK && nd)
-        st = rw_moe_scatter_cuda((const rw_moe_op *)dtab,
-                                 (const int64_t *)(void *)((uint8_t *)dtab + off_du), nd, dunits,
-                                 b->s, err);
+        st = rw_moe_scatter_cuda((const rw_moe_op *)dtab, (const int64_t *)(void *)(d + t.off_du),
+                                 nd, t.dunits, b->s, err);
     if (st == RW_OK && nq)
-        st = rw_moe_fp8q_cuda((const rw_moe_op *)(void *)((uint8_t *)dtab + off_q), nq, b->s, err);
+        st = rw_moe_fp8q_cuda((const rw_moe_op *)(void *)(d + t.off_q), nq, b->s, err);
     if (st == RW_OK && nf)
-        st = rw_moe_scatter_cuda((const rw_moe_op *)(void *)((uint8_t *)dtab + off_f),
-                                 (const int64_t *)(void *)((uint8_t *)dtab + off_fu), nf, funits,
-                                 b->s, err);
+        st = rw_moe_scatter_cuda((const rw_moe_op *)(void *)(d + t.off_f),
+                                 (const int64_t *)(void *)(d + t.off_fu), nf, t.funits, b->s, err);
     rw_moe_dev_free_async(dtab, b->s);
     rw_status st2 = rw_moe_slot_release(sl, b->s, st == RW_OK ? err : NULL);
     return st != RW_OK ? st : st2;
 }
 
-static void run_host(build *b) {
-    rw_moe_ops_run_ref(b->direct.v, b->direct.n);
-    rw_moe_ops_run_ref(b->fp8q.v, b->fp8q.n);
-    for (size_t i = 0; i < b->flush.n; i++)
-        b->flush.v[i].src += (uint64_t)(uintptr_t)b->flushbuf;
-    rw_moe_ops_run_ref(b->flush.v, b->flush.n);
+/* The same table image on the host, run by the CPU reference in the same order. */
+static rw_status run_host(build *b, rw_err *err) {
+    size_t nd = b->direct.n, nq = b->fp8q.n, nf = b->flush.n;
+    if (nd + nq + nf == 0) return RW_OK;
+    table t = table_layout(b);
+    uint8_t *h = malloc(t.total);
+    if (!h) RW_FAIL(err, RW_E_OOM, "apply: out of memory for a table of %zu bytes", t.total);
+    table_fill(b, &t, h, (uint64_t)(uintptr_t)h);
+    rw_moe_ops_run_ref((const rw_moe_op *)(void *)h, nd);
+    rw_moe_ops_run_ref((const rw_moe_op *)(void *)(h + t.off_q), nq);
+    rw_moe_ops_run_ref((const rw_moe_op *)(void *)(h + t.off_f), nf);
+    free(h);
+    return RW_OK;
 }
 
 rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_stream s,
@@ -1326,7 +1411,6 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
     memset(ws->keep, 0, sizeof ws->keep);
     rw_status st = RW_OK;
     uint8_t *hostcopy = NULL;
-    void *devcopy = NULL;
     if (!pi || !pb) {
         st = RW_ERR(err, RW_E_OOM, "apply: out of memory for %zu pieces", n);
         goto done;
@@ -1339,19 +1423,17 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
             goto done;
         }
     }
-    /* 2. make every piece readable by the executor: a host set copies device pieces down; a
-     * device set uploads host pieces */
+    /* 2. where the executor reads each piece: a device set reads device pieces in place and
+     * gets the parts of host pieces its ops need gathered into the table upload; a host set
+     * copies device pieces down first */
     bool dev = ws->place == RW_PLACE_DEVICE;
     size_t xfer = 0;
     for (size_t i = 0; i < n; i++)
-        if ((pieces[i].place == RW_PLACE_DEVICE) != dev)
+        if (!dev && pieces[i].place == RW_PLACE_DEVICE)
             xfer += (rw_piece_nbytes(&pieces[i]) + 255) & ~(size_t)255;
-    if (xfer) {
-        if (dev)
-            st = rw_moe_dev_alloc_async(xfer, s, &devcopy, err);
-        else if (!(hostcopy = malloc(xfer)))
-            st = RW_ERR(err, RW_E_OOM, "apply: out of memory for %zu bytes of device pieces", xfer);
-        if (st != RW_OK) goto done;
+    if (xfer && !(hostcopy = malloc(xfer))) {
+        st = RW_ERR(err, RW_E_OOM, "apply: out of memory for %zu bytes of device pieces", xfer);
+        goto done;
     }
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1359,24 +1441,19 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
         size_t nb = rw_piece_nbytes(p);
         pb[i].esize = (int)rw_dtype_size(p->dtype);
         pb[i].dtype = p->dtype;
-        if ((p->place == RW_PLACE_DEVICE) == dev) {
-            pb[i].exec = p->data;
-            pb[i].host = p->place == RW_PLACE_HOST ? p->data : NULL;
-            continue;
-        }
-        if (dev) {
-            uint8_t *d = (uint8_t *)devcopy + at;
-            RW_CHECKGOTO(rw_memcpy(d, RW_PLACE_DEVICE, p->data, RW_PLACE_HOST, nb, s, err), st,
-                         done);
-            pb[i].exec = d;
+        if (p->place == RW_PLACE_HOST) {
             pb[i].host = p->data;
+            pb[i].exec = dev ? NULL : p->data;
+            pb[i].upload = dev;
+        } else if (dev) {
+            pb[i].exec = p->data;
         } else {
             RW_CHECKGOTO(
                 rw_memcpy(hostcopy + at, RW_PLACE_HOST, p->data, RW_PLACE_DEVICE, nb, s, err), st,
                 done);
             pb[i].exec = pb[i].host = hostcopy + at;
+            at += (nb + 255) & ~(size_t)255;
         }
-        at += (nb + 255) & ~(size_t)255;
     }
     if (xfer) RW_CHECKGOTO(rw_stream_sync(s, err), st, done);
     /* 3. ops for every piece, staging partial quantization blocks */
@@ -1391,13 +1468,11 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
         RW_CHECKGOTO(flush_unit(&b, b.touched[i], err), st, done);
     /* 4. run */
     if (dev) {
-        st = run_device(&b, err);
-        if (st == RW_OK && devcopy) st = rw_stream_sync(s, err); /* host pieces were borrowed */
+        st = run_device(&b, err); /* host bytes were gathered into the pinned table upload */
     } else {
-        run_host(&b);
+        st = run_host(&b, err);
     }
 done:
-    if (devcopy) rw_moe_dev_free_async(devcopy, s);
     free(hostcopy);
     build_free(&b);
     free(pi);
