@@ -46,6 +46,7 @@ struct rw_client {
     pending pend[MAX_PENDING];
     size_t npend;
     rw_mw *w;
+    char *auth; /* args.auth of every request, or NULL */
     char last_error[512];
 };
 
@@ -99,6 +100,7 @@ rw_status rw_client_connect(const char *addr, void *zctx, rw_client **out, rw_er
         st = RW_ERR(err, RW_E_ZMQ, "client: connect %s: %s", addr, zmq_strerror(errno));
         goto fail;
     }
+    RW_CHECKGOTO(rw_client_set_auth(c, getenv("RW_AUTH_TOKEN"), err), st, fail);
     *out = c;
     return RW_OK;
 fail:
@@ -116,7 +118,17 @@ void rw_client_close(rw_client *c) {
     }
     rw_mw_destroy(c->w);
     if (c->zc) zc_unref(c->zc);
+    free(c->auth);
     free(c);
+}
+
+rw_status rw_client_set_auth(rw_client *c, const char *token, rw_err *err) {
+    char *t = NULL;
+    if (token && token[0] && !(t = strdup(token)))
+        RW_FAIL(err, RW_E_OOM, "client: out of memory for the auth token");
+    free(c->auth);
+    c->auth = t;
+    return RW_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -136,15 +148,39 @@ static rw_status build(rw_client *c, const char *cmd, rw_mw *args, uint64_t *id,
     *id = c->next_id++;
     rw_mw_reset(c->w);
     rw_mw_request(c->w, *id, cmd);
+    const void *a = NULL;
+    size_t alen = 0;
     if (args) {
-        const void *a;
-        size_t alen;
         RW_CHECK(rw_mw_finish(args, &a, &alen, err));
         if (!alen) RW_FAIL(err, RW_E_INVALID_ARG, "client: empty args writer");
-        rw_mw_raw(c->w, a, alen);
-    } else {
-        rw_mw_map(c->w, 0);
     }
+    if (c->auth) {
+        /* the args map again with auth first (kept as it is when the caller gave one) */
+        rw_msg *m = NULL;
+        const rw_mobj *v = NULL;
+        if (a) RW_CHECK(rw_msg_decode_value(a, alen, &m, &v, err));
+        if (v && rw_mobj_type(v) != RW_M_MAP) {
+            rw_msg_free(m);
+            RW_FAIL(err, RW_E_INVALID_ARG, "client: args must be a map");
+        }
+        if (!v || !rw_mobj_get(v, "auth")) {
+            size_t n = v ? rw_mobj_len(v) : 0;
+            rw_mw_map(c->w, (uint32_t)(n + 1));
+            rw_mw_str(c->w, "auth");
+            rw_mw_str(c->w, c->auth);
+            for (size_t i = 0; i < n; i++) {
+                rw_mw_obj(c->w, rw_mobj_key_at(v, i));
+                rw_mw_obj(c->w, rw_mobj_val_at(v, i));
+            }
+            a = NULL;
+        }
+        rw_msg_free(m);
+        if (!a) return rw_mw_finish(c->w, env, len, err);
+    }
+    if (a)
+        rw_mw_raw(c->w, a, alen);
+    else
+        rw_mw_map(c->w, 0);
     return rw_mw_finish(c->w, env, len, err);
 }
 

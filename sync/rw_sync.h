@@ -481,6 +481,12 @@ rw_status rw_client_connect(const char *addr, void *zctx, rw_client **out, rw_er
 void rw_client_close(rw_client *c);
 /* The detailed message of the last failed call on this handle ("" after a success). */
 const char *rw_client_last_error(const rw_client *c);
+/* Authentication for workers that require a shared token (a control socket bound to a
+ * non-loopback address; docs/OPERATIONS.md): every request sent from now on carries
+ * args.auth = token, unless its args already hold an "auth" field. rw_client_connect takes the
+ * token from the environment variable RW_AUTH_TOKEN when it is set. NULL or "" stops sending
+ * one. The token is copied. */
+rw_status rw_client_set_auth(rw_client *c, const char *token, rw_err *err);
 
 /* Sends any command: `args_json` is a JSON object (NULL: {}), `frames` optional data frames
  * (borrowed: copied before the call returns). `*id` gets the request id. */
