@@ -231,3 +231,20 @@ void rw_moe_experts_ref(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t
     rw_moe_experts_ref_ws(lw, d, H, x, ntok, ids, weights, k, out, ws, n, NULL);
     free(ws);
 }
+
+#ifndef RW_HAVE_CUDA
+/* CPU-only builds: the CUDA versions report that there is no device. */
+rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
+                            int32_t *ids, float *weights, rw_stream s, rw_err *err) {
+    RW_FAIL(err, RW_E_NO_DEVICE, "moe route: built without CUDA");
+}
+size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok, int k) {
+    return 0;
+}
+rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                              const uint16_t *x, int64_t ntok, const int32_t *ids,
+                              const float *weights, int k, float *out, void *ws, size_t ws_bytes,
+                              rw_stream s, rw_err *err) {
+    RW_FAIL(err, RW_E_NO_DEVICE, "moe experts: built without CUDA");
+}
+#endif
