@@ -1,0 +1,655 @@
+"""rw_client.py - the Python client of rw workers: ctypes over librw_client.so (the sync module's
+trainer-side C library), no packages beyond the standard library (torch only when pushing torch
+tensors).
+
+What a PyTorch trainer does with it:
+
+    from rw_client import Worker, Client, NcclGroup
+    with Worker(config="config.json", random_weights=True, device="cuda", gpu=1) as w:
+        c = Client(w.endpoint)
+        group = NcclGroup([c], device=0)              # the trainer's GPU is rank 0
+        group.push_state_dict(model.state_dict(), version="step-1")
+        out = c.generate([[1, 2, 3]], max_new_tokens=16, temperature=1.0, seed=7)
+        c.verify_checksums(model.state_dict(), config="config.json")
+
+The wire protocol is docs/PROTOCOL.md; every command is reachable through Client.call().
+"""
+
+import ctypes
+import glob
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import time
+
+__all__ = ["RWError", "Worker", "Client", "NcclGroup", "load_safetensors", "find_library",
+           "find_worker", "expected_checksum"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+
+# rw_dtype numbers (core/rw_core.h) and safetensors spellings
+_DTYPES = {"bf16": 1, "f16": 2, "f32": 3, "i32": 4, "e4m3": 5, "ue8m0": 6, "u8": 7, "i64": 8,
+           "f64": 9, "i8": 10, "bool": 11, "i16": 12}
+_ST_DTYPES = {"BF16": "bf16", "F16": "f16", "F32": "f32", "I32": "i32", "F8_E4M3": "e4m3",
+              "U8": "u8", "I64": "i64", "F64": "f64", "I8": "i8", "BOOL": "bool", "I16": "i16"}
+_SIZES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "e4m3": 1, "ue8m0": 1, "u8": 1, "i64": 8,
+          "f64": 8, "i8": 1, "bool": 1, "i16": 2}
+_STATUS = ["ok", "invalid_arg", "oom", "io", "format", "unsupported", "not_found", "shape",
+           "dtype", "cuda", "nccl", "zmq", "timeout", "state", "protocol", "busy",
+           "weights_incomplete", "aborted", "internal", "auth", "no_device", "range"]
+
+
+class RWError(Exception):
+    """An error reply or a failed client call: `status` is the rw_status name."""
+
+    def __init__(self, status, message):
+        self.code = status if isinstance(status, int) else _STATUS.index(status)
+        self.status = _STATUS[self.code] if 0 <= self.code < len(_STATUS) else str(status)
+        self.message = message
+        super().__init__("%s: %s" % (self.status, message))
+
+
+class _Err(ctypes.Structure):
+    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * 512),
+                ("where", ctypes.c_char * 64)]
+
+
+def _newest(paths):
+    paths = [p for p in paths if os.path.isfile(p)]
+    return max(paths, key=os.path.getmtime) if paths else None
+
+
+def find_library(path=None):
+    """librw_client.so: `path`, $RW_CLIENT_LIB, $RW_BUILD_ROOT/sync, or the newest build*/sync of
+    this repository."""
+    cands = [path, os.environ.get("RW_CLIENT_LIB")]
+    if os.environ.get("RW_BUILD_ROOT"):
+        cands.append(os.path.join(os.environ["RW_BUILD_ROOT"], "sync", "librw_client.so"))
+    for c in cands:
+        if c and os.path.isfile(c):
+            return c
+    found = _newest(glob.glob(os.path.join(_REPO, "build*", "sync", "librw_client.so")))
+    if not found:
+        raise FileNotFoundError("librw_client.so not found: build rw (tools/build.sh) or set "
+                                "RW_CLIENT_LIB")
+    return found
+
+
+def find_worker(path=None):
+    """The rw-worker executable, found like the library."""
+    cands = [path, os.environ.get("RW_WORKER_EXE")]
+    if os.environ.get("RW_BUILD_ROOT"):
+        cands.append(os.path.join(os.environ["RW_BUILD_ROOT"], "worker", "rw-worker"))
+    for c in cands:
+        if c and os.path.isfile(c):
+            return c
+    found = _newest(glob.glob(os.path.join(_REPO, "build*", "worker", "rw-worker")))
+    if not found:
+        raise FileNotFoundError("rw-worker not found: build rw (tools/build.sh) or set "
+                                "RW_WORKER_EXE")
+    return found
+
+
+_LIBS = {}
+
+
+def _lib(path=None):
+    """Loads librw_client.so once per path and declares the functions used here."""
+    p = find_library(path)
+    if p in _LIBS:
+        return _LIBS[p]
+    L = ctypes.CDLL(p)
+    vp, cp, sz, u64, i32 = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64,
+                            ctypes.c_int)
+    E = ctypes.POINTER(_Err)
+
+    def d(name, res, *args):
+        f = getattr(L, name)
+        f.restype = res
+        f.argtypes = list(args)
+
+    d("rw_client_connect", i32, cp, vp, ctypes.POINTER(vp), E)
+    d("rw_client_close", None, vp)
+    d("rw_client_send_json", i32, vp, cp, cp, ctypes.POINTER(vp), ctypes.POINTER(sz), sz,
+      ctypes.POINTER(u64), E)
+    d("rw_client_wait_json", i32, vp, u64, i32, ctypes.POINTER(vp), ctypes.POINTER(vp),
+      ctypes.POINTER(sz), E)
+    d("rw_client_free", None, vp)
+    d("rw_client_update_weights_zmq", i32, vp, vp, vp, i32, E)
+    d("rw_client_group_create", i32, ctypes.POINTER(vp), ctypes.POINTER(i32), i32, cp, i32,
+      ctypes.c_double, ctypes.POINTER(vp), E)
+    d("rw_client_group_destroy", None, vp)
+    d("rw_client_update_weights_nccl", i32, vp, vp, vp, vp, i32, E)
+    d("rw_client_group_sync", i32, vp, vp, ctypes.c_double, E)
+    d("rw_sync_manifest_create", i32, ctypes.POINTER(vp), E)
+    d("rw_sync_manifest_destroy", None, vp)
+    d("rw_sync_manifest_clear", None, vp)
+    d("rw_sync_manifest_count", sz, vp)
+    d("rw_sync_manifest_bytes", u64, vp)
+    d("rw_sync_manifest_add", i32, vp, cp, i32, i32, ctypes.POINTER(ctypes.c_int64), i32,
+      ctypes.c_int64, ctypes.c_int64, i32, ctypes.POINTER(u64), E)
+    d("rw_checksum64", u64, vp, sz, u64)
+    d("rw_config_load", i32, cp, vp, E)
+    d("rw_config_free", None, vp)
+    d("rw_sync_expected_checksum", i32, vp, i32, i32, cp, vp, i32, ctypes.POINTER(u64), E)
+    _LIBS[p] = L
+    return L
+
+
+def _check(st, err):
+    if st != 0:
+        raise RWError(st, err.msg.decode(errors="replace"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors: torch tensors, or (dtype, shape, bytes) triples for code without torch
+# ---------------------------------------------------------------------------------------------
+def _torch_dtype_name(t):
+    import torch
+    m = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32",
+         torch.int32: "i32", torch.uint8: "u8", torch.int64: "i64", torch.float64: "f64"}
+    if hasattr(torch, "float8_e4m3fn"):
+        m[torch.float8_e4m3fn] = "e4m3"
+    if t.dtype not in m:
+        raise ValueError("tensor dtype %s has no rw dtype" % t.dtype)
+    return m[t.dtype]
+
+
+def _describe(value):
+    """(dtype name, shape list, nbytes, is_torch) of a torch tensor or a (dtype, shape, bytes)."""
+    if isinstance(value, tuple):
+        dt, shape, data = value
+        return dt, list(shape), len(data), False
+    return _torch_dtype_name(value), list(value.shape), value.numel() * value.element_size(), True
+
+
+def load_safetensors(path, device=None):
+    """Reads a .safetensors file with the standard library: {name: (dtype, shape, bytes)}, or
+    torch tensors on `device` when `device` is given (torch needed then)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, en = e["data_offsets"]
+        dt = _ST_DTYPES[e["dtype"]]
+        out[name] = (dt, e["shape"], data[b:en])
+    if device is None:
+        return out
+    import torch
+    tmap = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+            "i32": torch.int32, "u8": torch.uint8, "i64": torch.int64, "f64": torch.float64}
+    res = {}
+    for name, (dt, shape, raw) in out.items():
+        u8 = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        res[name] = u8.view(tmap[dt]).reshape(shape).to(device)
+    return res
+
+
+def expected_checksum(config, tp, rank, name, value, lib=None):
+    """The checksum rank `rank` of a TP-`tp` worker serving `config` reports for canonical tensor
+    `name` holding `value` (a torch tensor or a (dtype, shape, bytes) triple): the rank's slice,
+    quantized when the worker quantizes that layer, xxh3-64."""
+    L = _lib(lib)
+    cfg = ctypes.create_string_buffer(16384)  # rw_config, opaque here
+    err = _Err()
+    _check(L.rw_config_load(config.encode(), cfg, ctypes.byref(err)), err)
+    try:
+        dt, _, nbytes, is_torch = _describe(value)
+        if is_torch:
+            host = value.detach().contiguous().cpu()
+            ptr = ctypes.c_void_p(host.data_ptr())
+        else:
+            buf = ctypes.create_string_buffer(bytes(value[2]), nbytes)
+            ptr = ctypes.cast(buf, ctypes.c_void_p)
+        out = ctypes.c_uint64()
+        _check(L.rw_sync_expected_checksum(cfg, tp, rank, name.encode(), ptr, _DTYPES[dt],
+                                           ctypes.byref(out), ctypes.byref(err)), err)
+        return out.value
+    finally:
+        L.rw_config_free(cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker processes
+# ---------------------------------------------------------------------------------------------
+class Worker:
+    """An rw-worker process (rank 0 of its ranks) started and stopped from Python.
+
+    Worker(model=DIR) or Worker(config=FILE, random_weights=True); device "cpu" or "cuda";
+    gpu: first CUDA ordinal; tp: ranks; control: address to bind (a free loopback port by
+    default; the bound one is `endpoint`); extra_args: more rw-worker options."""
+
+    def __init__(self, model=None, config=None, random_weights=False, seed=0, tp=1, device=None,
+                 gpu=None, control="tcp://127.0.0.1:*", extra_args=(), exe=None, env=None,
+                 start_timeout=120):
+        args = [find_worker(exe)]
+        if model:
+            args += ["--model", model]
+        if config:
+            args += ["--config", config]
+        if random_weights:
+            args += ["--random-weights", "--seed", str(seed)]
+        args += ["--tp", str(tp), "--control", control]
+        if device:
+            args += ["--device", device]
+        if gpu is not None:
+            args += ["--gpu", str(gpu)]
+        args += list(extra_args)
+        self.args = args
+        self.env = env
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.endpoint = None
+        self.ready = None
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, env=self.env)
+        end = time.time() + self.start_timeout
+        buf = b""
+        while time.time() < end:
+            r, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if r:
+                ch = os.read(self.proc.stdout.fileno(), 4096)
+                if not ch:
+                    break
+                buf += ch
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    try:
+                        j = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(j, dict) and j.get("event") == "ready":
+                        self.ready = j
+                        self.endpoint = j["control"]
+                        return self
+            elif self.proc.poll() is not None:
+                break
+        code = self.proc.poll()
+        self.kill()
+        raise RuntimeError("rw-worker did not become ready (exit status %s): %s" %
+                           (code, " ".join(self.args)))
+
+    def stop(self, timeout=30):
+        """Shuts the worker down (in-flight requests get partial replies) and waits for it."""
+        if not self.proc or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        try:
+            c = Client(self.endpoint, timeout_ms=int(timeout * 1000))
+            try:
+                c.shutdown()
+            finally:
+                c.close()
+        except (RWError, OSError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Control client
+# ---------------------------------------------------------------------------------------------
+class Client:
+    """A connection to one worker's control address. Every command is `call(cmd, args)`; the
+    helpers below name the common ones. Errors raise RWError."""
+
+    def __init__(self, endpoint, lib=None, timeout_ms=60000, auth_token=None):
+        self.lib_path = find_library(lib)
+        self.L = _lib(self.lib_path)
+        self.endpoint = endpoint
+        self.timeout_ms = timeout_ms
+        self.auth_token = auth_token or os.environ.get("RW_AUTH_TOKEN")
+        self._c = ctypes.c_void_p()
+        err = _Err()
+        _check(self.L.rw_client_connect(endpoint.encode(), None, ctypes.byref(self._c),
+                                        ctypes.byref(err)), err)
+
+    def close(self):
+        if self._c:
+            self.L.rw_client_close(self._c)
+            self._c = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self):
+        return self._c
+
+    def send(self, cmd, args=None, frames=()):
+        """Sends a command; returns its request id."""
+        a = dict(args or {})
+        if self.auth_token:
+            a["auth"] = self.auth_token
+        n = len(frames)
+        bufs = [ctypes.create_string_buffer(bytes(f), len(f)) for f in frames]
+        ptrs = (ctypes.c_void_p * max(n, 1))(*[ctypes.cast(b, ctypes.c_void_p) for b in bufs])
+        lens = (ctypes.c_size_t * max(n, 1))(*[len(f) for f in frames])
+        rid = ctypes.c_uint64()
+        err = _Err()
+        _check(self.L.rw_client_send_json(self._c, cmd.encode(), json.dumps(a).encode(), ptrs,
+                                          lens, n, ctypes.byref(rid), ctypes.byref(err)), err)
+        return rid.value
+
+    def wait(self, rid, timeout_ms=None, want_frame=False):
+        """The result of request `rid` (and its data frame when want_frame)."""
+        res = ctypes.c_void_p()
+        frame = ctypes.c_void_p()
+        flen = ctypes.c_size_t()
+        err = _Err()
+        st = self.L.rw_client_wait_json(self._c, rid, timeout_ms or self.timeout_ms,
+                                        ctypes.byref(res), ctypes.byref(frame),
+                                        ctypes.byref(flen), ctypes.byref(err))
+        try:
+            _check(st, err)
+            text = ctypes.string_at(res.value).decode() if res.value else "null"
+            data = ctypes.string_at(frame.value, flen.value) if frame.value else None
+        finally:
+            self.L.rw_client_free(res)
+            self.L.rw_client_free(frame)
+        result = json.loads(text)
+        return (result, data) if want_frame else result
+
+    def call(self, cmd, args=None, frames=(), timeout_ms=None):
+        return self.wait(self.send(cmd, args, frames), timeout_ms)
+
+    # --- generation -----------------------------------------------------------------------
+    @staticmethod
+    def _gen_args(prompts, **kw):
+        a = {"prompts": [list(map(int, p)) for p in prompts]}
+        for k, v in kw.items():
+            if v is not None:
+                a[k] = v
+        return a
+
+    def generate(self, prompts, max_new_tokens=16, temperature=0.0, top_p=None, top_k=None,
+                 seed=None, stop=None, top_logprobs=None, n=None, logprobs=True,
+                 timeout_ms=None):
+        """Generates for every prompt (lists of token ids); returns the outputs, one per request
+        (prompt x n): {tokens, logprobs, finish, weight_version, version_spans, ...}."""
+        a = self._gen_args(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                           top_p=top_p, top_k=top_k, seed=seed, stop=stop,
+                           top_logprobs=top_logprobs, n=n, logprobs=logprobs)
+        return self.call("generate", a, timeout_ms=timeout_ms)["outputs"]
+
+    def generate_stream(self, prompts, timeout_ms=None, **kw):
+        """Yields partial results ({"stream": true, outputs: [{index, offset, tokens, ...}]}) as
+        tokens are made, then the final result ({"stream": false, outputs: [...]})."""
+        kw.setdefault("max_new_tokens", 16)
+        a = self._gen_args(prompts, stream=True, **kw)
+        rid = self.send("generate", a)
+        while True:
+            r = self.wait(rid, timeout_ms)
+            yield r
+            if not r.get("stream"):
+                return
+
+    def abort(self, request_id=None, all=False):
+        return self.call("abort", {"all": True} if all else {"request_id": request_id})
+
+    def pause(self, mode="abort"):
+        return self.call("pause", {"mode": mode})
+
+    def resume(self):
+        return self.call("resume")
+
+    def flush_cache(self):
+        return self.call("flush_cache")
+
+    # --- weights ---------------------------------------------------------------------------
+    def begin_update(self, version, flush_cache=False, bucket_bytes=None, timeout_s=None,
+                     pause_mode=None):
+        a = {"version": version, "flush_cache": flush_cache}
+        if bucket_bytes:
+            a["bucket_bytes"] = int(bucket_bytes)
+        if timeout_s:
+            a["timeout_s"] = float(timeout_s)
+        if pause_mode:
+            a["pause_mode"] = pause_mode
+        return self.call("begin_update", a)
+
+    def commit_update(self):
+        return self.call("commit_update")
+
+    def abort_update(self):
+        return self.call("abort_update")
+
+    def update_weights_from_disk(self, path, version=None, only=None, flush_cache=False):
+        a = {"path": path, "flush_cache": flush_cache}
+        if version:
+            a["version"] = version
+        if only:
+            a["only"] = only
+        return self.call("update_weights_from_disk", a)
+
+    def push_zmq(self, tensors, version, bucket_bytes=64 << 20, flush_cache=False):
+        """Pushes {name: tensor} (torch tensors, moved to the host, or (dtype, shape, bytes)
+        triples) as one update over ZeroMQ frames. Returns the commit result."""
+        L = self.L
+        err = _Err()
+        self.begin_update(version, flush_cache=flush_cache, bucket_bytes=bucket_bytes)
+        m = ctypes.c_void_p()
+        _check(L.rw_sync_manifest_create(ctypes.byref(m), ctypes.byref(err)), err)
+        try:
+            pending = []
+
+            def flush():
+                if not pending:
+                    return
+                size = L.rw_sync_manifest_bytes(m)
+                buf = ctypes.create_string_buffer(size)
+                for off, raw in pending:
+                    ctypes.memmove(ctypes.addressof(buf) + off, raw, len(raw))
+                _check(L.rw_client_update_weights_zmq(self._c, m, ctypes.cast(buf, ctypes.c_void_p),
+                                                      self.timeout_ms, ctypes.byref(err)), err)
+                L.rw_sync_manifest_clear(m)
+                pending.clear()
+
+            for name, value in tensors.items():
+                dt, shape, nbytes, is_torch = _describe(value)
+                raw = _torch_bytes(value) if is_torch else bytes(value[2])
+                if pending and L.rw_sync_manifest_bytes(m) + nbytes + 256 > bucket_bytes:
+                    flush()
+                off = self._add(m, name, dt, shape)
+                pending.append((off, raw))
+            flush()
+        except BaseException:
+            try:
+                self.abort_update()
+            except RWError:
+                pass
+            raise
+        finally:
+            L.rw_sync_manifest_destroy(m)
+        return self.commit_update()
+
+    def _add(self, m, name, dt, shape):
+        err = _Err()
+        sh = (ctypes.c_int64 * len(shape))(*shape)
+        off = ctypes.c_uint64()
+        _check(self.L.rw_sync_manifest_add(m, name.encode(), _DTYPES[dt], len(shape), sh, -1, 0,
+                                           0, 0, ctypes.byref(off), ctypes.byref(err)), err)
+        return off.value
+
+    def get_weight_version(self):
+        return self.call("get_weight_version")
+
+    def get_weights(self, name, rank=0):
+        """(metadata, bytes) of rank `rank`'s canonical slice of `name`."""
+        return self.wait(self.send("get_weights", {"name": name, "rank": rank}), want_frame=True)
+
+    def checksum(self, names=None):
+        """{rank: {name: int}} of the worker's canonical bytes."""
+        r = self.call("checksum", {"names": list(names)} if names else {})
+        return {e["rank"]: {k: int(v, 16) for k, v in e["checksums"].items()}
+                for e in r["ranks"]}
+
+    def verify_checksums(self, tensors, config, names=None):
+        """Compares the worker's checksums with the ones computed here from {name: tensor};
+        returns the number compared; raises RWError naming the first mismatch."""
+        want_names = list(names or tensors.keys())
+        got = self.checksum(want_names)
+        tp = len(got)
+        n = 0
+        for rank, sums in got.items():
+            for name in want_names:
+                exp = expected_checksum(config, tp, rank, name, tensors[name], lib=self.lib_path)
+                if sums[name] != exp:
+                    raise RWError("internal", "checksum of %s on rank %d: worker %016x, "
+                                  "trainer %016x" % (name, rank, sums[name], exp))
+                n += 1
+        return n
+
+    # --- operations -----------------------------------------------------------------------
+    def release_memory(self, weights=True, kv_cache=True):
+        return self.call("release_memory", {"weights": weights, "kv_cache": kv_cache})
+
+    def resume_memory(self, weights=True, kv_cache=True):
+        return self.call("resume_memory", {"weights": weights, "kv_cache": kv_cache})
+
+    def health(self):
+        return self.call("health")
+
+    def stats(self):
+        return self.call("stats")
+
+    def shutdown(self):
+        return self.call("shutdown")
+
+
+def _torch_bytes(t):
+    """Host bytes of a tensor without numpy."""
+    h = t.detach().contiguous().cpu()
+    n = h.numel() * h.element_size()
+    return ctypes.string_at(h.data_ptr(), n)
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL weight push from the trainer's GPU
+# ---------------------------------------------------------------------------------------------
+class NcclGroup:
+    """The trainer's NCCL weight-update group: this process is rank 0 on CUDA device `device`;
+    worker i (a Client) joins with worker_ranks[i] ranks (its TP degree, default 1)."""
+
+    def __init__(self, clients, worker_ranks=None, device=0, name="weights", timeout_s=120.0):
+        self.clients = list(clients)
+        self.L = self.clients[0].L
+        self.device = device
+        self.name = name
+        n = len(self.clients)
+        ranks = list(worker_ranks or [1] * n)
+        arr = (ctypes.c_void_p * n)(*[c.handle for c in self.clients])
+        rk = (ctypes.c_int * n)(*ranks)
+        self._g = ctypes.c_void_p()
+        err = _Err()
+        _check(self.L.rw_client_group_create(arr, rk, n, name.encode(), device, timeout_s,
+                                             ctypes.byref(self._g), ctypes.byref(err)), err)
+
+    def close(self):
+        if self._g:
+            self.L.rw_client_group_destroy(self._g)
+            self._g = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def push_state_dict(self, state_dict, version, bucket_bytes=512 << 20, flush_cache=False,
+                        timeout_s=120.0, pause_mode=None):
+        """Pushes {name: CUDA tensor on this group's device} as one update to every worker:
+        tensors are packed into device buckets (two, alternating: one is filled while the other
+        is broadcast) and broadcast with NCCL; no host copy. Returns a summary dict."""
+        import torch
+        L = self.L
+        err = _Err()
+        dev = torch.device("cuda", self.device)
+        stream = torch.cuda.current_stream(dev)
+        total = sum(t.numel() * t.element_size() for t in state_dict.values())
+        cap = int(min(bucket_bytes, total + 256 * (len(state_dict) + 1)))
+        t0 = time.time()
+        for c in self.clients:
+            c.begin_update(version, flush_cache=flush_cache, bucket_bytes=cap,
+                           timeout_s=timeout_s, pause_mode=pause_mode)
+        bufs = [torch.empty(cap, dtype=torch.uint8, device=dev) for _ in range(2)]
+        m = ctypes.c_void_p()
+        _check(L.rw_sync_manifest_create(ctypes.byref(m), ctypes.byref(err)), err)
+        nb = 0
+        try:
+            pending = []
+
+            def flush():
+                nonlocal nb
+                if not pending:
+                    return
+                buf = bufs[nb % 2]
+                if nb >= 2:  # the broadcast that used this buffer must be done
+                    _check(L.rw_client_group_sync(self._g, ctypes.c_void_p(stream.cuda_stream),
+                                                  timeout_s, ctypes.byref(err)), err)
+                for off, t in pending:
+                    n = t.numel() * t.element_size()
+                    buf[off:off + n].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
+                _check(L.rw_client_update_weights_nccl(
+                    self._g, m, ctypes.c_void_p(buf.data_ptr()),
+                    ctypes.c_void_p(stream.cuda_stream), int(timeout_s * 1000),
+                    ctypes.byref(err)), err)
+                nb += 1
+                L.rw_sync_manifest_clear(m)
+                pending.clear()
+
+            for name, t in state_dict.items():
+                if t.device != dev:
+                    raise ValueError("%s is on %s, the group's device is %s" % (name, t.device,
+                                                                                dev))
+                dt = _torch_dtype_name(t)
+                size = t.numel() * t.element_size()
+                if size + 256 > cap:
+                    raise ValueError("%s (%d bytes) is larger than the bucket (%d)" %
+                                     (name, size, cap))
+                if pending and L.rw_sync_manifest_bytes(m) + size + 256 > cap:
+                    flush()
+                off = self.clients[0]._add(m, name, dt, list(t.shape))
+                pending.append((off, t))
+            flush()
+            _check(L.rw_client_group_sync(self._g, ctypes.c_void_p(stream.cuda_stream),
+                                          timeout_s, ctypes.byref(err)), err)
+        except BaseException:
+            for c in self.clients:
+                try:
+                    c.abort_update()
+                except RWError:
+                    pass
+            raise
+        finally:
+            L.rw_sync_manifest_destroy(m)
+        commits = [c.commit_update() for c in self.clients]
+        dt_s = time.time() - t0
+        return {"version": version, "bytes": total, "tensors": len(state_dict), "buckets": nb,
+                "seconds": dt_s, "gbps": total / dt_s / 1e9 if dt_s > 0 else 0.0,
+                "commits": commits}
