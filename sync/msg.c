@@ -365,8 +365,9 @@ const rw_mobj *rw_mobj_val_at(const rw_mobj *m, size_t i) {
 
 static bool key_is(const rw_mobj *k, const char *key) {
     size_t n = strlen(key);
+    /* an empty string may come with a NULL pointer: memcmp must not see it */
     return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-           memcmp(k->via.str.ptr, key, n) == 0;
+           (n == 0 || memcmp(k->via.str.ptr, key, n) == 0);
 }
 
 const rw_mobj *rw_mobj_get(const rw_mobj *m, const char *key) {
@@ -517,11 +518,12 @@ static rw_status to_json(const rw_mobj *o, json_t **out, int depth, rw_err *err)
                         rw_mtype_str(rw_mobj_type(k)));
             }
             char key[256];
-            if (k->via.str.size >= sizeof key || memchr(k->via.str.ptr, 0, k->via.str.size)) {
+            if (k->via.str.size >= sizeof key ||
+                (k->via.str.size && memchr(k->via.str.ptr, 0, k->via.str.size))) {
                 json_decref(j);
                 RW_FAIL(err, RW_E_PROTOCOL, "to JSON: map key too long or with a NUL byte");
             }
-            memcpy(key, k->via.str.ptr, k->via.str.size);
+            if (k->via.str.size) memcpy(key, k->via.str.ptr, k->via.str.size);
             key[k->via.str.size] = 0;
             json_t *e;
             rw_status st = to_json(&o->via.map.ptr[i].val, &e, depth + 1, err);
@@ -574,7 +576,8 @@ rw_status rw_mfields_init(rw_mfields *f, const rw_mobj *map, const char *what, r
         for (uint32_t j = 0; j < i; j++) {
             const msgpack_object *q = &map->via.map.ptr[j].key;
             if (q->via.str.size == k->via.str.size &&
-                memcmp(q->via.str.ptr, k->via.str.ptr, k->via.str.size) == 0)
+                (k->via.str.size == 0 ||
+                 memcmp(q->via.str.ptr, k->via.str.ptr, k->via.str.size) == 0))
                 RW_FAIL(err, RW_E_PROTOCOL, "%s: duplicate key '%.*s'", what,
                         (int)(k->via.str.size > 64 ? 64 : k->via.str.size), k->via.str.ptr);
         }
