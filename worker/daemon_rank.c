@@ -407,9 +407,11 @@ int rw_follower_main(const rw_dopts *o, int rank, void *zctx, const char *peer,
     }
     char id[16];
     int idn = snprintf(id, sizeof id, "rank%d", rank);
-    int linger = 2000;
+    int linger = 2000, hwm = 0; /* no op may be dropped (see the peer socket in launch.c) */
     zmq_setsockopt(sock, ZMQ_ROUTING_ID, id, (size_t)idn);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     if (zmq_connect(sock, peer) != 0) {
         RW_LOGE("rank %d: connect %s: %s", rank, peer, zmq_strerror(errno));
         goto out;
@@ -420,11 +422,14 @@ int rw_follower_main(const rw_dopts *o, int rank, void *zctx, const char *peer,
         goto out;
     }
     rw_op_msg m;
-    if (rw_op_recv(sock, false, (int)(o->startup_timeout_s * 1000), &m, &e) != RW_OK ||
-        m.h.op != RW_OP_HELLO) {
+    rw_status hs = RW_E_TIMEOUT;
+    const double deadline = rw_now() + o->startup_timeout_s;
+    while (hs == RW_E_TIMEOUT && rw_now() < deadline && !(stop && *stop))
+        hs = rw_op_recv(sock, false, 500, &m, &e);
+    if (hs != RW_OK || m.h.op != RW_OP_HELLO) {
         RW_LOGE("rank %d: no answer from rank 0 at %s: %s", rank, peer,
-                e.msg[0] ? e.msg : "unexpected message");
-        if (e.status == RW_OK) rw_op_msg_free(&m);
+                hs != RW_OK ? e.msg : "unexpected message");
+        if (hs == RW_OK) rw_op_msg_free(&m);
         goto out;
     }
     rw_status st;

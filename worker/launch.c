@@ -262,8 +262,15 @@ int rw_launch_main(const rw_dopts *o, volatile sig_atomic_t *stop) {
     rw_comm *comm = NULL;
     if (o->tp > 1) {
         peers.sock = zmq_socket(zctx, ZMQ_ROUTER);
-        int linger = 2000;
-        zmq_setsockopt(peers.sock, ZMQ_LINGER, &linger, sizeof linger);
+        /* the op stream must never lose a message (a lost step desynchronises the ranks): no
+         * high-water mark, and a send to a rank that is gone fails instead of being dropped */
+        int linger = 2000, hwm = 0, mandatory = 1;
+        if (peers.sock) {
+            zmq_setsockopt(peers.sock, ZMQ_LINGER, &linger, sizeof linger);
+            zmq_setsockopt(peers.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+            zmq_setsockopt(peers.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+            zmq_setsockopt(peers.sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
+        }
         char ep[256];
         const char *bind_addr =
             threads ? "inproc://rw-peers" : (o->peer ? o->peer : "tcp://127.0.0.1:*");

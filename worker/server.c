@@ -1459,8 +1459,11 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
         fprintf(stderr, "rw-worker: zmq_socket: %s\n", zmq_strerror(errno));
         goto out;
     }
-    int linger = 1000;
+    /* replies (streamed partials included) queue for a client that reads slowly rather than
+     * being dropped at ZeroMQ's default of 1000 messages */
+    int linger = 1000, hwm = 100000;
     zmq_setsockopt(s->ctl, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s->ctl, ZMQ_SNDHWM, &hwm, sizeof hwm);
     if (zmq_bind(s->ctl, o->control) != 0) {
         fprintf(stderr, "rw-worker: cannot bind the control socket to %s: %s\n", o->control,
                 zmq_strerror(errno));
