@@ -48,6 +48,7 @@ static void pack_one(rwb_ctx *c, const char *what, rw_wfmt fmt, int tp, const ch
     rwb_set_num(j, "ceiling_median_s", r.copy_ms_median * 1e-3);
     rwb_set_num(j, "ceiling_min_s", r.copy_ms_min * 1e-3);
     rwb_set_num(j, "ceiling_max_s", r.copy_ms_max * 1e-3);
+    rwb_set_num(j, "time_ratio_copy_over_pack", r.ratio); /* the entry point's own ratio */
     rwb_set_int(j, "ops", r.ops);
     rwb_set_int(j, "launches", r.launches);
     rwb_line_target(j, target_id, target_id ? "pack bandwidth >= 0.7 x copy bandwidth" : NULL,
