@@ -478,13 +478,40 @@ static void test_tp2_worker(void **state) {
     rw_client_close(c);
 }
 
+/* A worker started from a config alone has no weights: generate is refused until the first
+ * full push. */
+static void test_start_without_weights(void **state) {
+    st *s = *state;
+    dt_worker w;
+    const char *wargs[] = {"--config",  s->config,           "--device", "cpu",
+                           "--control", "tcp://127.0.0.1:*", NULL};
+    dt_start(&w, wargs);
+    assert_string_equal(json_string_value(json_object_get(w.ready, "state")), "weights_incomplete");
+    rw_client *c = dt_connect(&w);
+    char msg[512];
+    dt_refused(c, "generate", "{\"prompt\":[1,2,3]}", RW_E_WEIGHTS_INCOMPLETE, msg, sizeof msg);
+    /* a partial push is not enough */
+    const char *extra[] = {"--only", "^model\\.norm", NULL};
+    const char *args[] = {"push",        "--model", s->fixture,  "--to",    w.ep,
+                          "--transport", "zmq",     "--version", "partial", "--bucket-mb",
+                          "4",           extra[0],  extra[1],    NULL};
+    char out[4096];
+    assert_int_not_equal(run_tool("tools/trainer/rw-trainer", args, out, sizeof out), 0);
+    dt_refused(c, "generate", "{\"prompt\":[1,2,3]}", RW_E_WEIGHTS_INCOMPLETE, NULL, 0);
+    json_decref(push_to(w.ep, s->fixture, "first", NULL));
+    assert_reference(s, c, "first");
+    json_decref(dt_ok(c, "shutdown", NULL));
+    assert_int_equal(dt_wait_exit(&w, 30), 0);
+    rw_client_close(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_zmq),        cmocka_unit_test(test_push_trainer_tp2),
         cmocka_unit_test(test_push_bucket_1mb), cmocka_unit_test(test_update_from_disk),
         cmocka_unit_test(test_f3_same_weights), cmocka_unit_test(test_partial_only),
         cmocka_unit_test(test_trainer_killed),  cmocka_unit_test(test_version_spans),
-        cmocka_unit_test(test_tp2_worker),
+        cmocka_unit_test(test_tp2_worker),      cmocka_unit_test(test_start_without_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
