@@ -108,7 +108,9 @@ def main():
         import transformers
         from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-        base["device"] = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
+        # synchronize() and memory queries act on the current device: make it the one we use
+        torch.cuda.set_device(torch.device(a.device))
+        base["device"] = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(torch.device(a.device))}"
         with open(a.config) as f:
             cfg_d = json.load(f)
         # the hyperparameters only (the keys tests/fixtures' make_fixture.py passes), not file metadata
