@@ -1315,7 +1315,7 @@ static table table_layout(const build *b) {
  * copy, or h itself on the host): flush ops and ops reading gathered host parts point there. */
 static void table_fill(const build *b, table *t, uint8_t *h, uint64_t base) {
     size_t osz = sizeof(rw_moe_op), nd = b->direct.n, nq = b->fp8q.n, nf = b->flush.n;
-    memcpy(h, b->direct.v, nd * osz);
+    if (nd) memcpy(h, b->direct.v, nd * osz);
     int64_t *du = (int64_t *)(void *)(h + t->off_du), acc = 0;
     for (size_t i = 0; i < nd; i++) {
         du[i] = acc;
@@ -1323,9 +1323,9 @@ static void table_fill(const build *b, table *t, uint8_t *h, uint64_t base) {
     }
     du[nd] = acc;
     t->dunits = acc;
-    memcpy(h + t->off_q, b->fp8q.v, nq * osz);
+    if (nq) memcpy(h + t->off_q, b->fp8q.v, nq * osz);
     rw_moe_op *fo = (rw_moe_op *)(void *)(h + t->off_f);
-    memcpy(fo, b->flush.v, nf * osz);
+    if (nf) memcpy(fo, b->flush.v, nf * osz);
     int64_t *fu = (int64_t *)(void *)(h + t->off_fu);
     acc = 0;
     for (size_t i = 0; i < nf; i++) {
