@@ -388,10 +388,12 @@ static rw_status validate_bucket(rw_sync_session *s, const rw_sync_manifest *m,
                 "update_weights: the manifest describes %" PRIu64 " bytes but the %s transport "
                 "delivered %" PRIu64 " (truncated or extra frame data)",
                 nb, src->name, src->nbytes);
-    if (s->place == RW_PLACE_DEVICE && nb > s->staging_bytes)
+    /* host weight sets have no staging buffer, but the announced size binds them too: the
+     * same trainer must get the same answer from a CPU and a CUDA worker */
+    if (nb > s->staging_bytes)
         RW_FAIL(err, RW_E_RANGE,
-                "update_weights: bucket of %" PRIu64 " bytes exceeds the staging buffer of %" PRIu64
-                " (begin_update bucket_bytes)",
+                "update_weights: bucket of %" PRIu64 " bytes is larger than announced by "
+                "begin_update (bucket_bytes %" PRIu64 ", the staging buffer size)",
                 nb, s->staging_bytes);
     if (s->place == RW_PLACE_HOST && !src->host)
         RW_FAIL(err, RW_E_UNSUPPORTED,

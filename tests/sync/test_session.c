@@ -327,7 +327,7 @@ static void test_handlers(void **state) {
     assert_int_equal(o.st, RW_E_PROTOCOL);
     assert_non_null(strstr(o.rep.message, "args.version: missing"));
     done(&o);
-    o = call(f, "begin_update", "{\"version\": \"h1\", \"bucket_bytes\": 1048576}", NULL, 0);
+    o = call(f, "begin_update", "{\"version\": \"h1\", \"bucket_bytes\": 4194304}", NULL, 0);
     RW_ASSERT_OK(o.st, &e);
     done(&o);
     /* a bucket: manifest in args, bytes as the one frame */
