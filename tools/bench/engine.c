@@ -355,6 +355,7 @@ static void worker_decode(rwb_ctx *c, bool quant, int batch, int ctx, const char
     }
     size_t i;
     json_t *o;
+    int found = 0;
     json_array_foreach(arr, i, o) {
         if (!json_is_string(json_object_get(o, "bench")) ||
             strcmp(json_string_value(json_object_get(o, "bench")), "decode") != 0)
@@ -389,8 +390,13 @@ static void worker_decode(rwb_ctx *c, bool quant, int batch, int ctx, const char
                         met);
         if (tok_s && !quant) *tok_s = ach;
         rwb_emit(j);
+        found++;
     }
     json_decref(arr);
+    if (!found) {
+        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_decode printed no decode result line");
+        rwb_emit_error(c, "decode", what, &err);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -702,6 +708,7 @@ static void worker_prefill(rwb_ctx *c, double ceil_8192) {
     }
     size_t i;
     json_t *o;
+    int found = 0;
     json_array_foreach(arr, i, o) {
         const json_t *b = json_object_get(o, "bench");
         if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
@@ -724,8 +731,13 @@ static void worker_prefill(rwb_ctx *c, double ceil_8192) {
         rwb_line_target(j, "G4/forward", "forward pass only, see the target row above",
                         ceil_8192 > 0 && isfinite(ach) ? ach >= 0.5 * ceil_8192 : -1);
         rwb_emit(j);
+        found++;
     }
     json_decref(arr);
+    if (!found) {
+        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_prefill printed no prefill result line");
+        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
+    }
 }
 
 void rwb_mode_prefill(rwb_ctx *c) {
@@ -877,6 +889,7 @@ static void worker_prefill(rwb_ctx *c, double ceil_8192) {
     }
     size_t i;
     json_t *o;
+    int found = 0;
     json_array_foreach(arr, i, o) {
         const json_t *b = json_object_get(o, "bench");
         if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
@@ -899,8 +912,13 @@ static void worker_prefill(rwb_ctx *c, double ceil_8192) {
         rwb_line_target(j, "G4/forward", "forward pass only, see the target row above",
                         ceil_8192 > 0 && isfinite(ach) ? ach >= 0.5 * ceil_8192 : -1);
         rwb_emit(j);
+        found++;
     }
     json_decref(arr);
+    if (!found) {
+        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_prefill printed no prefill result line");
+        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
+    }
 }
 
 void rwb_mode_prefill(rwb_ctx *c) {
