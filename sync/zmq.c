@@ -88,6 +88,8 @@ rw_status rw_zmq_recv(void *router, int timeout_ms, rw_zmq_msg **out, rw_err *er
         i = 2;
     }
     if (i < m->nparts) m->env = i;
+    /* without a delimiter the slot kept for one holds a fifth data frame */
+    if (m->env >= 0 && m->nparts - m->env - 1 > 4) too_many = true;
     *out = m;
     if (m->env < 0) RW_FAIL(err, RW_E_FORMAT, "zmq receive: a message without an envelope frame");
     if (too_many)
