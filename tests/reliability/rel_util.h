@@ -1,0 +1,174 @@
+/* rel_util.h - helpers of the reliability tests: a raw ZeroMQ DEALER socket that sends any bytes
+ * as any frames and reads replies as they come (the client library would refuse to build bad
+ * messages, and it keeps at most 1024 unclaimed replies), request envelopes from JSON, and
+ * small msgpack builders for broken ones. Worker processes come from tests/daemon/daemon_test.h. */
+#ifndef RW_REL_UTIL_H
+#define RW_REL_UTIL_H
+
+#include <zmq.h>
+
+#include "daemon_test.h"
+
+typedef struct rl_sock {
+    void *ctx, *sock;
+} rl_sock;
+
+static inline void rl_open(rl_sock *s, const char *ep) {
+    s->ctx = zmq_ctx_new();
+    assert_non_null(s->ctx);
+    s->sock = zmq_socket(s->ctx, ZMQ_DEALER);
+    assert_non_null(s->sock);
+    int linger = 0;
+    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
+    assert_int_equal(zmq_connect(s->sock, ep), 0);
+}
+
+static inline void rl_close(rl_sock *s) {
+    if (s->sock) zmq_close(s->sock);
+    if (s->ctx) zmq_ctx_term(s->ctx);
+    memset(s, 0, sizeof *s);
+}
+
+/* Sends n frames as one multipart message. */
+static inline void rl_send(rl_sock *s, const void *const *frames, const size_t *lens, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (zmq_send(s->sock, frames[i], lens[i], i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+            fail_msg("zmq_send frame %zu: %s", i, zmq_strerror(errno));
+}
+
+/* One reply: the decoded envelope (the first non-empty frame: a reply to a message that began
+ * with an empty frame comes back with a delimiter) and how many frames came after it. */
+typedef struct rl_reply {
+    rw_msg *msg;
+    rw_reply rep;
+    int data_frames;
+} rl_reply;
+
+/* Waits up to timeout_ms for one reply; false on timeout. Fails the test on an undecodable one. */
+static inline bool rl_recv(rl_sock *s, int timeout_ms, rl_reply *out) {
+    memset(out, 0, sizeof *out);
+    zmq_pollitem_t pi = {.socket = s->sock, .events = ZMQ_POLLIN};
+    if (zmq_poll(&pi, 1, timeout_ms) <= 0) return false;
+    bool have_env = false;
+    int more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s->sock, 0) < 0) fail_msg("zmq_msg_recv: %s", zmq_strerror(errno));
+        more = zmq_msg_more(&m);
+        size_t n = zmq_msg_size(&m);
+        if (!have_env && n > 0) {
+            rw_err e;
+            rw_err_clear(&e);
+            if (rw_msg_decode_reply(zmq_msg_data(&m), n, &out->msg, &out->rep, &e) != RW_OK)
+                fail_msg("undecodable reply: %s", e.msg);
+            have_env = true;
+        } else if (have_env) {
+            out->data_frames++;
+        }
+        zmq_msg_close(&m);
+    }
+    if (!have_env) fail_msg("a reply without an envelope frame");
+    return true;
+}
+
+static inline void rl_reply_free(rl_reply *r) {
+    rw_msg_free(r->msg);
+    r->msg = NULL;
+}
+
+/* A request envelope {protocol, id, cmd, args} with args from JSON (NULL: {}), malloc'd. */
+static inline void *rl_env(uint64_t id, const char *cmd, const char *args_json, size_t *len) {
+    rw_mw *w;
+    rw_err e;
+    RW_ASSERT_OK(rw_mw_create(&w, &e), &e);
+    rw_mw_request(w, id, cmd);
+    RW_ASSERT_OK(rw_mw_json(w, args_json ? args_json : "{}", &e), &e);
+    void *p;
+    RW_ASSERT_OK(rw_mw_take(w, &p, len, &e), &e);
+    rw_mw_destroy(w);
+    return p;
+}
+
+/* The bytes of a writer, malloc'd; the writer is reset. */
+static inline void *rl_take(rw_mw *w, size_t *len) {
+    void *p;
+    rw_err e;
+    RW_ASSERT_OK(rw_mw_take(w, &p, len, &e), &e);
+    rw_mw_reset(w);
+    return p;
+}
+
+/* Sends one envelope (plus optional data frames) and waits for its reply. */
+static inline void rl_call_raw(rl_sock *s, const void *env, size_t env_len,
+                               const void *const *frames, const size_t *flens, size_t nframes,
+                               rl_reply *out) {
+    const void *f[8];
+    size_t l[8];
+    assert_true(nframes < 8);
+    f[0] = env;
+    l[0] = env_len;
+    for (size_t i = 0; i < nframes; i++) {
+        f[i + 1] = frames[i];
+        l[i + 1] = flens[i];
+    }
+    rl_send(s, f, l, nframes + 1);
+    if (!rl_recv(s, DT_TIMEOUT_MS, out)) fail_msg("no reply within %d ms", DT_TIMEOUT_MS);
+}
+
+/* A command that must succeed on the raw socket; returns its decoded reply (free it). */
+static inline void rl_ok(rl_sock *s, uint64_t id, const char *cmd, const char *args,
+                         rl_reply *out) {
+    size_t n;
+    void *env = rl_env(id, cmd, args, &n);
+    rl_call_raw(s, env, n, NULL, NULL, 0, out);
+    free(env);
+    if (!out->rep.ok)
+        fail_msg("%s %s -> %s: %s", cmd, args ? args : "", rw_status_str(out->rep.status),
+                 out->rep.message);
+    assert_int_equal(out->rep.id, id);
+}
+
+/* A string field of an ok reply's result ("" when absent). */
+static inline const char *rl_result_str(const rl_reply *r, const char *key, char *buf, size_t cap) {
+    buf[0] = 0;
+    const rw_mobj *v = rw_mobj_get(r->rep.result, key);
+    if (v) rw_mobj_strcpy(v, key, buf, cap, NULL);
+    return buf;
+}
+
+/* The fixture directory, and the worker started on it on a free loopback port. */
+static inline void rl_start_fixture(dt_worker *w, const char *const *extra) {
+    static char model[4096];
+    rw_test_path(model, sizeof model, RW_TEST_FIXTURE);
+    const char *args[32] = {"--model", model, "--device", "cpu", "--control", "tcp://127.0.0.1:*"};
+    int k = 6;
+    for (int i = 0; extra && extra[i] && k < 31; i++)
+        args[k++] = extra[i];
+    args[k] = NULL;
+    dt_start(w, args);
+}
+
+/* Generates the fixture's four reference prompts greedily (24 tokens each) through `c` and
+ * asserts the reference tokens. */
+static inline void rl_assert_reference(rw_client *c, const dt_ref *ref) {
+    for (int i = 0; i < DT_NREF; i++) {
+        char p[1024], a[1200];
+        dt_prompt_json(ref->prompt[i], ref->n_prompt[i], p, sizeof p);
+        snprintf(a, sizeof a, "{\"prompt\":%s,\"max_new_tokens\":%d}", p, DT_REF_TOKENS);
+        json_t *r = dt_ok(c, "generate", a);
+        dt_assert_greedy(ref, i, dt_output(r, 0), DT_REF_TOKENS);
+        json_decref(r);
+    }
+}
+
+/* xxh3 checksums of every tensor the worker holds, as one JSON text (for before/after). */
+static inline char *rl_checksums(rw_client *c) {
+    json_t *r = dt_ok(c, "checksum", NULL);
+    char *s = json_dumps(json_object_get(r, "ranks"), JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(r);
+    assert_non_null(s);
+    return s;
+}
+
+#endif
