@@ -429,9 +429,11 @@ rw_status rw_sync_handle(rw_sync_session *s, int local_rank, const rw_request *r
         /* a bucket refused before the session saw it (bad args, bad manifest) ends the open
          * session all the same: every failed update_weights aborts */
         st = rw_sync_session_fail(s, st, err);
-    } else if (!strcmp(c, "update_weights_from_disk"))
+    } else if (!strcmp(c, "update_weights_from_disk")) {
         st = h_disk(&h, err);
-    else if (!strcmp(c, "commit_update"))
+        /* inside an open session too, a refused checkpoint (unreadable, truncated) ends it */
+        st = rw_sync_session_fail(s, st, err);
+    } else if (!strcmp(c, "commit_update"))
         st = h_commit(&h, err);
     else if (!strcmp(c, "abort_update"))
         st = h_abort(&h, err);
