@@ -2,10 +2,9 @@
  * CPU references: rw_moe_route_ref (route.c) and rw_moe_experts_ref (experts.c).
  *
  * Pipeline of rw_moe_experts_cuda for a chunk of nt tokens (A = nt * k assignments):
- *   1. count:    cnt[e] = assignments routed to local expert e            (grid E)
- *   2. schedule: off[e] = exclusive scan of cnt; tile list of TN-row tiles per expert (1 CTA)
- *   3. scatter:  stable sort of the assignments by expert -> perm (sorted row -> assignment) and
- *                inv (assignment -> sorted row); same order on every run     (grid E)
+ *   1-3. sort:   counts per local expert, offsets, tile list of TN-row tiles per expert, and a
+ *                stable sort of the assignments by expert -> perm (sorted row -> assignment) and
+ *                inv (assignment -> sorted row); same order on every run     (1 CTA)
  *   4. w13 GEMM: for each (tile, 128 packed rows of w13): acc = W13 x^T with tensor cores
  *                (mma.sync m16n8k16 bf16, fp32 accumulate); the packed row order puts up_j in
  *                rows 0-7 and gate_j in rows 8-15 of every 16-row group, so one thread holds
@@ -21,6 +20,8 @@
  * Shared-memory tiles are [rows][8 x 16-byte chunks] with chunk c of row r stored at c ^ (r & 7)
  * so ldmatrix reads are free of bank conflicts. */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -28,7 +29,9 @@
 
 #define MOE_THREADS 128 /* 4 warps, each 32 rows of the 128-row weight tile */
 #define MOE_BM 128
-#define MOE_STAGES 3
+/* cp.async pipeline depth: narrow (decode) tiles are pure weight streaming and keep one more
+ * 16 KB weight block in flight */
+#define MOE_STAGES_FOR(TN) ((TN) <= 32 ? 4 : 3)
 #define MAX_TOPK 32
 
 /* ------------------------------------------------------------------------------------------ */
@@ -105,79 +108,57 @@ __global__ void route_kernel(const float *__restrict__ logits, int64_t ntok, int
 /* ------------------------------------------------------------------------------------------ */
 /* sort by expert and tile schedule                                                             */
 /* ------------------------------------------------------------------------------------------ */
-__global__ void count_kernel(const int32_t *__restrict__ ids, int64_t A,
-                             int32_t *__restrict__ cnt) {
-    const int e = blockIdx.x;
-    int c = 0;
-    for (int64_t a = threadIdx.x; a < A; a += blockDim.x)
-        c += ids[a] == e;
-    __shared__ int part[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        c += __shfl_xor_sync(0xffffffffu, c, o);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = c;
+/* One CTA: counts per expert (integer atomics: exact), the exclusive offsets and the tile list
+ * (thread 0; E <= 1024), then a stable placement by one warp walking the assignments in order
+ * (__match_any_sync groups the lanes routed to the same expert). perm: sorted row -> assignment;
+ * inv: assignment -> sorted row, -1 for ids outside [0, E) (not a local expert). */
+__global__ void __launch_bounds__(1024)
+    sort_kernel(const int32_t *__restrict__ ids, int64_t A, int E, int tn,
+                int32_t *__restrict__ off, int2 *__restrict__ tiles, int32_t *__restrict__ ntiles,
+                int32_t *__restrict__ perm, int32_t *__restrict__ inv) {
+    __shared__ int32_t cnt[1024], cur[1024];
+    const int tid = threadIdx.x, lane = tid & 31;
+    for (int e = tid; e < E; e += blockDim.x)
+        cnt[e] = 0;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int s = 0;
-        for (int w = 0; w < (int)blockDim.x / 32; w++)
-            s += part[w];
-        cnt[e] = s;
+    for (int64_t a = tid; a < A; a += blockDim.x) {
+        const int32_t e = ids[a];
+        if (e >= 0 && e < E)
+            atomicAdd(&cnt[e], 1);
+        else
+            inv[a] = -1;
     }
-}
-
-/* off [E+1]; tiles [max_tiles] as (expert, first sorted row); *ntiles. One thread does it: E is
- * at most a few hundred. */
-__global__ void schedule_kernel(const int32_t *__restrict__ cnt, int E, int tn,
-                                int32_t *__restrict__ off, int2 *__restrict__ tiles,
-                                int32_t *__restrict__ ntiles) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    int o = 0, nt = 0;
-    for (int e = 0; e < E; e++) {
-        off[e] = o;
-        for (int r = 0; r < cnt[e]; r += tn)
-            tiles[nt++] = make_int2(e, o + r);
-        o += cnt[e];
-    }
-    off[E] = o;
-    *ntiles = nt;
-}
-
-/* Stable placement: block-wide prefix of "routed to e" over the assignments in order. */
-__global__ void scatter_kernel(const int32_t *__restrict__ ids, int64_t A,
-                               const int32_t *__restrict__ off, int32_t *__restrict__ perm,
-                               int32_t *__restrict__ inv) {
-    const int e = blockIdx.x;
-    __shared__ int wsum[32];
-    __shared__ int base;
-    if (threadIdx.x == 0) base = off[e];
     __syncthreads();
-    const int lane = threadIdx.x & 31, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    for (int64_t a0 = 0; a0 < A; a0 += blockDim.x) {
-        const int64_t a = a0 + threadIdx.x;
-        const bool f = a < A && ids[a] == e;
-        const unsigned bal = __ballot_sync(0xffffffffu, f);
-        if (lane == 0) wsum[w] = __popc(bal);
-        __syncthreads();
-        int before = 0, total = 0;
-        for (int i = 0; i < nw; i++) {
-            if (i < w) before += wsum[i];
-            total += wsum[i];
+    if (tid == 0) {
+        int o = 0, nt = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = o;
+            cur[e] = o;
+            for (int r = 0; r < cnt[e]; r += tn)
+                tiles[nt++] = make_int2(e, o + r);
+            o += cnt[e];
         }
-        const int pos = base + before + __popc(bal & ((1u << lane) - 1u));
-        if (f) {
-            perm[pos] = (int32_t)a;
-            inv[a] = pos;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) base += total;
-        __syncthreads();
+        off[E] = o;
+        *ntiles = nt;
     }
-}
-
-__global__ void inv_clear_kernel(const int32_t *__restrict__ ids, int64_t A, int E,
-                                 int32_t *__restrict__ inv) {
-    const int64_t a = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (a < A && (ids[a] < 0 || ids[a] >= E)) inv[a] = -1; /* not a local expert */
+    __syncthreads();
+    if (tid < 32) {
+        for (int64_t a0 = 0; a0 < A; a0 += 32) {
+            const int64_t a = a0 + lane;
+            const int32_t e = a < A ? ids[a] : -1;
+            const bool valid = e >= 0 && e < E;
+            const unsigned mask = __match_any_sync(0xffffffffu, valid ? e : -1);
+            const int b = valid ? cur[e] : 0;
+            __syncwarp();
+            if (valid && lane == __ffs(mask) - 1) cur[e] = b + __popc(mask);
+            __syncwarp();
+            if (valid) {
+                const int pos = b + __popc(mask & ((1u << lane) - 1u));
+                perm[pos] = (int32_t)a;
+                inv[a] = pos;
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -261,6 +242,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
     constexpr int A8_BYTES = MOE_BM * 64;
     constexpr int B_BYTES = TN * 128;
     constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + B_BYTES;
+    constexpr int MOE_STAGES = MOE_STAGES_FOR(TN);
     uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only */
     __shared__ int64_t brow_src[TN];          /* element offset of each B row, -1 = zero row */
     __shared__ float rscale[MOE_BM][2];       /* per-row scales of the current 64-column block */
@@ -346,10 +328,19 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
                 const uint8_t *q = sa + r * 64;
 #pragma unroll
                 for (int c = 0; c < 8; c++) {
-                    __align__(16) __nv_bfloat16 v[8];
+                    /* hardware e4m3x2 -> half2 (exact), times the scale, to bf16x2 */
+                    const uint2 raw = *(const uint2 *)(q + c * 8);
+                    const float sc = rscale[r][c >> 2];
+                    __align__(16) __nv_bfloat162 v[4];
+                    const uint32_t w[2] = {raw.x, raw.y};
 #pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        v[i] = __float2bfloat16(rw_e4m3_to_f32(q[c * 8 + i]) * rscale[r][c >> 2]);
+                    for (int i = 0; i < 4; i++) {
+                        const __nv_fp8x2_storage_t pr =
+                            (__nv_fp8x2_storage_t)((w[i >> 1] >> ((i & 1) * 16)) & 0xffffu);
+                        const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(pr, __NV_E4M3));
+                        const float2 f = __half22float2(h2);
+                        v[i] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+                    }
                     *(uint4 *)(deq + swz(r, c)) = *(const uint4 *)v;
                 }
             }
@@ -455,7 +446,7 @@ extern "C" rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E,
 
 /* Workspace carve-up for a chunk of up to max_tok tokens. */
 typedef struct moe_ws {
-    int32_t *cnt, *off, *perm, *inv, *ntiles;
+    int32_t *off, *perm, *inv, *ntiles;
     int2 *tiles;
     __nv_bfloat16 *act;
     float *y;
@@ -474,7 +465,6 @@ static moe_ws ws_layout(void *base, int64_t E, int64_t P, int64_t H, int64_t max
 #define TAKE(field, type, n)                                                                       \
     w.field = (type *)(p ? p + o : NULL);                                                          \
     o += ((size_t)(n) * sizeof(type) + 255) & ~(size_t)255;
-    TAKE(cnt, int32_t, E);
     TAKE(off, int32_t, E + 1);
     TAKE(perm, int32_t, A);
     TAKE(inv, int32_t, A);
@@ -498,7 +488,7 @@ extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H,
 
 template <int TN, int FMT, bool W13> static size_t gemm_smem() {
     const int a = FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64;
-    return (size_t)MOE_STAGES * (a + TN * 128) + (FMT == FMT_BF16 ? 0 : MOE_BM * 128);
+    return (size_t)MOE_STAGES_FOR(TN) * (a + TN * 128) + (FMT == FMT_BF16 ? 0 : MOE_BM * 128);
 }
 
 template <int TN, int FMT, bool W13>
@@ -528,6 +518,9 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
                           "moe experts (cuda): NULL argument or k = %d", k);
     const int64_t P = d->P, E = lw->w13.shape[0];
+    if (E > 1024)
+        return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                          "moe experts (cuda): %lld local experts (at most 1024)", (long long)E);
     if (H % 128 != 0 || P % 128 != 0)
         return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
                           "moe experts (cuda): H = %lld and P = %lld must be multiples of 128",
@@ -548,14 +541,9 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         const int32_t *cid = ids + t0 * k;
         /* tokens per expert decide the tile width: narrow tiles for decode-sized batches */
         const int tn = A / E <= 48 ? 32 : 128;
-        count_kernel<<<(unsigned)E, 256, 0, st>>>(cid, A, w.cnt);
-        RW_CHECK(RW_LAUNCH_CHECK(s, "moe count", err));
-        schedule_kernel<<<1, 32, 0, st>>>(w.cnt, (int)E, tn, w.off, w.tiles, w.ntiles);
-        RW_CHECK(RW_LAUNCH_CHECK(s, "moe schedule", err));
-        scatter_kernel<<<(unsigned)E, 256, 0, st>>>(cid, A, w.off, w.perm, w.inv);
-        RW_CHECK(RW_LAUNCH_CHECK(s, "moe scatter", err));
-        inv_clear_kernel<<<(unsigned)((A + 255) / 256), 256, 0, st>>>(cid, A, (int)E, w.inv);
-        RW_CHECK(RW_LAUNCH_CHECK(s, "moe inv", err));
+        sort_kernel<<<1, 1024, 0, st>>>(cid, A, (int)E, tn, w.off, w.tiles, w.ntiles, w.perm,
+                                        w.inv);
+        RW_CHECK(RW_LAUNCH_CHECK(s, "moe sort", err));
 
         gemm_args g;
         memset(&g, 0, sizeof g);

@@ -18,6 +18,7 @@ rw_bench_opts rw_bench_opts_default(void) {
     o.steps = 20;
     o.graphs = true;
     o.seed = 1;
+    o.quant = NULL;
     return o;
 }
 
@@ -148,13 +149,47 @@ static const char *fmt_name(rw_wfmt f) {
     return f == RW_WFMT_BF16 ? "bf16" : f == RW_WFMT_MXFP8 ? "mxfp8" : "fp8-block";
 }
 
+/* Applies a --quant preset to the config: mxfp8 (1x32 UE8M0), mxfp8-last-N (the last N layers
+ * kept bf16 through modules_to_not_convert), fp8 (128x128 blocks). */
+static rw_status apply_quant(rw_config *c, const char *q, rw_err *err) {
+    if (!q || strcmp(q, "none") == 0) return RW_OK;
+    int last = 0;
+    rw_quant_config *qc = &c->quant;
+    if (strcmp(q, "fp8") == 0) {
+        qc->method = RW_QMETHOD_FP8_BLOCK;
+        qc->block[0] = qc->block[1] = 128;
+        snprintf(qc->scale_fmt, sizeof qc->scale_fmt, "%s", "");
+    } else if (strcmp(q, "mxfp8") == 0 || sscanf(q, "mxfp8-last-%d", &last) == 1) {
+        qc->method = RW_QMETHOD_MXFP8;
+        qc->block[0] = 1;
+        qc->block[1] = 32;
+        snprintf(qc->scale_fmt, sizeof qc->scale_fmt, "%s", "ue8m0");
+    } else {
+        RW_FAIL(err, RW_E_INVALID_ARG, "bench: --quant '%s' (none, mxfp8, mxfp8-last-N, fp8)", q);
+    }
+    snprintf(qc->fmt, sizeof qc->fmt, "%s", "e4m3");
+    snprintf(qc->activation_scheme, sizeof qc->activation_scheme, "%s", "dynamic");
+    if (last < 0 || last > c->num_layers || last > RW_MAX_NOT_CONVERT)
+        RW_FAIL(err, RW_E_RANGE, "bench: --quant %s: %d layers", q, c->num_layers);
+    for (int l = c->num_layers - last; l < c->num_layers; l++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "model.layers.%d.", l);
+        qc->not_convert[qc->n_not_convert] = strdup(pre);
+        if (!qc->not_convert[qc->n_not_convert]) RW_FAIL(err, RW_E_OOM, "bench: quant config");
+        qc->n_not_convert++;
+    }
+    return RW_OK;
+}
+
 static rw_status make_model(const rw_bench_opts *o, rw_config *cfg, rw_model **m, rw_err *err) {
     if (o->cfg)
         RW_CHECK(rw_config_copy(o->cfg, cfg, err));
     else
         qwen3_30b(cfg);
+    RW_CHECK(apply_quant(cfg, o->quant, err));
     rw_model_opts mo = {RW_BACKEND_CUDA, o->device, 1, 0, NULL};
     RW_CHECK(rw_model_create(cfg, &mo, m, err));
+    rw_cuda_be_set_graphs(*m, o->graphs);
     return fill_model(*m, o->seed, err);
 }
 
@@ -237,7 +272,7 @@ rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err)
         "\"graphs\": %s, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, \"step_ms_max\": %.3f, "
         "\"tokens_per_s\": %.1f, \"bytes_per_step_gb\": %.3f, \"hbm_gbs_measured\": %.0f, "
         "\"floor_ms\": %.3f, \"floor_tokens_per_s\": %.1f, \"ratio_to_floor\": %.3f}\n",
-        fmt_name(w0->moe_fmt), B, ctx, steps, getenv("RW_CUDA_GRAPHS") ? "env" : "true", med * 1e3,
+        fmt_name(w0->moe_fmt), B, ctx, steps, o->graphs ? "true" : "false", med * 1e3,
         times[0] * 1e3, times[steps - 1] * 1e3, B / med, (wbytes + kvbytes) / 1e9, hbm,
         floor_s * 1e3, B / floor_s, floor_s / med);
     st = RW_OK;
@@ -416,6 +451,10 @@ int rw_worker_bench_main(int argc, char **argv, FILE *out) {
             config = v;
             continue;
         }
+        if (strcmp(a, "--quant") == 0) {
+            o.quant = v;
+            continue;
+        }
         char *end;
         errno = 0;
         long x = strtol(v, &end, 10);
@@ -443,8 +482,10 @@ int rw_worker_bench_main(int argc, char **argv, FILE *out) {
         }
     }
     if (!what || (strcmp(what, "decode") && strcmp(what, "prefill") && strcmp(what, "all"))) {
-        fprintf(stderr, "usage: rw-worker --bench decode|prefill|all [--config FILE] [--batch N] "
-                        "[--ctx N] [--steps N] [--nprompt N] [--plen N] [--no-graphs] [--gpu N]\n");
+        fprintf(stderr,
+                "usage: rw-worker --bench decode|prefill|all [--config FILE] [--quant none|mxfp8|"
+                "mxfp8-last-N|fp8] [--batch N] [--ctx N] [--steps N] [--nprompt N] [--plen N] "
+                "[--no-graphs] [--gpu N]\n");
         return 2;
     }
     rw_err err = {0};

@@ -220,7 +220,7 @@ static rw_status ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int n
     DALLOC(be->y, T * H * 4);
     DALLOC(be->h32, T * H * 4);
     DALLOC(be->h, T * H * 2);
-    DALLOC(be->q, T * qd * 4);
+    DALLOC(be->q, T * (qd + 2 * kd) * 4); /* room for the fused [q | k | v] rows */
     DALLOC(be->k, T * kd * 4);
     DALLOC(be->v, T * kd * 4);
     DALLOC(be->qb, T * qd * 2);
@@ -328,6 +328,13 @@ static void cuda_kv_destroy(rw_model *m, rw_kv *kv) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* bf16 q, k, v weights stored back to back ([q; k; v] rows): one GEMM serves all three. */
+static bool qkv_fused(const rw_layer_weights *lw) {
+    if (lw->q.dtype != RW_DTYPE_BF16) return false;
+    const uint8_t *q = lw->q.data, *k = lw->k.data, *v = lw->v.data;
+    return k == q + rw_tensor_nbytes(&lw->q) && v == k + rw_tensor_nbytes(&lw->k);
+}
+
 /* The model on the metadata already on the device. */
 static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int64_t nlog,
                            int bt_stride, int nsplit, rw_err *err) {
@@ -353,12 +360,29 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
         const rw_layer_weights *lw = rw_wset_layer(m->ws, l);
         RW_CHECK(rw_k_add_rmsnorm(be->x, l ? be->y : NULL, lw->input_norm.data, ntok, H, eps, be->h,
                                   NULL, s, err));
-        RW_CHECK(dense(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->h, be->q, ntok, err));
-        RW_CHECK(dense(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->h, be->k, ntok, err));
-        RW_CHECK(dense(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->h, be->v, ntok, err));
+        const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
+        const float *qp, *kp, *vp;
+        int64_t ldq, ldkv;
+        if (qkv_fused(lw)) {
+            /* q, k, v lie back to back in the arena: one GEMM, output rows [q | k | v] */
+            RW_CHECK(gemm(be, lw->q.data, be->h, be->q, ntok, qd + 2 * kd, H, err));
+            qp = be->q;
+            kp = be->q + qd;
+            vp = be->q + qd + kd;
+            ldq = ldkv = qd + 2 * kd;
+        } else {
+            RW_CHECK(dense(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->h, be->q, ntok, err));
+            RW_CHECK(dense(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->h, be->k, ntok, err));
+            RW_CHECK(dense(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->h, be->v, ntok, err));
+            qp = be->q;
+            kp = be->k;
+            vp = be->v;
+            ldq = qd;
+            ldkv = kd;
+        }
         uint16_t *kc = kv->k + (size_t)l * kv->layer_elems,
                  *vc = kv->v + (size_t)l * kv->layer_elems;
-        RW_CHECK(rw_k_qk_rope_kv(be->q, be->k, be->v, lw->q_norm.data, lw->k_norm.data, pos, slot,
+        RW_CHECK(rw_k_qk_rope_kv(qp, kp, vp, ldq, ldkv, lw->q_norm.data, lw->k_norm.data, pos, slot,
                                  ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qb, kc, vc,
                                  s, err));
         RW_CHECK(rw_k_attention(be->qb, kc, vc, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
@@ -605,6 +629,11 @@ rw_status rw_cuda_be_gemm(rw_model *m, const void *W, const void *X, float *Y, i
 void *rw_cuda_be_stream(rw_model *m) {
     return ((cuda_be *)m->be)->st;
 }
+void rw_cuda_be_set_graphs(rw_model *m, bool on) {
+    cuda_be *be = m->be;
+    if (!on) drop_graphs(be);
+    be->use_graphs = on;
+}
 /* Fills a KV cache with random bf16 (benchmarks must not time zeros). */
 rw_status rw_cuda_be_kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err) {
     cuda_be *be = m->be;
@@ -612,6 +641,57 @@ rw_status rw_cuda_be_kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err 
     RW_CHECK(rw_k_fill_bf16(kv->k, n, seed, 0.0f, 1.0f, be->st, err));
     RW_CHECK(rw_k_fill_bf16(kv->v, n, seed + 1, 0.0f, 1.0f, be->st, err));
     CU(cudaStreamSynchronize(be->st));
+    return RW_OK;
+}
+
+typedef struct dev_rand {
+    rw_model *m;
+    uint64_t seed;
+    float std;
+    uint16_t *buf; /* device, reused for every tensor (stream order protects it) */
+    size_t cap;
+    rw_err *err;
+} dev_rand;
+
+static rw_status dev_rand_one(const rw_wname *w, void *vctx) {
+    dev_rand *c = vctx;
+    rw_err *err = c->err;
+    cuda_be *be = c->m->be;
+    char name[256];
+    rw_name_format(w, name, sizeof name);
+    rw_piece p;
+    memset(&p, 0, sizeof p);
+    RW_CHECK(rw_config_weight_shape(&c->m->cfg, w, &p.ndim, p.shape, err));
+    const size_t n = (size_t)rw_shape_numel(p.ndim, p.shape);
+    if (n > c->cap) {
+        CU(cudaStreamSynchronize(be->st));
+        cudaFree(c->buf);
+        c->buf = NULL;
+        c->cap = 0;
+        CU(cudaMalloc((void **)&c->buf, n * sizeof(uint16_t)));
+        c->cap = n;
+    }
+    uint64_t ts;
+    float mean, sd;
+    rw_model_rand_params(w, name, c->seed, c->std, &ts, &mean, &sd);
+    RW_CHECK(rw_k_fill_bf16(c->buf, (int64_t)n, ts, mean, sd, be->st, err));
+    p.name = name;
+    p.dtype = RW_DTYPE_BF16;
+    p.shard_dim = -1;
+    p.layout = RW_PIECE_PLAIN;
+    p.data = c->buf;
+    p.place = RW_PLACE_DEVICE;
+    return rw_wset_apply(c->m->ws, &p, be->st, err);
+}
+
+rw_status rw_cuda_be_load_random(rw_model *m, uint64_t seed, float std, rw_err *err) {
+    cuda_be *be = m->be;
+    dev_rand c = {m, seed, std, NULL, 0, err};
+    rw_status st = rw_config_for_each_weight(&m->cfg, dev_rand_one, &c);
+    const cudaError_t ce = cudaStreamSynchronize(be->st);
+    cudaFree(c.buf);
+    RW_CHECK(st);
+    if (ce != cudaSuccess) RW_FAIL(err, RW_E_CUDA, "random weights: %s", cudaGetErrorString(ce));
     return RW_OK;
 }
 

@@ -79,6 +79,11 @@ struct rw_model {
     void *be; /* backend state */
 };
 
+/* Random weights (rw_model_load_random): tensor `name` is element-wise rw_rand_bf16_at(
+ * tensor_seed, i, mean, sd) with norms around 1. */
+void rw_model_rand_params(const rw_wname *w, const char *name, uint64_t seed, float std,
+                          uint64_t *tensor_seed, float *mean, float *sd);
+
 rw_status rw_cpu_backend_init(rw_model *m, rw_err *err);
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err);
 
@@ -86,7 +91,11 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err);
 rw_status rw_cuda_be_gemm(rw_model *m, const void *W, const void *X, float *Y, int64_t M, int64_t N,
                           int64_t K, rw_err *err);
 void *rw_cuda_be_stream(rw_model *m);
+void rw_cuda_be_set_graphs(rw_model *m, bool on); /* decode graphs on / off */
 rw_status rw_cuda_be_kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err);
+/* rw_model_load_random for the CUDA backend: every canonical tensor generated on the device with
+ * rw_rand_bf16_at (the CPU backend's values) and applied as a device piece. */
+rw_status rw_cuda_be_load_random(rw_model *m, uint64_t seed, float std, rw_err *err);
 
 /* The communicator: an interface over single-rank, thread-group and NCCL implementations. */
 struct rw_comm {

@@ -125,10 +125,10 @@ extern "C" rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *
 /* ------------------------------------------------------------------------------------------ */
 /* One CTA per token, one warp per head (q heads then k heads); the head goes through shared
  * memory so any even hd <= 1024 works. */
-__global__ void qk_rope_kv_kernel(const float *q, const float *k, const float *v,
-                                  const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
-                                  const int32_t *slot, int nh, int nkv, int hd, int bs,
-                                  const float *inv_freq, float eps, uint16_t *q_out,
+__global__ void qk_rope_kv_kernel(const float *q, const float *k, const float *v, int64_t ldq,
+                                  int64_t ldkv, const uint16_t *qn, const uint16_t *kn,
+                                  const int32_t *pos, const int32_t *slot, int nh, int nkv, int hd,
+                                  int bs, const float *inv_freq, float eps, uint16_t *q_out,
                                   uint16_t *kcache, uint16_t *vcache) {
     extern __shared__ float hbuf[]; /* [warps][hd] */
     const int64_t t = blockIdx.x;
@@ -141,7 +141,7 @@ __global__ void qk_rope_kv_kernel(const float *q, const float *k, const float *v
         const bool isq = h < nh;
         if (!isq && sl < 0) continue;
         const int g = h - nh;
-        const float *src = isq ? q + (t * nh + h) * hd : k + (t * nkv + g) * hd;
+        const float *src = isq ? q + t * ldq + (int64_t)h * hd : k + t * ldkv + (int64_t)g * hd;
         const uint16_t *nwt = isq ? qn : kn;
         float ss = 0.0f;
         for (int i = lane; i < hd; i += 32) {
@@ -172,7 +172,7 @@ __global__ void qk_rope_kv_kernel(const float *q, const float *k, const float *v
         if (!isq) {
             const int64_t blk = sl / bs, off = sl % bs;
             uint16_t *vd = vcache + ((blk * nkv + g) * bs + off) * hd;
-            const float *vs = v + (t * nkv + g) * hd;
+            const float *vs = v + t * ldkv + (int64_t)g * hd;
             for (int i = lane; i < hd; i += 32)
                 vd[i] = f2b(vs[i]);
         }
@@ -180,16 +180,18 @@ __global__ void qk_rope_kv_kernel(const float *q, const float *k, const float *v
     }
 }
 
-extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v,
-                                     const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
-                                     const int32_t *slot, int64_t n, int nh, int nkv, int hd,
-                                     int bs, const float *inv_freq, float eps, uint16_t *q_out,
-                                     uint16_t *kcache, uint16_t *vcache, rw_stream s, rw_err *err) {
+extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_t ldq,
+                                     int64_t ldkv, const uint16_t *qn, const uint16_t *kn,
+                                     const int32_t *pos, const int32_t *slot, int64_t n, int nh,
+                                     int nkv, int hd, int bs, const float *inv_freq, float eps,
+                                     uint16_t *q_out, uint16_t *kcache, uint16_t *vcache,
+                                     rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     if (hd % 2 || hd > 1024) RW_FAIL(err, RW_E_UNSUPPORTED, "rope: head_dim %d", hd);
     const int warps = 8;
     qk_rope_kv_kernel<<<(unsigned)n, warps * 32, sizeof(float) * warps * hd, (cudaStream_t)s>>>(
-        q, k, v, qn, kn, pos, slot, nh, nkv, hd, bs, inv_freq, eps, q_out, kcache, vcache);
+        q, k, v, ldq, ldkv, qn, kn, pos, slot, nh, nkv, hd, bs, inv_freq, eps, q_out, kcache,
+        vcache);
     return LAUNCH_CHECK(s, "qk_rope_kv");
 }
 
@@ -407,8 +409,8 @@ attn_launch(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const rw_
         attn_kernel<HD, R><<<grid, ATT_THREADS, sm, st>>>(                                         \
             q, kc, vc, tiles, pos, bt, bt_stride, nh, nkv, bs, nsplit, scale, out, po, pml, ntok); \
     } else
-    ATT_CASE(1) ATT_CASE(2) ATT_CASE(4) ATT_CASE(8) ATT_CASE(16) ATT_CASE(32) {
-        RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d q heads per kv head (at most 32)", group);
+    ATT_CASE(1) ATT_CASE(2) ATT_CASE(4) ATT_CASE(8) ATT_CASE(16) {
+        RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d q heads per kv head (at most 16)", group);
     }
 #undef ATT_CASE
     RW_CHECK(LAUNCH_CHECK(s, "attention"));
@@ -440,10 +442,7 @@ extern "C" rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache,
     case 128:
         return attn_launch<128>(q, kcache, vcache, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
                                 bs, nsplit, part, out, s, err);
-    case 256:
-        return attn_launch<256>(q, kcache, vcache, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
-                                bs, nsplit, part, out, s, err);
-    default: RW_FAIL(err, RW_E_UNSUPPORTED, "attention: head_dim %d (32, 64, 128 or 256)", hd);
+    default: RW_FAIL(err, RW_E_UNSUPPORTED, "attention: head_dim %d (32, 64 or 128)", hd);
     }
 }
 
@@ -750,13 +749,8 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 
 __global__ void fill_bf16_kernel(uint16_t *p, int64_t n, uint64_t seed, float mean, float std) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const uint64_t r = mix64(seed ^ mix64((uint64_t)i));
-        const float u1 = ((float)(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
-        const float u2 = (float)((r >> 16) & 0xffffffu) * (1.0f / 16777216.0f);
-        const float g = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-        p[i] = f2b(mean + std * g);
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = rw_rand_bf16_at(seed, (uint64_t)i, mean, std);
 }
 __global__ void fill_e4m3_kernel(uint8_t *p, int64_t n, uint64_t seed) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

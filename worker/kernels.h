@@ -7,6 +7,8 @@
 #ifndef RW_WORKER_KERNELS_H
 #define RW_WORKER_KERNELS_H
 
+#include <math.h>
+
 #include "rw_core.h"
 
 #ifdef __cplusplus
@@ -24,6 +26,18 @@ RW_HD uint64_t rw_splitmix64(uint64_t x) {
 RW_HD float rw_sample_uniform_dev(uint64_t seed, int64_t position) {
     const uint64_t x = rw_splitmix64(seed ^ rw_splitmix64((uint64_t)position));
     return (float)(x >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Element i of a seeded random bf16 tensor: mean + std * g with g the standardised sum of four
+ * 16-bit uniforms from splitmix64(seed, i) (a bounded approximation of N(0, 1)). Integer math and
+ * one fma, so the host and the device produce the same bits (random weights are the same on the
+ * CPU and CUDA backends). */
+RW_HD uint16_t rw_rand_bf16_at(uint64_t seed, uint64_t i, float mean, float std) {
+    const uint64_t r = rw_splitmix64(seed ^ rw_splitmix64(i));
+    const int32_t s = (int32_t)(r & 0xffffu) + (int32_t)((r >> 16) & 0xffffu) +
+                      (int32_t)((r >> 32) & 0xffffu) + (int32_t)(r >> 48);
+    const float g = (float)(s - 131070) * (1.0f / 37837.23f);
+    return rw_f32_to_bf16(fmaf(std, g, mean));
 }
 
 /* x [n, H] fp32 = emb [v_local, H] bf16 row (tok - v_begin), or zeros when the token belongs to
@@ -50,23 +64,27 @@ rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *rows, int64
 
 /* Per-head RMSNorm of q and k (weights qn, kn [hd] bf16), RoPE (rotate-half, angle = pos *
  * inv_freq[i], inv_freq [hd/2] fp32), then q_out bf16 [n, nh, hd] and the K, V cache slots:
- * slot[t] = block * bs + offset (negative: not stored). q [n, nh*hd], k, v [n, nkv*hd] fp32. */
-void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, const uint16_t *qn,
-                         const uint16_t *kn, const int32_t *pos, const int32_t *slot, int64_t n,
-                         int nh, int nkv, int hd, int bs, const float *inv_freq, float eps,
-                         uint16_t *q_out, uint16_t *kcache, uint16_t *vcache);
-rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, const uint16_t *qn,
-                          const uint16_t *kn, const int32_t *pos, const int32_t *slot, int64_t n,
-                          int nh, int nkv, int hd, int bs, const float *inv_freq, float eps,
-                          uint16_t *q_out, uint16_t *kcache, uint16_t *vcache, rw_stream s,
-                          rw_err *err);
+ * slot[t] = block * bs + offset (negative: not stored). q rows of nh*hd fp32 at row stride ldq;
+ * k, v rows of nkv*hd at row stride ldkv (one fused [n, q|k|v] GEMM output works with
+ * ldq = ldkv = (nh + 2 nkv) hd). */
+void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                         const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
+                         const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
+                         const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                         uint16_t *vcache);
+rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                          const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
+                          const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
+                          const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                          uint16_t *vcache, rw_stream s, rw_err *err);
 
 /* Paged causal attention. A tile is up to RW_ATTN_QT consecutive tokens of one sequence:
  * tiles[i] = {seq, first token, count, 0}. Token t of the batch has position pos[t] and attends
  * keys 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride ...].
  * q [ntok, nh, hd] bf16 -> out [ntok, nh, hd] bf16; fp32 math, softmax scale 1/sqrt(hd).
  * nsplit > 1 splits each tile's keys over that many CTAs (flash-decoding) and needs `part`,
- * rw_k_attention_part_bytes() bytes of device scratch. bs % 16 == 0, hd in {32, 64, 128, 256}. */
+ * rw_k_attention_part_bytes() bytes of device scratch. bs % 16 == 0, hd in {32, 64, 128}, nh / nkv
+ * <= 16. */
 #define RW_ATTN_QT 8
 typedef struct rw_attn_tile {
     int32_t seq, tok0, ntok, pad;
@@ -117,8 +135,8 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
 rw_status rw_k_sample(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
                       rw_k_sample_out *out, rw_stream s, rw_err *err);
 
-/* Seeded device fills for benchmark weights: bf16 mean + std * N(0,1); e4m3 values of
- * magnitude < 1 (no NaN codes); bytes set to a constant. Each element depends only on (seed, i). */
+/* Seeded device fills: bf16 element i = rw_rand_bf16_at(seed, i, mean, std); e4m3 values of
+ * magnitude < 1 (no NaN codes); fp32 constant. Each element depends only on (seed, i). */
 rw_status rw_k_fill_bf16(uint16_t *p, int64_t n, uint64_t seed, float mean, float std, rw_stream s,
                          rw_err *err);
 rw_status rw_k_fill_e4m3(uint8_t *p, int64_t n, uint64_t seed, rw_stream s, rw_err *err);

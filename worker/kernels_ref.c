@@ -66,25 +66,26 @@ static void head_norm_rope(const float *x, const uint16_t *nw, int hd, float eps
     }
 }
 
-void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, const uint16_t *qn,
-                         const uint16_t *kn, const int32_t *pos, const int32_t *slot, int64_t n,
-                         int nh, int nkv, int hd, int bs, const float *inv_freq, float eps,
-                         uint16_t *q_out, uint16_t *kcache, uint16_t *vcache) {
+void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                         const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
+                         const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
+                         const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                         uint16_t *vcache) {
     float tmp[1024];
     for (int64_t t = 0; t < n; t++) {
         for (int h = 0; h < nh; h++) {
-            head_norm_rope(q + (t * nh + h) * hd, qn, hd, eps, pos[t], inv_freq, tmp);
+            head_norm_rope(q + t * ldq + h * hd, qn, hd, eps, pos[t], inv_freq, tmp);
             for (int i = 0; i < hd; i++)
                 q_out[(t * nh + h) * hd + i] = rw_f32_to_bf16(tmp[i]);
         }
         if (slot[t] < 0) continue;
         const int64_t blk = slot[t] / bs, off = slot[t] % bs;
         for (int g = 0; g < nkv; g++) {
-            head_norm_rope(k + (t * nkv + g) * hd, kn, hd, eps, pos[t], inv_freq, tmp);
+            head_norm_rope(k + t * ldkv + g * hd, kn, hd, eps, pos[t], inv_freq, tmp);
             const int64_t at = ((blk * nkv + g) * bs + off) * hd;
             for (int i = 0; i < hd; i++) {
                 kcache[at + i] = rw_f32_to_bf16(tmp[i]);
-                vcache[at + i] = rw_f32_to_bf16(v[(t * nkv + g) * hd + i]);
+                vcache[at + i] = rw_f32_to_bf16(v[t * ldkv + g * hd + i]);
             }
         }
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "kernels.h"
 
 const char *rw_backend_str(rw_backend b) {
     switch (b) {
@@ -148,6 +149,16 @@ typedef struct rand_ctx {
     rw_err *err;
 } rand_ctx;
 
+void rw_model_rand_params(const rw_wname *w, const char *name, uint64_t seed, float std,
+                          uint64_t *tensor_seed, float *mean, float *sd) {
+    const bool norm = w->kind == RW_W_INPUT_NORM || w->kind == RW_W_POST_NORM ||
+                      w->kind == RW_W_FINAL_NORM || w->kind == RW_W_Q_NORM ||
+                      w->kind == RW_W_K_NORM;
+    *tensor_seed = seed ^ rw_checksum64(name, strlen(name), 0x5eed);
+    *mean = norm ? 1.0f : 0.0f;
+    *sd = norm ? 0.1f : std;
+}
+
 static rw_status rand_one(const rw_wname *w, void *vctx) {
     rand_ctx *c = vctx;
     rw_err *err = c->err;
@@ -163,29 +174,28 @@ static rw_status rand_one(const rw_wname *w, void *vctx) {
         c->buf = nb;
         c->cap = n;
     }
-    /* the stream of each tensor depends only on (seed, name): the same on every rank */
-    rw_rng r;
-    rw_rng_seed(&r, c->seed ^ rw_checksum64(name, strlen(name), 0x5eed));
-    const bool norm = w->kind == RW_W_INPUT_NORM || w->kind == RW_W_POST_NORM ||
-                      w->kind == RW_W_FINAL_NORM || w->kind == RW_W_Q_NORM ||
-                      w->kind == RW_W_K_NORM;
-    for (size_t i = 0; i < n; i++) {
-        const float g = rw_rng_normal(&r);
-        c->buf[i] = rw_f32_to_bf16(norm ? 1.0f + 0.1f * g : c->std * g);
-    }
+    /* each tensor depends only on (seed, name): the same on every rank, TP degree and backend */
+    uint64_t ts;
+    float mean, sd;
+    rw_model_rand_params(w, name, c->seed, c->std, &ts, &mean, &sd);
+    for (size_t i = 0; i < n; i++)
+        c->buf[i] = rw_rand_bf16_at(ts, i, mean, sd);
     p.name = name;
     p.dtype = RW_DTYPE_BF16;
     p.shard_dim = -1;
     p.layout = RW_PIECE_PLAIN;
     p.data = c->buf;
     p.place = RW_PLACE_HOST;
-    rw_status st = rw_wset_apply(c->m->ws, &p, NULL, err);
-    /* the host buffer is reused for the next tensor: device copies must have finished */
-    if (st == RW_OK && c->m->kind == RW_BACKEND_CUDA) st = rw_stream_sync(NULL, err);
-    return st;
+    return rw_wset_apply(c->m->ws, &p, NULL, err);
 }
 
 rw_status rw_model_load_random(rw_model *m, uint64_t seed, float std, rw_err *err) {
+    if (m->kind == RW_BACKEND_CUDA) {
+        /* same values, generated on the device (a 30B model in seconds, not minutes) */
+        rw_wset_mark_clear(m->ws);
+        RW_CHECK(rw_cuda_be_load_random(m, seed, std > 0 ? std : 0.02f, err));
+        return check_complete(m, "random weights", err);
+    }
     rand_ctx c = {m, seed, std > 0 ? std : 0.02f, NULL, 0, err};
     rw_wset_mark_clear(m->ws);
     rw_status st = rw_config_for_each_weight(&m->cfg, rand_one, &c);
@@ -223,5 +233,8 @@ done:
 #ifndef RW_CUDA_BACKEND
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
     RW_FAIL(err, RW_E_NO_DEVICE, "CUDA backend: this build has no CUDA (configure with CUDA)");
+}
+rw_status rw_cuda_be_load_random(rw_model *m, uint64_t seed, float std, rw_err *err) {
+    RW_FAIL(err, RW_E_NO_DEVICE, "CUDA backend: this build has no CUDA");
 }
 #endif

@@ -273,12 +273,13 @@ typedef struct rw_bench_opts {
     int steps;         /* timed decode steps (median reported) */
     bool graphs;       /* CUDA graphs for decode */
     uint64_t seed;
+    const char *quant; /* NULL/"none", "mxfp8", "mxfp8-last-N" (last N layers bf16), "fp8" */
 } rw_bench_opts;
 rw_bench_opts rw_bench_opts_default(void);
 rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err);
 rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err);
-/* `rw-worker --bench decode|prefill|all [--config FILE] [--batch N] [--ctx N] [--steps N]
- * [--nprompt N] [--plen N] [--no-graphs] [--gpu ORDINAL]`: returns the exit status. */
+/* `rw-worker --bench decode|prefill|all [--config FILE] [--quant Q] [--batch N] [--ctx N]
+ * [--steps N] [--nprompt N] [--plen N] [--no-graphs] [--gpu ORDINAL]`: returns the exit status. */
 int rw_worker_bench_main(int argc, char **argv, FILE *out);
 
 #ifdef __cplusplus

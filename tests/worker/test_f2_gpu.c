@@ -160,6 +160,49 @@ static void test_quantized(void **state) {
     quant_case(*state, RW_QMETHOD_FP8_BLOCK);
 }
 
+/* Random weights are generated on the device for the CUDA backend with the CPU backend's
+ * generator: the two models agree like the checkpoint-loaded ones do. */
+static void test_random_weights(void **state) {
+    fx *f = *state;
+    rw_err err = {0};
+    rw_model *m[2] = {NULL, NULL};
+    const rw_backend b[2] = {RW_BACKEND_CPU, RW_BACKEND_CUDA};
+    const int V = f->cfg.vocab_size, L = 40;
+    float *lg[2];
+    int32_t toks[40];
+    for (int i = 0; i < L; i++)
+        toks[i] = (i * 53 + 11) % V;
+    for (int i = 0; i < 2; i++) {
+        rw_model_opts mo = {b[i], 0, 1, 0, NULL};
+        RW_ASSERT_OK(rw_model_create(&f->cfg, &mo, &m[i], &err), &err);
+        RW_ASSERT_OK(rw_model_load_random(m[i], 5, 0.08f, &err), &err);
+        lg[i] = malloc(sizeof(float) * (size_t)L * V);
+        RW_ASSERT_OK(rw_model_score(m[i], toks, L, lg[i], &err), &err);
+    }
+    /* the bytes of a weight readback agree exactly */
+    uint64_t c0, c1;
+    RW_ASSERT_OK(rw_wset_checksum(rw_model_wset(m[0]),
+                                  "model.layers.1.mlp.experts.3.up_proj.weight", &c0, &err),
+                 &err);
+    RW_ASSERT_OK(rw_wset_checksum(rw_model_wset(m[1]),
+                                  "model.layers.1.mlp.experts.3.up_proj.weight", &c1, &err),
+                 &err);
+    assert_true(c0 == c1);
+    double worst = 0, mag = 0;
+    for (int64_t j = 0; j < (int64_t)L * V; j++) {
+        worst = fmax(worst, fabs(lg[0][j] - lg[1][j]));
+        mag = fmax(mag, fabs(lg[0][j]));
+    }
+    print_message("random weights: CUDA vs CPU max |logit diff| %.4g (max |logit| %.3g)\n", worst,
+                  mag);
+    assert_true(mag > 0.1);
+    assert_true(worst <= F2_LOGIT_TOL);
+    for (int i = 0; i < 2; i++) {
+        free(lg[i]);
+        rw_model_destroy(m[i]);
+    }
+}
+
 /* --- continuous batching on the CUDA backend ------------------------------------------------ */
 typedef struct spec {
     int32_t prompt[128];
@@ -257,6 +300,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f2),
         cmocka_unit_test(test_quantized),
+        cmocka_unit_test(test_random_weights),
         cmocka_unit_test(test_batching),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -143,15 +143,15 @@ static void test_norms(void **state) {
     free(gx);
 }
 
+/* q, k, v as one fused [n, q | k | v] GEMM output (row stride (nh + 2 nkv) hd). */
 static void test_rope_kv(void **state) {
     (void)state;
     const int n = 21, nh = 8, nkv = 2, hd = 128, bs = 16, nblocks = 6;
-    const size_t qe = (size_t)n * nh * hd, ke = (size_t)n * nkv * hd;
+    const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
+    const size_t qe = (size_t)n * nh * hd, fe = (size_t)n * ld;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
-    float *q = malloc(4 * qe), *k = malloc(4 * ke), *v = malloc(4 * ke), inv[64];
-    fill_f32(q, qe, 6, 1.0f);
-    fill_f32(k, ke, 7, 1.0f);
-    fill_f32(v, ke, 8, 1.0f);
+    float *qkv = malloc(4 * fe), inv[64];
+    fill_f32(qkv, fe, 6, 1.0f);
     for (int i = 0; i < hd / 2; i++)
         inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / hd));
     uint16_t qn[128], kn[128];
@@ -167,16 +167,17 @@ static void test_rope_kv(void **state) {
              *gvc = malloc(2 * ce);
     for (size_t i = 0; i < ce; i++)
         kc[i] = vc[i] = 0x3f80; /* 1.0: untouched slots stay */
-    float *dq = dput(q, 4 * qe), *dk = dput(k, 4 * ke), *dv = dput(v, 4 * ke),
-          *di = dput(inv, sizeof inv);
+    float *dqkv = dput(qkv, 4 * fe), *di = dput(inv, sizeof inv);
     uint16_t *dqn = dput(qn, sizeof qn), *dkn = dput(kn, sizeof kn), *dqo;
     uint16_t *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce);
     int32_t *dp = dput(pos, sizeof pos), *ds = dput(slot, sizeof slot);
     CK(cudaMalloc((void **)&dqo, 2 * qe));
     rw_err err = {0};
-    rw_k_qk_rope_kv_ref(q, k, v, qn, kn, pos, slot, n, nh, nkv, hd, bs, inv, 1e-6f, qo, kc, vc);
-    RW_ASSERT_OK(rw_k_qk_rope_kv(dq, dk, dv, dqn, dkn, dp, ds, n, nh, nkv, hd, bs, di, 1e-6f, dqo,
-                                 dkc, dvc, NULL, &err),
+    const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
+    rw_k_qk_rope_kv_ref(qkv, qkv + qd, qkv + qd + kd, ld, ld, qn, kn, pos, slot, n, nh, nkv, hd, bs,
+                        inv, 1e-6f, qo, kc, vc);
+    RW_ASSERT_OK(rw_k_qk_rope_kv(dqkv, dqkv + qd, dqkv + qd + kd, ld, ld, dqn, dkn, dp, ds, n, nh,
+                                 nkv, hd, bs, di, 1e-6f, dqo, dkc, dvc, NULL, &err),
                  &err);
     dget(gqo, dqo, 2 * qe);
     dget(gkc, dkc, 2 * ce);
@@ -185,9 +186,7 @@ static void test_rope_kv(void **state) {
     near_bf16(gqo, qo, qe, 2 * TOL_BF16_REL, 0.05, "rope q");
     near_bf16(gkc, kc, ce, 2 * TOL_BF16_REL, 0.05, "rope k cache");
     rw_assert_bytes_equal(gvc, vc, 2 * ce, "v cache");
-    cudaFree(dq);
-    cudaFree(dk);
-    cudaFree(dv);
+    cudaFree(dqkv);
     cudaFree(di);
     cudaFree(dqn);
     cudaFree(dkn);
@@ -196,9 +195,7 @@ static void test_rope_kv(void **state) {
     cudaFree(dvc);
     cudaFree(dp);
     cudaFree(ds);
-    free(q);
-    free(k);
-    free(v);
+    free(qkv);
     free(qo);
     free(gqo);
     free(kc);
