@@ -1,0 +1,445 @@
+/* test_faults.c - faults in the middle of a weight update, against a live rw-worker (CPU backend,
+ * the tiny fixture), one worker process for the whole run:
+ * - a ZeroMQ trainer killed while its bucket is on the wire (a 64 MiB multipart message cut
+ *   short): the session times out; the previous version serves bit for bit (or, if the bucket
+ *   had arrived whole after all, the weights report weights_incomplete);
+ * - a trainer that closes its socket and exits after one bucket was written: the session times
+ *   out, generate is refused with weights_incomplete, and a full push (librw_client) from a new
+ *   client succeeds without a restart;
+ * - disk checkpoints truncated or corrupted: a lone file cut in half, one shard of an indexed
+ *   checkpoint cut short, a header with a flipped byte, data ending before the last tensor. Each
+ *   is refused before anything is written and the previous version serves; the same refusal
+ *   inside a session that had written a bucket leaves weights_incomplete, and a full
+ *   update_weights_from_disk repairs it.
+ * After each fault the checksums of every tensor and the fixture's greedy tokens are checked. */
+#include <ftw.h>
+#include <sys/stat.h>
+
+#include "rel_util.h"
+
+typedef struct fx {
+    dt_worker w;
+    rw_client *c;
+    dt_ref ref;
+    char fixture[4096];
+    char tmp[256];
+    char *sums0; /* checksums of the fixture's weights */
+} fx;
+
+static fx *F; /* for the teardown of a failed test */
+
+/* ---- files ----------------------------------------------------------------------------------- */
+static void copy_file(const char *src, const char *dst, size_t keep /* SIZE_MAX: all */) {
+    char *text;
+    size_t len;
+    rw_err e;
+    RW_ASSERT_OK(rw_read_file(src, &text, &len, &e), &e);
+    if (keep < len) len = keep;
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(text);
+}
+
+static size_t file_size(const char *p) {
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    return (size_t)sb.st_size;
+}
+
+/* dir/config.json from the fixture, plus dir itself. */
+static void new_ckpt_dir(const fx *f, const char *name, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/%s", f->tmp, name);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/config.json", f->fixture);
+    snprintf(b, sizeof b, "%s/config.json", dir);
+    copy_file(a, b, SIZE_MAX);
+}
+
+/* The fixture's tensors split over two shards with model.safetensors.index.json. */
+static void write_sharded(const fx *f, const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/model.safetensors", f->fixture);
+    rw_st_file *src;
+    rw_err e;
+    RW_ASSERT_OK(rw_st_open(p, &src, &e), &e);
+    size_t n = rw_st_count(src), half = n / 2;
+    json_t *map = json_object();
+    for (int s = 0; s < 2; s++) {
+        size_t b = s ? half : 0, end = s ? n : half;
+        rw_st_decl *d = calloc(end - b, sizeof *d);
+        const char *fname =
+            s ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+        for (size_t i = b; i < end; i++) {
+            const rw_st_entry *t = rw_st_at(src, i);
+            d[i - b].name = t->name;
+            d[i - b].dtype = t->dtype;
+            d[i - b].ndim = t->ndim;
+            memcpy(d[i - b].shape, t->shape, sizeof t->shape);
+            json_object_set_new(map, t->name, json_string(fname));
+        }
+        snprintf(p, sizeof p, "%s/%s", dir, fname);
+        rw_st_writer *w;
+        RW_ASSERT_OK(rw_st_writer_create(p, d, end - b, NULL, &w, &e), &e);
+        for (size_t i = b; i < end; i++) {
+            const rw_st_entry *t = rw_st_at(src, i);
+            RW_ASSERT_OK(rw_st_writer_write(w, t->data, t->end - t->begin, &e), &e);
+        }
+        RW_ASSERT_OK(rw_st_writer_close(w, &e), &e);
+        free(d);
+    }
+    rw_st_close(src);
+    json_t *idx = json_object();
+    json_object_set_new(idx, "metadata", json_object());
+    json_object_set_new(idx, "weight_map", map);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    assert_int_equal(json_dump_file(idx, p, JSON_INDENT(1)), 0);
+    json_decref(idx);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* ---- worker state ------------------------------------------------------------------------------
+ */
+static const char *wstate(fx *f, char *version, size_t cap) {
+    static char st[64];
+    json_t *v = dt_ok(f->c, "get_weight_version", NULL);
+    snprintf(st, sizeof st, "%s", dt_str(v, "state", NULL));
+    if (version) snprintf(version, cap, "%s", dt_str(v, "version", NULL));
+    json_decref(v);
+    return st;
+}
+
+/* Waits until no session is open (the idle timeout aborted it); returns the state. */
+static const char *wait_session_end(fx *f, double limit_s) {
+    double end = rw_now() + limit_s;
+    while (rw_now() < end) {
+        const char *s = wstate(f, NULL, 0);
+        if (strcmp(s, "updating")) return s;
+        usleep(50000);
+    }
+    fail_msg("the update session was not aborted within %.0f s", limit_s);
+    return "";
+}
+
+/* The previous version serves: same version tag, every checksum as before, reference tokens. */
+static void assert_intact(fx *f, const char *version) {
+    char v[RW_SYNC_MAX_VERSION + 1];
+    assert_string_equal(wstate(f, v, sizeof v), "ready");
+    assert_string_equal(v, version);
+    char *sums = rl_checksums(f->c);
+    assert_string_equal(sums, f->sums0);
+    free(sums);
+    rl_assert_reference(f->c, &f->ref);
+}
+
+/* Weights incomplete: generate is refused with that status, health says so. */
+static void assert_incomplete(fx *f) {
+    assert_string_equal(wstate(f, NULL, 0), "weights_incomplete");
+    char msg[512];
+    dt_refused(f->c, "generate", "{\"prompt\": [1, 2, 3], \"max_new_tokens\": 2}",
+               RW_E_WEIGHTS_INCOMPLETE, msg, sizeof msg);
+    assert_non_null(strstr(msg, "incomplete"));
+    json_t *h = dt_ok(f->c, "health", NULL);
+    assert_string_equal(dt_str(h, "state", NULL), "weights_incomplete");
+    json_decref(h);
+}
+
+/* A full update from disk (implicit session), then the fixture serves again. */
+static void repair_from_disk(fx *f, const char *version) {
+    char a[4400];
+    snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"%s\"}", f->fixture, version);
+    json_t *r = dt_ok(f->c, "update_weights_from_disk", a);
+    assert_true(json_is_true(json_object_get(r, "committed")));
+    json_decref(r);
+    assert_intact(f, version);
+}
+
+/* ---- a trainer in a child process
+ * ----------------------------------------------------------------- */
+/* Sends one envelope (+ an optional frame of `flen` bytes of `fill`) on a fresh DEALER socket and
+ * waits for the reply when `wait`; returns false on any failure. Child-process code: no cmocka. */
+static bool child_send(void *sock, uint64_t id, const char *cmd, const char *args, size_t flen,
+                       uint8_t fill, bool wait) {
+    rw_mw *w;
+    if (rw_mw_create(&w, NULL) != RW_OK) return false;
+    rw_mw_request(w, id, cmd);
+    bool ok = rw_mw_json(w, args, NULL) == RW_OK;
+    const void *env;
+    size_t len;
+    ok = ok && rw_mw_finish(w, &env, &len, NULL) == RW_OK;
+    ok = ok && zmq_send(sock, env, len, flen ? ZMQ_SNDMORE : 0) >= 0;
+    rw_mw_destroy(w);
+    if (ok && flen) {
+        void *frame = malloc(flen);
+        ok = frame != NULL;
+        if (ok) {
+            memset(frame, fill, flen);
+            ok = zmq_send(sock, frame, flen, 0) >= 0;
+            free(frame);
+        }
+    }
+    if (!ok || !wait) return ok;
+    zmq_pollitem_t pi = {.socket = sock, .events = ZMQ_POLLIN};
+    if (zmq_poll(&pi, 1, 30000) <= 0) return false;
+    char buf[4096];
+    int n = zmq_recv(sock, buf, sizeof buf, 0);
+    if (n <= 0 || n > (int)sizeof buf) return false;
+    rw_msg *m = NULL;
+    rw_reply rp;
+    ok = rw_msg_decode_reply(buf, (size_t)n, &m, &rp, NULL) == RW_OK && rp.ok;
+    rw_msg_free(m);
+    return ok;
+}
+
+typedef enum trainer_end {
+    KILLED_MID_BUCKET = 0,   /* SIGKILL right after a 64 MiB bucket is handed to ZeroMQ */
+    CLOSED_AFTER_BUCKET = 1, /* one small bucket applied, then socket closed and exit(0) */
+} trainer_end;
+
+#define BIG_BUCKET (64u << 20)
+
+/* Runs the trainer; returns once it is gone. */
+static void trainer(fx *f, trainer_end how) {
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        void *ctx = zmq_ctx_new();
+        void *sock = zmq_socket(ctx, ZMQ_DEALER);
+        int linger = how == CLOSED_AFTER_BUCKET ? 2000 : 0;
+        zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+        bool ok = zmq_connect(sock, f->w.ep) == 0;
+        char a[512];
+        snprintf(a, sizeof a, "{\"version\": \"never\", \"timeout_s\": 1.5, \"bucket_bytes\": %u}",
+                 BIG_BUCKET);
+        ok = ok && child_send(sock, 1, "begin_update", a, 0, 0, true);
+        if (how == KILLED_MID_BUCKET) {
+            /* one small piece and a large gap: a valid bucket that takes a while to cross */
+            snprintf(a, sizeof a,
+                     "{\"transport\": \"zmq\", \"manifest\": {\"nbytes\": %u, \"tensors\": "
+                     "[{\"name\": \"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
+                     "\"offset\": 0, \"nbytes\": 256}]}}",
+                     BIG_BUCKET);
+            ok = ok && child_send(sock, 2, "update_weights", a, BIG_BUCKET, 0x3f, false);
+        } else {
+            ok = ok && child_send(sock, 2, "update_weights",
+                                  "{\"transport\": \"zmq\", \"manifest\": {\"nbytes\": 256, "
+                                  "\"tensors\": [{\"name\": \"model.norm.weight\", \"dtype\": "
+                                  "\"bf16\", \"shape\": [128], \"offset\": 0, \"nbytes\": "
+                                  "256}]}}",
+                                  256, 0x3f, true);
+        }
+        if (write(p[1], ok ? "y" : "n", 1) != 1) _exit(3);
+        if (how == KILLED_MID_BUCKET)
+            for (;;)
+                pause(); /* until killed */
+        zmq_close(sock);
+        zmq_ctx_term(ctx);
+        _exit(ok ? 0 : 1);
+    }
+    close(p[1]);
+    char ch = 0;
+    assert_int_equal(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    if (how == KILLED_MID_BUCKET) kill(pid, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(ch, 'y');
+}
+
+/* ---- tests
+ * ------------------------------------------------------------------------------------------- */
+static void test_trainer_killed_mid_bucket(void **state) {
+    fx *f = *state;
+    const pid_t pid = f->w.pid;
+    char v0[RW_SYNC_MAX_VERSION + 1];
+    wstate(f, v0, sizeof v0);
+    trainer(f, KILLED_MID_BUCKET);
+    const char *st = wait_session_end(f, 30);
+    /* the bucket either never arrived whole (ZeroMQ drops a cut message: nothing written) or it
+     * did and was applied before the trainer died */
+    json_t *s = dt_ok(f->c, "stats", NULL);
+    const int64_t got = dt_int(s, "weights", "last_update_bytes");
+    const int64_t aborted = dt_int(s, "weights", "updates_aborted");
+    json_decref(s);
+    assert_true(aborted >= 1);
+    printf("trainer killed mid-bucket: %s\n",
+           got ? "the bucket had arrived whole" : "the bucket was cut short");
+    if (got == 0) {
+        assert_string_equal(st, "ready");
+        assert_intact(f, v0);
+    } else {
+        assert_int_equal(got, BIG_BUCKET);
+        assert_incomplete(f);
+        repair_from_disk(f, "after-mid-bucket");
+    }
+    assert_int_equal(kill(pid, 0), 0);
+}
+
+static void test_trainer_closed_after_bucket(void **state) {
+    fx *f = *state;
+    const pid_t pid = f->w.pid;
+    trainer(f, CLOSED_AFTER_BUCKET);
+    assert_string_equal(wait_session_end(f, 30), "weights_incomplete");
+    assert_incomplete(f);
+    /* a full push through the client library from a new client, same worker process */
+    rw_client *c = dt_connect(&f->w);
+    rw_push_opts o = {.transport = "zmq",
+                      .bucket_bytes = 4u << 20,
+                      .version = "pushed-after-close",
+                      .verify = true,
+                      .timeout_ms = DT_TIMEOUT_MS};
+    rw_push_summary sum;
+    rw_err e;
+    rw_err_clear(&e);
+    RW_ASSERT_OK(rw_sync_push_ckpt(&c, 1, NULL, f->fixture, &o, &sum, &e), &e);
+    assert_true(sum.verified);
+    assert_int_equal(sum.mismatches, 0);
+    rw_client_close(c);
+    assert_intact(f, "pushed-after-close");
+    assert_int_equal(kill(pid, 0), 0);
+}
+
+/* update_weights_from_disk of `dir` is refused with `want` and a message holding `sub`. */
+static void disk_refused(fx *f, const char *dir, rw_status want, const char *sub, char *msg,
+                         size_t cap) {
+    char a[4400];
+    snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"never\"}", dir);
+    dt_refused(f->c, "update_weights_from_disk", a, want, msg, cap);
+    if (!strstr(msg, sub)) fail_msg("%s: message '%s' lacks '%s'", dir, msg, sub);
+    printf("refused %s: %s\n", dir, msg);
+}
+
+static void test_disk_truncated(void **state) {
+    fx *f = *state;
+    char v0[RW_SYNC_MAX_VERSION + 1], dir[4200], src[4200], dst[4300], msg[512];
+    wstate(f, v0, sizeof v0);
+    snprintf(src, sizeof src, "%s/model.safetensors", f->fixture);
+    const size_t full = file_size(src);
+
+    /* a lone file cut in half */
+    new_ckpt_dir(f, "half", dir, sizeof dir);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    copy_file(src, dst, full / 2);
+    disk_refused(f, dir, RW_E_FORMAT, "model.safetensors", msg, sizeof msg);
+    assert_intact(f, v0);
+
+    /* the data ends 2 bytes before the last tensor does */
+    new_ckpt_dir(f, "short2", dir, sizeof dir);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    copy_file(src, dst, full - 2);
+    disk_refused(f, dir, RW_E_FORMAT, "model.safetensors", msg, sizeof msg);
+    assert_intact(f, v0);
+
+    /* a flipped byte inside the JSON header */
+    new_ckpt_dir(f, "flipped", dir, sizeof dir);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    copy_file(src, dst, SIZE_MAX);
+    {
+        FILE *fp = fopen(dst, "r+b");
+        assert_non_null(fp);
+        assert_int_equal(fseek(fp, 8, SEEK_SET), 0);
+        assert_int_equal(fputc('[', fp), '['); /* the header's '{' */
+        assert_int_equal(fclose(fp), 0);
+    }
+    disk_refused(f, dir, RW_E_FORMAT, "model.safetensors", msg, sizeof msg);
+    assert_intact(f, v0);
+
+    /* an indexed checkpoint whose second shard is cut short */
+    new_ckpt_dir(f, "sharded", dir, sizeof dir);
+    write_sharded(f, dir);
+    snprintf(dst, sizeof dst, "%s/model-00002-of-00002.safetensors", dir);
+    assert_int_equal(truncate(dst, (off_t)(file_size(dst) - 100)), 0);
+    disk_refused(f, dir, RW_E_FORMAT, "model-00002-of-00002.safetensors", msg, sizeof msg);
+    assert_intact(f, v0);
+
+    /* the same refusal inside a session that had written a bucket: incomplete, then repaired */
+    rl_sock s;
+    rl_open(&s, f->w.ep);
+    rl_reply r;
+    rl_ok(&s, 1, "begin_update", "{\"version\": \"mixed\", \"bucket_bytes\": 4194304}", &r);
+    rl_reply_free(&r);
+    static uint8_t ones[256];
+    for (size_t i = 0; i < sizeof ones; i += 2)
+        ones[i] = 0x80, ones[i + 1] = 0x3f;
+    size_t n;
+    void *env = rl_env(2, "update_weights",
+                       "{\"manifest\": {\"nbytes\": 256, \"tensors\": [{\"name\": "
+                       "\"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
+                       "\"offset\": 0, \"nbytes\": 256}]}}",
+                       &n);
+    const void *fr[1] = {ones};
+    size_t fl[1] = {sizeof ones};
+    rl_call_raw(&s, env, n, fr, fl, 1, &r);
+    free(env);
+    assert_true(r.rep.ok);
+    rl_reply_free(&r);
+    rl_close(&s);
+    disk_refused(f, dir, RW_E_FORMAT, "weights are incomplete until a full update succeeds", msg,
+                 sizeof msg);
+    assert_incomplete(f);
+    repair_from_disk(f, "repaired-from-disk");
+
+    /* the intact sharded checkpoint loads */
+    new_ckpt_dir(f, "sharded_ok", dir, sizeof dir);
+    write_sharded(f, dir);
+    char a[4400];
+    snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"sharded\"}", dir);
+    json_decref(dt_ok(f->c, "update_weights_from_disk", a));
+    assert_intact(f, "sharded");
+}
+
+/* ---- fixture
+ * ------------------------------------------------------------------------------------------ */
+static int setup(void **state) {
+    fx *f = calloc(1, sizeof *f);
+    F = f;
+    dt_ref_load(&f->ref);
+    rw_test_path(f->fixture, sizeof f->fixture, RW_TEST_FIXTURE);
+    snprintf(f->tmp, sizeof f->tmp, "/tmp/rw_rel_faults_XXXXXX");
+    assert_non_null(mkdtemp(f->tmp));
+    rl_start_fixture(&f->w, NULL);
+    f->c = dt_connect(&f->w);
+    f->sums0 = rl_checksums(f->c);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *f = *state ? *state : F;
+    if (!f) return 0;
+    if (f->w.pid > 0) {
+        rw_err e;
+        json_t *r = NULL;
+        if (dt_call(f->c, "shutdown", NULL, &r, &e) == RW_OK) {
+            json_decref(r);
+            assert_int_equal(dt_wait_exit(&f->w, 30), 0);
+        } else {
+            kill(f->w.pid, SIGKILL);
+            dt_wait_exit(&f->w, 10);
+        }
+    }
+    rw_client_close(f->c);
+    nftw(f->tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    free(f->sums0);
+    free(f);
+    F = NULL;
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trainer_killed_mid_bucket),
+        cmocka_unit_test(test_trainer_closed_after_bucket),
+        cmocka_unit_test(test_disk_truncated),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
