@@ -300,7 +300,7 @@ static void dying_trainer(const char *ep, rw_ckpt *src, bool send_bucket) {
         rw_client *c = NULL;
         rw_err e;
         int ok = rw_client_connect(ep, NULL, &c, &e) == RW_OK &&
-                 rw_client_begin_update(c, "never", false, 0, 1.0, 10000, &e) == RW_OK;
+                 rw_client_begin_update(c, "never", false, 0, 3.0, 10000, &e) == RW_OK;
         if (ok && send_bucket) {
             const rw_st_entry *t = rw_ckpt_find(src, "model.layers.0.self_attn.q_proj.weight");
             rw_sync_manifest *m = NULL;
