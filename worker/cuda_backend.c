@@ -513,30 +513,33 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
         for (int i = 0; i < be->ngraphs; i++)
             if (be->graphs[i].B == B && be->graphs[i].bt_stride == stride && be->graphs[i].kv == kv)
                 g = &be->graphs[i];
+        const int ns = pick_split(be, B, B, m->d.nkv_local, 0);
         if (!g) {
             if (be->ngraphs == MAX_GRAPHS) drop_graphs(be);
-            const int ns = pick_split(be, B, B, m->d.nkv_local, 0);
             cudaGraph_t graph = NULL;
+            cudaGraphExec_t exec = NULL;
+            rw_err cerr = {0};
             CU(cudaStreamBeginCapture(be->st, cudaStreamCaptureModeRelaxed));
-            rw_status st = run_model(m, kv, B, B, B, stride, ns, err);
+            rw_status st = run_model(m, kv, B, B, B, stride, ns, &cerr);
             cudaError_t ce = cudaStreamEndCapture(be->st, &graph);
-            if (st != RW_OK) {
-                if (graph) cudaGraphDestroy(graph);
-                return st;
+            if (st == RW_OK && ce == cudaSuccess) ce = cudaGraphInstantiate(&exec, graph, 0);
+            if (graph) cudaGraphDestroy(graph);
+            if (st != RW_OK || ce != cudaSuccess) {
+                /* a capture that fails falls back to running the same work eagerly, graphs off */
+                (void)cudaGetLastError();
+                RW_LOGW("decode graph (batch %d) not captured (%s%s): graphs off", B,
+                        st != RW_OK ? cerr.msg : "",
+                        ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+                be->use_graphs = false;
+                RW_CHECK(run_model(m, kv, B, B, B, stride, ns, err));
+                be->nlogits = b->nlogits;
+                return RW_OK;
             }
-            if (ce != cudaSuccess)
-                RW_FAIL(err, RW_E_CUDA, "decode graph capture (batch %d): %s", B,
-                        cudaGetErrorString(ce));
-            g = &be->graphs[be->ngraphs];
-            ce = cudaGraphInstantiate(&g->exec, graph, 0);
-            cudaGraphDestroy(graph);
-            if (ce != cudaSuccess)
-                RW_FAIL(err, RW_E_CUDA, "decode graph instantiate (batch %d): %s", B,
-                        cudaGetErrorString(ce));
+            g = &be->graphs[be->ngraphs++];
+            g->exec = exec;
             g->B = B;
             g->bt_stride = stride;
             g->kv = kv;
-            be->ngraphs++;
         }
         CU(cudaGraphLaunch(g->exec, be->st));
     }
