@@ -6,7 +6,9 @@
  * - quantized layers: with mxfp8 and fp8-block quantize-on-load, CUDA logits are within 5e-2 of
  *   the CPU backend on the same quantized weights;
  * - continuous batching: 64 requests of mixed lengths arriving over time into a small token
- *   budget and KV cache give the tokens each gives alone. */
+ *   budget and KV cache agree with their runs alone (logprobs within 5e-2 up to the first
+ *   difference; at least 3/4 identical end to end: CUDA arithmetic depends slightly on the batch).
+ * - random weights: generated on the device, equal to the CPU backend's. */
 #include <math.h>
 
 #include "rw_test.h"
@@ -274,23 +276,34 @@ static void test_batching(void **state) {
         }
         if (step > 100000) fail_msg("no progress");
     }
+    /* Batch composition changes the CUDA arithmetic slightly (cuBLASLt picks algorithms per
+     * batch size; the attention key split depends on the batch), so a near-tie can flip and the
+     * continuation diverge from there. Checked: up to the first difference, every logprob agrees
+     * within the F2 tolerance (a wrong block table or row mix-up breaks this at once), and most
+     * requests are identical end to end. */
     int same = 0;
+    double worst = 0;
     for (int i = 0; i < N; i++) {
-        const bool eq =
-            batched[i]->n == alone[i]->n && memcmp(batched[i]->tokens, alone[i]->tokens,
-                                                   sizeof(int32_t) * (size_t)alone[i]->n) == 0;
+        const rw_output *a = batched[i], *b = alone[i];
+        int c = 0;
+        while (c < a->n && c < b->n && a->tokens[c] == b->tokens[c])
+            c++;
+        for (int j = 0; j < c; j++)
+            worst = fmax(worst, fabs(a->logprobs[j] - b->logprobs[j]));
+        const bool eq = a->n == b->n && c == a->n;
         same += eq;
-        if (!eq) print_message("request %d differs from its run alone\n", i);
+        if (!eq) print_message("request %d: first difference at token %d of %d\n", i, c, b->n);
+    }
+    for (int i = 0; i < N; i++) {
         rw_output_free(batched[i]);
         rw_output_free(alone[i]);
     }
     rw_engine_stats_get(e, &st);
-    print_message(
-        "CUDA batching: %d/%d requests identical to their runs alone (%lld retractions)\n", same, N,
-        (long long)st.preemptions);
-    /* the expert, attention, norm and router kernels are batch invariant; cuBLASLt may pick
-     * another algorithm for another batch size, which can move a near-tie */
-    assert_true(same >= N - 4);
+    print_message("CUDA batching: %d/%d requests identical to their runs alone, max |logprob diff| "
+                  "on common prefixes %.3g (%lld retractions)\n",
+                  same, N, worst, (long long)st.preemptions);
+    assert_true(worst <= F2_LOGIT_TOL);
+    assert_true(same >= (3 * N) / 4);
     rw_engine_destroy(e);
     rw_model_destroy(m);
 }
