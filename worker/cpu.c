@@ -204,6 +204,7 @@ static rw_status check_batch(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, int6
     if (!b || b->ntok < 1 || b->nseq < 1 || !b->tokens || !b->seq)
         RW_FAIL(err, RW_E_INVALID_ARG, "forward: empty batch");
     int64_t tok = 0, mc = 0;
+    int nrows_set = 0;
     for (int s = 0; s < b->nseq; s++) {
         const rw_fwd_seq *q = &b->seq[s];
         if (q->tok0 != tok || q->ntok < 1 || q->pos0 < 0 || !q->blocks)
@@ -218,7 +219,11 @@ static rw_status check_batch(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, int6
                         s, (long long)i, q->blocks[i], (long long)kv->nblocks);
         if (!b->all_logits && q->logits_row >= b->nlogits)
             RW_FAIL(err, RW_E_RANGE, "forward: logits row %d of %d", q->logits_row, b->nlogits);
+        nrows_set += !b->all_logits && q->logits_row >= 0;
     }
+    if (!b->all_logits && nrows_set != b->nlogits)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: %d sequences ask for logits, nlogits is %d",
+                nrows_set, b->nlogits);
     if (tok != b->ntok)
         RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequences cover %lld of %d tokens", (long long)tok,
                 b->ntok);

@@ -430,6 +430,7 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
     int maxb = 1;
     int64_t max_ctx = 0, tok = 0;
     bool decode = !b->all_logits && b->nlogits == b->nseq;
+    int nrows_set = 0;
     for (int s = 0; s < b->nseq; s++) {
         const rw_fwd_seq *q = &b->seq[s];
         if (q->tok0 != tok || q->ntok < 1 || q->pos0 < 0 || !q->blocks)
@@ -446,7 +447,12 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
         if (q->ntok != 1 || q->logits_row != s) decode = false;
         if (!b->all_logits && q->logits_row >= b->nlogits)
             RW_FAIL(err, RW_E_RANGE, "forward: logits row %d of %d", q->logits_row, b->nlogits);
+        if (!b->all_logits && q->logits_row >= 0) nrows_set++;
     }
+    /* every logits row must name a token (rows are distinct by construction of the engine) */
+    if (!b->all_logits && nrows_set != b->nlogits)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: %d sequences ask for logits, nlogits is %d",
+                nrows_set, b->nlogits);
     if (tok != b->ntok)
         RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequences cover %lld of %d tokens", (long long)tok,
                 b->ntok);
