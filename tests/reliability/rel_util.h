@@ -137,11 +137,13 @@ static inline const char *rl_result_str(const rl_reply *r, const char *key, char
     return buf;
 }
 
-/* The fixture directory, and the worker started on it on a free loopback port. */
-static inline void rl_start_fixture(dt_worker *w, const char *const *extra) {
+/* A worker on the fixture, the CPU backend, control address `control` (NULL: a free loopback
+ * port), and `extra` arguments (may be NULL). */
+static inline void rl_start_fixture(dt_worker *w, const char *control, const char *const *extra) {
     static char model[4096];
     rw_test_path(model, sizeof model, RW_TEST_FIXTURE);
-    const char *args[32] = {"--model", model, "--device", "cpu", "--control", "tcp://127.0.0.1:*"};
+    const char *args[32] = {"--model", model,       "--device",
+                            "cpu",     "--control", control ? control : "tcp://127.0.0.1:*"};
     int k = 6;
     for (int i = 0; extra && extra[i] && k < 31; i++)
         args[k++] = extra[i];

@@ -535,7 +535,7 @@ static void test_bad_input(void **st) {
     (void)st;
     dt_ref ref;
     dt_ref_load(&ref);
-    rl_start_fixture(&w, NULL);
+    rl_start_fixture(&w, NULL, NULL);
     rw_client *c = dt_connect(&w);
     char *sums0 = rl_checksums(c);
     rl_sock s;

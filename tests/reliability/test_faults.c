@@ -406,7 +406,7 @@ static int setup(void **state) {
     rw_test_path(f->fixture, sizeof f->fixture, RW_TEST_FIXTURE);
     snprintf(f->tmp, sizeof f->tmp, "/tmp/rw_rel_faults_XXXXXX");
     assert_non_null(mkdtemp(f->tmp));
-    rl_start_fixture(&f->w, NULL);
+    rl_start_fixture(&f->w, NULL, NULL);
     f->c = dt_connect(&f->w);
     f->sums0 = rl_checksums(f->c);
     *state = f;

@@ -185,7 +185,7 @@ static void test_load(void **state) {
     snprintf(asan, sizeof asan, "%s%sdetect_leaks=1", prev ? prev : "", prev && *prev ? ":" : "");
     setenv("ASAN_OPTIONS", asan, 1);
     const char *extra[] = {"--max-batch", "64", NULL};
-    rl_start_fixture(&W, extra);
+    rl_start_fixture(&W, NULL, extra);
     for (int c = 0; c < NCLIENT; c++)
         rl_open(&L->s[c], W.ep);
     rw_rng rng;
