@@ -493,7 +493,8 @@ static rw_status to_json(const rw_mobj *o, json_t **out, int depth, rw_err *err)
     case MSGPACK_OBJECT_STR:
         /* JSON text is UTF-8: jansson refuses other bytes (json_dumps would fail later and the
          * failure would read as out of memory) */
-        j = json_stringn(o->via.str.ptr, o->via.str.size);
+        /* msgpack-c may give an empty string a NULL pointer, which jansson refuses */
+        j = o->via.str.size ? json_stringn(o->via.str.ptr, o->via.str.size) : json_string("");
         if (!j) RW_FAIL(err, RW_E_FORMAT, "to JSON: a string is not valid UTF-8");
         break;
     case MSGPACK_OBJECT_ARRAY:
