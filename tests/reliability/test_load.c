@@ -6,7 +6,8 @@
  * final tokens; a request finishes early ("abort") only when it was aborted or a pause in mode
  * abort came after it, and otherwise runs to max_new_tokens; every abort / pause / resume gets
  * one reply; nothing is left in flight or holding KV afterwards; no reply arrives after the
- * last; the worker shuts down with exit status 0 (in a sanitizer build: no leak report). */
+ * last; the worker shuts down with exit status 0 (in a sanitizer build: no leak report). And a
+ * client that reads 3000 replies only after all of them were produced still gets every one. */
 #include "rel_util.h"
 
 #define NCLIENT 2
@@ -311,6 +312,57 @@ static void test_load(void **state) {
     free(L);
 }
 
+/* A client that sends 3000 generate commands (replies of about 1 kB: 4 tokens with 20 top
+ * logprobs each) and reads nothing until every one has finished - three times ZeroMQ's default
+ * high-water mark of 1000 messages. All 3000 must still arrive, once each. */
+#define SLOW_N 3000
+static void test_slow_reader(void **state) {
+    (void)state;
+    rl_start_fixture(&W, NULL, NULL);
+    rl_sock s;
+    rl_open(&s, W.ep);
+    for (int i = 1; i <= SLOW_N; i++) {
+        char a[160];
+        snprintf(a, sizeof a, "{\"prompt\": [%d, %d], \"max_new_tokens\": 4, \"top_logprobs\": 20}",
+                 i % 512, (7 * i) % 512);
+        size_t n;
+        void *env = rl_env((uint64_t)i, "generate", a, &n);
+        const void *f[1] = {env};
+        size_t l[1] = {n};
+        rl_send(&s, f, l, 1);
+        free(env);
+    }
+    /* wait, without reading, until the worker has finished them all */
+    rw_client *c = dt_connect(&W);
+    double end = rw_now() + 300;
+    int64_t done = 0;
+    while (rw_now() < end) {
+        json_t *st = dt_ok(c, "stats", NULL);
+        done = dt_int(st, "throughput", "requests_finished");
+        json_decref(st);
+        if (done >= SLOW_N) break;
+        usleep(200000);
+    }
+    assert_int_equal(done, SLOW_N);
+    static uint8_t seen[SLOW_N + 1];
+    memset(seen, 0, sizeof seen);
+    int got = 0;
+    rl_reply r;
+    while (rl_recv(&s, 2000, &r)) {
+        if (!r.rep.ok || r.rep.id < 1 || r.rep.id > SLOW_N)
+            fail_msg("reply %llu: ok=%d %s", (unsigned long long)r.rep.id, r.rep.ok, r.rep.message);
+        if (seen[r.rep.id]++) fail_msg("request %llu answered twice", (unsigned long long)r.rep.id);
+        got++;
+        rl_reply_free(&r);
+    }
+    printf("slow reader: %d of %d replies\n", got, SLOW_N);
+    assert_int_equal(got, SLOW_N);
+    rl_close(&s);
+    json_decref(dt_ok(c, "shutdown", NULL));
+    assert_int_equal(dt_wait_exit(&W, 60), 0);
+    rw_client_close(c);
+}
+
 static int teardown(void **state) {
     (void)state;
     if (W.pid > 0) {
@@ -321,6 +373,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test_teardown(test_load, teardown)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test_teardown(test_load, teardown),
+                                       cmocka_unit_test_teardown(test_slow_reader, teardown)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
