@@ -9,12 +9,17 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+/* A failing call is reported through rw_status; the runtime's per-thread last error is cleared
+ * too, so that a later, unrelated launch check (cudaGetLastError) does not report it again as
+ * its own. */
 #define CUDA_TRY(err, call)                                                                        \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return rw_err_set((err), RW_E_CUDA, __FILE__, __LINE__, "%s: %s", #call,              \
+        if (e_ != cudaSuccess) {                                                                   \
+            cudaGetLastError();                                                                    \
+            return rw_err_set((err), RW_E_CUDA, __FILE__, __LINE__, "%s: %s", #call,               \
                               cudaGetErrorString(e_));                                             \
+        }                                                                                          \
     } while (0)
 
 bool rw_cuda_built(void) { return true; }
@@ -62,6 +67,16 @@ void rw_host_free_pinned(void *p) {
     if (p) cudaFreeHost(p);
 }
 
+/* The device that owns device memory at p, or -1 (not device memory, or unknown). */
+static int owner_device(const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return a.type == cudaMemoryTypeDevice ? a.device : -1;
+}
+
 rw_status rw_memcpy(void *dst, rw_place dplace, const void *src, rw_place splace, size_t bytes,
                     rw_stream s, rw_err *err) {
     if (bytes == 0) return RW_OK;
@@ -69,7 +84,34 @@ rw_status rw_memcpy(void *dst, rw_place dplace, const void *src, rw_place splace
         memcpy(dst, src, bytes);
         return RW_OK;
     }
-    enum cudaMemcpyKind k = cudaMemcpyDefault;
+    /* the kind follows from the places: nothing is inferred from the pointers */
+    enum cudaMemcpyKind k = dplace == RW_PLACE_HOST   ? cudaMemcpyDeviceToHost
+                            : splace == RW_PLACE_HOST ? cudaMemcpyHostToDevice
+                                                      : cudaMemcpyDeviceToDevice;
+    if (!s) {
+        /* The default stream is the current device's, and a copy on it runs in that device's
+         * context. A device arena (rw_dev_vmm_create: mapped with access for its own device
+         * only) cannot be reached from another device's context (cudaErrorInvalidValue), so the
+         * copy runs with the owning device current. It completes before the caller's device is
+         * made current again: a later sync of the default stream would be the caller's
+         * device's, which does not cover this copy. */
+        int cur = 0;
+        int own = owner_device(dplace == RW_PLACE_DEVICE ? dst : src);
+        CUDA_TRY(err, cudaGetDevice(&cur));
+        if (own >= 0 && own != cur) {
+            cudaError_t e = cudaSetDevice(own);
+            if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, k, 0);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(0);
+            cudaError_t e2 = cudaSetDevice(cur);
+            if (e == cudaSuccess) e = e2;
+            if (e != cudaSuccess) {
+                cudaGetLastError();
+                RW_FAIL(err, RW_E_CUDA, "cudaMemcpyAsync of %zu bytes on device %d: %s", bytes, own,
+                        cudaGetErrorString(e));
+            }
+            return RW_OK;
+        }
+    }
     CUDA_TRY(err, cudaMemcpyAsync(dst, src, bytes, k, (cudaStream_t)s));
     return RW_OK;
 }

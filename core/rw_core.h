@@ -496,7 +496,9 @@ void rw_dev_free(void *p);
 rw_status rw_host_malloc_pinned(size_t bytes, void **out, rw_err *err);
 void rw_host_free_pinned(void *p);
 /* Copies between any two places (host<->device, device<->device); async on `s` when a device is
- * involved. */
+ * involved. The copy kind follows from the places. On the default stream (s NULL), device memory
+ * of another device than the current one is copied with its own device current (device arenas
+ * are mapped for their own device only), and that copy has completed when the call returns. */
 rw_status rw_memcpy(void *dst, rw_place dplace, const void *src, rw_place splace, size_t bytes,
                     rw_stream s, rw_err *err);
 rw_status rw_stream_create(rw_stream *out, rw_err *err);
