@@ -78,20 +78,10 @@ typedef struct plan_ctx {
     const rw_config *cfg;
 } plan_ctx;
 
-static rw_status plan_cb(const rw_wname *w, void *ctx) {
-    plan_ctx *c = ctx;
-    tb_plan *p = c->p;
-    int nd;
-    int64_t shape[RW_MAX_DIMS];
-    RW_CHECK(rw_config_weight_shape(c->cfg, w, &nd, shape, p->err));
-    char name[RW_SYNC_MAX_NAME];
-    rw_name_format(w, name, sizeof name);
-    uint64_t nb = 2;
-    for (int d = 0; d < nd; d++)
-        nb *= (uint64_t)shape[d];
-    if (nb > p->bucket_bytes)
-        RW_FAIL(p->err, RW_E_RANGE, "bench: %s (%" PRIu64 " bytes) exceeds the bucket size", name,
-                nb);
+/* Appends one piece (rows [r0, r0 + rows) of the tensor when sharded, else all of it) to the
+ * last bucket, or to a new one when it does not fit there. */
+static rw_status plan_piece(tb_plan *p, const char *name, int nd, const int64_t *shape, int sdim,
+                            int64_t r0, int64_t rows, uint64_t nb) {
     tb_bucket *cur = p->n ? &p->b[p->n - 1] : NULL;
     uint64_t at =
         cur ? (rw_sync_manifest_bytes(cur->m) + RW_SYNC_ALIGN - 1) / RW_SYNC_ALIGN * RW_SYNC_ALIGN
@@ -112,11 +102,41 @@ static rw_status plan_cb(const rw_wname *w, void *ctx) {
         RW_CHECK(rw_sync_manifest_create(&cur->m, p->err));
         p->n++;
     }
-    RW_CHECK(rw_sync_manifest_add(cur->m, name, RW_DTYPE_BF16, nd, shape, -1, 0, 0, RW_PIECE_PLAIN,
-                                  NULL, p->err));
+    RW_CHECK(rw_sync_manifest_add(cur->m, name, RW_DTYPE_BF16, nd, shape, sdim, r0, rows,
+                                  RW_PIECE_PLAIN, NULL, p->err));
     p->bytes += nb;
-    p->tensors++;
     p->total = cur->base + rw_sync_manifest_bytes(cur->m);
+    return RW_OK;
+}
+
+/* Every canonical tensor as a trainer would send it: whole, or, when larger than a bucket (the
+ * 30B-A3B embedding and lm_head: 622 MB), as row pieces along dim 0 (shard pieces), as
+ * rw_sync_push_ckpt sends them. */
+static rw_status plan_cb(const rw_wname *w, void *ctx) {
+    plan_ctx *c = ctx;
+    tb_plan *p = c->p;
+    int nd;
+    int64_t shape[RW_MAX_DIMS];
+    RW_CHECK(rw_config_weight_shape(c->cfg, w, &nd, shape, p->err));
+    char name[RW_SYNC_MAX_NAME];
+    rw_name_format(w, name, sizeof name);
+    uint64_t nb = 2;
+    for (int d = 0; d < nd; d++)
+        nb *= (uint64_t)shape[d];
+    p->tensors++;
+    if (nb <= p->bucket_bytes) return plan_piece(p, name, nd, shape, -1, 0, 0, nb);
+    uint64_t rows = (uint64_t)shape[0], row = nb / rows;
+    uint64_t step = rw_sync_split_step(row, p->bucket_bytes);
+    if (!step)
+        RW_FAIL(p->err, RW_E_RANGE,
+                "bench: %s: one row (%" PRIu64 " bytes) exceeds the bucket size %" PRIu64, name,
+                row, p->bucket_bytes);
+    for (uint64_t r = 0; r < rows;) {
+        uint64_t end = rw_sync_split_end(r, rows, step);
+        RW_CHECK(
+            plan_piece(p, name, nd, shape, 0, (int64_t)r, (int64_t)(end - r), (end - r) * row));
+        r = end;
+    }
     return RW_OK;
 }
 

@@ -800,9 +800,10 @@ rw_status rw_client_group_create(rw_client *const *workers, const int *worker_ra
         if (st != RW_OK) goto fail;
         offset += worker_ranks ? worker_ranks[i] : 1;
     }
-    /* the workers join while we do: init returns once every rank is in */
+    /* the workers join while we do: init returns once every rank is in and the first broadcasts
+     * (connection setup, bounded by max(timeout_s, 60 s)) are done on every rank */
     rw_status jst = rw_sync_group_create(id, world, 0, name, device, timeout_s, &g->comm, err);
-    int wait_ms = (int)(timeout_s * 1000) + 5000;
+    int wait_ms = (int)((timeout_s + (timeout_s > 60 ? timeout_s : 60)) * 1000) + 5000;
     for (int i = 0; i < n; i++) {
         rw_msg *m = NULL;
         rw_reply r;

@@ -3,7 +3,17 @@
  * polled with ncclCommGetAsyncError, and a timeout aborts the communicator (ncclCommAbort ends
  * its kernels) after which the group can be created again. Built only with CUDA; nccl_none.c
  * answers RW_E_NO_DEVICE elsewhere. NVLink SHARP / multicast (NCCL_NVLS_ENABLE) is left as the
- * environment sets it; this code never turns it on. */
+ * environment sets it; this code never turns it on.
+ *
+ * Connections: NCCL connects a communicator's channels at its first collective (runtime
+ * connect), and on a non-blocking communicator that happens while the collective is being
+ * enqueued, which cannot finish before every rank has issued the same collective. The protocol
+ * has a worker post its receive and reply before the trainer broadcasts, so that first enqueue
+ * would wait for a broadcast that waits for the reply. Creating the group therefore ends with
+ * two broadcasts on every rank, a small one and a bucket-sized one (all ranks are in
+ * rw_sync_group_create together anyway): the rings are connected there, under the create
+ * timeout (at least FIRST_TIMEOUT_S, as connecting can take seconds), and a later enqueue is
+ * local to its rank. */
 #include "sync_internal.h"
 
 #include <inttypes.h>
@@ -11,11 +21,15 @@
 #include <stdlib.h>
 #include <time.h>
 
+/* Lower bound on the wait for a communicator's first collective (connection setup). */
+#define FIRST_TIMEOUT_S 60.0
+
 struct rw_sync_group {
     ncclComm_t comm;
     char name[64];
     int world, rank, device;
     bool ok;
+    double timeout_s; /* bound on an enqueue (the create timeout) */
     cudaStream_t own; /* used when a caller passes no stream */
 };
 
@@ -56,6 +70,51 @@ static rw_status settle(rw_sync_group *g, double deadline, const char *what, rw_
     }
 }
 
+/* Waits (bounded) for the work enqueued on `st` so far. */
+static rw_status wait_stream(rw_sync_group *g, cudaStream_t st, double timeout_s, rw_err *err);
+
+/* The group's first collectives on every rank: broadcasts from rank 0 of 16 bytes and of
+ * WARM_BIG bytes (the protocols and channel counts of small and of bucket-sized broadcasts),
+ * enqueued and completed within timeout_s; the bytes are checked. */
+#define WARM_BIG (8u << 20)
+static rw_status warm_up(rw_sync_group *g, double timeout_s, rw_err *err) {
+    const uint8_t magic = 0x5a;
+    const size_t sizes[2] = {16, WARM_BIG};
+    uint8_t *d = NULL, h[32];
+    RW_CUDA_TRY(err, cudaMalloc((void **)&d, WARM_BIG));
+    rw_status st = RW_OK;
+    RW_CUDA_TRYGOTO(err, cudaMemsetAsync(d, g->rank == 0 ? magic : 0, WARM_BIG, g->own), st, out);
+    double deadline = rw_now() + timeout_s;
+    for (int k = 0; k < 2; k++) {
+        ncclResult_t r = ncclBroadcast(d, d, sizes[k], ncclUint8, 0, g->comm, g->own);
+        if (r != ncclSuccess && r != ncclInProgress) {
+            rw_sync_group_abort(g);
+            st = RW_ERR(err, RW_E_NCCL, "NCCL group '%s' (rank %d of %d): first broadcasts: %s",
+                        g->name, g->rank, g->world, ncclGetErrorString(r));
+            goto out;
+        }
+        if (r == ncclInProgress)
+            RW_CHECKGOTO(settle(g, deadline, "connecting (first broadcasts)", err), st, out);
+    }
+    double left = deadline - rw_now();
+    RW_CHECKGOTO(wait_stream(g, g->own, left > 0.001 ? left : 0.001, err), st, out);
+    RW_CUDA_TRYGOTO(err, cudaMemcpy(h, d, 16, cudaMemcpyDeviceToHost), st, out);
+    RW_CUDA_TRYGOTO(err, cudaMemcpy(h + 16, d + WARM_BIG - 16, 16, cudaMemcpyDeviceToHost), st,
+                    out);
+    for (size_t i = 0; i < sizeof h; i++)
+        if (h[i] != magic) {
+            rw_sync_group_abort(g);
+            st = RW_ERR(err, RW_E_NCCL,
+                        "NCCL group '%s' (rank %d of %d): a first broadcast delivered wrong "
+                        "bytes (0x%02x)",
+                        g->name, g->rank, g->world, h[i]);
+            goto out;
+        }
+out:
+    cudaFree(d);
+    return st;
+}
+
 rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, int rank,
                                const char *name, int device, double timeout_s, rw_sync_group **out,
                                rw_err *err) {
@@ -72,6 +131,7 @@ rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, in
     g->world = world;
     g->rank = rank;
     g->device = device;
+    g->timeout_s = timeout_s;
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -90,8 +150,14 @@ rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, in
     }
     cudaError_t ce = cudaStreamCreateWithFlags(&g->own, cudaStreamNonBlocking);
     if (ce != cudaSuccess) {
+        cudaGetLastError();
         rw_sync_group_destroy(g);
         RW_FAIL(err, RW_E_CUDA, "NCCL group: cudaStreamCreate: %s", cudaGetErrorString(ce));
+    }
+    st = warm_up(g, timeout_s > FIRST_TIMEOUT_S ? timeout_s : FIRST_TIMEOUT_S, err);
+    if (st != RW_OK) {
+        rw_sync_group_destroy(g);
+        return st;
     }
     *out = g;
     return RW_OK;
@@ -154,17 +220,23 @@ rw_status rw_sync_group_bcast(rw_sync_group *g, void *buf, uint64_t nbytes, rw_s
         RW_FAIL(err, RW_E_NCCL, "NCCL group '%s': ncclBroadcast of %" PRIu64 " bytes: %s", g->name,
                 nbytes, ncclGetErrorString(r));
     }
-    /* non-blocking communicators may still be enqueuing; that takes no peer, so it is short */
-    return r == ncclInProgress ? settle(g, rw_now() + 60, "enqueuing a broadcast", err) : RW_OK;
+    /* a non-blocking communicator enqueues from a thread of its own; the connections were made
+     * when the group was created, so this needs no peer and is short */
+    return r == ncclInProgress ? settle(g, rw_now() + g->timeout_s, "enqueuing a broadcast", err)
+                               : RW_OK;
 }
 
 rw_status rw_sync_group_wait(rw_sync_group *g, rw_stream s, double timeout_s, rw_err *err) {
     RW_CUDA_TRY(err, cudaSetDevice(g->device));
-    cudaStream_t st = s ? (cudaStream_t)s : g->own;
+    return wait_stream(g, s ? (cudaStream_t)s : g->own, timeout_s, err);
+}
+
+static rw_status wait_stream(rw_sync_group *g, cudaStream_t st, double timeout_s, rw_err *err) {
     cudaEvent_t ev;
     RW_CUDA_TRY(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     cudaError_t ce = cudaEventRecord(ev, st);
     if (ce != cudaSuccess) {
+        cudaGetLastError();
         cudaEventDestroy(ev);
         RW_FAIL(err, RW_E_CUDA, "NCCL wait: cudaEventRecord: %s", cudaGetErrorString(ce));
     }
@@ -174,6 +246,7 @@ rw_status rw_sync_group_wait(rw_sync_group *g, rw_stream s, double timeout_s, rw
         ce = cudaEventQuery(ev);
         if (ce == cudaSuccess) break;
         if (ce != cudaErrorNotReady) {
+            cudaGetLastError();
             ret = RW_ERR(err, RW_E_CUDA, "NCCL group '%s': stream failed: %s", g->name,
                          cudaGetErrorString(ce));
             break;

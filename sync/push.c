@@ -210,6 +210,50 @@ static rw_status build_items(const rw_ckpt *ck, const rw_config *cfg, int K, reg
     return st;
 }
 
+/* Replaces every item whose piece exceeds `bucket` bytes by pieces that fit: a whole tensor by
+ * row pieces (shard dim 0), a shard (fused gate_up included) by sub-ranges of its shard range
+ * along the same dim; cuts at multiples of rw_sync_split_step indices. The 30B-A3B embedding and
+ * lm_head (151936 x 2048 bf16, 622 MB) exceed the default 512 MiB bucket. */
+static rw_status split_items(items *l, uint64_t bucket, rw_err *err) {
+    items out = {0};
+    rw_status st = RW_OK;
+    for (size_t i = 0; i < l->n && st == RW_OK; i++) {
+        const item *it = &l->v[i];
+        uint64_t nb = rw_sync_piece_bytes(&it->t);
+        if (nb <= bucket) {
+            st = items_push(&out, it, err);
+            continue;
+        }
+        int dim = it->t.shard_dim >= 0 ? it->t.shard_dim : 0;
+        uint64_t b = it->t.shard_dim >= 0 ? (uint64_t)it->t.shard_begin : 0;
+        uint64_t len = it->t.shard_dim >= 0 ? (uint64_t)it->t.shard_len : (uint64_t)it->t.shape[0];
+        uint64_t step = len ? rw_sync_split_step(nb / len, bucket) : 0;
+        if (!step) {
+            st = RW_ERR(err, RW_E_RANGE,
+                        "push: %s: one index of dim %d is %" PRIu64 " bytes, more than the "
+                        "bucket size %" PRIu64 " (raise the bucket size)",
+                        it->t.name, dim, len ? nb / len : nb, bucket);
+            break;
+        }
+        for (uint64_t at = b; at < b + len && st == RW_OK;) {
+            uint64_t end = rw_sync_split_end(at, b + len, step);
+            item p = *it;
+            p.t.shard_dim = dim;
+            p.t.shard_begin = (int64_t)at;
+            p.t.shard_len = (int64_t)(end - at);
+            st = items_push(&out, &p, err);
+            at = end;
+        }
+    }
+    if (st != RW_OK) {
+        free(out.v);
+        return st;
+    }
+    free(l->v);
+    *l = out;
+    return RW_OK;
+}
+
 /* Writes item `it`'s bytes at dst. */
 static rw_status gather(const rw_ckpt *ck, const rw_config *cfg, const item *it, uint8_t *dst,
                         rw_err *err) {
@@ -373,16 +417,7 @@ rw_status rw_sync_push_ckpt(rw_client *const *workers, int n, rw_client_group *g
         st = RW_ERR(err, RW_E_NOT_FOUND, "push: no tensor of %s selected", model_dir);
         goto done;
     }
-    for (size_t i = 0; i < its.n; i++) {
-        uint64_t nb = rw_sync_piece_bytes(&its.v[i].t);
-        if (nb > bucket) {
-            st = RW_ERR(err, RW_E_RANGE,
-                        "push: %s piece of %" PRIu64 " bytes exceeds the bucket size %" PRIu64
-                        " (raise --bucket-mb)",
-                        its.v[i].t.name, nb, bucket);
-            goto done;
-        }
-    }
+    RW_CHECKGOTO(split_items(&its, bucket, err), st, done);
 #ifdef RW_HAVE_CUDA
     if (nccl) {
         RW_CHECKGOTO(rw_host_malloc_pinned(bucket, (void **)&host, err), st, done);

@@ -275,8 +275,13 @@ typedef struct rw_sync_group rw_sync_group;
 rw_status rw_sync_group_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err);
 /* Joins the group as `rank` of `world` on CUDA device `device` with a non-blocking communicator
  * (NCCL_NVLS stays as the environment sets it; the project never enables it). Waits up to
- * timeout_s for every rank to join, polling ncclCommGetAsyncError; on timeout or error the
- * communicator is aborted and RW_E_TIMEOUT / RW_E_NCCL is returned naming the group. */
+ * timeout_s for every rank to join, polling ncclCommGetAsyncError; then every rank runs the
+ * group's first collectives (broadcasts from rank 0 of 16 bytes and of 8 MiB, checked), which
+ * connect the channels, within max(timeout_s, 60 s). Collective: every rank of the group must
+ * call this at the same time (from its own thread or process). Afterwards rw_sync_group_bcast
+ * only enqueues locally and never waits for a peer. On timeout or error the communicator is
+ * aborted and RW_E_TIMEOUT / RW_E_NCCL is returned naming the group. `device` is current on the
+ * calling thread afterwards (so is the group's device after bcast / wait). */
 rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, int rank,
                                const char *name, int device, double timeout_s, rw_sync_group **out,
                                rw_err *err);
@@ -288,8 +293,10 @@ int rw_sync_group_world(const rw_sync_group *g);
 int rw_sync_group_device(const rw_sync_group *g);
 bool rw_sync_group_ok(const rw_sync_group *g); /* false once aborted or failed */
 /* Enqueues one broadcast from rank 0 of `nbytes` at `buf` (device memory on the group's device)
- * on stream `s`. Returns once enqueued; completion is observed through rw_sync_group_wait or an
- * event on `s`. */
+ * on stream `s` (a stream of the group's device; NULL: the group's own). Returns once enqueued
+ * (bounded by the create timeout; the enqueue needs no peer); completion is observed through
+ * rw_sync_group_wait or an event on `s`. Ranks may call it in any order: the receive may be
+ * posted before or after rank 0 broadcasts. */
 rw_status rw_sync_group_bcast(rw_sync_group *g, void *buf, uint64_t nbytes, rw_stream s,
                               rw_err *err);
 /* Waits until all work enqueued on `s` is done, up to timeout_s, polling the communicator's
@@ -369,7 +376,10 @@ typedef struct rw_sync_bucket_result {
  * written; then delivers the bytes and applies each piece. Device weight sets pipeline: the
  * bytes go to one of two staging buffers on the comm stream while the previous bucket is
  * applied on the compute stream (CUDA events order them); at most two buckets are in flight.
- * Host weight sets apply straight from `src->host` (no copy).
+ * A host source (`src->host`) reaches device staging through pinned chunks that a few threads
+ * fill (RW_SYNC_COPY_THREADS, default up to 8) while earlier chunks are copied to the device;
+ * its bytes are no longer read once this returns. Host weight sets apply straight from
+ * `src->host` (no copy).
  * Any failure ends (aborts) the session: the error message says whether the previous version is
  * intact (nothing written yet) or the weights are now incomplete. RW_E_STATE when no session
  * is open. */
@@ -377,8 +387,9 @@ rw_status rw_sync_session_apply(rw_sync_session *s, const rw_sync_manifest *m, r
                                 rw_sync_bucket_result *out, rw_err *err);
 /* Applies a safetensors checkpoint directory (HF layout) through the same path: every entry is
  * validated first, then files are cut into buckets of consecutive tensors (each a byte range of
- * the mapping). With no session open, opens one with `a` (version defaults to "disk:<dir>") and
- * commits it at the end; with one open, adds to it (a may be NULL). `only` (may be NULL) is a
+ * the mapping); a tensor larger than the bucket (staging) size goes as row pieces along dim 0,
+ * one bucket each. With no session open, opens one with `a` (version defaults to "disk:<dir>")
+ * and commits it at the end; with one open, adds to it (a may be NULL). `only` (may be NULL) is a
  * POSIX extended regex selecting tensor names. */
 rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const char *only,
                                      const rw_sync_begin_args *a, uint64_t *tensors,
@@ -404,7 +415,8 @@ rw_status rw_sync_session_abort(rw_sync_session *s, bool *intact, rw_err *err);
  * than its timeout, and one whose device / NCCL work is stuck past it (the communicator is
  * aborted too). Returns RW_E_TIMEOUT / RW_E_NCCL describing what it aborted, RW_OK otherwise. */
 rw_status rw_sync_session_poll(rw_sync_session *s, rw_err *err);
-/* Frees the device staging buffers (release_memory); RW_E_STATE while a session is open. */
+/* Frees the device staging buffers and the pinned host chunks (release_memory); RW_E_STATE while
+ * a session is open. */
 rw_status rw_sync_session_release(rw_sync_session *s, rw_err *err);
 
 /* The NCCL group of this rank: joined for init_weights_update_group (replacing an older one).
@@ -586,7 +598,8 @@ rw_status rw_sync_expected_checksum(const rw_config *cfg, int tp, int rank, cons
 typedef struct rw_push_opts {
     const char *transport; /* "zmq" (default) or "nccl" */
     int trainer_tp;        /* K >= 1: emulate Megatron shards (see rw-trainer) */
-    uint64_t bucket_bytes; /* 0: 512 MiB */
+    uint64_t bucket_bytes; /* bytes per bucket; 0: 512 MiB. A piece larger than this goes as
+                              several (rows along dim 0, or sub-ranges of its shard range) */
     const char *version;   /* NULL: "push-<time>" */
     const char *only;      /* POSIX extended regex on names, or NULL */
     bool flush_cache;
@@ -645,7 +658,8 @@ typedef struct rw_sync_bench_result {
 } rw_sync_bench_result;
 /* S1 / S2 / S5: trainer on trainer_device generates random canonical bf16 weights, pushes them
  * as a full update over NCCL through the real protocol (a sync server on loopback) to a TP1
- * worker on worker_device; the raw ncclBroadcast of the same buckets runs in the same process. */
+ * worker on worker_device; the raw ncclBroadcast of the same buckets runs in the same process.
+ * Tensors larger than a bucket go as row pieces, as rw_sync_push_ckpt sends them. */
 rw_status rw_sync_bench_nccl(const rw_sync_bench_opts *o, rw_sync_bench_result *out, rw_err *err);
 /* S4: update_weights_from_disk of disk_dir into a worker on worker_device; the ceiling is a
  * pinned host -> device copy of the same byte count. */

@@ -9,12 +9,18 @@
  *   compute stream:                       [wait recvd[s]] apply k (restore/slice/quantize/pack)
  *                                                                         [rec done[s]]
  *
- * `recv` is an NCCL broadcast or an H2D copy of a host source (ZeroMQ frame, mmap'd file); apply
- * is rw_wset_apply per piece, reading the piece where it lies in staging: no canonical copy of
- * the model, no host round trip. At most two buckets are in flight; reusing a slot waits (on the
- * host, bounded by the session timeout) for the bucket that used it two steps ago.
- * On a host weight set the same sequence runs with the source's host bytes as the staging buffer
- * (ZeroMQ frames and mmaps are host memory already), synchronously.
+ * `recv` is an NCCL broadcast, or for a host source (ZeroMQ frame, mmap'd file: pageable memory)
+ * copies through pinned chunks: a few threads copy one chunk from the source while the previous
+ * chunks' host -> device copies run on the comm stream (UP_NBUF chunks of 32 MiB in turn). Apply is
+ * one rw_wset_apply_batch per bucket, reading the pieces where they lie in staging: no canonical
+ * copy of the model, no host round trip. At most two buckets are in flight; reusing a slot waits
+ * (on the host, bounded by the session timeout) for the bucket that used it two steps ago, so the
+ * receive of bucket k+1 overlaps the apply of bucket k. On a host weight set the same sequence runs
+ * with the source's host bytes as the staging buffer (ZeroMQ frames and mmaps are host memory
+ * already), synchronously.
+ *
+ * A checkpoint tensor larger than the bucket (the 30B-A3B embedding and lm_head are 622 MB) is
+ * applied as row pieces (shard dim 0), each a bucket of its own.
  */
 #include "sync_internal.h"
 
@@ -23,6 +29,13 @@
 #include <regex.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+
+/* Pinned chunks between a host source and device staging: UP_NBUF of UP_CHUNK bytes (the
+ * environment variable RW_SYNC_PIN_CHUNK sets another size, at least 4096 bytes: tests use small
+ * chunks to run many through the pipeline). */
+#define UP_CHUNK (32u << 20)
+#define UP_NBUF 3
 
 struct rw_sync_session {
     rw_wset *ws;
@@ -55,6 +68,13 @@ struct rw_sync_session {
 #ifdef RW_HAVE_CUDA
     cudaStream_t comm, compute;
     cudaEvent_t recvd[2], done[2];
+    /* host sources: pinned chunks (allocated at the first one) and the copier filling them */
+    void *pin[UP_NBUF];
+    size_t pin_bytes;              /* each */
+    cudaEvent_t pin_free[UP_NBUF]; /* recorded on comm after the copy out of pin[i] */
+    bool pin_used[UP_NBUF];
+    int pin_next;
+    rw_sync_copier *copier;
 #endif
     rw_sync_group *group;
 };
@@ -172,6 +192,7 @@ static rw_status wait_slot(rw_sync_session *s, int i, rw_err *err) {
         cudaError_t e = cudaEventQuery(s->done[i]);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) {
+            cudaGetLastError();
             s->busy[i] = false;
             RW_FAIL(err, RW_E_CUDA, "sync session: bucket in slot %d failed on the device: %s", i,
                     cudaGetErrorString(e));
@@ -205,6 +226,104 @@ static rw_status wait_slot(rw_sync_session *s, int i, rw_err *err) {
     s->busy[i] = false;
     return RW_OK;
 }
+
+/* Threads of the host copier: RW_SYNC_COPY_THREADS (1..64), else up to 8 of the host's cores. */
+static int copy_threads(void) {
+    const char *v = getenv("RW_SYNC_COPY_THREADS");
+    if (v && v[0]) {
+        int n = atoi(v);
+        if (n >= 1 && n <= 64) return n;
+    }
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c >= 8 ? 8 : c >= 1 ? (int)c : 1;
+}
+
+/* Frees the pinned chunks once no copy out of them is pending. */
+static void pin_free_all(rw_sync_session *s) {
+    for (int i = 0; i < UP_NBUF; i++) {
+        if (s->pin_used[i]) cudaEventSynchronize(s->pin_free[i]);
+        if (s->pin[i]) cudaFreeHost(s->pin[i]);
+        s->pin[i] = NULL;
+        s->pin_used[i] = false;
+    }
+    s->pin_next = 0;
+}
+
+static rw_status pin_init(rw_sync_session *s, rw_err *err) {
+    if (s->pin[0]) return RW_OK;
+    if (!s->copier) RW_CHECK(rw_sync_copier_create(copy_threads(), &s->copier, err));
+    s->pin_bytes = UP_CHUNK;
+    const char *v = getenv("RW_SYNC_PIN_CHUNK");
+    if (v && v[0]) {
+        long long n = atoll(v);
+        if (n >= 4096 && n <= (1ll << 30)) s->pin_bytes = (size_t)n;
+    }
+    for (int i = 0; i < UP_NBUF; i++) {
+        if (!s->pin_free[i])
+            RW_CUDA_TRY(err, cudaEventCreateWithFlags(&s->pin_free[i], cudaEventDisableTiming));
+        cudaError_t e = cudaMallocHost(&s->pin[i], s->pin_bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            s->pin[i] = NULL;
+            pin_free_all(s);
+            RW_FAIL(err, RW_E_OOM, "sync session: pinned staging chunk of %zu bytes: %s",
+                    s->pin_bytes, cudaGetErrorString(e));
+        }
+    }
+    return RW_OK;
+}
+
+/* Waits (bounded by the session timeout) for an event on the comm stream. Only an NCCL receive
+ * can hold that stream up; its communicator is aborted then, which ends it. */
+static rw_status wait_comm(rw_sync_session *s, cudaEvent_t ev, rw_err *err) {
+    double t0 = rw_now();
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return RW_OK;
+        if (e != cudaErrorNotReady) {
+            cudaGetLastError();
+            RW_FAIL(err, RW_E_CUDA, "sync session: host -> device copy failed: %s",
+                    cudaGetErrorString(e));
+        }
+        if (s->group && rw_sync_group_ok(s->group)) {
+            rw_status st = rw_sync_group_check(s->group, err);
+            if (st != RW_OK) {
+                cudaEventSynchronize(ev);
+                return st;
+            }
+        }
+        if (rw_now() - t0 > s->timeout_s || (s->hard_deadline > 0 && rw_now() > s->hard_deadline)) {
+            if (s->group) {
+                rw_sync_group_abort(s->group);
+                cudaEventSynchronize(ev);
+            }
+            RW_FAIL(err, RW_E_TIMEOUT,
+                    "sync session: host -> device copy did not finish within %.1f s", s->timeout_s);
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Host bytes -> device staging on the comm stream through the pinned chunks: the copier fills
+ * chunk i while the copies of the chunks before it run. Returns once every byte has left
+ * `src` (the source may be released then); the device copies complete in stream order. */
+static rw_status upload_host(rw_sync_session *s, uint8_t *dst, const uint8_t *src, uint64_t nb,
+                             rw_err *err) {
+    RW_CHECK(pin_init(s, err));
+    const size_t chunk = s->pin_bytes;
+    for (uint64_t off = 0; off < nb; off += chunk) {
+        size_t n = nb - off < chunk ? (size_t)(nb - off) : chunk;
+        int i = s->pin_next;
+        s->pin_next = (i + 1) % UP_NBUF;
+        if (s->pin_used[i]) RW_CHECK(wait_comm(s, s->pin_free[i], err));
+        rw_sync_copier_run(s->copier, s->pin[i], src + off, n);
+        RW_CUDA_TRY(err, cudaMemcpyAsync(dst + off, s->pin[i], n, cudaMemcpyHostToDevice, s->comm));
+        RW_CUDA_TRY(err, cudaEventRecord(s->pin_free[i], s->comm));
+        s->pin_used[i] = true;
+    }
+    return RW_OK;
+}
 #endif
 
 /* Waits for every bucket in flight; the first error wins but both slots are drained. */
@@ -225,10 +344,12 @@ static rw_status wait_all(rw_sync_session *s, rw_err *err) {
 
 static void free_staging(rw_sync_session *s) {
 #ifdef RW_HAVE_CUDA
+    if (s->staging[0] || s->pin[0]) cudaSetDevice(s->device);
     for (int i = 0; i < 2; i++) {
         if (s->staging[i]) cudaFree(s->staging[i]);
         s->staging[i] = NULL;
     }
+    pin_free_all(s);
 #endif
     s->staging_bytes = 0;
 }
@@ -240,6 +361,7 @@ void rw_sync_session_destroy(rw_sync_session *s) {
         rw_sync_session_abort(s, &intact, NULL);
     }
     rw_sync_group_destroy(s->group);
+    free_staging(s);
 #ifdef RW_HAVE_CUDA
     if (s->comm) {
         cudaSetDevice(s->device);
@@ -247,11 +369,13 @@ void rw_sync_session_destroy(rw_sync_session *s) {
             cudaEventDestroy(s->recvd[i]);
             cudaEventDestroy(s->done[i]);
         }
+        for (int i = 0; i < UP_NBUF; i++)
+            if (s->pin_free[i]) cudaEventDestroy(s->pin_free[i]);
         cudaStreamDestroy(s->comm);
         cudaStreamDestroy(s->compute);
     }
+    rw_sync_copier_destroy(s->copier);
 #endif
-    free_staging(s);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -443,19 +567,33 @@ rw_status rw_sync_session_apply(rw_sync_session *s, const rw_sync_manifest *m, r
 #ifdef RW_HAVE_CUDA
         int slot = (int)(idx % 2);
         bool nccl = src->host == NULL;
+        /* the apply that last read this slot (two buckets ago) is done: waited for on the host
+         * (bounded), and ordered on the device too. Only this slot's: a wait for the other
+         * slot's apply would hold the receive of this bucket until the previous bucket is
+         * applied, and nothing would overlap. */
         RW_CHECKGOTO(wait_slot(s, slot, err), st, fail);
         RW_CUDA_TRYGOTO(err, cudaSetDevice(s->device), st, fail);
-        RW_CHECKGOTO(src->read(src, s->staging[slot], RW_PLACE_DEVICE, nb, s->comm, err), st, fail);
+        RW_CUDA_TRYGOTO(err, cudaStreamWaitEvent(s->comm, s->done[slot], 0), st, fail);
+        if (src->host)
+            RW_CHECKGOTO(upload_host(s, s->staging[slot], src->host, nb, err), st, fail);
+        else
+            RW_CHECKGOTO(src->read(src, s->staging[slot], RW_PLACE_DEVICE, nb, s->comm, err), st,
+                         fail);
         RW_CUDA_TRYGOTO(err, cudaEventRecord(s->recvd[slot], s->comm), st, fail);
         RW_CUDA_TRYGOTO(err, cudaStreamWaitEvent(s->compute, s->recvd[slot], 0), st, fail);
         s->busy[slot] = true;
         s->busy_t0[slot] = rw_now();
         s->busy_nccl[slot] = nccl;
-        RW_CHECKGOTO(apply_pieces(s, m, s->staging[slot], RW_PLACE_DEVICE, s->compute, err), st,
-                     fail);
-        RW_CUDA_TRYGOTO(err, cudaEventRecord(s->done[slot], s->compute), st, fail);
-        /* the next bucket's receive into this slot must wait for this apply */
-        RW_CUDA_TRYGOTO(err, cudaStreamWaitEvent(s->comm, s->done[slot], 0), st, fail);
+        st = apply_pieces(s, m, s->staging[slot], RW_PLACE_DEVICE, s->compute, err);
+        /* recorded after a failed apply too: what it queued reads the slot until then */
+        cudaError_t ce = cudaEventRecord(s->done[slot], s->compute);
+        if (st != RW_OK) goto fail;
+        if (ce != cudaSuccess) {
+            cudaGetLastError();
+            st =
+                RW_ERR(err, RW_E_CUDA, "sync session: cudaEventRecord: %s", cudaGetErrorString(ce));
+            goto fail;
+        }
 #else
         st = RW_ERR(err, RW_E_NO_DEVICE, "update_weights: device weight set without CUDA");
 #endif
@@ -550,6 +688,32 @@ static int by_file_offset(const void *a, const void *b) {
 /* A gap this large between selected tensors starts a new bucket instead of copying it. */
 #define DISK_MAX_GAP (1u << 20)
 
+/* A checkpoint tensor larger than the bucket: row pieces along dim 0 (shard pieces over its bytes
+ * in the mapping, rw_sync_split_step rows each), one bucket each. A failure before the session
+ * saw a piece leaves it open (the caller aborts it). */
+static rw_status apply_rows(rw_sync_session *s, const rw_st_entry *e, uint64_t limit,
+                            rw_sync_manifest *m, rw_err *err) {
+    uint64_t rows = (uint64_t)e->shape[0], bytes = e->end - e->begin;
+    uint64_t row = rows ? bytes / rows : 0;
+    uint64_t step = rw_sync_split_step(row, limit);
+    if (!step)
+        RW_FAIL(err, RW_E_RANGE,
+                "update_weights_from_disk: %s: one row (%" PRIu64 " bytes) exceeds the bucket "
+                "size %" PRIu64 " (begin_update bucket_bytes)",
+                e->name, row, limit);
+    for (uint64_t r = 0; r < rows;) {
+        uint64_t end = rw_sync_split_end(r, rows, step);
+        rw_sync_manifest_clear(m);
+        RW_CHECK(rw_sync_manifest_add(m, e->name, e->dtype, e->ndim, e->shape, 0, (int64_t)r,
+                                      (int64_t)(end - r), RW_PIECE_PLAIN, NULL, err));
+        rw_sync_source src =
+            rw_sync_source_host("disk", (const uint8_t *)e->data + r * row, (end - r) * row);
+        RW_CHECK(rw_sync_session_apply(s, m, &src, NULL, err));
+        r = end;
+    }
+    return RW_OK;
+}
+
 rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const char *only,
                                      const rw_sync_begin_args *a, uint64_t *tensors,
                                      uint64_t *bytes, rw_err *err) {
@@ -617,11 +781,16 @@ rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const 
         /* a bucket: consecutive tensors of one file, one byte range of its mapping */
         const rw_st_entry *first = ents[i];
         if (first->end - first->begin > limit) {
-            st = RW_ERR(err, RW_E_RANGE,
-                        "update_weights_from_disk: %s: %" PRIu64 " bytes exceed the bucket size "
-                        "%" PRIu64 " (begin_update bucket_bytes)",
-                        first->name, first->end - first->begin, limit);
-            goto fail_open;
+            st = apply_rows(s, first, limit, m, err);
+            if (st != RW_OK) {
+                /* aborts the session unless applying a piece did already */
+                st = rw_sync_session_fail(s, st, err);
+                goto out;
+            }
+            if (tensors) (*tensors)++;
+            if (bytes) *bytes += first->end - first->begin;
+            i++;
+            continue;
         }
         size_t j = i + 1;
         uint64_t end = first->end;

@@ -17,17 +17,22 @@
 
 #ifdef RW_HAVE_CUDA
 #include <cuda_runtime.h>
+/* A failing call is reported through rw_status and cleared from the runtime's per-thread last
+ * error, so that a later launch check (cudaGetLastError) does not report it as its own. */
 #define RW_CUDA_TRY(err, call)                                                                     \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
+        if (e_ != cudaSuccess) {                                                                   \
+            cudaGetLastError();                                                                    \
             return rw_err_set((err), e_ == cudaErrorMemoryAllocation ? RW_E_OOM : RW_E_CUDA,       \
                               __FILE__, __LINE__, "%s: %s", #call, cudaGetErrorString(e_));        \
+        }                                                                                          \
     } while (0)
 #define RW_CUDA_TRYGOTO(err, call, st, label)                                                      \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
         if (e_ != cudaSuccess) {                                                                   \
+            cudaGetLastError();                                                                    \
             (st) = rw_err_set((err), e_ == cudaErrorMemoryAllocation ? RW_E_OOM : RW_E_CUDA,       \
                               __FILE__, __LINE__, "%s: %s", #call, cudaGetErrorString(e_));        \
             goto label;                                                                            \
@@ -50,6 +55,32 @@ rw_status rw_sync_check_version_tag(const char *v, rw_err *err);
 /* After a failed update command: aborts the session if it is still open (appending the outcome
  * to err's message); returns st. */
 rw_status rw_sync_session_fail(rw_sync_session *s, rw_status st, rw_err *err);
+
+/* Splitting a piece that does not fit a bucket along one dim: how many consecutive indices of
+ * `unit` bytes each one piece may hold within `limit` bytes. The most that fit, rounded down to a
+ * multiple of 128 when at least 128 fit, so that cuts fall on fp8 block (128) and mxfp8 block
+ * (32) boundaries and the worker applies each piece without staging partial blocks. 0 when a
+ * single index does not fit. Pieces are cut at multiples of the step (see rw_sync_split_end). */
+static inline uint64_t rw_sync_split_step(uint64_t unit, uint64_t limit) {
+    if (unit == 0 || unit > limit) return 0;
+    uint64_t n = limit / unit;
+    return n >= 128 ? n / 128 * 128 : n;
+}
+/* The end of the piece that starts at index `at` of the range ending at `end`: the next multiple
+ * of `step`, or `end`. */
+static inline uint64_t rw_sync_split_end(uint64_t at, uint64_t end, uint64_t step) {
+    uint64_t e = (at / step + 1) * step;
+    return e < end ? e : end;
+}
+
+/* A parallel host memcpy (copier.c): `nthreads` threads including the caller (helper threads
+ * that cannot be started are done without). rw_sync_copier_run copies [src, src + len) to dst
+ * and returns when every byte is copied; one caller at a time. */
+typedef struct rw_sync_copier rw_sync_copier;
+rw_status rw_sync_copier_create(int nthreads, rw_sync_copier **out, rw_err *err);
+void rw_sync_copier_destroy(rw_sync_copier *c);
+int rw_sync_copier_threads(const rw_sync_copier *c);
+void rw_sync_copier_run(rw_sync_copier *c, void *dst, const void *src, size_t len);
 
 /* The trainer group's own stream (a cudaStream_t) used when callers pass none. */
 void *rw_client_group_stream(rw_client_group *g);

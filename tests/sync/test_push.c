@@ -4,8 +4,10 @@
  * whole tensors, Megatron-style trainer shards (trainer TP 2, fused gate_up) with 1 MiB buckets,
  * a TP2 worker (two ranks), a repeated push (F3: nothing changes), a partial push (--only one
  * layer's experts changes exactly those bytes), checksum verification, a trainer that vanishes
- * mid-update (idle timeout -> weights_incomplete, then a full push recovers), and
- * update_weights_from_disk through the client. */
+ * mid-update (idle timeout -> weights_incomplete, then a full push recovers),
+ * update_weights_from_disk through the client, and buckets smaller than the largest tensor (the
+ * embedding and lm_head, 512 x 128 bf16 = 128 KiB, in 64 KiB buckets: row pieces, and sub-ranges
+ * of trainer shards and fused gate_up shards) over ZeroMQ and from disk. */
 #include "sync_util.h"
 
 #include <unistd.h>
@@ -259,6 +261,81 @@ static void test_disk_and_readback_via_client(void **state) {
     rw_config_free(&cfg);
 }
 
+/* Buckets smaller than the largest tensor: every piece that does not fit goes as several, and
+ * the worker ends up byte-identical to a direct load. Trainer TP 1 (whole tensors: the
+ * embedding and lm_head as row pieces) and 2 (shards and fused gate_up shards cut into
+ * sub-ranges), a TP2 worker, and update_weights_from_disk with the same bucket size. */
+static void test_push_bucket_smaller_than_tensor(void **state) {
+    (void)state;
+    const uint64_t bucket = 64u << 10;
+    rw_config cfg;
+    fx_config(&cfg);
+    rw_ckpt *ck = fx_ckpt();
+    const rw_st_entry *emb = rw_ckpt_find(ck, "model.embed_tokens.weight");
+    assert_non_null(emb);
+    assert_true(emb->end - emb->begin > bucket); /* the premise: 128 KiB */
+    rw_wset *ref = ws_reference(&cfg, 1, 0);
+    for (int ttp = 1; ttp <= 2; ttp++) {
+        worker w;
+        worker_start(&w, &cfg, 1, 0, 40 + (uint64_t)ttp);
+        rw_push_summary s;
+        push(&w, 1, ttp, bucket, NULL, ttp == 1 ? "small-1" : "small-2", &s);
+        ws_assert_equal(
+            w.ws, ref, ttp == 1 ? "64 KiB buckets, whole tensors" : "64 KiB buckets, trainer TP 2");
+        assert_int_equal(s.tensors, rw_config_weight_count(&cfg));
+        assert_true(s.buckets >= s.bytes / bucket);
+        if (ttp == 1) assert_true(s.pieces > rw_ckpt_count(ck)); /* some tensors were cut */
+        rw_sync_info info;
+        rw_sync_session_info(w.s, &info);
+        assert_int_equal(info.state, RW_SYNC_READY);
+        worker_stop(&w);
+    }
+    /* a worker of two ranks: row pieces cross its rank boundary */
+    worker w2[2];
+    for (int r = 0; r < 2; r++)
+        worker_start(&w2[r], &cfg, 2, r, 50 + (uint64_t)r);
+    rw_push_summary s;
+    push(w2, 2, 1, bucket, NULL, "small-w2", &s);
+    for (int r = 0; r < 2; r++) {
+        rw_wset *rr = ws_reference(&cfg, 2, r);
+        ws_assert_equal(w2[r].ws, rr, r ? "64 KiB buckets, TP2 rank 1" : "64 KiB buckets, rank 0");
+        rw_wset_destroy(rr);
+        worker_stop(&w2[r]);
+    }
+    /* from disk with the same bucket size */
+    worker w;
+    worker_start(&w, &cfg, 1, 0, 44);
+    char dir[400];
+    fx_dir(dir, sizeof dir);
+    rw_sync_begin_args a = {.version = "small-disk", .bucket_bytes = bucket};
+    uint64_t nt, nb;
+    rw_err e;
+    RW_ASSERT_OK(rw_sync_session_apply_disk(w.s, dir, NULL, &a, &nt, &nb, &e), &e);
+    assert_int_equal(nt, rw_ckpt_count(ck));
+    ws_assert_equal(w.ws, ref, "update_weights_from_disk, 64 KiB buckets");
+    rw_sync_info info;
+    rw_sync_session_info(w.s, &info);
+    assert_string_equal(info.version, "small-disk");
+    assert_true(info.buckets > nb / bucket);
+    worker_stop(&w);
+    /* a bucket that cannot hold one index of a piece is refused before anything is sent
+     * (a fused gate_up shard's index is 8 experts x 2 x 128 bf16 = 4 KiB) */
+    worker_start(&w, &cfg, 1, 0, 45);
+    rw_client *cl[1] = {w.c};
+    rw_push_opts o = {.transport = "zmq",
+                      .trainer_tp = 2,
+                      .bucket_bytes = 1024,
+                      .version = "too-small",
+                      .timeout_ms = 20000};
+    assert_int_equal(rw_sync_push_ckpt(cl, 1, NULL, dir, &o, &s, &e), RW_E_RANGE);
+    assert_non_null(strstr(e.msg, "bucket size"));
+    expect_version(&w, "random", RW_SYNC_READY);
+    worker_stop(&w);
+    rw_wset_destroy(ref);
+    rw_ckpt_close(ck);
+    rw_config_free(&cfg);
+}
+
 /* Expected checksums, computed on the trainer side, equal a worker's for every tensor, rank and
  * TP degree; and they catch a single flipped weight. */
 static void test_expected_checksums(void **state) {
@@ -302,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_push_partial),
         cmocka_unit_test(test_trainer_vanishes),
         cmocka_unit_test(test_disk_and_readback_via_client),
+        cmocka_unit_test(test_push_bucket_smaller_than_tensor),
         cmocka_unit_test(test_expected_checksums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,17 +1,23 @@
 /* test_sync_gpu.c - the sync module on CUDA devices (gpu suite; exits 77 without one):
  *  - the benchmark fill kernel equals its CPU reference byte for byte;
- *  - a device weight set updated through the pipeline (ZeroMQ frames copied into device staging,
- *    disk) equals a host weight set loaded directly, by checksum of every tensor;
+ *  - a device weight set updated through the pipeline (ZeroMQ frames and the disk mapping copied
+ *    into device staging through pinned chunks, small ones here so that each bucket takes
+ *    several turns of every chunk) equals a host weight set loaded directly, by checksum of
+ *    every tensor, read back from a thread whose current device is another one (the device
+ *    arena is mapped for its own device only);
  * and with two devices (NCCL refuses two ranks of one communicator on one GPU, so these skip on a
- * single-GPU machine):
- *  - the transport conformance test (conformance.h) over an NCCL broadcast, trainer rank 0 in a
- *    thread of its own on device 0, the worker rank on device 1;
- *  - a receive whose broadcast never comes times out, the communicator is aborted, and a group
- *    created again afterwards works;
- *  - pushes over NCCL (whole tensors and trainer TP 2 shards) into a device weight set, verified
- *    by checksums; a trainer that stops broadcasting mid-update leaves the worker incomplete, not
- *    hung, and a new group + full push recovers;
- *  - the S1 benchmark entry point on the tiny model. */
+ * single-GPU machine), each rank in a thread of its own with its own device current, as a
+ * trainer process and a worker process are:
+ *  - the transport conformance test (conformance.h) over an NCCL broadcast, trainer rank 0 on
+ *    device 0, the worker rank on device 1;
+ *  - a receive posted before the trainer broadcasts (the protocol's order) completes; one whose
+ *    broadcast never comes times out, the communicator is aborted, and a group created again
+ *    afterwards (fresh unique id, both ranks) works;
+ *  - pushes over NCCL (whole tensors, trainer TP 2 shards, buckets smaller than the largest
+ *    tensor) into a device weight set, verified by checksums; a trainer that stops broadcasting
+ *    mid-update leaves the worker incomplete, not hung, and a new group + full push recovers;
+ *  - the S1 benchmark entry point on the tiny model (also with buckets smaller than its largest
+ *    tensor), and the S4 one. */
 #include "conformance.h"
 #include "sync_util.h"
 
@@ -94,6 +100,9 @@ static void test_device_pipeline_zmq_and_disk(void **state) {
     rw_config cfg;
     fx_config(&cfg);
     rw_wset *ref = ws_reference(&cfg, 1, 0);
+    /* 256 KiB pinned chunks (3 of them) and 3 copier threads: a 1 MiB bucket takes 4 chunks */
+    setenv("RW_SYNC_PIN_CHUNK", "262144", 1);
+    setenv("RW_SYNC_COPY_THREADS", "3", 1);
     dworker w;
     dworker_start(&w, &cfg, ndev() - 1);
     char dir[400];
@@ -110,13 +119,31 @@ static void test_device_pipeline_zmq_and_disk(void **state) {
     RW_ASSERT_OK(rw_sync_push_ckpt(cl, 1, NULL, dir, &o, &s, &e), &e);
     assert_int_equal(s.mismatches, 0);
     assert_true(s.buckets > 1); /* more than one bucket: both staging slots were used */
+    /* read back with device 0 current: the set lives on the last device */
+    RW_ASSERT_OK(rw_cuda_set_device(0, &e), &e);
     assert_same_weights(w.ws, ref, &cfg, "device set via zmq");
     rw_sync_info info;
     rw_sync_session_info(w.s, &info);
     assert_int_equal(info.staging_bytes, 2u << 20);
     RW_ASSERT_OK(rw_client_update_from_disk(w.c, dir, "disk-dev", 30000, &e), &e);
+    RW_ASSERT_OK(rw_cuda_set_device(0, &e), &e);
     assert_same_weights(w.ws, ref, &cfg, "device set via disk");
+    /* buckets smaller than the largest tensor (the 128 KiB embedding): row pieces */
+    o.trainer_tp = 1;
+    o.bucket_bytes = 64u << 10;
+    o.version = "zmq-dev-64k";
+    RW_ASSERT_OK(rw_sync_push_ckpt(cl, 1, NULL, dir, &o, &s, &e), &e);
+    assert_int_equal(s.mismatches, 0);
+    assert_same_weights(w.ws, ref, &cfg, "device set via zmq, 64 KiB buckets");
+    /* release_memory frees the staging and the pinned chunks; the next update takes them again */
+    RW_ASSERT_OK(rw_sync_session_release(w.s, &e), &e);
+    rw_sync_session_info(w.s, &info);
+    assert_int_equal(info.staging_bytes, 0);
+    RW_ASSERT_OK(rw_client_update_from_disk(w.c, dir, "disk-dev-2", 30000, &e), &e);
+    assert_same_weights(w.ws, ref, &cfg, "device set via disk after release");
     dworker_stop(&w);
+    unsetenv("RW_SYNC_PIN_CHUNK");
+    unsetenv("RW_SYNC_COPY_THREADS");
     rw_wset_destroy(ref);
     rw_config_free(&cfg);
 }
@@ -286,6 +313,31 @@ static void test_conformance_nccl(void **state) {
     rw_sync_group_destroy(q.g1);
 }
 
+/* Trainer rank 0 in a thread of its own, as in a trainer process: device 0 current, `n` bytes
+ * of `host` copied to its GPU, broadcast, waited for. */
+typedef struct bcaster {
+    rw_sync_group *g;
+    const uint8_t *host;
+    uint64_t n;
+    pthread_t th;
+    rw_status st;
+    rw_err err;
+} bcaster;
+
+static void *bcaster_main(void *p) {
+    bcaster *b = p;
+    void *d = NULL;
+    b->st = rw_cuda_set_device(rw_sync_group_device(b->g), &b->err);
+    if (b->st == RW_OK) b->st = rw_dev_malloc(b->n, &d, &b->err);
+    if (b->st == RW_OK)
+        b->st = rw_memcpy(d, RW_PLACE_DEVICE, b->host, RW_PLACE_HOST, b->n, NULL, &b->err);
+    if (b->st == RW_OK) b->st = rw_stream_sync(NULL, &b->err);
+    if (b->st == RW_OK) b->st = rw_sync_group_bcast(b->g, d, b->n, NULL, &b->err);
+    if (b->st == RW_OK) b->st = rw_sync_group_wait(b->g, NULL, 30, &b->err);
+    rw_dev_free(d);
+    return NULL;
+}
+
 static void test_nccl_timeout_abort_recreate(void **state) {
     (void)state;
     if (ndev() < 2) skip();
@@ -293,11 +345,28 @@ static void test_nccl_timeout_abort_recreate(void **state) {
     make_pair(&g0, &g1);
     rw_err e;
     void *d1;
+    /* this thread is the worker rank: device 1 */
     RW_ASSERT_OK(rw_cuda_set_device(1, &e), &e);
     RW_ASSERT_OK(rw_dev_malloc(1 << 20, &d1, &e), &e);
+    /* the protocol's order: the worker posts its receive (and would reply) first, the trainer
+     * broadcasts afterwards; the receive is enqueued without waiting for the trainer */
+    uint8_t host[4096], back[4096];
+    for (int i = 0; i < 4096; i++)
+        host[i] = (uint8_t)(i * 7 + 3);
+    double t0 = rw_now();
+    RW_ASSERT_OK(rw_sync_group_bcast(g1, d1, 4096, NULL, &e), &e);
+    assert_true(rw_now() - t0 < 5);
+    bcaster b = {.g = g0, .host = host, .n = 4096};
+    assert_int_equal(pthread_create(&b.th, NULL, bcaster_main, &b), 0);
+    RW_ASSERT_OK(rw_sync_group_wait(g1, NULL, 30, &e), &e);
+    pthread_join(b.th, NULL);
+    RW_ASSERT_OK(b.st, &b.err);
+    RW_ASSERT_OK(rw_memcpy(back, RW_PLACE_HOST, d1, RW_PLACE_DEVICE, 4096, NULL, &e), &e);
+    RW_ASSERT_OK(rw_stream_sync(NULL, &e), &e);
+    rw_assert_bytes_equal(host, back, 4096, "receive posted before the broadcast");
     /* the worker posts a receive; the trainer never broadcasts */
     RW_ASSERT_OK(rw_sync_group_bcast(g1, d1, 1 << 20, NULL, &e), &e);
-    double t0 = rw_now();
+    t0 = rw_now();
     assert_int_equal(rw_sync_group_wait(g1, NULL, 1.0, &e), RW_E_TIMEOUT);
     assert_true(rw_now() - t0 < 10);
     assert_non_null(strstr(e.msg, "aborted"));
@@ -305,25 +374,23 @@ static void test_nccl_timeout_abort_recreate(void **state) {
     assert_int_equal(rw_sync_group_bcast(g1, d1, 16, NULL, &e), RW_E_STATE);
     rw_sync_group_destroy(g1);
     rw_sync_group_destroy(g0);
-    /* a new group works */
+    /* a new group (fresh unique id, both ranks joining again) works */
     make_pair(&g0, &g1);
-    uint8_t host[4096], back[4096];
     for (int i = 0; i < 4096; i++)
-        host[i] = (uint8_t)(i * 7 + 3);
-    void *d0;
-    RW_ASSERT_OK(rw_cuda_set_device(0, &e), &e);
-    RW_ASSERT_OK(rw_dev_malloc(4096, &d0, &e), &e);
-    RW_ASSERT_OK(rw_memcpy(d0, RW_PLACE_DEVICE, host, RW_PLACE_HOST, 4096, NULL, &e), &e);
+        host[i] = (uint8_t)(i * 13 + 5);
+    RW_ASSERT_OK(rw_cuda_set_device(1, &e), &e);
+    memset(back, 0, sizeof back);
+    RW_ASSERT_OK(rw_memcpy(d1, RW_PLACE_DEVICE, back, RW_PLACE_HOST, 4096, NULL, &e), &e);
     RW_ASSERT_OK(rw_stream_sync(NULL, &e), &e);
-    RW_ASSERT_OK(rw_sync_group_bcast(g0, d0, 4096, NULL, &e), &e);
+    b = (bcaster){.g = g0, .host = host, .n = 4096};
+    assert_int_equal(pthread_create(&b.th, NULL, bcaster_main, &b), 0);
     RW_ASSERT_OK(rw_sync_group_bcast(g1, d1, 4096, NULL, &e), &e);
     RW_ASSERT_OK(rw_sync_group_wait(g1, NULL, 30, &e), &e);
-    RW_ASSERT_OK(rw_sync_group_wait(g0, NULL, 30, &e), &e);
-    RW_ASSERT_OK(rw_cuda_set_device(1, &e), &e);
+    pthread_join(b.th, NULL);
+    RW_ASSERT_OK(b.st, &b.err);
     RW_ASSERT_OK(rw_memcpy(back, RW_PLACE_HOST, d1, RW_PLACE_DEVICE, 4096, NULL, &e), &e);
     RW_ASSERT_OK(rw_stream_sync(NULL, &e), &e);
     rw_assert_bytes_equal(host, back, 4096, "broadcast after re-creating the group");
-    rw_dev_free(d0);
     rw_dev_free(d1);
     rw_sync_group_destroy(g0);
     rw_sync_group_destroy(g1);
@@ -342,17 +409,22 @@ static void test_push_nccl(void **state) {
     RW_ASSERT_OK(rw_client_group_create(&w.c, NULL, 1, "weights", 0, 60, &g, &e), &e);
     char dir[400];
     fx_dir(dir, sizeof dir);
-    for (int tp = 1; tp <= 2; tp++) {
+    /* trainer TP 1 and 2 in 1 MiB buckets, then 64 KiB buckets (smaller than the 128 KiB
+     * embedding and lm_head: row pieces, each a broadcast of its own) */
+    for (int k = 0; k < 3; k++) {
         rw_push_opts o = {.transport = "nccl",
-                          .trainer_tp = tp,
-                          .bucket_bytes = 1u << 20,
-                          .version = tp == 1 ? "nccl-1" : "nccl-2",
+                          .trainer_tp = k == 1 ? 2 : 1,
+                          .bucket_bytes = k == 2 ? 64u << 10 : 1u << 20,
+                          .version = k == 0   ? "nccl-1"
+                                     : k == 1 ? "nccl-2"
+                                              : "nccl-64k",
                           .verify = true,
                           .timeout_ms = 30000};
         rw_push_summary s;
         RW_ASSERT_OK(rw_sync_push_ckpt(&w.c, 1, g, dir, &o, &s, &e), &e);
         assert_int_equal(s.mismatches, 0);
         assert_true(s.checked > 0);
+        if (k == 2) assert_true(s.pieces > s.tensors);
         assert_same_weights(w.ws, ref, &cfg, "device set via nccl");
     }
     /* the trainer announces a bucket and never broadcasts it */
@@ -430,6 +502,26 @@ static void test_bench_entry(void **state) {
     char *json;
     RW_ASSERT_OK(rw_sync_bench_json(&r, "S1-tiny", &json, &e), &e);
     assert_non_null(strstr(json, "\"ratio\""));
+    fprintf(stderr, "%s\n", json);
+    free(json);
+    /* buckets smaller than the largest tensor: cut into row pieces, not refused */
+    uint64_t bytes = r.bytes, tensors = r.tensors;
+    o.bucket_bytes = 64u << 10;
+    o.repeats = 1;
+    RW_ASSERT_OK(rw_sync_bench_nccl(&o, &r, &e), &e);
+    assert_int_equal(r.bytes, bytes);
+    assert_int_equal(r.tensors, tensors);
+    assert_true(r.buckets >= bytes / (64u << 10));
+    /* S4 on the fixture checkpoint */
+    char dir[400];
+    fx_dir(dir, sizeof dir);
+    rw_sync_bench_opts d = {.cfg = &cfg, .worker_device = 1, .repeats = 2, .disk_dir = dir};
+    RW_ASSERT_OK(rw_sync_bench_disk(&d, &r, &e), &e);
+    rw_ckpt *ck = fx_ckpt();
+    assert_int_equal(r.tensors, rw_ckpt_count(ck));
+    rw_ckpt_close(ck);
+    assert_true(r.update_median_s > 0 && r.ceiling_median_s > 0);
+    RW_ASSERT_OK(rw_sync_bench_json(&r, "S4-tiny", &json, &e), &e);
     fprintf(stderr, "%s\n", json);
     free(json);
     rw_config_free(&cfg);

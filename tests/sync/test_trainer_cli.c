@@ -1,7 +1,8 @@
 /* test_trainer_cli.c - rw-trainer as a user runs it (its path is argv[1]): `push` over ZeroMQ
- * into a worker rank served on loopback (trainer TP 2, 1 MiB buckets, --verify) leaves the
- * weights byte-identical to a direct load and prints a JSON summary that adds up; `checksum`
- * prints what a TP2 rank 1 reports; bad usage exits 2. */
+ * into a worker rank served on loopback (trainer TP 2, 1 MiB buckets, --verify; then 64 KiB
+ * buckets given in bytes, smaller than the largest tensor) leaves the weights byte-identical to
+ * a direct load and prints a JSON summary that adds up; `checksum` prints what a TP2 rank 1
+ * reports; bad usage exits 2. */
 #include "sync_util.h"
 
 #include <jansson.h>
@@ -59,6 +60,25 @@ static void test_push_cli(void **state) {
     assert_int_equal(info.state, RW_SYNC_READY);
     assert_string_equal(info.version, "cli-1");
     ws_assert_equal(ws, ref, "rw-trainer push");
+    /* --bucket-bytes below the largest tensor (the 128 KiB embedding): cut into row pieces */
+    snprintf(cmd, sizeof cmd,
+             "%s push --model %s --to %s --transport zmq --bucket-bytes 65536 --version cli-2 "
+             "--verify",
+             exe, dir, rw_sync_server_endpoint(srv));
+    j = run_json(cmd, &status);
+    assert_int_equal(status, 0);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "bucket_bytes")), 65536);
+    assert_int_equal(json_integer_value(json_object_get(j, "mismatches")), 0);
+    assert_int_equal(json_integer_value(json_object_get(j, "tensors")),
+                     (json_int_t)rw_config_weight_count(&cfg));
+    assert_true(json_integer_value(json_object_get(j, "pieces")) >
+                json_integer_value(json_object_get(j, "tensors")));
+    json_decref(j);
+    ws_assert_equal(ws, ref, "rw-trainer push --bucket-bytes 65536");
+    snprintf(cmd, sizeof cmd, "%s push --model %s --to %s --bucket-bytes 100 >/dev/null 2>&1", exe,
+             dir, rw_sync_server_endpoint(srv));
+    assert_int_equal(WEXITSTATUS(system(cmd)), 2);
     rw_sync_server_stop(srv);
     rw_sync_session_destroy(s);
     rw_wset_destroy(ws);

@@ -1,7 +1,11 @@
 /* test_transport.c - the transport conformance test (conformance.h) over ZeroMQ (an rw_client
  * DEALER to a ROUTER on loopback TCP, zero-copy frames, the real decode path) and over disk
- * (safetensors files written, then mapped through rw_sync_bucket_from_entries). */
+ * (safetensors files written, then mapped through rw_sync_bucket_from_entries); the ROUTER's
+ * frame limits; and the parallel host copier that moves host bucket bytes into pinned staging
+ * on the device path. */
 #include "conformance.h"
+
+#include "sync_internal.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -235,6 +239,18 @@ static void test_zmq_frame_limits(void **state) {
     assert_non_null(m);
     assert_non_null(strstr(e.msg, "more than 4 data frames"));
     rw_zmq_msg_free(m);
+    /* five data frames: still one too many; four are accepted */
+    RW_ASSERT_OK(rw_client_send_json(c, "update_weights", "{}", frames, lens, 5, &id, &e), &e);
+    assert_int_equal(rw_zmq_recv(router, 5000, &m, &e), RW_E_FORMAT);
+    assert_non_null(m);
+    rw_zmq_msg_free(m);
+    RW_ASSERT_OK(rw_client_send_json(c, "update_weights", "{}", frames, lens, 4, &id, &e), &e);
+    RW_ASSERT_OK(rw_zmq_recv(router, 5000, &m, &e), &e);
+    rw_sync_frames fr;
+    rw_zmq_msg_frames(m, &fr);
+    assert_int_equal(fr.n, 4);
+    assert_memory_equal(fr.data[3], "d", 1);
+    rw_zmq_msg_free(m);
     /* nothing else pending: a bounded wait times out */
     assert_int_equal(rw_zmq_recv(router, 50, &m, &e), RW_E_TIMEOUT);
     assert_null(m);
@@ -243,11 +259,53 @@ static void test_zmq_frame_limits(void **state) {
     zmq_ctx_term(ctx);
 }
 
+/* The parallel copier equals memcpy for every size around its thresholds and share grain, any
+ * thread count and unaligned ends, and writes nothing outside the destination range. */
+static void test_copier(void **state) {
+    (void)state;
+    /* around the share grain (4096) and the parallel threshold (256 KiB), and larger ones */
+    const size_t sizes[] = {0, 1, 4095, 4096, 4097, 262143, 262144, 1048576, 1060921, 7340035};
+    const int threads[] = {1, 2, 3, 8};
+    const size_t cap = (8u << 20) + 64;
+    uint8_t *src = malloc(cap), *dst = malloc(cap);
+    assert_non_null(src);
+    assert_non_null(dst);
+    rw_rng r;
+    rw_rng_seed(&r, 99);
+    for (size_t i = 0; i < cap; i++)
+        src[i] = (uint8_t)(rw_rng_u64(&r) >> 32);
+    rw_err e;
+    for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+        rw_sync_copier *c;
+        RW_ASSERT_OK(rw_sync_copier_create(threads[t], &c, &e), &e);
+        assert_true(rw_sync_copier_threads(c) >= 1 && rw_sync_copier_threads(c) <= threads[t]);
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            for (size_t so = 0; so < 2; so++) {
+                size_t n = sizes[k], doff = 3 + so * 13, soff = 1 + so * 7;
+                memset(dst, 0xee, cap);
+                rw_sync_copier_run(c, dst + doff, src + soff, n);
+                if (n && memcmp(dst + doff, src + soff, n))
+                    fail_msg("copier: %zu bytes with %d threads differ", n, threads[t]);
+                for (size_t i = 0; i < doff; i++)
+                    assert_int_equal(dst[i], 0xee);
+                for (size_t i = doff + n; i < doff + n + 32; i++)
+                    assert_int_equal(dst[i], 0xee);
+            }
+        }
+        rw_sync_copier_destroy(c);
+    }
+    assert_int_equal(rw_sync_copier_create(0, &(rw_sync_copier *){NULL}, &e), RW_E_RANGE);
+    rw_sync_copier_destroy(NULL);
+    free(src);
+    free(dst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance_zmq),
         cmocka_unit_test(test_conformance_disk),
         cmocka_unit_test(test_zmq_frame_limits),
+        cmocka_unit_test(test_copier),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

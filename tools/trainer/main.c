@@ -4,7 +4,8 @@
  * summary; or prints the checksums a worker rank should report for a checkpoint.
  *
  *   rw-trainer push --model DIR --to ADDR[,ADDR...] [--transport zmq|nccl] [--trainer-tp K]
- *                   [--bucket-mb N] [--version V] [--only REGEX] [--verify] [--flush-cache]
+ *                   [--bucket-mb N | --bucket-bytes N] [--version V] [--only REGEX] [--verify]
+ *                   [--flush-cache]
  *                   [--worker-ranks N[,N...]] [--device D] [--group NAME] [--timeout S]
  *   rw-trainer checksum --model DIR --tp T --rank R [--only REGEX] [--worker-config FILE]
  *
@@ -21,14 +22,15 @@
 static void usage(FILE *f) {
     fputs("usage:\n"
           "  rw-trainer push --model DIR --to ADDR[,ADDR...] [--transport zmq|nccl]\n"
-          "                  [--trainer-tp K] [--bucket-mb N] [--version V] [--only REGEX]\n"
-          "                  [--verify] [--flush-cache] [--worker-ranks N[,N...]] [--device D]\n"
-          "                  [--group NAME] [--timeout SECONDS]\n"
+          "                  [--trainer-tp K] [--bucket-mb N | --bucket-bytes N] [--version V]\n"
+          "                  [--only REGEX] [--verify] [--flush-cache] [--worker-ranks N[,N...]]\n"
+          "                  [--device D] [--group NAME] [--timeout SECONDS]\n"
           "  rw-trainer checksum --model DIR --tp T --rank R [--only REGEX]\n"
           "                  [--worker-config FILE]\n"
           "\n"
           "push: sends the checkpoint in DIR to every worker as one update session (begin,\n"
-          "buckets of N MiB (default 512), commit). --trainer-tp K cuts each tensor along its\n"
+          "buckets of N MiB (default 512) or --bucket-bytes N bytes, commit); a tensor larger\n"
+          "than a bucket goes as several row pieces. --trainer-tp K cuts each tensor along its\n"
           "tensor-parallel dim into K shards and sends expert gate/up as fused gate_up shards, as\n"
           "a Megatron trainer holding K shards would. --transport nccl broadcasts from CUDA\n"
           "device D (this process is rank 0; each worker joins with its --worker-ranks ranks).\n"
@@ -57,6 +59,7 @@ static int cmd_push(int argc, char **argv) {
                                        {"transport", required_argument, 0, 'x'},
                                        {"trainer-tp", required_argument, 0, 'k'},
                                        {"bucket-mb", required_argument, 0, 'b'},
+                                       {"bucket-bytes", required_argument, 0, 'B'},
                                        {"version", required_argument, 0, 'v'},
                                        {"only", required_argument, 0, 'o'},
                                        {"verify", no_argument, 0, 'V'},
@@ -71,6 +74,7 @@ static int cmd_push(int argc, char **argv) {
     char *to = NULL, *ranks_s = NULL;
     int trainer_tp = 1, device = 0;
     long bucket_mb = 512;
+    long long bucket_bytes = 0; /* --bucket-bytes: wins over --bucket-mb */
     double timeout = 120;
     bool verify = false, flush = false;
     int c;
@@ -81,6 +85,7 @@ static int cmd_push(int argc, char **argv) {
         case 'x': transport = optarg; break;
         case 'k': trainer_tp = atoi(optarg); break;
         case 'b': bucket_mb = atol(optarg); break;
+        case 'B': bucket_bytes = atoll(optarg); break;
         case 'v': version = optarg; break;
         case 'o': only = optarg; break;
         case 'V': verify = true; break;
@@ -93,7 +98,9 @@ static int cmd_push(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
+    /* bytes: at least one 256-byte aligned slot, at most 64 GiB (what a worker accepts) */
     if (!model || !to || trainer_tp < 1 || trainer_tp > 64 || bucket_mb < 1 || bucket_mb > 65536 ||
+        bucket_bytes < 0 || (bucket_bytes && bucket_bytes < 256) || bucket_bytes > (64ll << 30) ||
         timeout <= 0 || (strcmp(transport, "zmq") && strcmp(transport, "nccl"))) {
         usage(stderr);
         return 2;
@@ -124,7 +131,8 @@ static int cmd_push(int argc, char **argv) {
     }
     rw_push_opts o = {.transport = transport,
                       .trainer_tp = trainer_tp,
-                      .bucket_bytes = (uint64_t)bucket_mb << 20,
+                      .bucket_bytes =
+                          bucket_bytes ? (uint64_t)bucket_bytes : (uint64_t)bucket_mb << 20,
                       .version = version,
                       .only = only,
                       .flush_cache = flush,
