@@ -218,7 +218,7 @@ static void trainer(fx *f, trainer_end how) {
         zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
         bool ok = zmq_connect(sock, f->w.ep) == 0;
         char a[512];
-        snprintf(a, sizeof a, "{\"version\": \"never\", \"timeout_s\": 1.5, \"bucket_bytes\": %u}",
+        snprintf(a, sizeof a, "{\"version\": \"never\", \"timeout_s\": 3, \"bucket_bytes\": %u}",
                  BIG_BUCKET);
         ok = ok && child_send(sock, 1, "begin_update", a, 0, 0, true);
         if (how == KILLED_MID_BUCKET) {
