@@ -164,11 +164,13 @@ RW_HD float rw_bits_f32(uint32_t u) {
 /* bf16 -> fp32: exact. */
 RW_HD float rw_bf16_to_f32(uint16_t h) { return rw_bits_f32((uint32_t)h << 16); }
 
-/* fp32 -> bf16: round to nearest, ties to even; NaN stays NaN (quiet, sign kept), inf stays inf,
- * overflow rounds to inf as IEEE rounding does. */
+/* fp32 -> bf16: round to nearest, ties to even; every NaN becomes the canonical quiet NaN
+ * 0x7fc0 (a NaN produced by arithmetic has a different sign and payload on x86 and on the GPU, so
+ * one encoding keeps CPU references and kernels byte-identical); inf stays inf, overflow rounds to
+ * inf as IEEE rounding does. */
 RW_HD uint16_t rw_f32_to_bf16(float f) {
     uint32_t u = rw_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
     uint32_t lsb = (u >> 16) & 1u;
     u += 0x7fffu + lsb;
     return (uint16_t)(u >> 16);
