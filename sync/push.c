@@ -418,6 +418,15 @@ rw_status rw_sync_push_ckpt(rw_client *const *workers, int n, rw_client_group *g
         goto done;
     }
     RW_CHECKGOTO(split_items(&its, bucket, err), st, done);
+    {
+        /* a small model needs no bucket larger than itself: every piece, aligned, in one (the
+         * buffers and the workers' staging are allocated at the bucket size) */
+        uint64_t need = 0;
+        for (size_t i = 0; i < its.n; i++)
+            need += (rw_sync_piece_bytes(&its.v[i].t) + RW_SYNC_ALIGN - 1) / RW_SYNC_ALIGN *
+                    RW_SYNC_ALIGN;
+        if (need > 0 && need < bucket) bucket = need;
+    }
 #ifdef RW_HAVE_CUDA
     if (nccl) {
         RW_CHECKGOTO(rw_host_malloc_pinned(bucket, (void **)&host, err), st, done);
