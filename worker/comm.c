@@ -24,6 +24,10 @@ void rw_comm_destroy(rw_comm *c) {
     free(c);
 }
 
+void rw_comm_abort(rw_comm *c) {
+    if (c && c->abort) c->abort(c);
+}
+
 rw_status rw_comm_allreduce_f32(rw_comm *c, float *buf, size_t n, rw_stream s, rw_err *err) {
     if (!c) RW_FAIL(err, RW_E_INVALID_ARG, "allreduce: NULL communicator");
     if (n == 0) return RW_OK;

@@ -11,6 +11,10 @@
 
 #include "daemon_internal.h"
 
+#ifdef RW_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 /* Options                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
@@ -27,6 +31,12 @@ static void usage(FILE *f) {
             "  --tp N alone starts all N ranks (CPU: threads of this process; CUDA: one process\n"
             "  per GPU from --gpu on); with --rank R each rank is started by an external launcher\n"
             "  and finds rank 0 at --peer (rank 0 binds it).\n"
+            "  KV cache: --kv-mb MB sets its size per rank; without it a CUDA rank takes\n"
+            "  --kv-fraction (default 0.9) of the device memory free once its weights and\n"
+            "  workspace are in place, less 768 MiB kept for NCCL, CUDA graphs and cuBLAS, so\n"
+            "  10%% of that free memory stays for other processes (a CPU rank takes 64 MiB).\n"
+            "  Workers that share a GPU, or start on one at the same time (each sees the\n"
+            "  other's memory as free), need --kv-mb.\n"
             "  A control address that is not loopback needs --auth-token (or RW_AUTH_TOKEN).\n"
             "  The bound control endpoint is printed on stdout as a JSON line once ready.\n"
             "  rw-worker --once ... / --bench ...: see those modes' usage.\n",
@@ -214,6 +224,42 @@ static void make_tag(char *dst, const char *prefix, const char *text) {
     snprintf(dst, RW_SYNC_MAX_VERSION + 1, "%s", s);
 }
 
+/* Appends to a failed CUDA rank start-up what is needed to understand it: which device, and how
+ * much of its memory is free now (when a context can be made at all), plus the memory options. */
+static void explain_cuda_failure(const rw_dopts *o, int rank, rw_err *err) {
+#ifdef RW_HAVE_CUDA
+    if (!err || o->backend != RW_BACKEND_CUDA) return;
+    if (err->status != RW_E_CUDA && err->status != RW_E_OOM && err->status != RW_E_NCCL) return;
+    const int dev = rw_dopts_device(o, rank);
+    int ndev = rw_cuda_device_count();
+    size_t fr = 0, tot = 0;
+    char info[320];
+    if (ndev == 0) {
+        snprintf(info, sizeof info, "no CUDA device is visible");
+    } else if (dev >= ndev) {
+        snprintf(info, sizeof info, "CUDA device %d does not exist (%d visible)", dev, ndev);
+    } else if (cudaSetDevice(dev) == cudaSuccess && cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
+        snprintf(info, sizeof info, "CUDA device %d (of %d): %.0f MiB free of %.0f MiB", dev, ndev,
+                 (double)fr / 1048576.0, (double)tot / 1048576.0);
+    } else {
+        (void)cudaGetLastError();
+        snprintf(info, sizeof info,
+                 "CUDA device %d (of %d): no context can be made on it (its memory is probably "
+                 "taken by other processes: see nvidia-smi)",
+                 dev, ndev);
+    }
+    size_t n = strlen(err->msg);
+    snprintf(err->msg + n, sizeof err->msg - n,
+             "; %s; a rank's KV cache takes --kv-fraction %.2g of the memory free after its "
+             "weights unless --kv-mb gives its size",
+             info, o->kv_fraction);
+#else
+    (void)o;
+    (void)rank;
+    (void)err;
+#endif
+}
+
 rw_status rw_rank_open(const rw_dopts *o, int rank, rw_comm *comm, rw_rank **out, rw_err *err) {
     *out = NULL;
     rw_rank *r = calloc(1, sizeof *r);
@@ -252,6 +298,13 @@ rw_status rw_rank_open(const rw_dopts *o, int rank, rw_comm *comm, rw_rank **out
     if (o->kv_mb > 0) eo.kv_bytes = (size_t)(o->kv_mb * 1048576.0);
     eo.kv_fraction = o->kv_fraction;
     RW_CHECKGOTO(rw_engine_create(r->model, &eo, &r->eng, err), st, fail);
+    {
+        rw_engine_stats es;
+        rw_engine_stats_get(r->eng, &es);
+        RW_LOGI("rank %d: KV cache of %.1f MiB (%lld blocks of %d tokens)%s", rank,
+                (double)es.kv_bytes / 1048576.0, (long long)es.kv_blocks_total, es.kv_block_size,
+                o->kv_mb > 0 ? "" : ", sized from the free memory");
+    }
     RW_CHECKGOTO(
         rw_sync_session_create(rw_model_wset(r->model), r->version0, incomplete, &r->sess, err), st,
         fail);
@@ -259,8 +312,9 @@ rw_status rw_rank_open(const rw_dopts *o, int rank, rw_comm *comm, rw_rank **out
     *out = r;
     return RW_OK;
 fail:
-    rw_err_prefix(err, "rank %d", rank);
     rw_rank_close(r);
+    explain_cuda_failure(o, rank, err); /* after the close: the memory others left */
+    rw_err_prefix(err, "rank %d", rank);
     return st;
 }
 

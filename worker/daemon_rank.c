@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "daemon_internal.h"
@@ -253,6 +254,9 @@ rw_status rw_peers_gather(rw_peers *p, int only_rank, uint64_t seq, double timeo
         memset(&replies[r], 0, sizeof replies[r]);
     double deadline = rw_now() + timeout_s;
     while (got < want) {
+        char why[256];
+        if (rw_watch_lost(p->watch, why, sizeof why))
+            RW_FAIL(err, RW_E_ABORTED, "op %" PRIu64 ": %s", seq, why);
         double left = deadline - rw_now();
         if (left <= 0) {
             char who[256] = "";
@@ -265,7 +269,9 @@ rw_status rw_peers_gather(rw_peers *p, int only_rank, uint64_t seq, double timeo
         }
         rw_op_msg m;
         rw_err e;
-        rw_status st = rw_op_recv(p->sock, true, (int)(left * 1000) + 1, &m, &e);
+        /* short waits: a lost rank ends the gather without waiting for the timeout */
+        const int wait_ms = p->watch && left > 0.2 ? 200 : (int)(left * 1000) + 1;
+        rw_status st = rw_op_recv(p->sock, true, wait_ms, &m, &e);
         if (st == RW_E_TIMEOUT) continue;
         if (st != RW_OK) {
             RW_LOGW("rank 0: %s", e.msg);
@@ -387,12 +393,22 @@ static void follower_exec(rw_rank *r, void *sock, const rw_op_msg *m) {
     rw_msg_free(req_msg);
 }
 
+/* The watchdog's last resort on a follower: stuck in a collective after the communicator abort,
+ * with rank 0 gone or a stop asked for; nothing can unwind the thread, so the process ends. */
+static void follower_last_resort(void *arg, const char *why) {
+    (void)arg;
+    fprintf(stderr, "rw-worker: %s, and this rank stays stuck in a collective: exiting\n", why);
+    _exit(1);
+}
+
 int rw_follower_main(const rw_dopts *o, int rank, void *zctx, const char *peer,
                      rw_comm_group *group, volatile sig_atomic_t *stop) {
     int rc = 1;
     bool own_ctx = !zctx;
     void *sock = NULL;
     rw_rank *r = NULL;
+    rw_watch *watch = NULL;
+    bool peers_gone = false; /* ending without rank 0's QUIT */
     rw_err e;
     rw_err_clear(&e);
     if (own_ctx) zctx = zmq_ctx_new();
@@ -412,6 +428,7 @@ int rw_follower_main(const rw_dopts *o, int rank, void *zctx, const char *peer,
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (stop) rw_op_socket_heartbeats(sock);
     if (zmq_connect(sock, peer) != 0) {
         RW_LOGE("rank %d: connect %s: %s", rank, peer, zmq_strerror(errno));
         goto out;
@@ -459,10 +476,29 @@ int rw_follower_main(const rw_dopts *o, int rank, void *zctx, const char *peer,
         goto out;
     }
     RW_LOGI("rank %d: ready", rank);
+    if (stop) {
+        /* a process rank: rank 0 may die, or a signal may come while this rank waits in a
+         * collective for a rank that died */
+        rw_watch_opts wo = {.rank = rank,
+                            .zctx = zctx,
+                            .sock = sock,
+                            .comm = r->comm,
+                            .stop = stop,
+                            .last_resort = follower_last_resort};
+        if (rw_watch_start(&wo, &watch, &e) != RW_OK)
+            RW_LOGW("rank %d: no watchdog (%s)", rank, e.msg);
+    }
     double quiet_since = 0;
     for (;;) {
         st = rw_op_recv(sock, false, 500, &m, &e);
         if (st == RW_E_TIMEOUT) {
+            char why[256];
+            if (rw_watch_lost(watch, why, sizeof why)) {
+                /* everything rank 0 sent before it went is done (a QUIT would have ended this) */
+                RW_LOGE("rank %d: %s; stopping", rank, why);
+                peers_gone = true;
+                break;
+            }
             /* rank 0 normally sends QUIT; a signal to this process alone (or a rank 0 that
              * died) must still end it */
             if (stop && *stop) {
@@ -470,6 +506,7 @@ int rw_follower_main(const rw_dopts *o, int rank, void *zctx, const char *peer,
                 if (rw_now() - quiet_since > 10) {
                     RW_LOGW("rank %d: stopping on a signal (no word from rank 0)", rank);
                     rc = 0;
+                    peers_gone = true;
                     break;
                 }
             }
@@ -485,10 +522,15 @@ int rw_follower_main(const rw_dopts *o, int rank, void *zctx, const char *peer,
             rc = 0;
             break;
         }
+        rw_watch_enter(watch);
         follower_exec(r, sock, &m);
+        rw_watch_leave(watch);
         rw_op_msg_free(&m);
     }
 out:
+    rw_watch_stop(watch);
+    /* destroying a communicator waits for its peers, which may be gone */
+    if (r && peers_gone) rw_comm_abort(r->comm);
     rw_rank_close(r);
     if (sock) zmq_close(sock);
     if (own_ctx) zmq_ctx_term(zctx);

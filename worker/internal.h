@@ -104,6 +104,8 @@ struct rw_comm {
     rw_status (*allgather)(rw_comm *c, const void *send, void *recv, size_t bytes, rw_stream s,
                            rw_err *err);
     void (*destroy)(rw_comm *c);
+    /* rw_comm_abort (NULL: nothing to abort, the single-rank and thread communicators) */
+    void (*abort)(rw_comm *c);
     void *impl;
 };
 

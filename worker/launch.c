@@ -185,11 +185,12 @@ static pid_t spawn_rank(const rw_dopts *o, int r, const char *peer) {
     return pid;
 }
 
-/* Waits for the followers to end (bounded), then stops the ones that did not. */
+/* Waits for the followers to end (bounded: 15 s, 2 s after a rank was lost, as the others may
+ * be stuck in a collective with it), then stops the ones that did not. */
 static void reap(rw_peers *p) {
     for (int i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
-    double deadline = rw_now() + 15;
+    double deadline = rw_now() + (p->lost ? 2 : 15);
     for (;;) {
         int left = 0;
         for (int r = 1; r <= p->n; r++) {
@@ -270,6 +271,7 @@ int rw_launch_main(const rw_dopts *o, volatile sig_atomic_t *stop) {
             zmq_setsockopt(peers.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
             zmq_setsockopt(peers.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
             zmq_setsockopt(peers.sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory);
+            if (!threads) rw_op_socket_heartbeats(peers.sock);
         }
         char ep[256];
         const char *bind_addr =
@@ -318,6 +320,8 @@ int rw_launch_main(const rw_dopts *o, volatile sig_atomic_t *stop) {
     RW_CHECKGOTO(rw_rank_open(o, 0, comm, &r0, &e), st, out);
     if (o->tp > 1) RW_CHECKGOTO(rw_peers_ready(&peers, o->startup_timeout_s, &e), st, out);
     rc = rw_server_run(o, r0, zctx, &peers, stop);
+    /* destroying a communicator waits for its peers; one of them is gone */
+    if (peers.lost) rw_comm_abort(r0->comm);
 out:
     if (st != RW_OK) fprintf(stderr, "rw-worker: %s: %s\n", rw_status_str(st), e.msg);
     send_quit(&peers);

@@ -53,6 +53,13 @@ rw_status rw_comm_create_nccl(const uint8_t id[RW_NCCL_ID_BYTES], int size, int 
                               rw_comm **out, rw_err *err);
 
 void rw_comm_destroy(rw_comm *c);
+/* Aborts the communicator, from any thread: a collective that waits for a rank that died ends
+ * (NCCL: ncclCommAbort stops its kernels, so a stream wait on them returns; the results of the
+ * step are garbage), and every later collective fails with RW_E_NCCL without touching the peers.
+ * Meant for a watchdog beside a thread stuck in a step; the communicator is only good for
+ * rw_comm_destroy afterwards. Idempotent; a no-op for the single-rank and thread communicators
+ * and for NULL. */
+void rw_comm_abort(rw_comm *c);
 int rw_comm_rank(const rw_comm *c);
 int rw_comm_size(const rw_comm *c);
 /* buf[0..n) = sum over ranks, the same bits on every rank (fixed rank order on the CPU). */

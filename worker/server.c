@@ -57,6 +57,7 @@ typedef struct server {
     bool followers_incomplete; /* some follower's weights are incomplete */
     bool shutdown;
     bool fatal;
+    bool lost_handled;       /* a lost rank was reported to the requests in flight */
     rw_zmq_msg *shutdown_zm; /* the shutdown command, answered last */
     uint64_t shutdown_id;
     double t_start, t_poll;
@@ -1377,12 +1378,79 @@ static void handle(server *s, rw_zmq_msg *zm, rw_status recv_st, const rw_err *r
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* A lost rank                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+/* Answers every generate command in flight with an error naming the lost rank, and a pending
+ * shutdown command with its result. Touches neither the engine nor the followers, so that the
+ * watchdog's last resort can use it while the engine is stuck. */
+static void answer_lost(server *s, const char *why) {
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "generate: %s; the worker cannot generate without every rank and stops (restart "
+             "it)",
+             why);
+    for (int i = 0; i < s->ngens; i++)
+        reply_err(s, s->gens[i]->zm, s->gens[i]->req_id, RW_E_ABORTED, msg);
+    if (s->shutdown_zm) {
+        rw_mw_reset(s->w);
+        rw_mw_reply_ok(s->w, s->shutdown_id);
+        rw_mw_map(s->w, 1);
+        kv_i64(s->w, "aborted", requests_in_flight(s));
+        send_writer(s, s->shutdown_zm, s->w, NULL);
+        rw_zmq_msg_free(s->shutdown_zm);
+        s->shutdown_zm = NULL;
+    }
+}
+
+/* Once the watchdog reports a lost rank: every request in flight gets an error reply naming it
+ * and the worker stops (exit status 1). True from then on. */
+static bool check_lost(server *s) {
+    if (s->lost_handled) return true;
+    char why[256];
+    if (!rw_watch_lost(s->peers->watch, why, sizeof why)) return false;
+    s->lost_handled = true;
+    s->peers->lost = true;
+    RW_LOGE("%s: answering %" PRId64 " request(s) in flight with an error and stopping", why,
+            requests_in_flight(s));
+    answer_lost(s, why);
+    while (s->ngens)
+        gen_remove(s, s->ngens - 1);
+    rw_engine_abort_all(s->r->eng); /* rank 0's own bookkeeping; the others are gone or stuck */
+    collect_outputs(s);             /* no command claims them any more: dropped */
+    s->fatal = s->shutdown = true;
+    return true;
+}
+
+/* The watchdog's last resort (daemon_internal.h): rank 0 stays stuck in the engine although the
+ * communicator was aborted, and nothing can unwind it. The clients are answered, ZeroMQ's I/O
+ * thread is given a moment to put the replies on the wire (the context cannot be terminated
+ * while the stuck thread holds its sockets), the follower processes are killed, and the process
+ * ends: the one place the daemon exits by itself, as the alternative is a worker that hangs. */
+static void last_resort(void *arg, const char *why) {
+    server *s = arg;
+    fprintf(stderr,
+            "rw-worker: %s, and rank 0 stays stuck in a collective after the communicator "
+            "abort: answering the requests in flight and exiting\n",
+            why);
+    answer_lost(s, why);
+    usleep(1000000);
+    for (int r = 1; r <= s->peers->n; r++)
+        if (s->peers->pids[r] > 0) kill(s->peers->pids[r], SIGKILL);
+    _exit(1);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Loop                                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 static void step(server *s) {
     relay(s, RW_OP_STEP, 0, NULL, 0);
+    if (s->fatal) return; /* a follower is unreachable: its collectives would never come */
     rw_err e;
+    /* the watchdog ends a step stuck in a collective with a rank that died */
+    rw_watch_enter(s->peers->watch);
     rw_status st = rw_engine_step(s->r->eng, &e);
+    rw_watch_leave(s->peers->watch);
+    if (check_lost(s)) return; /* whatever the step made is not to be trusted */
     if (st != RW_OK) {
         RW_LOGE("engine step failed: %s: %s; aborting the requests in flight", rw_status_str(st),
                 e.msg);
@@ -1402,7 +1470,8 @@ static void periodic(server *s) {
         RW_LOGW("update session ended: %s", e.msg);
         session_ended(s);
     }
-    for (int r = 1; r <= s->peers->n; r++) {
+    /* (without a watchdog: it watches the ranks otherwise) */
+    for (int r = 1; r <= s->peers->n && !s->peers->watch; r++) {
         if (s->peers->pids[r] <= 0) continue;
         int status;
         if (waitpid(s->peers->pids[r], &status, WNOHANG) == s->peers->pids[r]) {
@@ -1472,6 +1541,20 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
     size_t elen = sizeof s->endpoint;
     zmq_getsockopt(s->ctl, ZMQ_LAST_ENDPOINT, s->endpoint, &elen);
     RW_LOGI("serving on %s (tp %d, %s)", s->endpoint, r0->tp, rw_backend_str(o->backend));
+    if (peers->n) {
+        /* processes are watched (exits, dropped connections); thread ranks cannot die alone */
+        const bool procs = peers->nthreads == 0;
+        rw_watch_opts wo = {.rank = 0,
+                            .zctx = zctx,
+                            .sock = procs ? peers->sock : NULL,
+                            .pids = peers->pids,
+                            .npids = peers->n + 1,
+                            .comm = r0->comm,
+                            .last_resort = last_resort,
+                            .arg = s};
+        if (rw_watch_start(&wo, &peers->watch, &e) != RW_OK)
+            RW_LOGW("no rank watchdog (%s): a rank that dies inside a step can hang rank 0", e.msg);
+    }
     announce(s);
 
     while (!s->shutdown) {
@@ -1480,6 +1563,7 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
             s->shutdown = true;
             break;
         }
+        if (check_lost(s)) break;
         const bool busy = !rw_engine_idle(s->r->eng);
         for (int k = 0; k < MAX_DRAIN && !s->shutdown; k++) {
             rw_zmq_msg *zm = NULL;
@@ -1494,6 +1578,17 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
         if (!rw_engine_idle(s->r->eng)) step(s);
         periodic(s);
     }
+    if (s->fatal && peers->watch && !s->lost_handled) {
+        /* a relay to a follower failed: give the watchdog the moment it needs to say which rank
+         * was lost, so the requests in flight learn why */
+        const double end = rw_now() + 2.0;
+        while (!check_lost(s) && rw_now() < end)
+            usleep(20000);
+    }
+    rw_watch_stop(peers->watch);
+    peers->watch = NULL;
+    /* a follower may be gone: its communicator is aborted rather than destroyed */
+    if (s->fatal) peers->lost = true;
     /* every request in flight gets its partial output, then the shutdown command its answer */
     const int64_t inflight = requests_in_flight(s);
     abort_everything(s);
@@ -1508,6 +1603,8 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
     rc = s->fatal ? 1 : 0;
     RW_LOGI("shut down (%" PRId64 " request(s) aborted)", inflight);
 out:
+    rw_watch_stop(peers->watch);
+    peers->watch = NULL;
     for (int i = 0; i < s->ngens; i++)
         gen_free(s->gens[i]);
     free(s->gens);

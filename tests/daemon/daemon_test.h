@@ -50,6 +50,11 @@ static inline bool dt_read_line(int fd, char *buf, size_t cap, double timeout_s)
     return true;
 }
 
+/* KV budget (MiB) of every worker a test starts, unless its arguments give --kv-mb: the CPU
+ * default, and on CUDA a small fixed size instead of 0.9 of the free memory, so that the gpu
+ * tests can run side by side on the same GPUs. */
+#define DT_KV_MB "64"
+
 /* Starts rw-worker with `args` (NULL-terminated, after the program name) and waits for its
  * ready line. Fails the test when it does not come. */
 static inline void dt_start(dt_worker *w, const char *const *args) {
@@ -58,9 +63,16 @@ static inline void dt_start(dt_worker *w, const char *const *args) {
     dt_exe(exe, sizeof exe, "worker/rw-worker");
     const char *av[64];
     int k = 0;
+    bool kv = false;
     av[k++] = exe;
-    for (int i = 0; args[i] && k < 63; i++)
+    for (int i = 0; args[i] && k < 61; i++) {
+        kv = kv || !strcmp(args[i], "--kv-mb");
         av[k++] = args[i];
+    }
+    if (!kv) {
+        av[k++] = "--kv-mb";
+        av[k++] = DT_KV_MB;
+    }
     av[k] = NULL;
     int p[2];
     assert_int_equal(pipe(p), 0);
