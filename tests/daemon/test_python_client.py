@@ -41,7 +41,7 @@ def main():
     greedy = [ints(ref["greedy.%d" % i][2], "i") for i in range(4)]
     weights = load_safetensors(os.path.join(FIXTURE, "model.safetensors"))
 
-    with Worker(config=CONFIG, random_weights=True, seed=5, device="cpu") as w:
+    with Worker(config=CONFIG, random_weights=True, seed=5, device="cpu", kv_mb=64) as w:
         c = Client(w.endpoint)
         check(c.health()["status"] == "ok", "health")
         before = c.generate(prompts[:1], max_new_tokens=24)[0]
@@ -87,6 +87,21 @@ def main():
         c.resume()
         st = c.stats()
         check(st["weights"]["version"] == "py-v1" and st["weights"]["updates"] == 1, "stats")
+        # a bucket smaller than the largest tensors (embedding and lm_head, 128 KiB): they go as
+        # row pieces (shard dim 0), the way rw-trainer push cuts them
+        check(rw_client._pieces("t", [10, 4], 80, 1 << 20) == [None], "a tensor that fits")
+        check(rw_client._pieces("t", [300, 4], 2400, 1000) == [(0, 125), (125, 125),
+                                                                  (250, 50)], "row pieces")
+        check(rw_client._pieces("t", [1024, 2], 4096, 1100) == [(0, 256), (256, 256),
+                                                                   (512, 256), (768, 256)],
+              "pieces cut at multiples of 128 rows")
+        big = max(len(v[2]) for v in weights.values())
+        res = c.push_zmq(weights, version="py-rows", bucket_bytes=big // 3 + 100)
+        check(res["version"] == "py-rows", "commit of row pieces: %s" % res)
+        n = c.verify_checksums(weights, CONFIG)
+        check(n == len(weights), "row pieces: checked %d of %d" % (n, len(weights)))
+        o = c.generate(prompts[:1], max_new_tokens=24)[0]
+        check(o["tokens"] == greedy[0] and o["weight_version"] == "py-rows", "after row pieces")
         code = w.stop()
     check(code == 0, "worker exit status %s" % code)
     print("ok")

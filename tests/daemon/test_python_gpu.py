@@ -25,8 +25,9 @@ def main():
         print("skip: needs 2 CUDA devices")
         return 77
     import example_rl_loop
+    # a small KV cache: the gpu tests run side by side on the same GPUs
     return example_rl_loop.main(["--device", "cuda", "--trainer-gpu", "0", "--worker-gpu", "1",
-                                 "--steps", "3", "--bucket-mb", "0.5"])
+                                 "--steps", "3", "--bucket-mb", "0.5", "--kv-mb", "64"])
 
 
 if __name__ == "__main__":

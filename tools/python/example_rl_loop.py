@@ -48,6 +48,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--bucket-mb", type=float, default=1.0)
+    ap.add_argument("--kv-mb", type=float, default=None,
+                    help="the worker's KV cache in MiB (default: its own, on CUDA 0.9 of the "
+                         "free device memory; give it when the GPU is shared)")
     args = ap.parse_args(argv)
 
     import torch
@@ -59,7 +62,7 @@ def main(argv=None):
     prompts = [[1, 2, 3, 4, 5], [17, 99, 3], [250, 251, 252, 253]]
     gen = torch.Generator().manual_seed(1234)
 
-    wargs = dict(config=config, random_weights=True, device=device)
+    wargs = dict(config=config, random_weights=True, device=device, kv_mb=args.kv_mb)
     if device == "cuda":
         wargs["gpu"] = args.worker_gpu
     with Worker(**wargs) as w:

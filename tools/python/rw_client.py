@@ -41,6 +41,7 @@ _SIZES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "e4m3": 1, "ue8m0": 1, "u8": 
 _STATUS = ["ok", "invalid_arg", "oom", "io", "format", "unsupported", "not_found", "shape",
            "dtype", "cuda", "nccl", "zmq", "timeout", "state", "protocol", "busy",
            "weights_incomplete", "aborted", "internal", "auth", "no_device", "range"]
+_ALIGN = 256  # RW_SYNC_ALIGN: every piece of a bucket starts at a multiple of this
 
 
 class RWError(Exception):
@@ -167,6 +168,42 @@ def _describe(value):
     return _torch_dtype_name(value), list(value.shape), value.numel() * value.element_size(), True
 
 
+def _align(n):
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _split_step(unit, limit):
+    """Rows of `unit` bytes that one piece may hold within `limit` bytes: the most that fit,
+    rounded down to a multiple of 128 when at least 128 fit (cuts on fp8 and mxfp8 block
+    boundaries), 0 when one row does not fit. The rule of rw-trainer push
+    (rw_sync_split_step in sync/sync_internal.h)."""
+    if unit <= 0 or unit > limit:
+        return 0
+    n = limit // unit
+    return n // 128 * 128 if n >= 128 else n
+
+
+def _pieces(name, shape, nbytes, cap):
+    """How a tensor of `nbytes` goes into buckets of `cap` bytes: [None] (whole) when it fits,
+    else [(begin, length), ...] row ranges along dim 0 (manifest shard dim 0), each in a bucket
+    of its own, cut at multiples of _split_step rows like rw-trainer push does (the 30B-A3B
+    embedding and lm_head, 622 MB, exceed the default 512 MiB bucket)."""
+    if nbytes <= cap:
+        return [None]
+    rows = shape[0] if shape else 0
+    unit = nbytes // rows if rows else nbytes
+    step = _split_step(unit, cap) if rows else 0
+    if not step:
+        raise ValueError("%s: one row (dim 0) is %d bytes, more than the bucket (%d bytes): "
+                         "raise bucket_bytes" % (name, unit, cap))
+    out, at = [], 0
+    while at < rows:
+        end = min((at // step + 1) * step, rows)
+        out.append((at, end - at))
+        at = end
+    return out
+
+
 def load_safetensors(path, device=None):
     """Reads a .safetensors file with the standard library: {name: (dtype, shape, bytes)}, or
     torch tensors on `device` when `device` is given (torch needed then)."""
@@ -225,11 +262,13 @@ class Worker:
 
     Worker(model=DIR) or Worker(config=FILE, random_weights=True); device "cpu" or "cuda";
     gpu: first CUDA ordinal; tp: ranks; control: address to bind (a free loopback port by
-    default; the bound one is `endpoint`); extra_args: more rw-worker options."""
+    default; the bound one is `endpoint`); kv_mb: KV cache size per rank in MiB (default: on
+    CUDA 0.9 of the device memory free after the weights, less 768 MiB; give it when workers
+    or other processes share the GPU); extra_args: more rw-worker options."""
 
     def __init__(self, model=None, config=None, random_weights=False, seed=0, tp=1, device=None,
                  gpu=None, control="tcp://127.0.0.1:*", extra_args=(), exe=None, env=None,
-                 start_timeout=120):
+                 start_timeout=120, kv_mb=None):
         args = [find_worker(exe)]
         if model:
             args += ["--model", model]
@@ -242,6 +281,8 @@ class Worker:
             args += ["--device", device]
         if gpu is not None:
             args += ["--gpu", str(gpu)]
+        if kv_mb is not None:
+            args += ["--kv-mb", str(kv_mb)]
         args += list(extra_args)
         self.args = args
         self.env = env
@@ -449,34 +490,42 @@ class Client:
 
     def push_zmq(self, tensors, version, bucket_bytes=64 << 20, flush_cache=False):
         """Pushes {name: tensor} (torch tensors, moved to the host, or (dtype, shape, bytes)
-        triples) as one update over ZeroMQ frames. Returns the commit result."""
+        triples) as one update over ZeroMQ frames. The bucket is at most the update's size; a
+        tensor larger than the bucket goes as row pieces (shard dim 0). Returns the commit
+        result."""
         L = self.L
         err = _Err()
-        self.begin_update(version, flush_cache=flush_cache, bucket_bytes=bucket_bytes)
+        described = [(name, value) + _describe(value) for name, value in tensors.items()]
+        total = sum(_align(d[4]) for d in described)
+        cap = int(max(1, min(bucket_bytes, total)))  # a small update needs no big bucket
+        self.begin_update(version, flush_cache=flush_cache, bucket_bytes=cap)
         m = ctypes.c_void_p()
         _check(L.rw_sync_manifest_create(ctypes.byref(m), ctypes.byref(err)), err)
         try:
-            pending = []
+            pending = []  # (offset in the bucket, source bytes, first byte, byte count)
 
             def flush():
                 if not pending:
                     return
                 size = L.rw_sync_manifest_bytes(m)
                 buf = ctypes.create_string_buffer(size)
-                for off, raw in pending:
-                    ctypes.memmove(ctypes.addressof(buf) + off, raw, len(raw))
+                for off, raw, start, n in pending:
+                    src = ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p).value + start
+                    ctypes.memmove(ctypes.addressof(buf) + off, src, n)
                 _check(L.rw_client_update_weights_zmq(self._c, m, ctypes.cast(buf, ctypes.c_void_p),
                                                       self.timeout_ms, ctypes.byref(err)), err)
                 L.rw_sync_manifest_clear(m)
                 pending.clear()
 
-            for name, value in tensors.items():
-                dt, shape, nbytes, is_torch = _describe(value)
+            for name, value, dt, shape, nbytes, is_torch in described:
                 raw = _torch_bytes(value) if is_torch else bytes(value[2])
-                if pending and L.rw_sync_manifest_bytes(m) + nbytes + 256 > bucket_bytes:
-                    flush()
-                off = self._add(m, name, dt, shape)
-                pending.append((off, raw))
+                row = nbytes // shape[0] if shape and shape[0] else nbytes
+                for piece in _pieces(name, shape, nbytes, cap):
+                    start, n = (0, nbytes) if piece is None else (piece[0] * row, piece[1] * row)
+                    if pending and _align(L.rw_sync_manifest_bytes(m)) + n > cap:
+                        flush()
+                    off = self._add(m, name, dt, shape, piece)
+                    pending.append((off, raw, start, n))
             flush()
         except BaseException:
             try:
@@ -488,12 +537,16 @@ class Client:
             L.rw_sync_manifest_destroy(m)
         return self.commit_update()
 
-    def _add(self, m, name, dt, shape):
+    def _add(self, m, name, dt, shape, piece=None):
+        """Appends `name` to manifest m, whole (piece None) or rows [begin, begin + length) of
+        dim 0 (piece (begin, length)); returns its offset in the bucket."""
         err = _Err()
         sh = (ctypes.c_int64 * len(shape))(*shape)
         off = ctypes.c_uint64()
-        _check(self.L.rw_sync_manifest_add(m, name.encode(), _DTYPES[dt], len(shape), sh, -1, 0,
-                                           0, 0, ctypes.byref(off), ctypes.byref(err)), err)
+        dim, begin, length = (-1, 0, 0) if piece is None else (0, piece[0], piece[1])
+        _check(self.L.rw_sync_manifest_add(m, name.encode(), _DTYPES[dt], len(shape), sh, dim,
+                                           begin, length, 0, ctypes.byref(off),
+                                           ctypes.byref(err)), err)
         return off.value
 
     def get_weight_version(self):
@@ -585,14 +638,17 @@ class NcclGroup:
                         timeout_s=120.0, pause_mode=None):
         """Pushes {name: CUDA tensor on this group's device} as one update to every worker:
         tensors are packed into device buckets (two, alternating: one is filled while the other
-        is broadcast) and broadcast with NCCL; no host copy. Returns a summary dict."""
+        is broadcast) and broadcast with NCCL; no host copy. The bucket is at most the update's
+        size; a tensor larger than the bucket goes as row pieces (shard dim 0), like rw-trainer
+        push sends it. Returns a summary dict."""
         import torch
         L = self.L
         err = _Err()
         dev = torch.device("cuda", self.device)
         stream = torch.cuda.current_stream(dev)
         total = sum(t.numel() * t.element_size() for t in state_dict.values())
-        cap = int(min(bucket_bytes, total + 256 * (len(state_dict) + 1)))
+        aligned = sum(_align(t.numel() * t.element_size()) for t in state_dict.values())
+        cap = int(max(1, min(bucket_bytes, aligned)))  # a small model needs no big bucket
         t0 = time.time()
         for c in self.clients:
             c.begin_update(version, flush_cache=flush_cache, bucket_bytes=cap,
@@ -601,8 +657,9 @@ class NcclGroup:
         m = ctypes.c_void_p()
         _check(L.rw_sync_manifest_create(ctypes.byref(m), ctypes.byref(err)), err)
         nb = 0
+        pieces = 0
         try:
-            pending = []
+            pending = []  # (offset in the bucket, tensor or row slice)
 
             def flush():
                 nonlocal nb
@@ -629,13 +686,14 @@ class NcclGroup:
                                                                                 dev))
                 dt = _torch_dtype_name(t)
                 size = t.numel() * t.element_size()
-                if size + 256 > cap:
-                    raise ValueError("%s (%d bytes) is larger than the bucket (%d)" %
-                                     (name, size, cap))
-                if pending and L.rw_sync_manifest_bytes(m) + size + 256 > cap:
-                    flush()
-                off = self.clients[0]._add(m, name, dt, list(t.shape))
-                pending.append((off, t))
+                for piece in _pieces(name, list(t.shape), size, cap):
+                    part = t if piece is None else t.detach()[piece[0]:piece[0] + piece[1]]
+                    n = part.numel() * part.element_size()
+                    if pending and _align(L.rw_sync_manifest_bytes(m)) + n > cap:
+                        flush()
+                    off = self.clients[0]._add(m, name, dt, list(t.shape), piece)
+                    pending.append((off, part))
+                    pieces += 1
             flush()
             _check(L.rw_client_group_sync(self._g, ctypes.c_void_p(stream.cuda_stream),
                                           timeout_s, ctypes.byref(err)), err)
@@ -650,6 +708,7 @@ class NcclGroup:
             L.rw_sync_manifest_destroy(m)
         commits = [c.commit_update() for c in self.clients]
         dt_s = time.time() - t0
-        return {"version": version, "bytes": total, "tensors": len(state_dict), "buckets": nb,
+        return {"version": version, "bytes": total, "tensors": len(state_dict), "pieces": pieces,
+                "buckets": nb,
                 "seconds": dt_s, "gbps": total / dt_s / 1e9 if dt_s > 0 else 0.0,
                 "commits": commits}
