@@ -108,54 +108,105 @@ __global__ void route_kernel(const float *__restrict__ logits, int64_t ntok, int
 /* ------------------------------------------------------------------------------------------ */
 /* sort by expert and tile schedule                                                             */
 /* ------------------------------------------------------------------------------------------ */
-/* One CTA: counts per expert (integer atomics: exact), the exclusive offsets and the tile list
- * (thread 0; E <= 1024), then a stable placement by one warp walking the assignments in order
- * (__match_any_sync groups the lanes routed to the same expert). perm: sorted row -> assignment;
- * inv: assignment -> sorted row, -1 for ids outside [0, E) (not a local expert). */
+/* One CTA. The assignments are cut into SORT_PW(E) contiguous chunks, one per placement warp:
+ *   1. each placement warp counts its chunk's assignments per expert (__match_any_sync groups
+ *      the lanes routed to the same expert; the group's first lane adds) into wc[warp][e];
+ *   2. one thread per expert turns wc[.][e] into exclusive per-warp bases (warp order) and the
+ *      expert's count; warp 0 scans the counts and the tile counts over the experts (each lane a
+ *      contiguous run of experts, then a warp scan) -> off[e], the tile list, ntiles;
+ *   3. each placement warp walks its chunk in order and places assignment a of expert e at
+ *      off[e] + (its warp base) + (earlier ones of its chunk).
+ * The result is the stable order (by assignment index within each expert) on every run, found
+ * in A / (32 * SORT_PW) steps instead of A / 32. perm: sorted row -> assignment; inv: assignment
+ * -> sorted row, -1 for ids outside [0, E) (not a local expert). E <= 1024. */
+#define SORT_WC 4096 /* wc entries: placement warps x experts */
+#define SORT_PW(E) ((E)*32 <= SORT_WC ? 32 : (SORT_WC / (E) > 0 ? SORT_WC / (E) : 1))
 __global__ void __launch_bounds__(1024)
     sort_kernel(const int32_t *__restrict__ ids, int64_t A, int E, int tn,
                 int32_t *__restrict__ off, int2 *__restrict__ tiles, int32_t *__restrict__ ntiles,
                 int32_t *__restrict__ perm, int32_t *__restrict__ inv) {
-    __shared__ int32_t cnt[1024], cur[1024];
-    const int tid = threadIdx.x, lane = tid & 31;
-    for (int e = tid; e < E; e += blockDim.x)
-        cnt[e] = 0;
+    __shared__ int32_t wc[SORT_WC]; /* [pw][E]: counts, then bases, then cursors */
+    __shared__ int32_t eoff[1024];  /* first sorted row of each expert */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int pw = SORT_PW(E);
+    const int64_t chunk = (A + pw - 1) / pw;
+    for (int i = tid; i < pw * E; i += blockDim.x)
+        wc[i] = 0;
     __syncthreads();
-    for (int64_t a = tid; a < A; a += blockDim.x) {
-        const int32_t e = ids[a];
-        if (e >= 0 && e < E)
-            atomicAdd(&cnt[e], 1);
-        else
-            inv[a] = -1;
-    }
-    __syncthreads();
-    if (tid == 0) {
-        int o = 0, nt = 0;
-        for (int e = 0; e < E; e++) {
-            off[e] = o;
-            cur[e] = o;
-            for (int r = 0; r < cnt[e]; r += tn)
-                tiles[nt++] = make_int2(e, o + r);
-            o += cnt[e];
-        }
-        off[E] = o;
-        *ntiles = nt;
-    }
-    __syncthreads();
-    if (tid < 32) {
-        for (int64_t a0 = 0; a0 < A; a0 += 32) {
-            const int64_t a = a0 + lane;
-            const int32_t e = a < A ? ids[a] : -1;
-            const bool valid = e >= 0 && e < E;
+    if (warp < pw) {
+        const int64_t a0 = (int64_t)warp * chunk, a1 = min(A, a0 + chunk);
+        int32_t *mine = wc + warp * E;
+        for (int64_t b = a0; b < a1; b += 32) {
+            const int64_t a = b + lane;
+            const int32_t e = a < a1 ? ids[a] : -1;
+            const bool valid = a < a1 && e >= 0 && e < E;
+            if (a < a1 && !valid) inv[a] = -1;
             const unsigned mask = __match_any_sync(0xffffffffu, valid ? e : -1);
-            const int b = valid ? cur[e] : 0;
+            if (valid && lane == __ffs(mask) - 1) mine[e] += __popc(mask);
             __syncwarp();
-            if (valid && lane == __ffs(mask) - 1) cur[e] = b + __popc(mask);
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < E; e += blockDim.x) { /* per-warp bases; the total into eoff for now */
+        int32_t run = 0;
+        for (int w = 0; w < pw; w++) {
+            const int32_t c = wc[w * E + e];
+            wc[w * E + e] = run;
+            run += c;
+        }
+        eoff[e] = run;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        /* lane l owns experts [l * per, (l + 1) * per): local sums, warp exclusive scan */
+        const int per = (E + 31) / 32;
+        const int e0 = min(E, lane * per), e1 = min(E, e0 + per);
+        int32_t rows = 0, nt = 0;
+        for (int e = e0; e < e1; e++) {
+            rows += eoff[e];
+            nt += (eoff[e] + tn - 1) / tn;
+        }
+        int32_t rows_x = rows, nt_x = nt; /* inclusive scans */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t r = __shfl_up_sync(0xffffffffu, rows_x, o);
+            const int32_t q = __shfl_up_sync(0xffffffffu, nt_x, o);
+            if (lane >= o) {
+                rows_x += r;
+                nt_x += q;
+            }
+        }
+        int32_t o = rows_x - rows, t = nt_x - nt;
+        for (int e = e0; e < e1; e++) {
+            const int32_t c = eoff[e];
+            off[e] = o;
+            eoff[e] = o;
+            for (int r = 0; r < c; r += tn)
+                tiles[t++] = make_int2(e, o + r);
+            o += c;
+        }
+        if (lane == 31) {
+            off[E] = rows_x;
+            *ntiles = nt_x;
+        }
+    }
+    __syncthreads();
+    if (warp < pw) {
+        const int64_t a0 = (int64_t)warp * chunk, a1 = min(A, a0 + chunk);
+        int32_t *cur = wc + warp * E;
+        for (int64_t b = a0; b < a1; b += 32) {
+            const int64_t a = b + lane;
+            const int32_t e = a < a1 ? ids[a] : -1;
+            const bool valid = a < a1 && e >= 0 && e < E;
+            const unsigned mask = __match_any_sync(0xffffffffu, valid ? e : -1);
+            const int base = valid ? eoff[e] + cur[e] : 0;
+            __syncwarp();
+            if (valid && lane == __ffs(mask) - 1) cur[e] += __popc(mask);
             __syncwarp();
             if (valid) {
-                const int pos = b + __popc(mask & ((1u << lane) - 1u));
-                perm[pos] = (int32_t)a;
-                inv[a] = pos;
+                const int p = base + __popc(mask & ((1u << lane) - 1u));
+                perm[p] = (int32_t)a;
+                inv[a] = p;
             }
         }
     }
@@ -244,8 +295,12 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
     constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + B_BYTES;
     constexpr int MOE_STAGES = MOE_STAGES_FOR(TN);
     uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only */
-    __shared__ int64_t brow_src[TN];          /* element offset of each B row, -1 = zero row */
-    __shared__ float rscale[MOE_BM][2];       /* per-row scales of the current 64-column block */
+    /* mxfp8: the UE8M0 scales of the CTA's 128 rows over all of K, one contiguous swizzled run of
+     * scale_cols * 512 bytes (rw_moe_scale_swizzle with m / 128 fixed), loaded with the first
+     * stage so the K loop never waits on a global load for its scales */
+    uint8_t *ssc = deq + MOE_BM * 128;
+    __shared__ int64_t brow_src[TN];    /* element offset of each B row, -1 = zero row */
+    __shared__ float rscale[MOE_BM][2]; /* per-row scales of the current 64-column block */
 
     for (int r = tid; r < TN; r += MOE_THREADS) {
         const int sr = r0 + r;
@@ -296,6 +351,12 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
             for (int c = 0; c < 4; c++)
                 acc[a][b][c] = 0.0f;
 
+    if (FMT == FMT_MX) { /* joins the first stage's commit group */
+        const uint8_t *src =
+            (const uint8_t *)g.wscale + (int64_t)e * g.s_expert + (m0 / 128) * g.scale_cols * 512;
+        for (int64_t q = tid; q < g.scale_cols * 32; q += MOE_THREADS)
+            cp_async16(ssc + q * 16, src + q * 16, 16);
+    }
 #pragma unroll
     for (int s = 0; s < MOE_STAGES - 1; s++) {
         if (s < nkb) load_stage(s, s);
@@ -315,10 +376,10 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
                 const int r = tid;
                 const int64_t n = m0 + r;
                 if (FMT == FMT_MX) {
-                    const int64_t kc = (int64_t)kb * 2;
-                    rscale[r][0] = rw_ue8m0_to_f32(sexp[rw_moe_scale_swizzle(n, kc, g.scale_cols)]);
+                    const int64_t kc = (int64_t)kb * 2; /* row r of the CTA's 128: m % 128 = r */
+                    rscale[r][0] = rw_ue8m0_to_f32(ssc[rw_moe_scale_swizzle(r, kc, g.scale_cols)]);
                     rscale[r][1] =
-                        rw_ue8m0_to_f32(sexp[rw_moe_scale_swizzle(n, kc + 1, g.scale_cols)]);
+                        rw_ue8m0_to_f32(ssc[rw_moe_scale_swizzle(r, kc + 1, g.scale_cols)]);
                 } else {
                     const int64_t cn = W13 ? canon13(n, g.P) : n;
                     const float s =
@@ -486,16 +547,23 @@ extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H,
     return ws_layout(NULL, E, P, H, chunk < 1 ? 1 : chunk, k).bytes;
 }
 
-template <int TN, int FMT, bool W13> static size_t gemm_smem() {
+/* mxfp8 scales kept in shared memory: scale_cols * 512 bytes = 4 K bytes, K <= MOE_MX_MAX_K */
+#define MOE_MX_MAX_K 8192
+
+template <int TN, int FMT, bool W13> static size_t gemm_smem(int64_t scale_cols) {
     const int a = FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64;
-    return (size_t)MOE_STAGES_FOR(TN) * (a + TN * 128) + (FMT == FMT_BF16 ? 0 : MOE_BM * 128);
+    return (size_t)MOE_STAGES_FOR(TN) * (a + TN * 128) + (FMT == FMT_BF16 ? 0 : MOE_BM * 128) +
+           (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
 }
 
 template <int TN, int FMT, bool W13>
 static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
-    const size_t sm = gemm_smem<TN, FMT, W13>();
+    const size_t sm = gemm_smem<TN, FMT, W13>(g.scale_cols);
+    /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
+     * stay launchable */
+    const size_t sm_max = gemm_smem<TN, FMT, W13>(MOE_MX_MAX_K / 128);
     CUDA_TRY(cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max),
              err);
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
     moe_gemm_kernel<TN, FMT, W13><<<grid, MOE_THREADS, sm, (cudaStream_t)s>>>(g);
@@ -525,6 +593,10 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
                           "moe experts (cuda): H = %lld and P = %lld must be multiples of 128",
                           (long long)H, (long long)P);
+    if (lw->moe_fmt == RW_WFMT_MXFP8 && (H > MOE_MX_MAX_K || P > MOE_MX_MAX_K))
+        return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                          "moe experts (cuda): mxfp8 with H = %lld, P = %lld (at most %d)",
+                          (long long)H, (long long)P, MOE_MX_MAX_K);
     const int64_t chunk = ntok < MOE_CHUNK ? ntok : MOE_CHUNK;
     const size_t need = rw_moe_experts_cuda_workspace(E, P, H, chunk, k);
     if (ws_bytes < need)

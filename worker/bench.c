@@ -32,6 +32,7 @@ rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err
 #else
 #include <cuda_runtime_api.h>
 
+#include "cuda_profile.h"
 #include "kernels.h"
 
 #define CU(expr)                                                                                   \
@@ -107,6 +108,46 @@ static rw_status fill_model(rw_model *m, uint64_t seed, rw_err *err) {
     RW_CHECK(fill_t(&h, RW_WFMT_BF16, false, 0.0f, std, ++k, s, err));
     RW_CHECK(fill_t(&f, RW_WFMT_BF16, false, 1.0f, 0.05f, ++k, s, err));
     CU(cudaStreamSynchronize((cudaStream_t)s));
+    return RW_OK;
+}
+
+static bool want_breakdown(void) {
+    const char *v = getenv("RW_BENCH_BREAKDOWN");
+    return v && v[0] == '1';
+}
+
+/* RW_BENCH_BREAKDOWN=1: per-phase GPU time of the benchmarked step (cuda_profile.h), as one JSON
+ * line on `out` and a readable line on stderr. step_ms is the benchmark's own median step. */
+static rw_status print_breakdown(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, int nreq,
+                                 const rw_sample_req *req, int steps, const char *what,
+                                 const char *experts, int batch, int ctx, double step_ms, FILE *out,
+                                 rw_err *err) {
+    rw_cuda_prof_result r;
+    RW_CHECK(rw_cuda_be_profile(m, kv, b, nreq, req, steps > 1 ? 2 : 0, steps, &r, err));
+    char ph[1024];
+    size_t o = 0;
+    double sum = 0;
+    for (int i = 0; i < RW_PROF_NPHASE; i++) {
+        o += (size_t)snprintf(ph + o, sizeof ph - o, "%s\"%s\": %.4f", i ? ", " : "",
+                              rw_cuda_prof_phase_name(i), r.phase_ms[i]);
+        sum += r.phase_ms[i];
+    }
+    fprintf(out,
+            "{\"bench\": \"%s\", \"experts\": \"%s\", \"batch\": %d, \"ctx\": %d, "
+            "\"mode\": \"%s\", \"steps\": %d, \"step_ms_median\": %.3f, \"forward_ms\": %.3f, "
+            "\"sample_ms\": %.4f, \"host_and_other_ms\": %.3f, \"phases_ms\": {%s}}\n",
+            what, experts, batch, ctx, r.graph ? "graph" : "eager", steps, step_ms, r.forward_ms,
+            r.sample_ms, step_ms - r.forward_ms - r.sample_ms, ph);
+    fprintf(stderr,
+            "rw-worker: breakdown %s batch %d ctx %d (%s): step %.3f ms = forward %.3f + "
+            "sample %.3f + other %.3f;",
+            what, batch, ctx, r.graph ? "graph" : "eager", step_ms, r.forward_ms, r.sample_ms,
+            step_ms - r.forward_ms - r.sample_ms);
+    for (int i = 0; i < RW_PROF_NPHASE; i++)
+        if (r.phase_ms[i] > 0)
+            fprintf(stderr, " %s %.3f (%.0f%%)", rw_cuda_prof_phase_name(i), r.phase_ms[i],
+                    sum > 0 ? 100.0 * r.phase_ms[i] / sum : 0.0);
+    fprintf(stderr, "\n");
     return RW_OK;
 }
 
@@ -275,6 +316,12 @@ rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err)
         fmt_name(w0->moe_fmt), B, ctx, steps, o->graphs ? "true" : "false", med * 1e3,
         times[0] * 1e3, times[steps - 1] * 1e3, B / med, (wbytes + kvbytes) / 1e9, hbm,
         floor_s * 1e3, B / floor_s, floor_s / med);
+    if (want_breakdown()) {
+        rw_fwd_batch b = {B, seqs, B, toks, B, false};
+        RW_CHECKGOTO(print_breakdown(m, kv, &b, B, req, 5, "decode_breakdown",
+                                     fmt_name(w0->moe_fmt), B, ctx, med * 1e3, out, err),
+                     st, done);
+    }
     st = RW_OK;
 done:
     if (kv) m->ops->kv_destroy(m, kv);
@@ -335,6 +382,11 @@ rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err
     }
     qsort(t + 1, 3, sizeof t[0], cmp_d);
     const double fwd = t[2];
+    if (want_breakdown())
+        RW_CHECKGOTO(print_breakdown(m, kv, &b, 0, NULL, 1, "prefill_breakdown",
+                                     fmt_name(rw_wset_layer(m->ws, 0)->moe_fmt), NP, L, fwd * 1e3,
+                                     out, err),
+                     st, done);
     /* GEMMs alone, same shapes: q, k, v, o (cuBLASLt) and the experts (own kernel), layer 0 */
     const rw_layer_weights *w = rw_wset_layer(m->ws, 0);
     const int64_t H = cfg.hidden_size, qd = (int64_t)m->d.nh_local * cfg.head_dim,
@@ -485,7 +537,7 @@ int rw_worker_bench_main(int argc, char **argv, FILE *out) {
         fprintf(stderr,
                 "usage: rw-worker --bench decode|prefill|all [--config FILE] [--quant none|mxfp8|"
                 "mxfp8-last-N|fp8] [--batch N] [--ctx N] [--steps N] [--nprompt N] [--plen N] "
-                "[--no-graphs] [--gpu N]\n");
+                "[--no-graphs] [--gpu N]  (RW_BENCH_BREAKDOWN=1: per-phase GPU times)\n");
         return 2;
     }
     rw_err err = {0};

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "cuda_profile.h"
 #include "internal.h"
 #include "kernels.h"
 
@@ -54,6 +55,20 @@ typedef struct dgraph {
     const rw_kv *kv;
     cudaGraphExec_t exec;
 } dgraph;
+
+/* Per-phase events of a profiled forward (cuda_profile.h). */
+typedef struct prof {
+    bool on;        /* the next forwards record events */
+    bool capturing; /* run_model is being captured into a graph */
+    bool failed;    /* an event record failed (the step's timings are not used) */
+    bool graph;     /* the last profiled forward was a graph replay */
+    bool no_graph;  /* graph-recorded events could not be timed: profile eagerly */
+    int n, cap;     /* events recorded in this step, allocated */
+    cudaEvent_t *ev;
+    uint8_t *ph;        /* [cap] phase that ends at each event */
+    cudaEvent_t s0, s1; /* around the sampling kernel */
+    bool sampled;
+} prof;
 
 /* Decode batch sizes that get a graph (a batch is padded up to the next one). */
 static const int graph_buckets[] = {1,  2,   4,   8,   12,  16,  24,  32,  48,  64,  80,
@@ -90,7 +105,40 @@ typedef struct cuda_be {
     bool use_graphs;
     dgraph graphs[MAX_GRAPHS];
     int ngraphs;
+    prof prof;
 } cuda_be;
+
+/* Records the end of `phase` (a phase of cuda_profile.h; RW_PROF_NPHASE marks the start). */
+static void prof_mark(cuda_be *be, int phase) {
+    prof *p = &be->prof;
+    if (!p->on) return;
+    if (p->n >= p->cap) {
+        p->failed = true;
+        return;
+    }
+    const cudaError_t e =
+        p->capturing ? cudaEventRecordWithFlags(p->ev[p->n], be->st, cudaEventRecordExternal)
+                     : cudaEventRecord(p->ev[p->n], be->st);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        p->failed = true;
+        return;
+    }
+    p->ph[p->n++] = (uint8_t)phase;
+}
+
+static void prof_free(cuda_be *be) {
+    prof *p = &be->prof;
+    for (int i = 0; i < p->cap; i++)
+        cudaEventDestroy(p->ev[i]);
+    if (p->cap) {
+        cudaEventDestroy(p->s0);
+        cudaEventDestroy(p->s1);
+    }
+    free(p->ev);
+    free(p->ph);
+    memset(p, 0, sizeof *p);
+}
 
 static void drop_graphs(cuda_be *be) {
     for (int i = 0; i < be->ngraphs; i++)
@@ -336,7 +384,7 @@ static bool qkv_fused(const rw_layer_weights *lw) {
 }
 
 /* The model on the metadata already on the device. */
-static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int64_t nlog,
+static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int qt, int64_t nlog,
                            int bt_stride, int nsplit, rw_err *err) {
     cuda_be *be = m->be;
     const rw_config *c = &m->cfg;
@@ -353,13 +401,23 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
     const int32_t *bt = (const int32_t *)(be->meta_d + be->off_bt);
     const bool tp = d->tp > 1;
 
+    prof_mark(be, RW_PROF_NPHASE);
     const rw_tensor emb = rw_wset_embed(m->ws);
     RW_CHECK(rw_k_embed(tok, ntok, emb.data, d->v_begin, d->v_local, H, be->x, s, err));
-    if (tp) RW_CHECK(rw_comm_allreduce_f32(m->comm, be->x, (size_t)(ntok * H), s, err));
+    prof_mark(be, RW_PROF_EMBED);
+    if (tp) {
+        RW_CHECK(rw_comm_allreduce_f32(m->comm, be->x, (size_t)(ntok * H), s, err));
+        prof_mark(be, RW_PROF_COMM);
+    }
+    /* One rank: the experts accumulate straight into the residual x (no zeroed y, no add); with
+     * TP their partial sums go to y, are all-reduced and added by the next norm. The same bits:
+     * x + (0 + s) == x + s. */
+    float *moe_out = tp ? be->y : be->x;
     for (int l = 0; l < c->num_layers; l++) {
         const rw_layer_weights *lw = rw_wset_layer(m->ws, l);
-        RW_CHECK(rw_k_add_rmsnorm(be->x, l ? be->y : NULL, lw->input_norm.data, ntok, H, eps, be->h,
-                                  NULL, s, err));
+        RW_CHECK(rw_k_add_rmsnorm(be->x, l && tp ? be->y : NULL, lw->input_norm.data, ntok, H, eps,
+                                  be->h, NULL, s, err));
+        prof_mark(be, RW_PROF_NORM);
         const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
         const float *qp, *kp, *vp;
         int64_t ldq, ldkv;
@@ -380,35 +438,53 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
             ldq = qd;
             ldkv = kd;
         }
+        prof_mark(be, RW_PROF_QKV);
         uint16_t *kc = kv->k + (size_t)l * kv->layer_elems,
                  *vc = kv->v + (size_t)l * kv->layer_elems;
         RW_CHECK(rw_k_qk_rope_kv(qp, kp, vp, ldq, ldkv, lw->q_norm.data, lw->k_norm.data, pos, slot,
                                  ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qb, kc, vc,
                                  s, err));
-        RW_CHECK(rw_k_attention(be->qb, kc, vc, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
-                                (int)hd, kv->bs, nsplit, be->attn_part, be->att, s, err));
+        prof_mark(be, RW_PROF_ROPE);
+        RW_CHECK(rw_k_attention(be->qb, kc, vc, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                                nkv, (int)hd, kv->bs, nsplit, be->attn_part, be->att, s, err));
+        prof_mark(be, RW_PROF_ATTN);
         RW_CHECK(dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->y, ntok, err));
-        if (tp) RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+        prof_mark(be, RW_PROF_OPROJ);
+        if (tp) {
+            RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+            prof_mark(be, RW_PROF_COMM);
+        }
         RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h, be->h32, s,
                                   err));
+        prof_mark(be, RW_PROF_NORM);
         RW_CHECK(rw_k_router(be->h32, lw->router.data, ntok, E, H, be->rl, s, err));
         RW_CHECK(rw_moe_route_cuda(be->rl, ntok, (int)E, K, c->norm_topk_prob, be->ids, be->wts, s,
                                    err));
-        CU(cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
-        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, ntok, be->ids, be->wts, K, be->y, be->moe_ws,
-                                     be->moe_ws_bytes, s, err));
-        if (tp) RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+        prof_mark(be, RW_PROF_ROUTER);
+        if (tp) CU(cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
+        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, ntok, be->ids, be->wts, K, moe_out,
+                                     be->moe_ws, be->moe_ws_bytes, s, err));
+        prof_mark(be, RW_PROF_EXPERTS);
+        if (tp) {
+            RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+            prof_mark(be, RW_PROF_COMM);
+        }
     }
     const rw_tensor fn = rw_wset_final_norm(m->ws), lm = rw_wset_lm_head(m->ws);
-    RW_CHECK(rw_k_rmsnorm_rows(be->x, be->y, rows, nlog, fn.data, H, eps, be->hl, s, err));
+    RW_CHECK(
+        rw_k_rmsnorm_rows(be->x, tp ? be->y : NULL, rows, nlog, fn.data, H, eps, be->hl, s, err));
     RW_CHECK(gemm(be, lm.data, be->hl, be->lg_local, nlog, d->v_local, H, err));
     const float *g = be->lg_local;
     if (tp) {
+        prof_mark(be, RW_PROF_LMHEAD);
         RW_CHECK(rw_comm_allgather(m->comm, be->lg_local, be->gath,
                                    sizeof(float) * (size_t)(nlog * d->v_local), s, err));
+        prof_mark(be, RW_PROF_COMM);
         g = be->gath;
     }
-    return rw_k_logits_gather(g, d->tp, nlog, d->v_local, c->vocab_size, be->logits, s, err);
+    RW_CHECK(rw_k_logits_gather(g, d->tp, nlog, d->v_local, c->vocab_size, be->logits, s, err));
+    prof_mark(be, RW_PROF_LMHEAD);
+    return RW_OK;
 }
 
 static int pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int64_t max_ctx) {
@@ -418,6 +494,57 @@ static int pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int6
     if (max_ctx > 0 && ns > kt / 2) ns = (int)(kt / 2); /* at least two key tiles per split */
     if (ns > SPLIT_MAX) ns = SPLIT_MAX;
     return ns < 1 ? 1 : ns;
+}
+
+/* A profiled forward (cuda_profile.h): decode batches (B > 0) are captured with their events
+ * into a graph of their own (not cached) and replayed; other batches, or a capture the driver
+ * refuses, run eagerly behind a spin kernel that lets the host queue the whole step first. */
+static rw_status profiled_run(rw_model *m, rw_kv *kv, int B, int64_t ntok, int ntiles, int qt,
+                              int64_t nlog, int stride, int64_t max_ctx, rw_err *err) {
+    cuda_be *be = m->be;
+    prof *p = &be->prof;
+    p->n = 0;
+    p->failed = false;
+    p->graph = false;
+    if (B && !p->no_graph) {
+        const int ns = pick_split(be, B, B, m->d.nkv_local, 0);
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        rw_err cerr = {0};
+        CU(cudaStreamBeginCapture(be->st, cudaStreamCaptureModeRelaxed));
+        p->capturing = true;
+        const rw_status st = run_model(m, kv, B, B, 1, B, stride, ns, &cerr);
+        p->capturing = false;
+        cudaError_t ce = cudaStreamEndCapture(be->st, &graph);
+        if (st == RW_OK && ce == cudaSuccess && !p->failed)
+            ce = cudaGraphInstantiate(&exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (st == RW_OK && ce == cudaSuccess && !p->failed && exec) {
+            ce = cudaGraphLaunch(exec, be->st);
+            const cudaError_t ce2 = cudaStreamSynchronize(be->st);
+            cudaGraphExecDestroy(exec);
+            if (ce != cudaSuccess || ce2 != cudaSuccess)
+                RW_FAIL(err, RW_E_CUDA, "profiled decode graph: %s",
+                        cudaGetErrorString(ce != cudaSuccess ? ce : ce2));
+            p->graph = true;
+            return RW_OK;
+        }
+        if (exec) cudaGraphExecDestroy(exec);
+        (void)cudaGetLastError();
+        RW_LOGW("profiled decode graph not captured (%s%s): timing the step eagerly",
+                st != RW_OK ? cerr.msg : "", ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+        p->n = 0;
+        p->failed = false;
+    }
+    if (B) { /* the metadata on the device is the padded decode batch */
+        ntok = nlog = B;
+        ntiles = B;
+        qt = 1;
+        max_ctx = 0;
+    }
+    RW_CHECK(rw_k_spin(20 * 1000 * 1000, be->st, err)); /* 20 ms head start for the host */
+    const int ns = pick_split(be, ntok, ntiles, m->d.nkv_local, max_ctx);
+    return run_model(m, kv, ntok, ntiles, qt, nlog, stride, ns, err);
 }
 
 static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err *err) {
@@ -482,7 +609,7 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
     rw_attn_tile *h_tiles = (rw_attn_tile *)(be->meta_h + be->off_tiles);
     int32_t *h_bt = (int32_t *)(be->meta_h + be->off_bt);
     const int stride = be->cap_bt;
-    int ntiles = 0;
+    int ntiles = 0, qt = 1;
     for (int s = 0; s < b->nseq; s++) {
         const rw_fwd_seq *q = &b->seq[s];
         for (int32_t i = 0; i < q->ntok; i++) {
@@ -497,6 +624,7 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
         for (int32_t i = 0; i < q->ntok; i += RW_ATTN_QT) {
             const int32_t n = q->ntok - i < RW_ATTN_QT ? q->ntok - i : RW_ATTN_QT;
             h_tiles[ntiles++] = (rw_attn_tile){s, q->tok0 + i, n, 0};
+            if (n > qt) qt = n;
         }
         const int nb = (q->pos0 + q->ntok + bs - 1) / bs;
         memcpy(h_bt + (size_t)s * stride, q->blocks, sizeof(int32_t) * (size_t)nb);
@@ -511,9 +639,14 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
     }
     CU(cudaMemcpyAsync(be->meta_d, be->meta_h, be->off_bt + (size_t)nseq * stride * 4,
                        cudaMemcpyHostToDevice, be->st));
+    if (be->prof.on) {
+        RW_CHECK(profiled_run(m, kv, B, ntok, ntiles, qt, nlog, stride, max_ctx, err));
+        be->nlogits = b->nlogits;
+        return RW_OK;
+    }
     if (!B) {
         const int ns = pick_split(be, ntok, ntiles, m->d.nkv_local, max_ctx);
-        RW_CHECK(run_model(m, kv, ntok, ntiles, nlog, stride, ns, err));
+        RW_CHECK(run_model(m, kv, ntok, ntiles, qt, nlog, stride, ns, err));
     } else {
         dgraph *g = NULL;
         for (int i = 0; i < be->ngraphs; i++)
@@ -526,7 +659,7 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
             cudaGraphExec_t exec = NULL;
             rw_err cerr = {0};
             CU(cudaStreamBeginCapture(be->st, cudaStreamCaptureModeRelaxed));
-            rw_status st = run_model(m, kv, B, B, B, stride, ns, &cerr);
+            rw_status st = run_model(m, kv, B, B, 1, B, stride, ns, &cerr);
             cudaError_t ce = cudaStreamEndCapture(be->st, &graph);
             if (st == RW_OK && ce == cudaSuccess) ce = cudaGraphInstantiate(&exec, graph, 0);
             if (graph) cudaGraphDestroy(graph);
@@ -537,7 +670,7 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
                         st != RW_OK ? cerr.msg : "",
                         ce != cudaSuccess ? cudaGetErrorString(ce) : "");
                 be->use_graphs = false;
-                RW_CHECK(run_model(m, kv, B, B, B, stride, ns, err));
+                RW_CHECK(run_model(m, kv, B, B, 1, B, stride, ns, err));
                 be->nlogits = b->nlogits;
                 return RW_OK;
             }
@@ -575,7 +708,10 @@ static rw_status cuda_sample(rw_model *m, int n, const rw_sample_req *req, rw_sa
     }
     CU(cudaMemcpyAsync(be->sp_d, be->sp_h, sizeof(rw_k_sample_param) * (size_t)n,
                        cudaMemcpyHostToDevice, be->st));
+    if (be->prof.on) be->prof.sampled = cudaEventRecord(be->prof.s0, be->st) == cudaSuccess;
     RW_CHECK(rw_k_sample(be->logits, n, m->cfg.vocab_size, be->sp_d, be->so_d, be->st, err));
+    if (be->prof.on && be->prof.sampled)
+        be->prof.sampled = cudaEventRecord(be->prof.s1, be->st) == cudaSuccess;
     CU(cudaMemcpyAsync(be->so_h, be->so_d, sizeof(rw_k_sample_out) * (size_t)n,
                        cudaMemcpyDeviceToHost, be->st));
     CU(cudaStreamSynchronize(be->st));
@@ -607,6 +743,7 @@ static void cuda_destroy(rw_model *m) {
     cudaStreamSynchronize(be->st);
     drop_graphs(be);
     free_scratch(be);
+    prof_free(be);
     cudaFree(be->inv_freq);
     cudaFree(be->lt_ws);
     cudaFree(be->wdeq);
@@ -643,6 +780,92 @@ void rw_cuda_be_set_graphs(rw_model *m, bool on) {
     if (!on) drop_graphs(be);
     be->use_graphs = on;
 }
+const char *rw_cuda_prof_phase_name(int phase) {
+    static const char *const names[RW_PROF_NPHASE] = {
+        "embed",  "norms",   "qkv_gemm", "qk_norm_rope_kv", "attention", "o_gemm",
+        "router", "experts", "comm",     "lm_head"};
+    return phase >= 0 && phase < RW_PROF_NPHASE ? names[phase] : "?";
+}
+
+rw_status rw_cuda_be_profile(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, int nreq,
+                             const rw_sample_req *req, int warmup, int steps,
+                             rw_cuda_prof_result *out, rw_err *err) {
+    cuda_be *be = m->be;
+    prof *p = &be->prof;
+    memset(out, 0, sizeof *out);
+    if (steps < 1) RW_FAIL(err, RW_E_INVALID_ARG, "profile: %d steps", steps);
+    /* events: 12 per layer (with TP), the start and the lm_head's */
+    const int need = 12 * m->cfg.num_layers + 8;
+    if (p->cap < need) {
+        prof_free(be);
+        p->ev = calloc((size_t)need, sizeof *p->ev);
+        p->ph = calloc((size_t)need, 1);
+        if (!p->ev || !p->ph) {
+            prof_free(be);
+            RW_FAIL(err, RW_E_OOM, "profile: %d events", need);
+        }
+        for (int i = 0; i < need; i++) {
+            const cudaError_t e = cudaEventCreate(&p->ev[i]);
+            if (e != cudaSuccess) {
+                p->cap = i;
+                prof_free(be);
+                RW_FAIL(err, RW_E_CUDA, "profile: cudaEventCreate: %s", cudaGetErrorString(e));
+            }
+            p->cap = i + 1;
+        }
+        CU(cudaEventCreate(&p->s0));
+        CU(cudaEventCreate(&p->s1));
+    }
+    rw_sample_res *res = nreq > 0 ? calloc((size_t)nreq, sizeof *res) : NULL;
+    if (nreq > 0 && !res) RW_FAIL(err, RW_E_OOM, "profile: sample results");
+    rw_status st = RW_OK;
+    int timed = 0;
+    p->no_graph = false;
+    for (int it = 0; it < warmup + 3 * steps && timed < steps; it++) {
+        p->on = true;
+        p->sampled = false;
+        st = m->ops->forward(m, kv, b, err);
+        if (st == RW_OK && nreq > 0) st = m->ops->sample(m, nreq, req, res, err);
+        p->on = false;
+        if (st != RW_OK) break;
+        const cudaError_t ce = cudaStreamSynchronize(be->st);
+        if (ce != cudaSuccess) {
+            st = RW_ERR(err, RW_E_CUDA, "profile: %s", cudaGetErrorString(ce));
+            break;
+        }
+        if (it < warmup || p->failed || p->n < 2) continue;
+        double ph[RW_PROF_NPHASE] = {0};
+        float fw = 0.0f, sm = 0.0f;
+        bool ok = cudaEventElapsedTime(&fw, p->ev[0], p->ev[p->n - 1]) == cudaSuccess;
+        for (int i = 1; ok && i < p->n; i++) {
+            float ms = 0.0f;
+            ok = cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]) == cudaSuccess;
+            if (ok && p->ph[i] < RW_PROF_NPHASE) ph[p->ph[i]] += ms;
+        }
+        if (!ok) { /* events recorded inside the graph cannot be timed here: go eager */
+            (void)cudaGetLastError();
+            if (p->graph) p->no_graph = true;
+            continue;
+        }
+        for (int i = 0; i < RW_PROF_NPHASE; i++)
+            out->phase_ms[i] += ph[i];
+        out->forward_ms += fw;
+        if (p->sampled && cudaEventElapsedTime(&sm, p->s0, p->s1) == cudaSuccess)
+            out->sample_ms += sm;
+        out->graph = p->graph;
+        timed++;
+    }
+    (void)cudaGetLastError();
+    free(res);
+    if (st != RW_OK) return st;
+    if (!timed) RW_FAIL(err, RW_E_CUDA, "profile: no step could be timed (event records failed)");
+    for (int i = 0; i < RW_PROF_NPHASE; i++)
+        out->phase_ms[i] /= timed;
+    out->forward_ms /= timed;
+    out->sample_ms /= timed;
+    return RW_OK;
+}
+
 /* Fills a KV cache with random bf16 (benchmarks must not time zeros). */
 rw_status rw_cuda_be_kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err) {
     cuda_be *be = m->be;

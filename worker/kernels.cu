@@ -123,60 +123,65 @@ extern "C" rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* One CTA per token, one warp per head (q heads then k heads); the head goes through shared
- * memory so any even hd <= 1024 works. */
-__global__ void qk_rope_kv_kernel(const float *q, const float *k, const float *v, int64_t ldq,
-                                  int64_t ldkv, const uint16_t *qn, const uint16_t *kn,
-                                  const int32_t *pos, const int32_t *slot, int nh, int nkv, int hd,
-                                  int bs, const float *inv_freq, float eps, uint16_t *q_out,
-                                  uint16_t *kcache, uint16_t *vcache) {
+/* One warp per (token, head), q heads then k heads of a token in consecutive warps: every head
+ * of a decode batch runs at once. The head goes through shared memory so any even hd <= 1024
+ * works. */
+#define ROPE_WARPS 8
+
+__global__ void __launch_bounds__(ROPE_WARPS * 32)
+    qk_rope_kv_kernel(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                      const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
+                      const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
+                      const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                      uint16_t *vcache) {
     extern __shared__ float hbuf[]; /* [warps][hd] */
-    const int64_t t = blockIdx.x;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int nhk = nh + nkv;
+    const int64_t gw = (int64_t)blockIdx.x * ROPE_WARPS + w;
+    if (gw >= n * nhk) return; /* whole warps; the kernel has no block-wide barrier */
+    const int64_t t = gw / nhk;
+    const int h = (int)(gw % nhk);
     float *buf = hbuf + (int64_t)w * hd;
     const int32_t p = pos[t];
     const int32_t sl = slot[t];
     const int half = hd / 2;
-    for (int h = w; h < nh + nkv; h += nw) {
-        const bool isq = h < nh;
-        if (!isq && sl < 0) continue;
-        const int g = h - nh;
-        const float *src = isq ? q + t * ldq + (int64_t)h * hd : k + t * ldkv + (int64_t)g * hd;
-        const uint16_t *nwt = isq ? qn : kn;
-        float ss = 0.0f;
-        for (int i = lane; i < hd; i += 32) {
-            const float a = src[i];
-            buf[i] = a;
-            ss += a * a;
-        }
+    const bool isq = h < nh;
+    if (!isq && sl < 0) return;
+    const int g = h - nh;
+    const float *src = isq ? q + t * ldq + (int64_t)h * hd : k + t * ldkv + (int64_t)g * hd;
+    const uint16_t *nwt = isq ? qn : kn;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) {
+        const float a = src[i];
+        buf[i] = a;
+        ss += a * a;
+    }
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const float r = rsqrtf(ss / (float)hd + eps);
-        __syncwarp();
-        uint16_t *dst;
-        if (isq) {
-            dst = q_out + (t * nh + h) * hd;
-        } else {
-            const int64_t blk = sl / bs, off = sl % bs;
-            dst = kcache + ((blk * nkv + g) * bs + off) * hd;
-        }
-        for (int i = lane; i < half; i += 32) {
-            const float a = b2f(nwt[i]) * (buf[i] * r);
-            const float b = b2f(nwt[i + half]) * (buf[i + half] * r);
-            float sn, cs;
-            sincosf((float)p * inv_freq[i], &sn, &cs);
-            dst[i] = f2b(a * cs - b * sn);
-            dst[i + half] = f2b(b * cs + a * sn);
-        }
-        if (!isq) {
-            const int64_t blk = sl / bs, off = sl % bs;
-            uint16_t *vd = vcache + ((blk * nkv + g) * bs + off) * hd;
-            const float *vs = v + t * ldkv + (int64_t)g * hd;
-            for (int i = lane; i < hd; i += 32)
-                vd[i] = f2b(vs[i]);
-        }
-        __syncwarp();
+    for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = rsqrtf(ss / (float)hd + eps);
+    __syncwarp();
+    uint16_t *dst;
+    if (isq) {
+        dst = q_out + (t * nh + h) * hd;
+    } else {
+        const int64_t blk = sl / bs, off = sl % bs;
+        dst = kcache + ((blk * nkv + g) * bs + off) * hd;
+    }
+    for (int i = lane; i < half; i += 32) {
+        const float a = b2f(nwt[i]) * (buf[i] * r);
+        const float b = b2f(nwt[i + half]) * (buf[i + half] * r);
+        float sn, cs;
+        sincosf((float)p * inv_freq[i], &sn, &cs);
+        dst[i] = f2b(a * cs - b * sn);
+        dst[i + half] = f2b(b * cs + a * sn);
+    }
+    if (!isq) {
+        const int64_t blk = sl / bs, off = sl % bs;
+        uint16_t *vd = vcache + ((blk * nkv + g) * bs + off) * hd;
+        const float *vs = v + t * ldkv + (int64_t)g * hd;
+        for (int i = lane; i < hd; i += 32)
+            vd[i] = f2b(vs[i]);
     }
 }
 
@@ -188,9 +193,10 @@ extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float
                                      rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     if (hd % 2 || hd > 1024) RW_FAIL(err, RW_E_UNSUPPORTED, "rope: head_dim %d", hd);
-    const int warps = 8;
-    qk_rope_kv_kernel<<<(unsigned)n, warps * 32, sizeof(float) * warps * hd, (cudaStream_t)s>>>(
-        q, k, v, ldq, ldkv, qn, kn, pos, slot, nh, nkv, hd, bs, inv_freq, eps, q_out, kcache,
+    const int64_t warps = n * (nh + nkv);
+    qk_rope_kv_kernel<<<(unsigned)((warps + ROPE_WARPS - 1) / ROPE_WARPS), ROPE_WARPS * 32,
+                        sizeof(float) * ROPE_WARPS * hd, (cudaStream_t)s>>>(
+        q, k, v, ldq, ldkv, qn, kn, pos, slot, n, nh, nkv, hd, bs, inv_freq, eps, q_out, kcache,
         vcache);
     return LAUNCH_CHECK(s, "qk_rope_kv");
 }
@@ -221,20 +227,46 @@ __device__ __forceinline__ void cpa_wait1() {
     asm volatile("cp.async.wait_group 1;\n" ::);
 }
 
+/* PER consecutive bf16 of shared memory (PER * 2 bytes, aligned to that) to fp32. */
+template <int PER> __device__ __forceinline__ void lds_bf16(const uint16_t *p, float *f) {
+    if constexpr (PER == 8) {
+        const uint4 u = *(const uint4 *)p;
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    } else if constexpr (PER == 4) {
+        const uint2 u = *(const uint2 *)p;
+        f[0] = __uint_as_float(u.x << 16);
+        f[1] = __uint_as_float(u.x & 0xffff0000u);
+        f[2] = __uint_as_float(u.y << 16);
+        f[3] = __uint_as_float(u.y & 0xffff0000u);
+    } else {
+        static_assert(PER == 2, "head_dim 32, 64 or 128");
+        const uint32_t u = *(const uint32_t *)p;
+        f[0] = __uint_as_float(u << 16);
+        f[1] = __uint_as_float(u & 0xffff0000u);
+    }
+}
+
 template <int HD, int ROWS>
 __global__ void __launch_bounds__(ATT_THREADS)
     attn_kernel(const uint16_t *__restrict__ q, const uint16_t *__restrict__ kc,
                 const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
                 const int32_t *__restrict__ pos, const int32_t *__restrict__ bt, int bt_stride,
-                int nh, int nkv, int bs, int nsplit, float scale, uint16_t *__restrict__ out,
-                float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok) {
+                int nh, int nkv, int bs, int nsplit, int qt, float scale,
+                uint16_t *__restrict__ out, float *__restrict__ part_o,
+                float2 *__restrict__ part_ml, int64_t ntok) {
     constexpr int KROW = HD * 2 + 16; /* padded smem row (bytes) against bank conflicts */
     constexpr int PER = HD / 16;      /* output dims per lane */
     extern __shared__ __align__(16) uint8_t sm[];
-    float *qs = (float *)sm; /* [rows][HD] scaled q */
+    float *qs = (float *)sm; /* [qt * group][HD] scaled q */
     const int group = nh / nkv;
-    uint8_t *kvs = sm + (size_t)RW_ATTN_QT * group * HD * 4; /* 2 x (K, V) [16][KROW] */
+    uint8_t *kvs = sm + (size_t)qt * group * HD * 4; /* 2 x (K, V) [16][KROW] */
     const rw_attn_tile tl = tiles[blockIdx.x];
+    if (tl.ntok > qt) __trap(); /* the launch sized shared memory and ROWS for qt tokens */
     const int g = blockIdx.y, split = blockIdx.z;
     const int nrows = tl.ntok * group;
     const int tid = threadIdx.x, lane = tid & 31, hw = tid >> 4, j = lane & 15;
@@ -332,10 +364,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
             for (int jj = 0; jj < ATT_KT; jj++) {
                 const float pjj = __shfl_sync(hmask, pj, jj, 16);
-                const uint16_t *vr = (const uint16_t *)(vd + jj * KROW) + j * PER;
+                float vf[PER];
+                lds_bf16<PER>((const uint16_t *)(vd + jj * KROW) + j * PER, vf);
 #pragma unroll
                 for (int d = 0; d < PER; d++)
-                    o[a][d] += pjj * b2f(vr[d]);
+                    o[a][d] += pjj * vf[d];
             }
         }
         __syncthreads(); /* the buffer is reloaded two iterations later */
@@ -390,13 +423,19 @@ extern "C" size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int ns
 }
 
 template <int HD>
-static rw_status
-attn_launch(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const rw_attn_tile *tiles,
-            int ntiles, const int32_t *pos, const int32_t *bt, int bt_stride, int64_t ntok, int nh,
-            int nkv, int bs, int nsplit, void *part, uint16_t *out, rw_stream s, rw_err *err) {
+static rw_status attn_launch(const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+                             const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
+                             const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv,
+                             int bs, int nsplit, void *part, uint16_t *out, rw_stream s,
+                             rw_err *err) {
     const int group = nh / nkv;
-    const int rows = (RW_ATTN_QT * group + 7) / 8; /* rows per half-warp */
-    const size_t sm = (size_t)RW_ATTN_QT * group * HD * 4 + 2 * 2 * ATT_KT * (HD * 2 + 16);
+    /* rows per half-warp and the q buffer for tiles of at most qt tokens: a decode batch (qt 1)
+     * keeps 1/8 of the registers and shared memory of a prefill one, so more CTAs fit an SM */
+    const int rows = (qt * group + 7) / 8;
+    const size_t sm = (size_t)qt * group * HD * 4 + 2 * 2 * ATT_KT * (HD * 2 + 16);
+    /* the attribute allows the largest qt, so a graph captured with a smaller launch stays valid
+     * whatever is launched eagerly in between */
+    const size_t sm_max = (size_t)RW_ATTN_QT * group * HD * 4 + 2 * 2 * ATT_KT * (HD * 2 + 16);
     float *po = (float *)part;
     float2 *pml = part ? (float2 *)((uint8_t *)part + (size_t)nsplit * ntok * nh * HD * 4) : NULL;
     dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)nsplit);
@@ -405,9 +444,10 @@ attn_launch(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const rw_
 #define ATT_CASE(R)                                                                                \
     if (rows <= R) {                                                                               \
         cudaFuncSetAttribute(attn_kernel<HD, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                             (int)sm);                                                             \
-        attn_kernel<HD, R><<<grid, ATT_THREADS, sm, st>>>(                                         \
-            q, kc, vc, tiles, pos, bt, bt_stride, nh, nkv, bs, nsplit, scale, out, po, pml, ntok); \
+                             (int)sm_max);                                                         \
+        attn_kernel<HD, R><<<grid, ATT_THREADS, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride,    \
+                                                          nh, nkv, bs, nsplit, qt, scale, out, po, \
+                                                          pml, ntok);                              \
     } else
     ATT_CASE(1) ATT_CASE(2) ATT_CASE(4) ATT_CASE(8) ATT_CASE(16) {
         RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d q heads per kv head (at most 16)", group);
@@ -424,74 +464,105 @@ attn_launch(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const rw_
 
 extern "C" rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const rw_attn_tile *tiles, int ntiles,
-                                    const int32_t *pos, const int32_t *bt, int bt_stride,
+                                    int qt, const int32_t *pos, const int32_t *bt, int bt_stride,
                                     int64_t ntok, int nh, int nkv, int hd, int bs, int nsplit,
                                     void *part, uint16_t *out, rw_stream s, rw_err *err) {
     if (ntiles <= 0) return RW_OK;
+    if (qt < 1 || qt > RW_ATTN_QT)
+        RW_FAIL(err, RW_E_INVALID_ARG, "attention: tiles of up to %d tokens (1..%d)", qt,
+                RW_ATTN_QT);
     if (bs % ATT_KT != 0) RW_FAIL(err, RW_E_UNSUPPORTED, "attention: block size %d %% 16", bs);
     if (nsplit < 1 || (nsplit > 1 && !part))
         RW_FAIL(err, RW_E_INVALID_ARG, "attention: nsplit %d without scratch", nsplit);
     if (nh % nkv) RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d heads over %d kv heads", nh, nkv);
     switch (hd) {
     case 32:
-        return attn_launch<32>(q, kcache, vcache, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
-                               bs, nsplit, part, out, s, err);
+        return attn_launch<32>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                               nkv, bs, nsplit, part, out, s, err);
     case 64:
-        return attn_launch<64>(q, kcache, vcache, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
-                               bs, nsplit, part, out, s, err);
+        return attn_launch<64>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                               nkv, bs, nsplit, part, out, s, err);
     case 128:
-        return attn_launch<128>(q, kcache, vcache, tiles, ntiles, pos, bt, bt_stride, ntok, nh, nkv,
-                                bs, nsplit, part, out, s, err);
+        return attn_launch<128>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                                nkv, bs, nsplit, part, out, s, err);
     default: RW_FAIL(err, RW_E_UNSUPPORTED, "attention: head_dim %d (32, 64 or 128)", hd);
     }
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Router logits: y [n, E] = x [n, H] . w[E, H]^T in fp32. Tile 32 tokens x 64 experts, K in
- * steps of 32; each thread 2 tokens x 4 experts; every output is one thread's sequential sum. */
-#define RT_BM 32
-#define RT_BN 64
-#define RT_BK 32
-__global__ void __launch_bounds__(256)
-    router_kernel(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y) {
-    __shared__ float xs[RT_BM][RT_BK + 1];
-    __shared__ float ws[RT_BN][RT_BK + 1];
-    const int64_t t0 = (int64_t)blockIdx.x * RT_BM, e0 = (int64_t)blockIdx.y * RT_BN;
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16; /* experts tx*4.., tokens ty*2.. */
-    float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-    for (int64_t k0 = 0; k0 < H; k0 += RT_BK) {
-        for (int i = threadIdx.x; i < RT_BM * RT_BK; i += 256) {
-            const int r = i / RT_BK, c = i % RT_BK;
-            xs[r][c] = (t0 + r < n && k0 + c < H) ? x[(t0 + r) * H + k0 + c] : 0.0f;
-        }
-        for (int i = threadIdx.x; i < RT_BN * RT_BK; i += 256) {
-            const int r = i / RT_BK, c = i % RT_BK;
-            ws[r][c] = (e0 + r < E && k0 + c < H) ? b2f(w[(e0 + r) * H + k0 + c]) : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll 8
-        for (int c = 0; c < RT_BK; c++)
+/* Router logits: y [n, E] = x [n, H] . w[E, H]^T in fp32. A warp computes RT_EW experts for the
+ * RT_TT tokens of its CTA: lane l accumulates columns [c + 8l, c + 8l + 8) of every 256-column
+ * chunk c in order (one 16-byte load of 8 bf16 weights per expert, two of x per token), then a
+ * fixed xor tree adds the lanes. The summation order of an output depends on H only, so a token's
+ * logits are the same bits in any batch; a decode batch is spread over E / (RT_WARPS * RT_EW)
+ * CTAs per RT_TT tokens instead of one CTA walking H in 64 dependent steps. */
+#define RT_WARPS 8
+#define RT_EW 2
+#define RT_TT 8
+__global__ void __launch_bounds__(RT_WARPS * 32)
+    router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
+                  int64_t H, float *__restrict__ y) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t t0 = (int64_t)blockIdx.x * RT_TT;
+    const int64_t e0 = ((int64_t)blockIdx.y * RT_WARPS + warp) * RT_EW;
+    if (e0 >= E) return; /* whole warps; no block-wide barrier below */
+    const int nt = (int)(n - t0 < RT_TT ? n - t0 : RT_TT);
+    float acc[RT_EW][RT_TT];
 #pragma unroll
-            for (int a = 0; a < 2; a++)
+    for (int a = 0; a < RT_EW; a++)
 #pragma unroll
-                for (int b = 0; b < 4; b++)
-                    acc[a][b] += xs[ty * 2 + a][c] * ws[tx * 4 + b][c];
-        __syncthreads();
+        for (int b = 0; b < RT_TT; b++)
+            acc[a][b] = 0.0f;
+    for (int64_t c = (int64_t)lane * 8; c < H; c += 256) {
+        float wv[RT_EW][8];
+#pragma unroll
+        for (int a = 0; a < RT_EW; a++) {
+            uint4 u = make_uint4(0, 0, 0, 0);
+            if (e0 + a < E) u = __ldg((const uint4 *)(w + (e0 + a) * H + c));
+            const uint32_t uw[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                wv[a][2 * i] = __uint_as_float(uw[i] << 16);
+                wv[a][2 * i + 1] = __uint_as_float(uw[i] & 0xffff0000u);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < RT_TT; b++) {
+            if (b >= nt) break; /* uniform over the warp */
+            const float4 p0 = *(const float4 *)(x + (t0 + b) * H + c);
+            const float4 p1 = *(const float4 *)(x + (t0 + b) * H + c + 4);
+            const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+            for (int a = 0; a < RT_EW; a++) {
+                float sum = acc[a][b];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    sum = fmaf(xv[i], wv[a][i], sum);
+                acc[a][b] = sum;
+            }
+        }
     }
 #pragma unroll
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < RT_EW; a++)
 #pragma unroll
-        for (int b = 0; b < 4; b++) {
-            const int64_t t = t0 + ty * 2 + a, e = e0 + tx * 4 + b;
-            if (t < n && e < E) y[t * E + e] = acc[a][b];
+        for (int b = 0; b < RT_TT; b++) {
+            float v = acc[a][b];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0 && b < nt && e0 + a < E) y[(t0 + b) * E + e0 + a] = v;
         }
 }
 
 extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                                  float *y, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
-    dim3 grid((unsigned)((n + RT_BM - 1) / RT_BM), (unsigned)((E + RT_BN - 1) / RT_BN));
-    router_kernel<<<grid, 256, 0, (cudaStream_t)s>>>(x, w, n, E, H, y);
+    if (H % 8 || ((uintptr_t)x | (uintptr_t)w) % 16)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "router: H = %lld (needs %% 8) or unaligned inputs",
+                (long long)H);
+    dim3 grid((unsigned)((n + RT_TT - 1) / RT_TT),
+              (unsigned)((E + RT_WARPS * RT_EW - 1) / (RT_WARPS * RT_EW)));
+    router_kernel<<<grid, RT_WARPS * 32, 0, (cudaStream_t)s>>>(x, w, n, E, H, y);
     return LAUNCH_CHECK(s, "router");
 }
 
@@ -778,6 +849,19 @@ extern "C" rw_status rw_k_fill_e4m3(uint8_t *p, int64_t n, uint64_t seed, rw_str
     fill_e4m3_kernel<<<2048, 256, 0, (cudaStream_t)s>>>(p, n, seed);
     return LAUNCH_CHECK(s, "fill e4m3");
 }
+__global__ void spin_kernel(uint64_t ns) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+extern "C" rw_status rw_k_spin(uint64_t ns, rw_stream s, rw_err *err) {
+    spin_kernel<<<1, 1, 0, (cudaStream_t)s>>>(ns);
+    return LAUNCH_CHECK(s, "spin");
+}
+
 extern "C" rw_status rw_k_fill_f32(float *p, int64_t n, float value, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     fill_f32_kernel<<<2048, 256, 0, (cudaStream_t)s>>>(p, n, value);

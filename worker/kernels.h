@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "rw_core.h"
+#include "rw_moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,9 +80,10 @@ rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_
                           uint16_t *vcache, rw_stream s, rw_err *err);
 
 /* Paged causal attention. A tile is up to RW_ATTN_QT consecutive tokens of one sequence:
- * tiles[i] = {seq, first token, count, 0}. Token t of the batch has position pos[t] and attends
- * keys 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride ...].
- * q [ntok, nh, hd] bf16 -> out [ntok, nh, hd] bf16; fp32 math, softmax scale 1/sqrt(hd).
+ * tiles[i] = {seq, first token, count, 0}; qt is the largest count of any tile (a decode batch:
+ * 1), which sizes the kernel's registers and shared memory. Token t of the batch has position
+ * pos[t] and attends keys 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride
+ * ...]. q [ntok, nh, hd] bf16 -> out [ntok, nh, hd] bf16; fp32 math, softmax scale 1/sqrt(hd).
  * nsplit > 1 splits each tile's keys over that many CTAs (flash-decoding) and needs `part`,
  * rw_k_attention_part_bytes() bytes of device scratch. bs % 16 == 0, hd in {32, 64, 128}, nh / nkv
  * <= 16. */
@@ -95,11 +97,13 @@ void rw_k_attention_ref(const uint16_t *q, const uint16_t *kcache, const uint16_
                         uint16_t *out);
 size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int nsplit);
 rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
-                         const rw_attn_tile *tiles, int ntiles, const int32_t *pos,
+                         const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
                          const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv, int hd,
                          int bs, int nsplit, void *part, uint16_t *out, rw_stream s, rw_err *err);
 
-/* Router logits in fp32: y [n, E] = x [n, H] fp32 . w [E, H] bf16 (upcast exactly). */
+/* Router logits in fp32: y [n, E] = x [n, H] fp32 . w [E, H] bf16 (upcast exactly). H % 8 == 0,
+ * x and w 16-byte aligned. A token's logits do not depend on the rest of the batch (bit for bit).
+ */
 void rw_k_router_ref(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y);
 rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y,
                       rw_stream s, rw_err *err);
@@ -141,6 +145,33 @@ rw_status rw_k_fill_bf16(uint16_t *p, int64_t n, uint64_t seed, float mean, floa
                          rw_err *err);
 rw_status rw_k_fill_e4m3(uint8_t *p, int64_t n, uint64_t seed, rw_stream s, rw_err *err);
 rw_status rw_k_fill_f32(float *p, int64_t n, float value, rw_stream s, rw_err *err);
+
+/* One thread that spins for `ns` nanoseconds of GPU time (the profiler queues a step behind it). */
+rw_status rw_k_spin(uint64_t ns, rw_stream s, rw_err *err);
+
+/* --- the CUDA backend's forward pass emulated on the CPU ----------------------------------- */
+/* The composition of the CUDA backend (cuda_backend.c: run_model) computed on the host from a
+ * host weight set, with each of its bf16 rounding points switchable, so the error budget of those
+ * rounding points can be measured against the transformers fp32 reference without a GPU, and the
+ * GPU can be checked against what its rounding points imply. Exact GEMMs (double accumulation,
+ * or fp32 in index order with RW_EMUL_F32_ACCUM), fp32 everything else, as the kernels do. */
+enum {
+    RW_EMUL_ROUND_QKV_IN = 1u << 0, /* input-normed hidden states into the q/k/v GEMM (bf16) */
+    RW_EMUL_ROUND_Q = 1u << 1,      /* q after its norm and RoPE (bf16 q_out) */
+    RW_EMUL_ROUND_K = 1u << 2,      /* K cache (bf16) */
+    RW_EMUL_ROUND_V = 1u << 3,      /* V cache (bf16) */
+    RW_EMUL_ROUND_ATT = 1u << 4,    /* attention output, the o_proj input (bf16) */
+    RW_EMUL_ROUND_MOE_IN = 1u << 5, /* post-normed hidden states into the experts (bf16) */
+    RW_EMUL_ROUND_ACT = 1u << 6,    /* silu(gate) * up, the down-projection input (bf16) */
+    RW_EMUL_ROUND_LM_IN = 1u << 7,  /* final-normed rows into the lm_head (bf16) */
+    RW_EMUL_ROUND_ALL = (1u << 8) - 1,
+    RW_EMUL_F32_ACCUM = 1u << 8, /* GEMMs accumulate in fp32 in index order (not double) */
+};
+/* Teacher-forced logits [n, V] of tokens [n] (positions 0..n-1) for a TP1 host weight set whose
+ * layers are all bf16. route_ids [L, n, top_k] and router_logits [L, n, E] (both may be NULL)
+ * receive every layer's routing. RW_E_UNSUPPORTED for device, TP > 1 or quantized sets. */
+rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, int n, unsigned flags,
+                             float *logits, int32_t *route_ids, float *router_logits, rw_err *err);
 
 #ifdef __cplusplus
 }

@@ -144,33 +144,34 @@ static void test_norms(void **state) {
 }
 
 /* q, k, v as one fused [n, q | k | v] GEMM output (row stride (nh + 2 nkv) hd). */
-static void test_rope_kv(void **state) {
-    (void)state;
-    const int n = 21, nh = 8, nkv = 2, hd = 128, bs = 16, nblocks = 6;
+static void rope_case(int n, int nh, int nkv, int hd) {
+    const int bs = 16, nblocks = 6;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
     const size_t qe = (size_t)n * nh * hd, fe = (size_t)n * ld;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
-    float *qkv = malloc(4 * fe), inv[64];
+    float *qkv = malloc(4 * fe), inv[512];
     fill_f32(qkv, fe, 6, 1.0f);
     for (int i = 0; i < hd / 2; i++)
         inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / hd));
-    uint16_t qn[128], kn[128];
+    uint16_t qn[1024], kn[1024];
     rw_test_fill_bf16(qn, hd, 9, 1.0f);
     rw_test_fill_bf16(kn, hd, 10, 1.0f);
-    int32_t pos[21], slot[21];
+    int32_t pos[64], slot[64];
     for (int t = 0; t < n; t++) {
         pos[t] = 100 + t * 37;                                       /* large angles */
         slot[t] = t == 5 ? -1 : ((t * 7) % nblocks) * bs + (t % bs); /* token 5 not stored */
+        if (n < 6) slot[t] = t * bs + 3;
     }
     uint16_t *qo = malloc(2 * qe), *gqo = malloc(2 * qe);
     uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce), *gkc = malloc(2 * ce),
              *gvc = malloc(2 * ce);
     for (size_t i = 0; i < ce; i++)
         kc[i] = vc[i] = 0x3f80; /* 1.0: untouched slots stay */
-    float *dqkv = dput(qkv, 4 * fe), *di = dput(inv, sizeof inv);
-    uint16_t *dqn = dput(qn, sizeof qn), *dkn = dput(kn, sizeof kn), *dqo;
+    float *dqkv = dput(qkv, 4 * fe), *di = dput(inv, sizeof(float) * (size_t)(hd / 2));
+    uint16_t *dqn = dput(qn, 2 * (size_t)hd), *dkn = dput(kn, 2 * (size_t)hd), *dqo;
     uint16_t *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce);
-    int32_t *dp = dput(pos, sizeof pos), *ds = dput(slot, sizeof slot);
+    int32_t *dp = dput(pos, sizeof(int32_t) * (size_t)n),
+            *ds = dput(slot, sizeof(int32_t) * (size_t)n);
     CK(cudaMalloc((void **)&dqo, 2 * qe));
     rw_err err = {0};
     const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
@@ -202,6 +203,13 @@ static void test_rope_kv(void **state) {
     free(vc);
     free(gkc);
     free(gvc);
+}
+
+static void test_rope_kv(void **state) {
+    (void)state;
+    rope_case(21, 8, 2, 128);
+    rope_case(1, 32, 4, 128); /* a decode token of the 30B-A3B shape */
+    rope_case(40, 4, 2, 32);  /* the fixture's heads */
 }
 
 /* Three sequences: a prefill chunk of 19 tokens at positions 30..48 (tiles of 8), a decode at
@@ -237,13 +245,64 @@ static void attention_case(int nh, int nkv, int hd, int nsplit) {
     const size_t pb = rw_k_attention_part_bytes(ntok, nh, hd, nsplit);
     if (pb) CK(cudaMalloc(&part, pb));
     rw_err err = {0};
-    RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, 5, dpos, dbt, stride, ntok, nh, nkv, hd, bs,
-                                nsplit, part, dout, NULL, &err),
+    RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, 5, RW_ATTN_QT, dpos, dbt, stride, ntok, nh, nkv,
+                                hd, bs, nsplit, part, dout, NULL, &err),
                  &err);
     dget(go, dout, 2 * qe);
     /* outputs are averages of O(1) values: absolute tolerance of a few bf16 steps */
     char what[64];
     snprintf(what, sizeof what, "attention nh %d nkv %d hd %d split %d", nh, nkv, hd, nsplit);
+    near_bf16(go, o, qe, 2 * TOL_BF16_REL, 0.25, what);
+    cudaFree(dq);
+    cudaFree(dkc);
+    cudaFree(dvc);
+    cudaFree(dout);
+    cudaFree(dpos);
+    cudaFree(dbt);
+    cudaFree(dt);
+    cudaFree(part);
+    free(kc);
+    free(vc);
+    free(q);
+    free(o);
+    free(go);
+}
+
+/* A decode batch: one-token tiles only (qt 1, the kernel's small configuration), positions at
+ * block and key-tile edges, blocks shuffled. */
+static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
+    enum { NS = 7 };
+    const int bs = 16, nblocks = 96, stride = 40;
+    static const int32_t pos[NS] = {0, 15, 16, 17, 100, 300, 639};
+    const size_t ce = (size_t)nblocks * nkv * bs * hd;
+    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
+    rw_test_fill_bf16(kc, ce, 21, 1.0f);
+    rw_test_fill_bf16(vc, ce, 22, 1.0f);
+    int32_t bt[NS * 40];
+    for (int i = 0; i < NS * stride; i++)
+        bt[i] = (i * 37 + 11) % nblocks; /* distinct within a row */
+    rw_attn_tile tiles[NS];
+    for (int i = 0; i < NS; i++)
+        tiles[i] = (rw_attn_tile){i, i, 1, 0};
+    const size_t qe = (size_t)NS * nh * hd;
+    uint16_t *q = malloc(2 * qe), *o = malloc(2 * qe), *go = malloc(2 * qe);
+    rw_test_fill_bf16(q, qe, 23, 1.0f);
+    rw_k_attention_ref(q, kc, vc, tiles, NS, pos, bt, stride, nh, nkv, hd, bs, o);
+    uint16_t *dq = dput(q, 2 * qe), *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce), *dout;
+    int32_t *dpos = dput(pos, sizeof pos), *dbt = dput(bt, sizeof bt);
+    rw_attn_tile *dt = dput(tiles, sizeof tiles);
+    CK(cudaMalloc((void **)&dout, 2 * qe));
+    void *part = NULL;
+    const size_t pb = rw_k_attention_part_bytes(NS, nh, hd, nsplit);
+    if (pb) CK(cudaMalloc(&part, pb));
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, NS, 1, dpos, dbt, stride, NS, nh, nkv, hd, bs,
+                                nsplit, part, dout, NULL, &err),
+                 &err);
+    dget(go, dout, 2 * qe);
+    char what[80];
+    snprintf(what, sizeof what, "decode attention nh %d nkv %d hd %d split %d", nh, nkv, hd,
+             nsplit);
     near_bf16(go, o, qe, 2 * TOL_BF16_REL, 0.25, what);
     cudaFree(dq);
     cudaFree(dkc);
@@ -267,15 +326,22 @@ static void test_attention(void **state) {
     attention_case(4, 2, 32, 1);
     attention_case(4, 2, 32, 3);
     attention_case(8, 8, 64, 1);
+    attention_decode_case(32, 4, 128, 1);
+    attention_decode_case(32, 4, 128, 16);
+    attention_decode_case(4, 2, 32, 1);
+    attention_decode_case(4, 2, 32, 5);
+    attention_decode_case(8, 8, 64, 1);
+    attention_decode_case(16, 1, 64, 3);
 }
 
-static void test_router(void **state) {
-    (void)state;
-    const int64_t n = 77, E = 128, H = 2048;
+/* Router logits: decode-sized and prefill-sized batches, the fixture's shape; a token's logits
+ * are the same bits alone as in a batch. */
+static void router_case(int64_t n, int64_t E, int64_t H, uint64_t seed) {
     float *x = malloc(4 * n * H), *y = malloc(4 * n * E), *gy = malloc(4 * n * E);
+    float *one = malloc(4 * E);
     uint16_t *w = malloc(2 * E * H);
-    fill_f32(x, (size_t)(n * H), 14, 1.0f);
-    rw_test_fill_bf16(w, (size_t)(E * H), 15, 0.05f);
+    fill_f32(x, (size_t)(n * H), seed, 1.0f);
+    rw_test_fill_bf16(w, (size_t)(E * H), seed + 1, 0.05f);
     rw_k_router_ref(x, w, n, E, H, y);
     float *dx = dput(x, 4 * n * H), *dy;
     uint16_t *dw = dput(w, 2 * E * H);
@@ -283,14 +349,31 @@ static void test_router(void **state) {
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_router(dx, dw, n, E, H, dy, NULL, &err), &err);
     dget(gy, dy, 4 * n * E);
-    near_f32(gy, y, (size_t)(n * E), 1e-4, 1.0, "router");
+    char what[64];
+    snprintf(what, sizeof what, "router n %lld E %lld H %lld", (long long)n, (long long)E,
+             (long long)H);
+    near_f32(gy, y, (size_t)(n * E), 1e-4, 1.0, what);
+    for (int64_t t = 0; t < n; t += n / 3 + 1) {
+        RW_ASSERT_OK(rw_k_router(dx + t * H, dw, 1, E, H, dy, NULL, &err), &err);
+        dget(one, dy, 4 * E);
+        rw_assert_bytes_equal(one, gy + t * E, 4 * E, "router: a token alone vs in the batch");
+    }
     cudaFree(dx);
     cudaFree(dy);
     cudaFree(dw);
     free(x);
     free(y);
     free(gy);
+    free(one);
     free(w);
+}
+
+static void test_router(void **state) {
+    (void)state;
+    router_case(77, 128, 2048, 14);
+    router_case(1, 128, 2048, 16);
+    router_case(13, 8, 128, 18);
+    router_case(300, 60, 512, 20);
 }
 
 static void test_sample(void **state) {

@@ -1,0 +1,263 @@
+/* test_cuda_numerics.c - the CUDA backend's bf16 rounding points emulated on the CPU
+ * (kernels.h: rw_cuda_emul_score) on the transformers fixture (cpu suite):
+ * - with no rounding the emulation is the fp32 model: it equals the CPU backend (1e-4) and the
+ *   reference (F1's 1e-3);
+ * - the error each rounding point of the CUDA backend causes against the reference, alone and
+ *   all together (what F2 measures on the GPU), and the MoE routing decisions it changes: the
+ *   fixture's router has top-k near-ties (the k-th and (k+1)-th router logits a few 1e-4 apart),
+ *   which a bf16 rounding anywhere upstream flips, and a flipped expert moves that token's
+ *   logits by O(1);
+ * - with every rounding point on, a change of GEMM summation order alone (double vs fp32
+ *   accumulation: what TP, the batch composition or another cuBLASLt algorithm does on the GPU)
+ *   moves routing decisions too.
+ * The numbers are printed; the assertions are the exact-mode identities. */
+#include <math.h>
+
+#include "rw_test.h"
+#include "kernels.h"
+#include "rw_worker.h"
+
+#define NPROMPT 4
+#define NGEN 24
+
+typedef struct fx {
+    rw_config cfg;
+    rw_st_file *ref;
+    rw_model *cpu;
+    char dir[1024];
+} fx;
+
+static const rw_st_entry *ent(const fx *f, const char *fmt, int i) {
+    char n[64];
+    snprintf(n, sizeof n, fmt, i);
+    const rw_st_entry *e = rw_st_find(f->ref, n);
+    if (!e) fail_msg("reference has no %s", n);
+    return e;
+}
+
+static int setup(void **state) {
+    fx *f = calloc(1, sizeof *f);
+    char path[1200];
+    rw_err err = {0};
+    rw_test_path(f->dir, sizeof f->dir, RW_TEST_FIXTURE);
+    snprintf(path, sizeof path, "%s/config.json", f->dir);
+    RW_ASSERT_OK(rw_config_load(path, &f->cfg, &err), &err);
+    snprintf(path, sizeof path, "%s/reference.safetensors", f->dir);
+    RW_ASSERT_OK(rw_st_open(path, &f->ref, &err), &err);
+    rw_model_opts mo = {RW_BACKEND_CPU, 0, 1, 0, NULL};
+    RW_ASSERT_OK(rw_model_create(&f->cfg, &mo, &f->cpu, &err), &err);
+    RW_ASSERT_OK(rw_model_load_ckpt(f->cpu, f->dir, &err), &err);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx *f = *state;
+    rw_model_destroy(f->cpu);
+    rw_st_close(f->ref);
+    rw_config_free(&f->cfg);
+    free(f);
+    return 0;
+}
+
+/* One emulated run over every prompt followed by its 24 reference greedy tokens. */
+typedef struct run {
+    float *logits[NPROMPT]; /* [L + NGEN, V] */
+    int32_t *ids[NPROMPT];  /* [layers, L + NGEN, k] */
+    float *rl[NPROMPT];     /* [layers, L + NGEN, E] */
+    int n[NPROMPT], plen[NPROMPT];
+} run;
+
+static void emulate(const fx *f, unsigned flags, run *r) {
+    const int V = f->cfg.vocab_size, E = f->cfg.num_experts, K = f->cfg.top_k;
+    const int NL = f->cfg.num_layers;
+    for (int i = 0; i < NPROMPT; i++) {
+        const rw_st_entry *pe = ent(f, "prompt.%d", i);
+        const int L = (int)pe->shape[0], n = L + NGEN;
+        int32_t *seq = malloc(sizeof(int32_t) * (size_t)n);
+        memcpy(seq, pe->data, sizeof(int32_t) * (size_t)L);
+        memcpy(seq + L, ent(f, "greedy.%d", i)->data, sizeof(int32_t) * NGEN);
+        r->n[i] = n;
+        r->plen[i] = L;
+        r->logits[i] = malloc(sizeof(float) * (size_t)n * V);
+        r->ids[i] = malloc(sizeof(int32_t) * (size_t)NL * n * K);
+        r->rl[i] = malloc(sizeof(float) * (size_t)NL * n * E);
+        rw_err err = {0};
+        RW_ASSERT_OK(rw_cuda_emul_score(rw_model_wset(f->cpu), seq, n, flags, r->logits[i],
+                                        r->ids[i], r->rl[i], &err),
+                     &err);
+        free(seq);
+    }
+}
+
+static void run_free(run *r) {
+    for (int i = 0; i < NPROMPT; i++) {
+        free(r->logits[i]);
+        free(r->ids[i]);
+        free(r->rl[i]);
+    }
+}
+
+/* Gap between the k-th and (k+1)-th largest router logits of one token: how far the top-k set is
+ * from changing. */
+static double topk_gap(const float *l, int E, int k) {
+    float s[1024];
+    memcpy(s, l, sizeof(float) * (size_t)E);
+    for (int a = 0; a <= k && a < E; a++)
+        for (int b = a + 1; b < E; b++)
+            if (s[b] > s[a]) {
+                const float t = s[a];
+                s[a] = s[b];
+                s[b] = t;
+            }
+    return k < E ? (double)s[k - 1] - s[k] : INFINITY;
+}
+
+static bool same_set(const int32_t *a, const int32_t *b, int k) {
+    for (int i = 0; i < k; i++) {
+        bool found = false;
+        for (int j = 0; j < k; j++)
+            found |= a[i] == b[j];
+        if (!found) return false;
+    }
+    return true;
+}
+
+typedef struct cmp {
+    double worst_ref;   /* max |logit - reference| over the prompt positions */
+    int greedy, total;  /* teacher-forced greedy tokens equal to the reference */
+    int reroutes;       /* token-layers (prompt positions) whose expert set differs from `base` */
+    double reroute_gap; /* smallest top-k gap of `base` among them */
+    double worst_base;  /* max |logit - base logit| over all positions */
+} cmp;
+
+static cmp compare(const fx *f, const run *r, const run *base) {
+    const int V = f->cfg.vocab_size, E = f->cfg.num_experts, K = f->cfg.top_k;
+    cmp c = {0, 0, 0, 0, INFINITY, 0};
+    for (int i = 0; i < NPROMPT; i++) {
+        const int L = r->plen[i], n = r->n[i];
+        const float *rl = ent(f, "logits.%d", i)->data;
+        const int32_t *gr = ent(f, "greedy.%d", i)->data;
+        for (int64_t j = 0; j < (int64_t)L * V; j++)
+            c.worst_ref = fmax(c.worst_ref, fabs(r->logits[i][j] - rl[j]));
+        for (int64_t j = 0; j < (int64_t)n * V; j++)
+            c.worst_base = fmax(c.worst_base, fabs(r->logits[i][j] - base->logits[i][j]));
+        for (int j = 0; j < NGEN; j++) {
+            const float *row = r->logits[i] + (int64_t)(L - 1 + j) * V;
+            int arg = 0;
+            for (int v = 1; v < V; v++)
+                if (row[v] > row[arg]) arg = v;
+            c.greedy += arg == gr[j];
+            c.total++;
+        }
+        for (int l = 0; l < f->cfg.num_layers; l++)
+            for (int t = 0; t < L; t++) {
+                const size_t o = ((size_t)l * n + t);
+                if (!same_set(r->ids[i] + o * K, base->ids[i] + o * K, K)) {
+                    c.reroutes++;
+                    c.reroute_gap = fmin(c.reroute_gap, topk_gap(base->rl[i] + o * E, E, K));
+                }
+            }
+    }
+    return c;
+}
+
+/* No rounding: the emulation is the fp32 model of the CPU backend and of transformers. */
+static void test_exact(void **state) {
+    fx *f = *state;
+    const int V = f->cfg.vocab_size;
+    run r;
+    emulate(f, 0, &r);
+    double worst_cpu = 0;
+    for (int i = 0; i < NPROMPT; i++) {
+        const int n = r.n[i];
+        const rw_st_entry *pe = ent(f, "prompt.%d", i);
+        int32_t *seq = malloc(sizeof(int32_t) * (size_t)n);
+        memcpy(seq, pe->data, sizeof(int32_t) * (size_t)r.plen[i]);
+        memcpy(seq + r.plen[i], ent(f, "greedy.%d", i)->data, sizeof(int32_t) * NGEN);
+        float *lg = malloc(sizeof(float) * (size_t)n * V);
+        rw_err err = {0};
+        RW_ASSERT_OK(rw_model_score(f->cpu, seq, n, lg, &err), &err);
+        for (int64_t j = 0; j < (int64_t)n * V; j++)
+            worst_cpu = fmax(worst_cpu, fabs(lg[j] - r.logits[i][j]));
+        free(lg);
+        free(seq);
+    }
+    const cmp c = compare(f, &r, &r);
+    print_message("emulation without rounding: max |logit - CPU backend| %.3g, max |logit - "
+                  "reference| %.3g, greedy %d/%d\n",
+                  worst_cpu, c.worst_ref, c.greedy, c.total);
+    assert_true(worst_cpu <= 1e-4);
+    assert_true(c.worst_ref <= 1e-3);
+    assert_int_equal(c.greedy, c.total);
+    /* the fixture's sensitivity: the smallest top-k gap of the router over the prompt positions */
+    const int E = f->cfg.num_experts, K = f->cfg.top_k;
+    double gmin = INFINITY;
+    int below = 0, all = 0;
+    for (int i = 0; i < NPROMPT; i++)
+        for (int l = 0; l < f->cfg.num_layers; l++)
+            for (int t = 0; t < r.plen[i]; t++) {
+                const double g = topk_gap(r.rl[i] + ((size_t)l * r.n[i] + t) * E, E, K);
+                gmin = fmin(gmin, g);
+                below += g < 1e-2;
+                all++;
+            }
+    print_message("fixture router: smallest top-%d gap %.3g; %d of %d token-layers below 1e-2\n", K,
+                  gmin, below, all);
+    run_free(&r);
+}
+
+/* Each rounding point of the CUDA backend alone and all together, against the reference. */
+static void test_rounding_points(void **state) {
+    fx *f = *state;
+    static const struct {
+        unsigned flags;
+        const char *what;
+    } cases[] = {
+        {RW_EMUL_ROUND_QKV_IN, "bf16 q/k/v GEMM input"},
+        {RW_EMUL_ROUND_Q, "bf16 q (after norm + RoPE)"},
+        {RW_EMUL_ROUND_K, "bf16 K cache"},
+        {RW_EMUL_ROUND_V, "bf16 V cache"},
+        {RW_EMUL_ROUND_ATT, "bf16 attention output"},
+        {RW_EMUL_ROUND_MOE_IN, "bf16 expert input"},
+        {RW_EMUL_ROUND_ACT, "bf16 silu(g)*u"},
+        {RW_EMUL_ROUND_LM_IN, "bf16 lm_head input"},
+        {RW_EMUL_ROUND_ALL, "all (the CUDA backend)"},
+    };
+    run exact;
+    emulate(f, 0, &exact);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        run r;
+        emulate(f, cases[ci].flags, &r);
+        const cmp c = compare(f, &r, &exact);
+        print_message("%-28s max |logit - reference| %.3g, greedy %d/%d, rerouted token-layers "
+                      "%d (smallest exact top-k gap among them %.3g)\n",
+                      cases[ci].what, c.worst_ref, c.greedy, c.total, c.reroutes,
+                      c.reroutes ? c.reroute_gap : 0.0);
+        run_free(&r);
+    }
+    run_free(&exact);
+}
+
+/* With every rounding point on, the GEMM summation order alone changes routing decisions. */
+static void test_order_sensitivity(void **state) {
+    fx *f = *state;
+    run a, b;
+    emulate(f, RW_EMUL_ROUND_ALL, &a);
+    emulate(f, RW_EMUL_ROUND_ALL | RW_EMUL_F32_ACCUM, &b);
+    const cmp c = compare(f, &b, &a);
+    print_message("all rounding points, fp32 vs double GEMM accumulation: rerouted token-layers "
+                  "%d, max |logit diff| %.3g\n",
+                  c.reroutes, c.worst_base);
+    run_free(&a);
+    run_free(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exact),
+        cmocka_unit_test(test_rounding_points),
+        cmocka_unit_test(test_order_sensitivity),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
