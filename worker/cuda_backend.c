@@ -103,6 +103,7 @@ typedef struct cuda_be {
     int cap_smp;
     int64_t nlogits;
     bool use_graphs;
+    unsigned attn_flags; /* rw_k_attention flags (RW_ATTN_CUDA_CORES) */
     dgraph graphs[MAX_GRAPHS];
     int ngraphs;
     prof prof;
@@ -446,7 +447,8 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
                                  s, err));
         prof_mark(be, RW_PROF_ROPE);
         RW_CHECK(rw_k_attention(be->qb, kc, vc, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                                nkv, (int)hd, kv->bs, nsplit, be->attn_part, be->att, s, err));
+                                nkv, (int)hd, kv->bs, nsplit, be->attn_flags, be->attn_part,
+                                be->att, s, err));
         prof_mark(be, RW_PROF_ATTN);
         RW_CHECK(dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->y, ntok, err));
         prof_mark(be, RW_PROF_OPROJ);
@@ -927,6 +929,85 @@ rw_status rw_cuda_be_load_random(rw_model *m, uint64_t seed, float std, rw_err *
     return RW_OK;
 }
 
+/* The tensor-core decode attention against the general kernel on this model's heads, once per
+ * backend, on random data at positions that cover block and key-tile edges, with and without a
+ * key split. A mismatch turns the tensor-core path off (with a warning) instead of letting it
+ * corrupt generation; RW_ATTN_MMA=0 turns it off outright. */
+static void attn_selfcheck(rw_model *m) {
+    cuda_be *be = m->be;
+    enum { NS = 4, BS = 16, STRIDE = 24 };
+    static const int32_t pos[NS] = {0, 17, 100, 333};
+    const int nh = m->d.nh_local, nkv = m->d.nkv_local, hd = m->cfg.head_dim;
+    if (nh % nkv || nh / nkv > 16 || (hd != 32 && hd != 64 && hd != 128)) return;
+    const size_t ce = (size_t)NS * STRIDE * nkv * BS * hd, qe = (size_t)NS * nh * hd;
+    const size_t part_b = rw_k_attention_part_bytes(NS, nh, hd, 3);
+    int32_t bt[NS * STRIDE];
+    rw_attn_tile tiles[NS];
+    for (int i = 0; i < NS * STRIDE; i++)
+        bt[i] = (i * 7) % (NS * STRIDE); /* shuffled, distinct */
+    for (int i = 0; i < NS; i++)
+        tiles[i] = (rw_attn_tile){i, i, 1, 0};
+    uint16_t *kc = NULL, *vc = NULL, *q = NULL, *o = NULL;
+    uint8_t *meta = NULL;
+    void *part = NULL;
+    uint16_t *h = malloc(sizeof(uint16_t) * qe * 4);
+    const char *why = NULL;
+    rw_err err = {0};
+    const size_t mb = sizeof pos + sizeof bt + sizeof tiles;
+    if (!h || cudaMalloc((void **)&kc, 2 * ce) || cudaMalloc((void **)&vc, 2 * ce) ||
+        cudaMalloc((void **)&q, 2 * qe) || cudaMalloc((void **)&o, 2 * qe * 4) ||
+        cudaMalloc((void **)&meta, mb) || cudaMalloc(&part, part_b)) {
+        why = "no memory for the check";
+        goto done;
+    }
+    int32_t *dpos = (int32_t *)meta, *dbt = dpos + NS;
+    rw_attn_tile *dt = (rw_attn_tile *)(dbt + NS * STRIDE);
+    if (cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dbt, bt, sizeof bt, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dt, tiles, sizeof tiles, cudaMemcpyHostToDevice) ||
+        rw_k_fill_bf16(kc, (int64_t)ce, 91, 0.0f, 1.0f, be->st, &err) ||
+        rw_k_fill_bf16(vc, (int64_t)ce, 92, 0.0f, 1.0f, be->st, &err) ||
+        rw_k_fill_bf16(q, (int64_t)qe, 93, 0.0f, 1.0f, be->st, &err)) {
+        why = err.msg[0] ? err.msg : "setting up the check failed";
+        goto done;
+    }
+    for (int c = 0; c < 4; c++) { /* (mma, split 1), (general, 1), (mma, 3), (general, 3) */
+        const int ns = c < 2 ? 1 : 3;
+        const unsigned fl = c % 2 ? RW_ATTN_CUDA_CORES : 0u;
+        if (rw_k_attention(q, kc, vc, dt, NS, 1, dpos, dbt, STRIDE, NS, nh, nkv, hd, BS, ns, fl,
+                           part, o + (size_t)c * qe, be->st, &err)) {
+            why = err.msg;
+            goto done;
+        }
+    }
+    if (cudaStreamSynchronize(be->st) || cudaMemcpy(h, o, 2 * qe * 4, cudaMemcpyDeviceToHost)) {
+        why = "the kernels failed";
+        goto done;
+    }
+    for (int c = 0; c < 4; c += 2)
+        for (size_t i = 0; i < qe; i++) {
+            const float a = rw_bf16_to_f32(h[c * qe + i]), b = rw_bf16_to_f32(h[(c + 1) * qe + i]);
+            if (!(fabsf(a - b) <= 0.03f + 0.02f * fabsf(b))) {
+                why = "results differ from the general kernel";
+                goto done;
+            }
+        }
+done:
+    (void)cudaGetLastError();
+    if (why) {
+        be->attn_flags |= RW_ATTN_CUDA_CORES;
+        RW_LOGW("tensor-core decode attention off (%d heads, %d kv heads, head_dim %d): %s", nh,
+                nkv, hd, why);
+    }
+    cudaFree(kc);
+    cudaFree(vc);
+    cudaFree(q);
+    cudaFree(o);
+    cudaFree(meta);
+    cudaFree(part);
+    free(h);
+}
+
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
     const rw_config *c = &m->cfg;
     if (c->hidden_size % 128 != 0)
@@ -984,6 +1065,11 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
      * localise faults) cannot run inside a capture, so it turns them off too */
     const char *g = getenv("RW_CUDA_GRAPHS"), *sy = getenv("RW_CUDA_SYNC");
     be->use_graphs = !(g && strcmp(g, "0") == 0) && !(sy && sy[0] == '1');
+    const char *am = getenv("RW_ATTN_MMA");
+    if (am && strcmp(am, "0") == 0)
+        be->attn_flags |= RW_ATTN_CUDA_CORES;
+    else
+        attn_selfcheck(m);
     m->ops = &cuda_ops;
     return RW_OK;
 fail:

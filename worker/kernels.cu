@@ -395,6 +395,220 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
+/* Decode attention on tensor cores: tiles of one token (qt 1), CTA = (tile, kv head, split),
+ * 4 warps. The token's q heads of the kv head (group <= 16 rows, zero-padded to 16) times 16 keys
+ * per warp and step: S = Q K^T with mma.sync m16n8k16 (bf16 in, fp32 out), scaled, masked past
+ * the token's position, online softmax in fp32 per row, then O += P V with P rounded to bf16 (the
+ * S accumulator layout is the A fragment layout of the next mma). Warp w takes key tiles kt0 + w,
+ * kt0 + w + 4, ... of the split's range, double-buffered with cp.async into its own shared memory;
+ * the four warps' (m, l, O) are merged through shared memory at the end and written as the output
+ * (nsplit 1) or as the split's partial (o, m, l) for attn_combine_kernel, as attn_kernel does. */
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                        const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                          const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    return (uint32_t)f2b(lo) | ((uint32_t)f2b(hi) << 16);
+}
+
+#define DEC_WARPS 4
+template <int HD>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+    attn_dec_mma_kernel(const uint16_t *__restrict__ q, const uint16_t *__restrict__ kc,
+                        const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
+                        const int32_t *__restrict__ pos, const int32_t *__restrict__ bt,
+                        int bt_stride, int nh, int nkv, int bs, int nsplit, float scale,
+                        uint16_t *__restrict__ out, float *__restrict__ part_o,
+                        float2 *__restrict__ part_ml, int64_t ntok) {
+    constexpr int ROW = HD * 2 + 16;       /* padded row (bytes): conflict-free ldmatrix */
+    constexpr int KT = ATT_KT;             /* keys per warp step */
+    constexpr int WBUF = 2 * 2 * KT * ROW; /* per warp: 2 stages x (K, V) */
+    constexpr int NKS = HD / 16;           /* k-steps of Q K^T */
+    constexpr int NDT = HD / 8;            /* n-tiles of O */
+    extern __shared__ __align__(16) uint8_t sm[];
+    uint8_t *qsm = sm;            /* [16][ROW] bf16 q, rows >= group zero */
+    uint8_t *kvs = sm + 16 * ROW; /* [warps][WBUF] */
+    const rw_attn_tile tl = tiles[blockIdx.x];
+    const int g = blockIdx.y, split = blockIdx.z;
+    const int group = nh / nkv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, cq = lane & 3;
+    const int64_t tok = tl.tok0;
+    if (tl.ntok != 1) __trap(); /* decode tiles only */
+
+    /* q rows of this kv head, 16-byte chunks */
+    for (int c = tid; c < 16 * (HD / 8); c += DEC_WARPS * 32) {
+        const int r = c / (HD / 8), cc = c % (HD / 8);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < group) v = *(const uint4 *)(q + (tok * nh + (int64_t)g * group + r) * HD + cc * 8);
+        *(uint4 *)(qsm + r * ROW + cc * 16) = v;
+    }
+    __syncthreads();
+    uint32_t qa[NKS][4];
+#pragma unroll
+    for (int ks = 0; ks < NKS; ks++) {
+        const int r = (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
+        ldsm_x4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], qsm + r * ROW + c * 16);
+    }
+
+    const int32_t p = pos[tok];
+    const int nkt = p / KT + 1;
+    const int per_split = (nkt + nsplit - 1) / nsplit;
+    const int kt0 = split * per_split;
+    const int kt1 = min(nkt, kt0 + per_split);
+    const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
+    uint8_t *wb = kvs + warp * WBUF;
+    auto load = [&](int buf, int kt) {
+        const int p0 = kt * KT;
+        const int64_t blk = blocks[p0 / bs], off = p0 % bs;
+        const uint8_t *ks = (const uint8_t *)(kc + ((blk * nkv + g) * bs + off) * HD);
+        const uint8_t *vs = (const uint8_t *)(vc + ((blk * nkv + g) * bs + off) * HD);
+        uint8_t *kd = wb + buf * 2 * KT * ROW, *vd = kd + KT * ROW;
+        constexpr int CH = HD * 2 / 16;
+#pragma unroll
+        for (int c = lane; c < KT * CH; c += 32) {
+            const int r = c / CH, cc = c % CH;
+            cpa16(kd + r * ROW + cc * 16, ks + (size_t)r * HD * 2 + cc * 16);
+            cpa16(vd + r * ROW + cc * 16, vs + (size_t)r * HD * 2 + cc * 16);
+        }
+    };
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows gq, gq + 8 */
+    float o[NDT][4];
+#pragma unroll
+    for (int d = 0; d < NDT; d++)
+        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    int kt = kt0 + warp;
+    if (kt < kt1) load(0, kt);
+    cpa_commit();
+    for (int i = 0; kt < kt1; i++, kt += DEC_WARPS) {
+        if (kt + DEC_WARPS < kt1) load((i + 1) & 1, kt + DEC_WARPS);
+        cpa_commit();
+        cpa_wait1();
+        __syncwarp();
+        const uint8_t *kd = wb + (i & 1) * 2 * KT * ROW, *vd = kd + KT * ROW;
+        float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}; /* keys [0, 8) and [8, 16) */
+#pragma unroll
+        for (int ks = 0; ks < NKS; ks++) {
+            uint32_t b0, b1, b2, b3;
+            const int r = ((lane >> 4) << 3) + (lane & 7), c = ks * 2 + ((lane >> 3) & 1);
+            ldsm_x4(b0, b1, b2, b3, kd + r * ROW + c * 16);
+            mma16816(sc[0], qa[ks], b0, b1);
+            mma16816(sc[1], qa[ks], b2, b3);
+        }
+        /* scale, mask, row max over the 16 keys (a quad holds a row's 16 values) */
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int kp = kt * KT + nt * 8 + 2 * cq + (e & 1);
+                const float v = kp <= p ? sc[nt][e] * scale : -INFINITY;
+                sc[nt][e] = v;
+                tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
+            }
+        float corr[2], ps[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+            const float mnew = fmaxf(m[h], tmax[h]); /* finite: key kt * 16 <= p */
+            corr[h] = expf(m[h] - mnew);
+            m[h] = mnew;
+            ps[h] = 0.0f;
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float v = expf(sc[nt][e] - m[e >> 1]);
+                sc[nt][e] = v;
+                ps[e >> 1] += v;
+            }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 1);
+            ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 2);
+            l[h] = l[h] * corr[h] + ps[h];
+        }
+#pragma unroll
+        for (int d = 0; d < NDT; d++) {
+            o[d][0] *= corr[0];
+            o[d][1] *= corr[0];
+            o[d][2] *= corr[1];
+            o[d][3] *= corr[1];
+        }
+        /* P as the A fragment: rows gq / gq + 8, keys 2cq.. of [0, 8) then of [8, 16) */
+        const uint32_t pa[4] = {pack_bf16x2(sc[0][0], sc[0][1]), pack_bf16x2(sc[0][2], sc[0][3]),
+                                pack_bf16x2(sc[1][0], sc[1][1]), pack_bf16x2(sc[1][2], sc[1][3])};
+#pragma unroll
+        for (int d = 0; d < NDT; d += 2) {
+            uint32_t b0, b1, b2, b3;
+            const int r = (lane & 7) + ((lane >> 3) & 1) * 8, c = d + (lane >> 4);
+            ldsm_x4_t(b0, b1, b2, b3, vd + r * ROW + c * 16);
+            mma16816(o[d], pa, b0, b1);
+            mma16816(o[d + 1], pa, b2, b3);
+        }
+        __syncwarp(); /* this buffer is refilled two steps later */
+    }
+    cpa_wait0();
+    __syncthreads();          /* every warp is done with its K/V buffers: reuse them to merge */
+    float *os = (float *)kvs; /* [warps][16][HD] */
+    float2 *mls = (float2 *)(kvs + DEC_WARPS * 16 * HD * 4); /* [warps][16] */
+#pragma unroll
+    for (int d = 0; d < NDT; d++) {
+        const int col = d * 8 + 2 * cq;
+        os[(warp * 16 + gq) * HD + col] = o[d][0];
+        os[(warp * 16 + gq) * HD + col + 1] = o[d][1];
+        os[(warp * 16 + gq + 8) * HD + col] = o[d][2];
+        os[(warp * 16 + gq + 8) * HD + col + 1] = o[d][3];
+    }
+    if (cq == 0) {
+        mls[warp * 16 + gq] = make_float2(m[0], l[0]);
+        mls[warp * 16 + gq + 8] = make_float2(m[1], l[1]);
+    }
+    __syncthreads();
+    for (int idx = tid; idx < group * HD; idx += DEC_WARPS * 32) {
+        const int r = idx / HD, d = idx % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++)
+            M = fmaxf(M, mls[w * 16 + r].x);
+        float L = 0.0f, O = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float2 ml = mls[w * 16 + r];
+            if (ml.y > 0.0f) {
+                const float f = expf(ml.x - M);
+                L += ml.y * f;
+                O += os[(w * 16 + r) * HD + d] * f;
+            }
+        }
+        const int h = g * group + r;
+        if (nsplit == 1) {
+            out[(tok * nh + h) * HD + d] = f2b(O / L);
+        } else {
+            const int64_t base = ((int64_t)split * ntok + tok) * nh + h;
+            part_o[base * HD + d] = O;
+            if (d == 0) part_ml[base] = make_float2(M, L);
+        }
+    }
+}
+
 /* Merges the splits of every (token, head): out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M). */
 __global__ void attn_combine_kernel(const float *part_o, const float2 *part_ml, int64_t ntok,
                                     int nh, int hd, int nsplit, uint16_t *out) {
@@ -426,9 +640,30 @@ template <int HD>
 static rw_status attn_launch(const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
                              const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
                              const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv,
-                             int bs, int nsplit, void *part, uint16_t *out, rw_stream s,
-                             rw_err *err) {
+                             int bs, int nsplit, unsigned flags, void *part, uint16_t *out,
+                             rw_stream s, rw_err *err) {
     const int group = nh / nkv;
+    if (qt == 1 && group <= 16 && !(flags & RW_ATTN_CUDA_CORES)) {
+        /* decode batch: tensor cores */
+        const size_t sm = 16 * (HD * 2 + 16) + DEC_WARPS * 2 * 2 * ATT_KT * (HD * 2 + 16);
+        float *po = (float *)part;
+        float2 *pml =
+            part ? (float2 *)((uint8_t *)part + (size_t)nsplit * ntok * nh * HD * 4) : NULL;
+        cudaStream_t st = (cudaStream_t)s;
+        cudaFuncSetAttribute(attn_dec_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)sm);
+        dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)nsplit);
+        attn_dec_mma_kernel<HD>
+            <<<grid, DEC_WARPS * 32, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride, nh, nkv, bs,
+                                               nsplit, 1.0f / sqrtf((float)HD), out, po, pml, ntok);
+        RW_CHECK(LAUNCH_CHECK(s, "decode attention"));
+        if (nsplit > 1) {
+            attn_combine_kernel<<<(unsigned)(ntok * nh), 128, 0, st>>>(po, pml, ntok, nh, HD,
+                                                                       nsplit, out);
+            RW_CHECK(LAUNCH_CHECK(s, "attention combine"));
+        }
+        return RW_OK;
+    }
     /* rows per half-warp and the q buffer for tiles of at most qt tokens: a decode batch (qt 1)
      * keeps 1/8 of the registers and shared memory of a prefill one, so more CTAs fit an SM */
     const int rows = (qt * group + 7) / 8;
@@ -466,7 +701,8 @@ extern "C" rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const rw_attn_tile *tiles, int ntiles,
                                     int qt, const int32_t *pos, const int32_t *bt, int bt_stride,
                                     int64_t ntok, int nh, int nkv, int hd, int bs, int nsplit,
-                                    void *part, uint16_t *out, rw_stream s, rw_err *err) {
+                                    unsigned flags, void *part, uint16_t *out, rw_stream s,
+                                    rw_err *err) {
     if (ntiles <= 0) return RW_OK;
     if (qt < 1 || qt > RW_ATTN_QT)
         RW_FAIL(err, RW_E_INVALID_ARG, "attention: tiles of up to %d tokens (1..%d)", qt,
@@ -478,13 +714,13 @@ extern "C" rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache,
     switch (hd) {
     case 32:
         return attn_launch<32>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                               nkv, bs, nsplit, part, out, s, err);
+                               nkv, bs, nsplit, flags, part, out, s, err);
     case 64:
         return attn_launch<64>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                               nkv, bs, nsplit, part, out, s, err);
+                               nkv, bs, nsplit, flags, part, out, s, err);
     case 128:
         return attn_launch<128>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                                nkv, bs, nsplit, part, out, s, err);
+                                nkv, bs, nsplit, flags, part, out, s, err);
     default: RW_FAIL(err, RW_E_UNSUPPORTED, "attention: head_dim %d (32, 64 or 128)", hd);
     }
 }

@@ -88,6 +88,9 @@ rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_
  * rw_k_attention_part_bytes() bytes of device scratch. bs % 16 == 0, hd in {32, 64, 128}, nh / nkv
  * <= 16. */
 #define RW_ATTN_QT 8
+/* flags: decode batches (qt 1, nh / nkv <= 16) run on tensor cores (P rounded to bf16 before
+ * P V) unless RW_ATTN_CUDA_CORES asks for the general kernel (fp32 P V). */
+#define RW_ATTN_CUDA_CORES 1u
 typedef struct rw_attn_tile {
     int32_t seq, tok0, ntok, pad;
 } rw_attn_tile;
@@ -99,7 +102,8 @@ size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int nsplit);
 rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
                          const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
                          const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv, int hd,
-                         int bs, int nsplit, void *part, uint16_t *out, rw_stream s, rw_err *err);
+                         int bs, int nsplit, unsigned flags, void *part, uint16_t *out, rw_stream s,
+                         rw_err *err);
 
 /* Router logits in fp32: y [n, E] = x [n, H] fp32 . w [E, H] bf16 (upcast exactly). H % 8 == 0,
  * x and w 16-byte aligned. A token's logits do not depend on the rest of the batch (bit for bit).

@@ -246,7 +246,7 @@ static void attention_case(int nh, int nkv, int hd, int nsplit) {
     if (pb) CK(cudaMalloc(&part, pb));
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, 5, RW_ATTN_QT, dpos, dbt, stride, ntok, nh, nkv,
-                                hd, bs, nsplit, part, dout, NULL, &err),
+                                hd, bs, nsplit, 0, part, dout, NULL, &err),
                  &err);
     dget(go, dout, 2 * qe);
     /* outputs are averages of O(1) values: absolute tolerance of a few bf16 steps */
@@ -268,8 +268,8 @@ static void attention_case(int nh, int nkv, int hd, int nsplit) {
     free(go);
 }
 
-/* A decode batch: one-token tiles only (qt 1, the kernel's small configuration), positions at
- * block and key-tile edges, blocks shuffled. */
+/* A decode batch: one-token tiles only (qt 1: the tensor-core kernel, and the general kernel in
+ * its small configuration), positions at block and key-tile edges, blocks shuffled. */
 static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
     enum { NS = 7 };
     const int bs = 16, nblocks = 96, stride = 40;
@@ -296,14 +296,17 @@ static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
     const size_t pb = rw_k_attention_part_bytes(NS, nh, hd, nsplit);
     if (pb) CK(cudaMalloc(&part, pb));
     rw_err err = {0};
-    RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, NS, 1, dpos, dbt, stride, NS, nh, nkv, hd, bs,
-                                nsplit, part, dout, NULL, &err),
-                 &err);
-    dget(go, dout, 2 * qe);
-    char what[80];
-    snprintf(what, sizeof what, "decode attention nh %d nkv %d hd %d split %d", nh, nkv, hd,
-             nsplit);
-    near_bf16(go, o, qe, 2 * TOL_BF16_REL, 0.25, what);
+    /* tensor cores (P in bf16) and the general kernel */
+    for (int k = 0; k < 2; k++) {
+        RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, NS, 1, dpos, dbt, stride, NS, nh, nkv, hd, bs,
+                                    nsplit, k ? RW_ATTN_CUDA_CORES : 0, part, dout, NULL, &err),
+                     &err);
+        dget(go, dout, 2 * qe);
+        char what[96];
+        snprintf(what, sizeof what, "decode attention (%s) nh %d nkv %d hd %d split %d",
+                 k ? "cuda cores" : "tensor cores", nh, nkv, hd, nsplit);
+        near_bf16(go, o, qe, 2 * TOL_BF16_REL, 0.25, what);
+    }
     cudaFree(dq);
     cudaFree(dkc);
     cudaFree(dvc);
@@ -332,6 +335,7 @@ static void test_attention(void **state) {
     attention_decode_case(4, 2, 32, 5);
     attention_decode_case(8, 8, 64, 1);
     attention_decode_case(16, 1, 64, 3);
+    attention_decode_case(12, 1, 128, 2); /* a group that does not fill the 16 mma rows */
 }
 
 /* Router logits: decode-sized and prefill-sized batches, the fixture's shape; a token's logits
