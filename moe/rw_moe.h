@@ -183,6 +183,32 @@ rw_status rw_wset_apply(rw_wset *ws, const rw_piece *p, rw_stream s, rw_err *err
  * drops them. A set is not safe for concurrent calls. */
 rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_stream s,
                               rw_err *err);
+
+/* The same apply in two phases, for pipelines whose piece bytes arrive on a device stream after
+ * the host work is done (the sync module posts an NCCL receive between the two, and must not
+ * allocate or synchronize the device once that receive waits for its sender):
+ *   prepare (host only): validates every piece (nothing is recorded when any is refused), cuts
+ *     them into scatter ops, stages partly covered quantization blocks and records what the
+ *     batch writes (rw_wset_complete). Device pieces are addressed, not read, unless a piece
+ *     covers a quantization block only partly (its part is copied to the host on `s`, which
+ *     synchronizes `s`); with `no_device_reads` such a batch stops instead and sets
+ *     *needs_reads: prepare the same pieces again (reads allowed) once their bytes are there.
+ *     Host pieces are read at launch: they must stay valid until then.
+ *   launch: on a device set writes the table image (rw_wset_batch_table_bytes; nothing to do
+ *     when 0) into `host_table` (pinned host memory, not rewritten by the caller before `s` has
+ *     passed this launch), copies it to `dev_table` (device memory of the set's device, read by
+ *     the kernels until `s` passes them) on `s`, and launches the kernels; no allocation, no
+ *     synchronization. On a host set runs the ops (tables may be NULL).
+ * A batch object is reused across batches (its memory is kept); one set at a time. */
+typedef struct rw_wset_batch rw_wset_batch;
+rw_status rw_wset_batch_create(rw_wset_batch **out, rw_err *err);
+void rw_wset_batch_destroy(rw_wset_batch *b);
+rw_status rw_wset_batch_prepare(rw_wset *ws, const rw_piece *pieces, size_t n,
+                                bool no_device_reads, rw_stream s, rw_wset_batch *b,
+                                bool *needs_reads, rw_err *err);
+size_t rw_wset_batch_table_bytes(const rw_wset_batch *b);
+rw_status rw_wset_batch_launch(rw_wset *ws, rw_wset_batch *b, void *host_table, void *dev_table,
+                               rw_stream s, rw_err *err);
 /* True when every local weight has been fully written since the last rw_wset_mark_clear(). */
 void rw_wset_mark_clear(rw_wset *ws);
 bool rw_wset_complete(const rw_wset *ws, char *missing, size_t cap);

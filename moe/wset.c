@@ -84,7 +84,7 @@ struct rw_wset {
     unit *units;
     rw_moe_host_slot slots[2];
     int slot_next;
-    opvec keep[3]; /* op vectors kept between batches (their memory is reused) */
+    struct rw_wset_batch *own; /* rw_wset_apply_batch's batch (its memory is reused) */
 };
 
 static size_t per_layer(const rw_wset *ws) {
@@ -531,8 +531,7 @@ void rw_wset_destroy(rw_wset *ws) {
             stage_free(ws->units[i].st);
         }
     free(ws->units);
-    for (int i = 0; i < 3; i++)
-        free(ws->keep[i].v);
+    rw_wset_batch_destroy(ws->own);
     for (int i = 0; i < 2; i++)
         rw_moe_slot_free(&ws->slots[i]);
     rw_arena_destroy(ws->arena);
@@ -710,6 +709,9 @@ typedef struct build {
         size_t idx; /* its index there */
     } * up;
     size_t nup, capup, up_bytes;
+    /* the bytes of device pieces may not be read yet (they arrive on a stream after the host
+     * work): a part that would have to be copied to the host stops the build (needs_reads) */
+    bool no_dev_reads, needs_reads;
 } build;
 
 /* A piece's part of one canonical matrix: rows [r0, r1) x cols [c0, c1) of the weight (or, for
@@ -793,6 +795,10 @@ static rw_status host_rect(build *b, const pbase *pb, size_t off, int64_t rows, 
         *out = pb->host + off;
         *out_ld = ld;
         return RW_OK;
+    }
+    if (b->no_dev_reads) {
+        b->needs_reads = true;
+        return RW_E_BUSY; /* not an error: rw_wset_batch_prepare reports *needs_reads */
     }
     size_t es = (size_t)pb->esize;
     uint8_t *t = malloc((size_t)(rows * cols) * es + 1);
@@ -1278,16 +1284,35 @@ static rw_status flush_unit(build *b, size_t uid, rw_err *err) {
 /* ------------------------------------------------------------------------------------------ */
 /* Apply                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
-/* Hands the op vectors back to the set for the next batch and frees the rest. */
-static void build_free(build *b) {
-    opvec *v[3] = {&b->direct, &b->fp8q, &b->flush};
-    for (int i = 0; i < 3; i++) {
-        v[i]->n = 0;
-        b->ws->keep[i] = *v[i];
-    }
+/* Empties the build for the next batch; its vectors and buffers keep their memory. */
+static void build_reset(build *b) {
+    b->direct.n = b->fp8q.n = b->flush.n = 0;
+    b->flush_len = 0;
+    b->ntouched = 0;
+    b->nup = 0;
+    b->up_bytes = 0;
+    b->needs_reads = false;
+}
+
+static void build_release(build *b) {
+    free(b->direct.v);
+    free(b->fp8q.v);
+    free(b->flush.v);
     free(b->flushbuf);
     free(b->touched);
     free(b->up);
+    memset(b, 0, sizeof *b);
+}
+
+/* After a build that stopped part-way: units it staged into stay staged, but their dirty marks
+ * are dropped so that the next build that touches them lists them again (a stage marked dirty
+ * is not added to a build's touched list; one left dirty would never be flushed). */
+static void build_undirty(build *b) {
+    for (size_t i = 0; i < b->ntouched; i++) {
+        stage *s = b->ws->units[b->touched[i]].st;
+        if (s) s->is_dirty = false;
+    }
+    b->ntouched = 0;
 }
 
 /* The table image of a batch: [direct ops | their unit prefix | fp8 ops | flush ops | their unit
@@ -1349,29 +1374,36 @@ static void table_fill(const build *b, table *t, uint8_t *h, uint64_t base) {
     }
 }
 
-/* Runs the batch's ops on the device: one table upload (pinned, alternating slots), then the
- * direct scatter, the fp8 block quantizer and the scatter of staged results. */
-static rw_status run_device(build *b, rw_err *err) {
-    rw_wset *ws = b->ws;
+/* Fills the table image into host memory `h` (pinned), copies it to `d` (device) on b->s and
+ * launches the direct scatter, the fp8 block quantizer and the scatter of staged results. */
+static rw_status launch_device(build *b, table *t, uint8_t *h, uint8_t *d, rw_err *err) {
     size_t nd = b->direct.n, nq = b->fp8q.n, nf = b->flush.n;
-    if (nd + nq + nf == 0) return RW_OK;
-    table t = table_layout(b);
+    table_fill(b, t, h, (uint64_t)(uintptr_t)d);
+    rw_status st = rw_memcpy(d, RW_PLACE_DEVICE, h, RW_PLACE_HOST, t->total, b->s, err);
+    if (st == RW_OK && nd)
+        st =
+            rw_moe_scatter_cuda((const rw_moe_op *)(void *)d,
+                                (const int64_t *)(void *)(d + t->off_du), nd, t->dunits, b->s, err);
+    if (st == RW_OK && nq)
+        st = rw_moe_fp8q_cuda((const rw_moe_op *)(void *)(d + t->off_q), nq, b->s, err);
+    if (st == RW_OK && nf)
+        st =
+            rw_moe_scatter_cuda((const rw_moe_op *)(void *)(d + t->off_f),
+                                (const int64_t *)(void *)(d + t->off_fu), nf, t->funits, b->s, err);
+    return st;
+}
+
+/* rw_wset_apply_batch on a device set: the table through one of the set's two pinned slots
+ * (alternating, each guarded by an event) into stream-ordered device memory. */
+static rw_status run_device(build *b, table *t, rw_err *err) {
+    rw_wset *ws = b->ws;
+    if (b->direct.n + b->fp8q.n + b->flush.n == 0) return RW_OK;
     rw_moe_host_slot *sl = &ws->slots[ws->slot_next];
     ws->slot_next ^= 1;
-    RW_CHECK(rw_moe_slot_acquire(sl, t.total, err));
+    RW_CHECK(rw_moe_slot_acquire(sl, t->total, err));
     void *dtab = NULL;
-    RW_CHECK(rw_moe_dev_alloc_async(t.total, b->s, &dtab, err));
-    uint8_t *d = dtab;
-    table_fill(b, &t, sl->host, (uint64_t)(uintptr_t)dtab);
-    rw_status st = rw_memcpy(dtab, RW_PLACE_DEVICE, sl->host, RW_PLACE_HOST, t.total, b->s, err);
-    if (st == RW_OK && nd)
-        st = rw_moe_scatter_cuda((const rw_moe_op *)dtab, (const int64_t *)(void *)(d + t.off_du),
-                                 nd, t.dunits, b->s, err);
-    if (st == RW_OK && nq)
-        st = rw_moe_fp8q_cuda((const rw_moe_op *)(void *)(d + t.off_q), nq, b->s, err);
-    if (st == RW_OK && nf)
-        st = rw_moe_scatter_cuda((const rw_moe_op *)(void *)(d + t.off_f),
-                                 (const int64_t *)(void *)(d + t.off_fu), nf, t.funits, b->s, err);
+    RW_CHECK(rw_moe_dev_alloc_async(t->total, b->s, &dtab, err));
+    rw_status st = launch_device(b, t, sl->host, dtab, err);
     rw_moe_dev_free_async(dtab, b->s);
     rw_status st2 = rw_moe_slot_release(sl, b->s, st == RW_OK ? err : NULL);
     return st != RW_OK ? st : st2;
@@ -1392,35 +1424,69 @@ static rw_status run_host(build *b, rw_err *err) {
     return RW_OK;
 }
 
-rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_stream s,
-                              rw_err *err) {
+/* A prepared batch: the build (ops, staged results, gathered host parts) and the per-piece
+ * arrays, all kept between batches so that steady-state preparation does not allocate. */
+struct rw_wset_batch {
+    build b;
+    pinfo *pi;
+    pbase *pb;
+    size_t cap;        /* pieces pi / pb hold */
+    uint8_t *hostcopy; /* device pieces of a host set, copied down */
+    size_t hostcopy_cap;
+    table t;    /* layout of the prepared table image */
+    bool ready; /* prepared and not launched yet */
+};
+
+rw_status rw_wset_batch_create(rw_wset_batch **out, rw_err *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) RW_FAIL(err, RW_E_OOM, "apply: out of memory for a batch");
+    return RW_OK;
+}
+
+void rw_wset_batch_destroy(rw_wset_batch *bt) {
+    if (!bt) return;
+    build_release(&bt->b);
+    free(bt->pi);
+    free(bt->pb);
+    free(bt->hostcopy);
+    free(bt);
+}
+
+rw_status rw_wset_batch_prepare(rw_wset *ws, const rw_piece *pieces, size_t n, bool no_device_reads,
+                                rw_stream s, rw_wset_batch *bt, bool *needs_reads, rw_err *err) {
+    if (needs_reads) *needs_reads = false;
     if (!ws) RW_FAIL(err, RW_E_INVALID_ARG, "wset is NULL");
+    if (!bt) RW_FAIL(err, RW_E_INVALID_ARG, "apply: NULL batch");
     if (n && !pieces) RW_FAIL(err, RW_E_INVALID_ARG, "apply: NULL piece array");
+    bt->ready = false;
     if (rw_arena_is_released(ws->arena))
         RW_FAIL(err, RW_E_STATE, "apply: the weight memory is released");
-    if (n == 0) return RW_OK;
-    pinfo *pi = calloc(n, sizeof *pi);
-    pbase *pb = calloc(n, sizeof *pb);
-    build b;
-    memset(&b, 0, sizeof b);
-    b.ws = ws;
-    b.s = s;
-    b.direct = ws->keep[0];
-    b.fp8q = ws->keep[1];
-    b.flush = ws->keep[2];
-    memset(ws->keep, 0, sizeof ws->keep);
-    rw_status st = RW_OK;
-    uint8_t *hostcopy = NULL;
-    if (!pi || !pb) {
-        st = RW_ERR(err, RW_E_OOM, "apply: out of memory for %zu pieces", n);
-        goto done;
+    build *b = &bt->b;
+    b->ws = ws;
+    b->s = s;
+    build_reset(b);
+    b->no_dev_reads = no_device_reads;
+    if (n > bt->cap) {
+        pinfo *pi = realloc(bt->pi, n * sizeof *pi);
+        if (pi) bt->pi = pi;
+        pbase *pb = realloc(bt->pb, n * sizeof *pb);
+        if (pb) bt->pb = pb;
+        if (!pi || !pb) RW_FAIL(err, RW_E_OOM, "apply: out of memory for %zu pieces", n);
+        bt->cap = n;
     }
+    pinfo *pi = bt->pi;
+    pbase *pb = bt->pb;
+    if (n) {
+        memset(pi, 0, n * sizeof *pi);
+        memset(pb, 0, n * sizeof *pb);
+    }
+    rw_status st = RW_OK;
     /* 1. validate everything before touching anything */
     for (size_t i = 0; i < n; i++) {
         st = check_piece(ws, &pieces[i], &pi[i], err);
         if (st != RW_OK) {
             if (n > 1) rw_err_prefix(err, "piece %zu of %zu", i, n);
-            goto done;
+            return st;
         }
     }
     /* 2. where the executor reads each piece: a device set reads device pieces in place and
@@ -1431,9 +1497,15 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
     for (size_t i = 0; i < n; i++)
         if (!dev && pieces[i].place == RW_PLACE_DEVICE)
             xfer += (rw_piece_nbytes(&pieces[i]) + 255) & ~(size_t)255;
-    if (xfer && !(hostcopy = malloc(xfer))) {
-        st = RW_ERR(err, RW_E_OOM, "apply: out of memory for %zu bytes of device pieces", xfer);
-        goto done;
+    if (xfer && no_device_reads) {
+        if (needs_reads) *needs_reads = true;
+        return RW_OK;
+    }
+    if (xfer > bt->hostcopy_cap) {
+        uint8_t *h = realloc(bt->hostcopy, xfer);
+        if (!h) RW_FAIL(err, RW_E_OOM, "apply: out of memory for %zu bytes of device pieces", xfer);
+        bt->hostcopy = h;
+        bt->hostcopy_cap = xfer;
     }
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1448,36 +1520,70 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
         } else if (dev) {
             pb[i].exec = p->data;
         } else {
-            RW_CHECKGOTO(
-                rw_memcpy(hostcopy + at, RW_PLACE_HOST, p->data, RW_PLACE_DEVICE, nb, s, err), st,
-                done);
-            pb[i].exec = pb[i].host = hostcopy + at;
+            RW_CHECK(
+                rw_memcpy(bt->hostcopy + at, RW_PLACE_HOST, p->data, RW_PLACE_DEVICE, nb, s, err));
+            pb[i].exec = pb[i].host = bt->hostcopy + at;
             at += (nb + 255) & ~(size_t)255;
         }
     }
-    if (xfer) RW_CHECKGOTO(rw_stream_sync(s, err), st, done);
+    if (xfer) RW_CHECK(rw_stream_sync(s, err));
     /* 3. ops for every piece, staging partial quantization blocks */
-    for (size_t i = 0; i < n; i++) {
-        st = emit_piece(&b, &pieces[i], &pi[i], &pb[i], err);
-        if (st != RW_OK) {
-            rw_err_prefix(err, "tensor '%s'", pieces[i].name);
-            goto done;
-        }
+    for (size_t i = 0; i < n && st == RW_OK; i++) {
+        st = emit_piece(b, &pieces[i], &pi[i], &pb[i], err);
+        if (st != RW_OK && !b->needs_reads) rw_err_prefix(err, "tensor '%s'", pieces[i].name);
     }
-    for (size_t i = 0; i < b.ntouched; i++)
-        RW_CHECKGOTO(flush_unit(&b, b.touched[i], err), st, done);
-    /* 4. run */
-    if (dev) {
-        st = run_device(&b, err); /* host bytes were gathered into the pinned table upload */
-    } else {
-        st = run_host(&b, err);
+    for (size_t i = 0; st == RW_OK && i < b->ntouched; i++)
+        st = flush_unit(b, b->touched[i], err);
+    if (st != RW_OK) {
+        bool again = b->needs_reads;
+        build_undirty(b);
+        build_reset(b);
+        if (!again) return st;
+        /* what was emitted is emitted again by the next prepare of these pieces (coverage and
+         * staged values are idempotent), and nothing ran */
+        if (needs_reads) *needs_reads = true;
+        return RW_OK;
     }
-done:
-    free(hostcopy);
-    build_free(&b);
-    free(pi);
-    free(pb);
-    return st;
+    bt->t = table_layout(b);
+    bt->ready = true;
+    return RW_OK;
+}
+
+size_t rw_wset_batch_table_bytes(const rw_wset_batch *bt) {
+    if (!bt || !bt->ready) return 0;
+    if (bt->b.direct.n + bt->b.fp8q.n + bt->b.flush.n == 0) return 0;
+    return bt->t.total;
+}
+
+rw_status rw_wset_batch_launch(rw_wset *ws, rw_wset_batch *bt, void *host_table, void *dev_table,
+                               rw_stream s, rw_err *err) {
+    if (!ws || !bt) RW_FAIL(err, RW_E_INVALID_ARG, "apply: NULL weight set or batch");
+    if (!bt->ready || bt->b.ws != ws)
+        RW_FAIL(err, RW_E_STATE, "apply: the batch is not prepared for this weight set");
+    bt->ready = false;
+    build *b = &bt->b;
+    b->s = s;
+    if (b->direct.n + b->fp8q.n + b->flush.n == 0) return RW_OK;
+    if (ws->place != RW_PLACE_DEVICE) return run_host(b, err);
+    if (!host_table || !dev_table)
+        RW_FAIL(err, RW_E_INVALID_ARG, "apply: a device launch needs host and device tables");
+    return launch_device(b, &bt->t, host_table, dev_table, err);
+}
+
+rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_stream s,
+                              rw_err *err) {
+    if (!ws) RW_FAIL(err, RW_E_INVALID_ARG, "wset is NULL");
+    if (n && !pieces) RW_FAIL(err, RW_E_INVALID_ARG, "apply: NULL piece array");
+    if (rw_arena_is_released(ws->arena))
+        RW_FAIL(err, RW_E_STATE, "apply: the weight memory is released");
+    if (n == 0) return RW_OK;
+    if (!ws->own) RW_CHECK(rw_wset_batch_create(&ws->own, err));
+    rw_wset_batch *bt = ws->own;
+    RW_CHECK(rw_wset_batch_prepare(ws, pieces, n, false, s, bt, NULL, err));
+    bt->ready = false;
+    /* 4. run (host bytes were gathered into the table upload on a device set) */
+    if (ws->place == RW_PLACE_DEVICE) return run_device(&bt->b, &bt->t, err);
+    return run_host(&bt->b, err);
 }
 
 rw_status rw_wset_apply(rw_wset *ws, const rw_piece *p, rw_stream s, rw_err *err) {

@@ -37,6 +37,18 @@ rw_status rw_sync_bench_json(const rw_sync_bench_result *r, const char *name, ch
     json_object_set_new(j, "worker_staging_bytes",
                         json_integer((json_int_t)r->worker_staging_bytes));
     json_object_set_new(j, "worker_peak_bytes", json_integer((json_int_t)r->worker_peak_bytes));
+    json_object_set_new(j, "pieces", json_integer((json_int_t)r->pieces));
+    json_object_set_new(j, "ceiling_repeats", json_integer(r->ceiling_repeats));
+    json_object_set_new(j, "setup_s", json_real(r->setup_s));
+    json_object_set_new(j, "warmup_s", json_real(r->warmup_s));
+    json_object_set_new(j, "bucket_mean_s", json_real(r->bucket_mean_s));
+    json_object_set_new(j, "bucket_max_s", json_real(r->bucket_max_s));
+    json_object_set_new(j, "commit_s", json_real(r->commit_s));
+    json_object_set_new(j, "worker_apply_s", json_real(r->worker_apply_s));
+    json_object_set_new(j, "worker_wait_s", json_real(r->worker_wait_s));
+    json_object_set_new(j, "worker_prepare_s", json_real(r->worker_prepare_s));
+    json_object_set_new(j, "worker_deferred", json_integer((json_int_t)r->worker_deferred));
+    if (r->note[0]) json_object_set_new(j, "note", json_string(r->note));
     *out = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!*out) RW_FAIL(err, RW_E_OOM, "bench json: out of memory");

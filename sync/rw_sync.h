@@ -641,6 +641,16 @@ typedef struct rw_sync_bench_opts {
     int repeats;           /* timed runs after one warm-up; 0: 3 */
     double timeout_s;      /* 0: 120 */
     const char *disk_dir;  /* S4: a safetensors checkpoint of cfg's shape */
+    /* 0: none. The call (setup, warm-up, repeats, ceiling, cleanup) aims to end within this many
+     * seconds: repeats are cut to what fits (the result's note says so; when no timed repeat
+     * fits, the warm-up is reported as the only sample), every wait is bounded by the time left,
+     * and an update still running at the limit is abandoned with RW_E_TIMEOUT naming the repeat,
+     * the bucket and where the worker was. */
+    double time_limit_s;
+    /* Progress on stderr: setup steps with their times, per-bucket times of the first buckets,
+     * running means per bucket (trainer call, worker host phases), each repeat's time, and every
+     * 5 s a watchdog line saying where both sides are. */
+    bool verbose;
 } rw_sync_bench_opts;
 
 #define RW_SYNC_BENCH_MAX_REPEATS 16
@@ -655,6 +665,20 @@ typedef struct rw_sync_bench_result {
     size_t worker_staging_bytes;             /* 2 buckets */
     size_t worker_peak_bytes;                /* device memory used on the worker GPU at peak,
                                                 over the level before the weight set existed */
+    /* diagnostics (S1/S2; the last timed repeat, or the warm-up when none ran) */
+    uint64_t pieces;           /* pieces sent per update (tensors plus row pieces) */
+    int ceiling_repeats;       /* raw broadcast repeats (may be fewer than repeats when cut) */
+    double setup_s;            /* weight set, trainer weights, group: before the warm-up */
+    double warmup_s;           /* the untimed first update */
+    double first_bucket_s[4];  /* trainer call (request -> reply -> broadcast enqueued) */
+    double bucket_mean_s;      /* the same, mean over the buckets */
+    double bucket_max_s;       /* and the longest */
+    double commit_s;           /* commit request -> reply (the wait for the last buckets) */
+    double worker_apply_s;     /* worker host time per bucket in its apply call */
+    double worker_wait_s;      /* of which waiting for a bucket record to drain */
+    double worker_prepare_s;   /* of which building the ops and the op table */
+    uint64_t worker_deferred;  /* buckets whose apply waited for their bytes */
+    char note[256];            /* what was cut for time, or "" */
 } rw_sync_bench_result;
 /* S1 / S2 / S5: trainer on trainer_device generates random canonical bf16 weights, pushes them
  * as a full update over NCCL through the real protocol (a sync server on loopback) to a TP1

@@ -3,21 +3,38 @@
  * aborted session leaves the previous version intact or marks the weights incomplete; commit
  * switches the version atomically for generation), and the bucket pipeline.
  *
- * Pipeline on a device weight set (two staging buffers, two streams):
+ * Pipeline on a device weight set (two staging buffers s = k % 2, two streams, a ring of NFLIGHT
+ * bucket records f = k % NFLIGHT, each with its op table buffers and two events):
  *
- *   comm stream:     [wait done[s]] recv k -> staging[s] [rec recvd[s]]   recv k+1 -> staging[s^1]
- *   compute stream:                       [wait recvd[s]] apply k (restore/slice/quantize/pack)
- *                                                                         [rec done[s]]
+ *   comm stream:     [wait done[k-2]] recv k -> staging[s] [rec recvd[f]]  recv k+1 -> staging[s^1]
+ *   compute stream:                        [wait recvd[f]] apply k (slice/quantize/pack) [rec
+ * done[f]]
  *
  * `recv` is an NCCL broadcast, or for a host source (ZeroMQ frame, mmap'd file: pageable memory)
  * copies through pinned chunks: a few threads copy one chunk from the source while the previous
  * chunks' host -> device copies run on the comm stream (UP_NBUF chunks of 32 MiB in turn). Apply is
- * one rw_wset_apply_batch per bucket, reading the pieces where they lie in staging: no canonical
- * copy of the model, no host round trip. At most two buckets are in flight; reusing a slot waits
- * (on the host, bounded by the session timeout) for the bucket that used it two steps ago, so the
- * receive of bucket k+1 overlaps the apply of bucket k. On a host weight set the same sequence runs
- * with the source's host bytes as the staging buffer (ZeroMQ frames and mmaps are host memory
- * already), synchronously.
+ * one weight-set batch per bucket reading the pieces where they lie in staging (no canonical copy
+ * of the model, no host round trip), in two phases (rw_wset_batch_prepare / _launch): the host
+ * work (validation, ops, the op table) is done and its buffers exist BEFORE the receive is posted,
+ * and after it only asynchronous calls follow (event record / wait, a table copy, 1-3 kernel
+ * launches). The reason: an NCCL receive posted before this rank replies waits for a broadcast the
+ * trainer only sends after the reply, so any host wait, allocation or free that synchronizes the
+ * device between posting it and replying would deadlock until the timeout; and a bucket refused
+ * by the host work must not leave a receive behind.
+ *
+ * Reuse of a staging buffer is ordered on the device only (the receive of k waits for apply k-2
+ * on the comm stream). The host waits for nothing of the buckets in flight, except, before
+ * bucket k reuses record f, for bucket k - NFLIGHT (bounded by the session timeout; NCCL aware):
+ * so the control thread answers a trainer up to NFLIGHT - 2 buckets ahead of the wire, and the
+ * per-bucket request / reply round trip and host work overlap the broadcasts instead of adding to
+ * them. Device memory stays two buckets (S5).
+ *
+ * A bucket whose pieces cover quantization blocks only partly needs its bytes on the host to
+ * stage them; over NCCL they arrive after the reply, so such a bucket's apply is deferred: its
+ * receive is posted, and it is applied at the start of the next session command (apply, commit;
+ * the bytes are there by then). On a host weight set the same sequence runs with the source's
+ * host bytes as the staging buffer (ZeroMQ frames and mmaps are host memory already),
+ * synchronously.
  *
  * A checkpoint tensor larger than the bucket (the 30B-A3B embedding and lm_head are 622 MB) is
  * applied as row pieces (shard dim 0), each a bucket of its own.
@@ -36,6 +53,22 @@
  * chunks to run many through the pipeline). */
 #define UP_CHUNK (32u << 20)
 #define UP_NBUF 3
+/* Bucket records in flight on a device set (>= 2: the staging buffers alternate). */
+#define NFLIGHT 4
+
+/* One bucket in flight: its op table (pinned image, device copy) and its events. */
+typedef struct flight {
+    bool busy;     /* enqueued: its receive or apply may still run */
+    bool deferred; /* receive posted, apply not yet launched (done not recorded) */
+    bool nccl;     /* its receive is an NCCL broadcast (a hung peer can stall it) */
+    double t0;     /* when it was enqueued */
+    uint64_t index;
+    void *htab, *dtab; /* pinned host / device op table of tab_cap bytes each */
+    size_t tab_cap;
+#ifdef RW_HAVE_CUDA
+    cudaEvent_t recvd, done;
+#endif
+} flight;
 
 struct rw_sync_session {
     rw_wset *ws;
@@ -60,14 +93,18 @@ struct rw_sync_session {
 
     uint64_t staging_bytes; /* each of the two device buffers */
     void *staging[2];
-    bool busy[2];         /* slot holds a bucket whose apply may still run */
-    double busy_t0[2];    /* when it was enqueued */
-    bool busy_nccl[2];    /* its receive is an NCCL broadcast (a hung peer can stall it) */
-    uint64_t slot_next;   /* bucket counter across the session; slot = counter % 2 */
+    flight fl[NFLIGHT];   /* bucket k uses fl[k % NFLIGHT] and staging[k % 2] */
+    uint64_t slot_next;   /* bucket counter across the session */
     double hard_deadline; /* when non-zero, waits give up at this rw_now() (abort's grace) */
+    rw_wset_batch *batch; /* the weight set's prepared batch (memory reused) */
+    rw_piece *pieces;     /* the bucket's pieces (memory reused) */
+    size_t pieces_cap;
+    rw_sync_manifest *dm; /* a deferred bucket's manifest (copy) */
+    bool have_deferred;
+    uint64_t deferred_index;
+    rw_sync_sstats stats; /* guarded by mu */
 #ifdef RW_HAVE_CUDA
     cudaStream_t comm, compute;
-    cudaEvent_t recvd[2], done[2];
     /* host sources: pinned chunks (allocated at the first one) and the copier filling them */
     void *pin[UP_NBUF];
     size_t pin_bytes;              /* each */
@@ -154,11 +191,19 @@ rw_status rw_sync_session_ready(const rw_sync_session *cs, char *version, size_t
 static rw_status dev_resources(rw_sync_session *s, uint64_t bucket_bytes, rw_err *err) {
     RW_CUDA_TRY(err, cudaSetDevice(s->device));
     if (!s->comm) {
-        RW_CUDA_TRY(err, cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
-        RW_CUDA_TRY(err, cudaStreamCreateWithFlags(&s->compute, cudaStreamNonBlocking));
-        for (int i = 0; i < 2; i++) {
-            RW_CUDA_TRY(err, cudaEventCreateWithFlags(&s->recvd[i], cudaEventDisableTiming));
-            RW_CUDA_TRY(err, cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming));
+        /* the receive stream gets the highest priority: when a receive and the previous bucket's
+         * apply become ready together, the block scheduler gives the NCCL kernel its SMs first
+         * (the apply's large grid would otherwise hold the wire up for its duration) */
+        int lo = 0, hi = 0;
+        if (cudaDeviceGetStreamPriorityRange(&lo, &hi) != cudaSuccess) {
+            cudaGetLastError();
+            lo = hi = 0;
+        }
+        RW_CUDA_TRY(err, cudaStreamCreateWithPriority(&s->comm, cudaStreamNonBlocking, hi));
+        RW_CUDA_TRY(err, cudaStreamCreateWithPriority(&s->compute, cudaStreamNonBlocking, lo));
+        for (int i = 0; i < NFLIGHT; i++) {
+            RW_CUDA_TRY(err, cudaEventCreateWithFlags(&s->fl[i].recvd, cudaEventDisableTiming));
+            RW_CUDA_TRY(err, cudaEventCreateWithFlags(&s->fl[i].done, cudaEventDisableTiming));
         }
     }
     if (s->staging[0] && s->staging_bytes >= bucket_bytes) return RW_OK;
@@ -184,46 +229,86 @@ static rw_status dev_resources(rw_sync_session *s, uint64_t bucket_bytes, rw_err
     return RW_OK;
 }
 
-/* Waits for slot i's bucket (bounded). Returns RW_E_TIMEOUT / RW_E_NCCL / RW_E_CUDA. A stuck
- * NCCL receive gets its communicator aborted, which ends the kernel, so the slot drains. */
-static rw_status wait_slot(rw_sync_session *s, int i, rw_err *err) {
-    if (!s->busy[i]) return RW_OK;
+/* Frees the op table buffers of every record (nothing may be in flight). */
+static void tables_free(rw_sync_session *s) {
+    for (int i = 0; i < NFLIGHT; i++) {
+        flight *f = &s->fl[i];
+        if (f->htab) cudaFreeHost(f->htab);
+        if (f->dtab) cudaFree(f->dtab);
+        f->htab = f->dtab = NULL;
+        f->tab_cap = 0;
+    }
+}
+
+/* Record f's op table buffers hold at least `bytes`. Called before the bucket's receive is
+ * posted (or for a host source, whose upload needs no peer): cudaFree / cudaFreeHost may
+ * synchronize the device, which is harmless only then. Grown geometrically and kept, so steady
+ * state allocates nothing. */
+static rw_status table_reserve(rw_sync_session *s, flight *f, size_t bytes, rw_err *err) {
+    if (f->tab_cap >= bytes) return RW_OK;
+    size_t cap = f->tab_cap ? f->tab_cap : (256u << 10);
+    while (cap < bytes)
+        cap *= 2;
+    if (f->htab) cudaFreeHost(f->htab);
+    if (f->dtab) cudaFree(f->dtab);
+    f->htab = f->dtab = NULL;
+    f->tab_cap = 0;
+    cudaError_t e = cudaMallocHost(&f->htab, cap);
+    if (e == cudaSuccess) e = cudaMalloc(&f->dtab, cap);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (f->htab) cudaFreeHost(f->htab);
+        f->htab = NULL;
+        RW_FAIL(err, RW_E_OOM, "sync session: op table buffers of %zu bytes: %s", cap,
+                cudaGetErrorString(e));
+    }
+    f->tab_cap = cap;
+    return RW_OK;
+}
+
+/* Waits for record f's bucket (bounded): its apply, or for a deferred one its receive. Returns
+ * RW_E_TIMEOUT / RW_E_NCCL / RW_E_CUDA. A stuck NCCL receive gets its communicator aborted,
+ * which ends the kernel, so the record drains. */
+static rw_status wait_flight(rw_sync_session *s, flight *f, rw_err *err) {
+    if (!f->busy) return RW_OK;
+    cudaEvent_t ev = f->deferred ? f->recvd : f->done;
     for (;;) {
-        cudaError_t e = cudaEventQuery(s->done[i]);
+        cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) {
             cudaGetLastError();
-            s->busy[i] = false;
-            RW_FAIL(err, RW_E_CUDA, "sync session: bucket in slot %d failed on the device: %s", i,
-                    cudaGetErrorString(e));
+            f->busy = false;
+            RW_FAIL(err, RW_E_CUDA, "sync session: bucket %" PRIu64 " failed on the device: %s",
+                    f->index, cudaGetErrorString(e));
         }
-        if (s->busy_nccl[i] && s->group) {
+        if (f->nccl && s->group) {
             rw_status st = rw_sync_group_check(s->group, err);
             if (st != RW_OK) {
-                cudaEventSynchronize(s->done[i]); /* the abort ended the kernel */
-                s->busy[i] = false;
+                cudaEventSynchronize(ev); /* the abort ended the kernel */
+                f->busy = false;
                 return st;
             }
         }
-        if (rw_now() - s->busy_t0[i] > s->timeout_s ||
+        if (rw_now() - f->t0 > s->timeout_s ||
             (s->hard_deadline > 0 && rw_now() > s->hard_deadline)) {
-            if (s->busy_nccl[i] && s->group) {
+            if (f->nccl && s->group) {
                 rw_sync_group_abort(s->group);
-                cudaEventSynchronize(s->done[i]);
-                s->busy[i] = false;
+                cudaEventSynchronize(ev);
+                f->busy = false;
                 RW_FAIL(err, RW_E_TIMEOUT,
-                        "sync session: NCCL receive of group '%s' did not finish within %.1f s "
-                        "(trainer gone?): communicator aborted, re-create the group",
-                        rw_sync_group_name(s->group), s->timeout_s);
+                        "sync session: NCCL receive of bucket %" PRIu64 " (group '%s') did not "
+                        "finish within %.1f s (trainer gone?): communicator aborted, re-create "
+                        "the group",
+                        f->index, rw_sync_group_name(s->group), s->timeout_s);
             }
             RW_FAIL(err, RW_E_TIMEOUT,
-                    "sync session: device work of a bucket did not finish within %.1f s",
-                    s->timeout_s);
+                    "sync session: device work of bucket %" PRIu64 " did not finish within %.1f s",
+                    f->index, s->timeout_s);
         }
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }
-    s->busy[i] = false;
+    if (!f->deferred) f->busy = false;
     return RW_OK;
 }
 
@@ -326,14 +411,19 @@ static rw_status upload_host(rw_sync_session *s, uint8_t *dst, const uint8_t *sr
 }
 #endif
 
-/* Waits for every bucket in flight; the first error wins but both slots are drained. */
+/* Waits for every bucket in flight, oldest first; the first error wins but every record is
+ * drained. A deferred bucket still waiting for its apply is dropped after its receive ended
+ * (commit applies it first; abort and failures drop it). */
 static rw_status wait_all(rw_sync_session *s, rw_err *err) {
 #ifdef RW_HAVE_CUDA
     rw_status st = RW_OK;
-    for (int i = 0; i < 2; i++) {
-        rw_status si = wait_slot(s, i, st == RW_OK ? err : NULL);
+    for (uint64_t k = 0; k < NFLIGHT; k++) {
+        flight *f = &s->fl[(s->slot_next + k) % NFLIGHT];
+        rw_status si = wait_flight(s, f, st == RW_OK ? err : NULL);
         if (st == RW_OK) st = si;
+        f->busy = f->deferred = false;
     }
+    s->have_deferred = false;
     return st;
 #else
     (void)s;
@@ -344,11 +434,12 @@ static rw_status wait_all(rw_sync_session *s, rw_err *err) {
 
 static void free_staging(rw_sync_session *s) {
 #ifdef RW_HAVE_CUDA
-    if (s->staging[0] || s->pin[0]) cudaSetDevice(s->device);
+    if (s->staging[0] || s->pin[0] || s->fl[0].tab_cap) cudaSetDevice(s->device);
     for (int i = 0; i < 2; i++) {
         if (s->staging[i]) cudaFree(s->staging[i]);
         s->staging[i] = NULL;
     }
+    tables_free(s);
     pin_free_all(s);
 #endif
     s->staging_bytes = 0;
@@ -365,9 +456,9 @@ void rw_sync_session_destroy(rw_sync_session *s) {
 #ifdef RW_HAVE_CUDA
     if (s->comm) {
         cudaSetDevice(s->device);
-        for (int i = 0; i < 2; i++) {
-            cudaEventDestroy(s->recvd[i]);
-            cudaEventDestroy(s->done[i]);
+        for (int i = 0; i < NFLIGHT; i++) {
+            cudaEventDestroy(s->fl[i].recvd);
+            cudaEventDestroy(s->fl[i].done);
         }
         for (int i = 0; i < UP_NBUF; i++)
             if (s->pin_free[i]) cudaEventDestroy(s->pin_free[i]);
@@ -376,6 +467,9 @@ void rw_sync_session_destroy(rw_sync_session *s) {
     }
     rw_sync_copier_destroy(s->copier);
 #endif
+    rw_wset_batch_destroy(s->batch);
+    rw_sync_manifest_destroy(s->dm);
+    free(s->pieces);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -413,12 +507,15 @@ rw_status rw_sync_session_begin(rw_sync_session *s, const rw_sync_begin_args *a,
     s->timeout_s = timeout;
     s->t_begin = s->t_active = rw_now();
     s->slot_next = 0;
+    s->have_deferred = false;
     rw_wset_mark_clear(s->ws);
     pthread_mutex_lock(&s->mu);
     s->state = RW_SYNC_UPDATING;
     rw_sync_strlcpy(s->new_version, a->version, sizeof s->new_version);
     s->flush_cache = a->flush_cache;
     s->buckets = s->bytes = 0;
+    memset(&s->stats, 0, sizeof s->stats);
+    s->stats.phase_since = rw_now();
     pthread_mutex_unlock(&s->mu);
     return RW_OK;
 }
@@ -469,29 +566,46 @@ rw_status rw_sync_session_fail(rw_sync_session *s, rw_status st, rw_err *err) {
     return fail_session(s, st, err);
 }
 
+#ifdef RW_HAVE_CUDA
+static rw_status apply_deferred(rw_sync_session *s, rw_err *err);
+#endif
+
 rw_status rw_sync_session_poll(rw_sync_session *s, rw_err *err) {
     if (s->state != RW_SYNC_UPDATING) return RW_OK;
     double now = rw_now();
 #ifdef RW_HAVE_CUDA
-    for (int i = 0; i < 2; i++) {
-        if (!s->busy[i]) continue;
-        cudaError_t e = cudaEventQuery(s->done[i]);
+    bool any = false;
+    for (int i = 0; i < NFLIGHT; i++) {
+        flight *f = &s->fl[i];
+        if (!f->busy) continue;
+        cudaError_t e = cudaEventQuery(f->deferred ? f->recvd : f->done);
         if (e == cudaSuccess) {
-            s->busy[i] = false;
+            if (!f->deferred) f->busy = false;
             continue;
         }
         rw_status st = RW_OK;
         if (e != cudaErrorNotReady) {
-            s->busy[i] = false;
-            st = RW_ERR(err, RW_E_CUDA, "sync session: bucket failed on the device: %s",
-                        cudaGetErrorString(e));
-        } else if (s->busy_nccl[i] && s->group) {
+            cudaGetLastError();
+            f->busy = false;
+            st = RW_ERR(err, RW_E_CUDA, "sync session: bucket %" PRIu64 " failed on the device: %s",
+                        f->index, cudaGetErrorString(e));
+        } else if (f->nccl && s->group) {
             st = rw_sync_group_check(s->group, err);
         }
-        if (st == RW_OK && now - s->busy_t0[i] > s->timeout_s) st = wait_slot(s, i, err);
+        if (st == RW_OK && now - f->t0 > s->timeout_s) st = wait_flight(s, f, err);
         if (st != RW_OK) return fail_session(s, st, err);
+        any = true;
     }
-    if (s->busy[0] || s->busy[1]) return RW_OK;
+    /* a deferred bucket whose bytes are in: apply it now rather than at the next command */
+    if (s->have_deferred) {
+        flight *f = &s->fl[s->deferred_index % NFLIGHT];
+        if (cudaEventQuery(f->recvd) == cudaSuccess) {
+            rw_status st = apply_deferred(s, err);
+            if (st != RW_OK) return fail_session(s, st, err);
+        }
+        any = true;
+    }
+    if (any) return RW_OK;
 #endif
     if (now - s->t_active > s->timeout_s) {
         rw_status st =
@@ -502,7 +616,55 @@ rw_status rw_sync_session_poll(rw_sync_session *s, rw_err *err) {
     return RW_OK;
 }
 
-/* Everything that can be checked before a byte is written. */
+/* Phase bookkeeping for rw_sync_session_stats: the time since the last mark goes to the phase
+ * that ends, summed per bucket. */
+static double mark(rw_sync_session *s, rw_sync_phase next, double *acc) {
+    double now = rw_now();
+    pthread_mutex_lock(&s->mu);
+    if (acc) *acc += now - s->stats.phase_since;
+    s->stats.phase = next;
+    s->stats.phase_since = now;
+    pthread_mutex_unlock(&s->mu);
+    return now;
+}
+
+const char *rw_sync_phase_str(rw_sync_phase p) {
+    switch (p) {
+    case RW_SYNC_PH_IDLE: return "idle";
+    case RW_SYNC_PH_VALIDATE: return "validate";
+    case RW_SYNC_PH_WAIT: return "wait-for-record";
+    case RW_SYNC_PH_PREPARE: return "prepare";
+    case RW_SYNC_PH_BUFFERS: return "table-buffers";
+    case RW_SYNC_PH_RECV: return "post-receive";
+    case RW_SYNC_PH_LAUNCH: return "launch";
+    case RW_SYNC_PH_DEFERRED: return "deferred-apply";
+    case RW_SYNC_PH_COMMIT: return "commit-wait";
+    }
+    return "?";
+}
+
+void rw_sync_session_stats(rw_sync_session *s, rw_sync_sstats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The bucket's pieces over bytes at `base` (s->pieces, grown as needed). */
+static rw_status make_pieces(rw_sync_session *s, const rw_sync_manifest *m, const void *base,
+                             rw_place place, rw_err *err) {
+    size_t n = rw_sync_manifest_count(m);
+    if (n > s->pieces_cap) {
+        rw_piece *p = realloc(s->pieces, n * sizeof *p);
+        if (!p) RW_FAIL(err, RW_E_OOM, "update_weights: out of memory for %zu pieces", n);
+        s->pieces = p;
+        s->pieces_cap = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        s->pieces[i] = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), base, place);
+    return RW_OK;
+}
+
+/* Everything that can be checked before a byte is written; leaves the pieces in s->pieces. */
 static rw_status validate_bucket(rw_sync_session *s, const rw_sync_manifest *m,
                                  const rw_sync_source *src, rw_err *err) {
     RW_CHECK(rw_sync_manifest_check(m, err));
@@ -524,87 +686,199 @@ static rw_status validate_bucket(rw_sync_session *s, const rw_sync_manifest *m,
                 "update_weights: the %s transport needs a CUDA weight set (this one is on the "
                 "host)",
                 src->name);
-    /* pieces point where they will be applied from (host bytes, or the staging slot the
+    /* pieces point where they will be applied from (host bytes, or the staging buffer the
      * receive will fill); nothing is read here */
     const void *base = s->place == RW_PLACE_HOST ? src->host : s->staging[s->slot_next % 2];
-    for (size_t i = 0; i < rw_sync_manifest_count(m); i++) {
-        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), base, s->place);
-        RW_CHECK(rw_wset_validate_piece(s->ws, &p, err));
+    RW_CHECK(make_pieces(s, m, base, s->place, err));
+    for (size_t i = 0; i < rw_sync_manifest_count(m); i++)
+        RW_CHECK(rw_wset_validate_piece(s->ws, &s->pieces[i], err));
+    return RW_OK;
+}
+
+static rw_status batch_ready(rw_sync_session *s, rw_err *err) {
+    if (!s->batch) RW_CHECK(rw_wset_batch_create(&s->batch, err));
+    return RW_OK;
+}
+
+/* Host weight set: the pieces in s->pieces applied straight from the source's bytes. */
+static rw_status apply_host(rw_sync_session *s, size_t n, rw_err *err) {
+    if (n == 0) return RW_OK;
+    RW_CHECK(batch_ready(s, err));
+    s->written = true;
+    RW_CHECK(rw_wset_batch_prepare(s->ws, s->pieces, n, false, NULL, s->batch, NULL, err));
+    return rw_wset_batch_launch(s->ws, s->batch, NULL, NULL, NULL, err);
+}
+
+#ifdef RW_HAVE_CUDA
+/* Launches the prepared batch of record f on the compute stream (after its receive) and records
+ * its completion. Only asynchronous calls: it may run while f's NCCL receive waits for the
+ * trainer. */
+static rw_status launch_flight(rw_sync_session *s, flight *f, rw_err *err) {
+    rw_status st = rw_wset_batch_launch(s->ws, s->batch, f->htab, f->dtab, s->compute, err);
+    /* recorded after a failed launch too: what it queued reads the staging buffer until then */
+    cudaError_t ce = cudaEventRecord(f->done, s->compute);
+    f->deferred = false;
+    if (st != RW_OK) return st;
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        RW_FAIL(err, RW_E_CUDA, "sync session: cudaEventRecord: %s", cudaGetErrorString(ce));
     }
     return RW_OK;
 }
 
-/* One batch per bucket: the weight set turns it into a handful of kernel launches on a device
- * (rw_wset_apply_batch), so per-tensor launch overhead does not scale with the tensor count. */
-static rw_status apply_pieces(rw_sync_session *s, const rw_sync_manifest *m, const void *base,
-                              rw_place place, rw_stream stream, rw_err *err) {
-    size_t n = rw_sync_manifest_count(m);
-    if (n == 0) return RW_OK;
-    rw_piece *p = malloc(n * sizeof *p);
-    if (!p) RW_FAIL(err, RW_E_OOM, "update_weights: out of memory for %zu pieces", n);
-    for (size_t i = 0; i < n; i++)
-        p[i] = rw_sync_tensor_piece(rw_sync_manifest_at(m, i), base, place);
-    s->written = true;
-    rw_status st = rw_wset_apply_batch(s->ws, p, n, stream, err);
-    free(p);
+/* The deferred bucket: its receive has been waited for (bounded), its pieces (reads of their
+ * bytes allowed now) prepared and launched. */
+static rw_status apply_deferred(rw_sync_session *s, rw_err *err) {
+    if (!s->have_deferred) return RW_OK;
+    uint64_t k = s->deferred_index;
+    flight *f = &s->fl[k % NFLIGHT];
+    double t0 = mark(s, RW_SYNC_PH_DEFERRED, NULL);
+    RW_CUDA_TRY(err, cudaSetDevice(s->device));
+    RW_CHECK(wait_flight(s, f, err)); /* its receive */
+    s->have_deferred = false;
+    RW_CHECK(make_pieces(s, s->dm, s->staging[k % 2], RW_PLACE_DEVICE, err));
+    size_t n = rw_sync_manifest_count(s->dm);
+    bool again = false;
+    /* reads copy parts of staging to the host on the compute stream, which holds only this
+     * bucket's wait for its (complete) receive and earlier applies */
+    RW_CHECK(rw_wset_batch_prepare(s->ws, s->pieces, n, false, s->compute, s->batch, &again, err));
+    RW_CHECK(table_reserve(s, f, rw_wset_batch_table_bytes(s->batch), err));
+    rw_status st = launch_flight(s, f, err);
+    f->busy = true;
+    f->t0 = rw_now();
+    pthread_mutex_lock(&s->mu);
+    s->stats.deferred_s += rw_now() - t0;
+    s->stats.phase = RW_SYNC_PH_IDLE;
+    s->stats.phase_since = rw_now();
+    pthread_mutex_unlock(&s->mu);
     return st;
 }
+
+/* Keeps a copy of the manifest of a deferred bucket. */
+static rw_status keep_manifest(rw_sync_session *s, const rw_sync_manifest *m, rw_err *err) {
+    if (!s->dm) RW_CHECK(rw_sync_manifest_create(&s->dm, err));
+    rw_sync_manifest_clear(s->dm);
+    for (size_t i = 0; i < rw_sync_manifest_count(m); i++)
+        RW_CHECK(rw_sync_manifest_push(s->dm, rw_sync_manifest_at(m, i), err));
+    rw_sync_manifest_set_bytes(s->dm, rw_sync_manifest_bytes(m));
+    return RW_OK;
+}
+
+/* Device weight set: bucket k = s->slot_next, pieces in s->pieces (over staging[k % 2]).
+ * Order: wait for the record's previous bucket; host work and buffers; receive; launch. */
+static rw_status apply_device(rw_sync_session *s, const rw_sync_manifest *m, rw_sync_source *src,
+                              rw_err *err) {
+    uint64_t k = s->slot_next, nb = rw_sync_manifest_bytes(m);
+    size_t n = rw_sync_manifest_count(m);
+    flight *f = &s->fl[k % NFLIGHT];
+    bool nccl = src->host == NULL;
+    RW_CUDA_TRY(err, cudaSetDevice(s->device));
+    RW_CHECK(batch_ready(s, err));
+    /* 1. the record's previous user, bucket k - NFLIGHT (on a steady stream long done) */
+    mark(s, RW_SYNC_PH_WAIT, &s->stats.validate_s);
+    RW_CHECK(wait_flight(s, f, err));
+    f->busy = f->deferred = false;
+    /* 2. host work, with no read of the bytes (they are not there yet) */
+    mark(s, RW_SYNC_PH_PREPARE, &s->stats.wait_s);
+    bool needs_reads = false;
+    s->written = true; /* prepare records what the batch writes */
+    RW_CHECK(
+        rw_wset_batch_prepare(s->ws, s->pieces, n, true, s->compute, s->batch, &needs_reads, err));
+    mark(s, RW_SYNC_PH_BUFFERS, &s->stats.prepare_s);
+    if (!needs_reads) RW_CHECK(table_reserve(s, f, rw_wset_batch_table_bytes(s->batch), err));
+    /* 3. the receive into staging[k % 2], after the apply that last read it (bucket k - 2) */
+    mark(s, RW_SYNC_PH_RECV, &s->stats.buffers_s);
+    if (k >= 2) {
+        flight *prev = &s->fl[(k - 2) % NFLIGHT];
+        /* bucket k - 2's apply is launched (a deferred one is applied before the next bucket
+         * starts), so its done event is recorded */
+        RW_CUDA_TRY(err, cudaStreamWaitEvent(s->comm, prev->done, 0));
+    }
+    f->index = k;
+    f->nccl = nccl;
+    f->t0 = rw_now();
+    if (src->host)
+        RW_CHECK(upload_host(s, s->staging[k % 2], src->host, nb, err));
+    else
+        RW_CHECK(src->read(src, s->staging[k % 2], RW_PLACE_DEVICE, nb, s->comm, err));
+    /* from here on the record holds work that may read staging: drained by wait_all */
+    f->busy = true;
+    f->deferred = true; /* until launch_flight records done */
+    RW_CUDA_TRY(err, cudaEventRecord(f->recvd, s->comm));
+    RW_CUDA_TRY(err, cudaStreamWaitEvent(s->compute, f->recvd, 0));
+    mark(s, RW_SYNC_PH_LAUNCH, &s->stats.recv_s);
+    if (needs_reads && nccl) {
+        /* the bytes arrive after the reply: applied at the next command (apply_deferred) */
+        RW_CHECK(keep_manifest(s, m, err));
+        s->have_deferred = true;
+        s->deferred_index = k;
+        pthread_mutex_lock(&s->mu);
+        s->stats.deferred++;
+        pthread_mutex_unlock(&s->mu);
+    } else {
+        if (needs_reads) {
+            /* a host source: its upload needs no peer, so the compute stream (waiting for it)
+             * can be synchronized by the reads */
+            RW_CHECK(
+                rw_wset_batch_prepare(s->ws, s->pieces, n, false, s->compute, s->batch, NULL, err));
+            RW_CHECK(table_reserve(s, f, rw_wset_batch_table_bytes(s->batch), err));
+        }
+        RW_CHECK(launch_flight(s, f, err));
+    }
+    mark(s, RW_SYNC_PH_IDLE, &s->stats.launch_s);
+    return RW_OK;
+}
+#endif
 
 rw_status rw_sync_session_apply(rw_sync_session *s, const rw_sync_manifest *m, rw_sync_source *src,
                                 rw_sync_bucket_result *out, rw_err *err) {
     if (out) memset(out, 0, sizeof *out);
     if (s->state != RW_SYNC_UPDATING)
         RW_FAIL(err, RW_E_STATE, "update_weights: no update session is open (begin_update first)");
-    s->t_active = rw_now();
-    rw_status st = validate_bucket(s, m, src, err);
+    double t0 = rw_now();
+    s->t_active = t0;
+    rw_status st = RW_OK;
+#ifdef RW_HAVE_CUDA
+    /* the bucket before, when its apply waited for its bytes, goes first (stream order) */
+    if (s->have_deferred) {
+        st = apply_deferred(s, err);
+        if (st != RW_OK) return fail_session(s, st, err);
+    }
+#endif
+    pthread_mutex_lock(&s->mu);
+    s->stats.phase = RW_SYNC_PH_VALIDATE;
+    s->stats.phase_since = rw_now();
+    s->stats.bucket = s->slot_next;
+    pthread_mutex_unlock(&s->mu);
+    st = validate_bucket(s, m, src, err);
     if (st != RW_OK) return fail_session(s, st, err);
-    uint64_t nb = rw_sync_manifest_bytes(m), idx = s->slot_next++;
-    bool applied = false;
+    uint64_t nb = rw_sync_manifest_bytes(m), idx = s->slot_next;
+    bool applied = true;
     if (s->place == RW_PLACE_HOST) {
-        st = apply_pieces(s, m, src->host, RW_PLACE_HOST, NULL, err);
-        applied = true;
+        mark(s, RW_SYNC_PH_PREPARE, &s->stats.validate_s);
+        st = apply_host(s, rw_sync_manifest_count(m), err);
+        mark(s, RW_SYNC_PH_IDLE, &s->stats.prepare_s);
     } else {
 #ifdef RW_HAVE_CUDA
-        int slot = (int)(idx % 2);
-        bool nccl = src->host == NULL;
-        /* the apply that last read this slot (two buckets ago) is done: waited for on the host
-         * (bounded), and ordered on the device too. Only this slot's: a wait for the other
-         * slot's apply would hold the receive of this bucket until the previous bucket is
-         * applied, and nothing would overlap. */
-        RW_CHECKGOTO(wait_slot(s, slot, err), st, fail);
-        RW_CUDA_TRYGOTO(err, cudaSetDevice(s->device), st, fail);
-        RW_CUDA_TRYGOTO(err, cudaStreamWaitEvent(s->comm, s->done[slot], 0), st, fail);
-        if (src->host)
-            RW_CHECKGOTO(upload_host(s, s->staging[slot], src->host, nb, err), st, fail);
-        else
-            RW_CHECKGOTO(src->read(src, s->staging[slot], RW_PLACE_DEVICE, nb, s->comm, err), st,
-                         fail);
-        RW_CUDA_TRYGOTO(err, cudaEventRecord(s->recvd[slot], s->comm), st, fail);
-        RW_CUDA_TRYGOTO(err, cudaStreamWaitEvent(s->compute, s->recvd[slot], 0), st, fail);
-        s->busy[slot] = true;
-        s->busy_t0[slot] = rw_now();
-        s->busy_nccl[slot] = nccl;
-        st = apply_pieces(s, m, s->staging[slot], RW_PLACE_DEVICE, s->compute, err);
-        /* recorded after a failed apply too: what it queued reads the slot until then */
-        cudaError_t ce = cudaEventRecord(s->done[slot], s->compute);
-        if (st != RW_OK) goto fail;
-        if (ce != cudaSuccess) {
-            cudaGetLastError();
-            st =
-                RW_ERR(err, RW_E_CUDA, "sync session: cudaEventRecord: %s", cudaGetErrorString(ce));
-            goto fail;
-        }
+        applied = false; /* in flight on the device streams */
+        st = apply_device(s, m, src, err);
 #else
         st = RW_ERR(err, RW_E_NO_DEVICE, "update_weights: device weight set without CUDA");
 #endif
     }
-#ifdef RW_HAVE_CUDA
-fail:
-#endif
-    if (st != RW_OK) return fail_session(s, st, err);
+    if (st != RW_OK) {
+        mark(s, RW_SYNC_PH_IDLE, NULL);
+        return fail_session(s, st, err);
+    }
+    s->slot_next++;
+    double dt = rw_now() - t0;
     pthread_mutex_lock(&s->mu);
     s->buckets++;
     s->bytes += nb;
+    s->stats.buckets++;
+    s->stats.pieces += rw_sync_manifest_count(m);
+    s->stats.apply_s += dt;
+    if (dt > s->stats.max_apply_s) s->stats.max_apply_s = dt;
     pthread_mutex_unlock(&s->mu);
     s->t_active = rw_now();
     if (out) {
@@ -620,7 +894,13 @@ rw_status rw_sync_session_commit(rw_sync_session *s, rw_sync_commit_result *out,
     if (out) memset(out, 0, sizeof *out);
     if (s->state != RW_SYNC_UPDATING)
         RW_FAIL(err, RW_E_STATE, "commit_update: no update session is open");
-    rw_status st = wait_all(s, err);
+    rw_status st = RW_OK;
+#ifdef RW_HAVE_CUDA
+    if (s->have_deferred) st = apply_deferred(s, err);
+#endif
+    mark(s, RW_SYNC_PH_COMMIT, NULL);
+    if (st == RW_OK) st = wait_all(s, err);
+    mark(s, RW_SYNC_PH_IDLE, &s->stats.commit_wait_s);
     if (st != RW_OK) return fail_session(s, st, err);
     if (s->was_incomplete) {
         char missing[RW_SYNC_MAX_NAME];
@@ -662,7 +942,10 @@ rw_status rw_sync_session_init_group(rw_sync_session *s, const uint8_t id[RW_NCC
         RW_FAIL(
             err, RW_E_UNSUPPORTED,
             "init_weights_update_group: NCCL needs a CUDA weight set (this one is on the host)");
-    if (s->busy[0] || s->busy[1])
+    bool busy = false;
+    for (int i = 0; i < NFLIGHT; i++)
+        busy |= s->fl[i].busy;
+    if (busy)
         RW_FAIL(err, RW_E_BUSY,
                 "init_weights_update_group: buckets are in flight on the current group");
     rw_sync_group_destroy(s->group);

@@ -82,6 +82,35 @@ void rw_sync_copier_destroy(rw_sync_copier *c);
 int rw_sync_copier_threads(const rw_sync_copier *c);
 void rw_sync_copier_run(rw_sync_copier *c, void *dst, const void *src, size_t len);
 
+/* Where an update session's control thread is and what its buckets cost on the host: the
+ * benchmark's progress lines and watchdog read it from another thread (rw_sync_session_stats). */
+typedef enum rw_sync_phase {
+    RW_SYNC_PH_IDLE = 0,
+    RW_SYNC_PH_VALIDATE = 1, /* manifest and pieces against the model */
+    RW_SYNC_PH_WAIT = 2,     /* for the bucket NFLIGHT before (its record is reused) */
+    RW_SYNC_PH_PREPARE = 3,  /* ops and op table on the host */
+    RW_SYNC_PH_BUFFERS = 4,  /* growing a record's op table buffers */
+    RW_SYNC_PH_RECV = 5,     /* posting the receive (NCCL enqueue / host upload) */
+    RW_SYNC_PH_LAUNCH = 6,   /* table copy and kernel launches */
+    RW_SYNC_PH_DEFERRED = 7, /* applying a deferred bucket */
+    RW_SYNC_PH_COMMIT = 8,   /* commit: waiting for the buckets in flight */
+} rw_sync_phase;
+const char *rw_sync_phase_str(rw_sync_phase p);
+
+typedef struct rw_sync_sstats {
+    rw_sync_phase phase;
+    double phase_since;                 /* rw_now() when the phase began */
+    uint64_t bucket;                    /* index of the bucket being handled (or last handled) */
+    uint64_t buckets, pieces, deferred; /* of the open (or last) session */
+    /* host seconds summed over the session's buckets, per phase */
+    double validate_s, wait_s, prepare_s, buffers_s, recv_s, launch_s, deferred_s;
+    double apply_s;     /* whole rw_sync_session_apply calls */
+    double max_apply_s; /* the longest one */
+    double commit_wait_s;
+} rw_sync_sstats;
+/* Thread-safe snapshot. */
+void rw_sync_session_stats(rw_sync_session *s, rw_sync_sstats *out);
+
 /* The trainer group's own stream (a cudaStream_t) used when callers pass none. */
 void *rw_client_group_stream(rw_client_group *g);
 void *rw_sync_group_stream(rw_sync_group *g);

@@ -1,11 +1,15 @@
 /* sync.c - `rw-bench sync` (S1, S2, S5) and `rw-bench disk` (S4).
  *
- * sync: a raw NCCL broadcast GPU0 -> GPU1 of the model's bf16 bytes at every bucket size (the
- * wire-time line), then the full-model update through the real protocol (rw_sync_bench_nccl of
- * the sync module: trainer on GPU0, TP1 worker on GPU1, first byte to ready-to-generate, pack
- * included), whose result carries the raw broadcast of the same buckets measured in the same run.
- * S2 is the same update into a worker serving mxfp8-last-8-bf16; S5 is the worker's peak device
- * memory during the S1 update against weights + 2 buckets + 1 GiB.
+ * sync: the targets first - the full-model update through the real protocol at the S1 bucket
+ * size (rw_sync_bench_nccl of the sync module: trainer on GPU0, TP1 worker on GPU1, first byte to
+ * ready-to-generate, pack included; its result carries the raw broadcast of the same buckets
+ * measured in the same run), S5 (the worker's peak device memory during it against weights + 2
+ * buckets + 1 GiB), S2 (the same update into a worker serving mxfp8-last-8-bf16) - then a raw
+ * NCCL broadcast GPU0 -> GPU1 of the model's bf16 bytes at every bucket size (the wire-time
+ * lines) and the update at the other bucket sizes. Each update gets a share of the time limit
+ * (RW_BENCH_TIME_LIMIT / --time-limit), which the entry point keeps to; it prints its progress
+ * on stderr; one that still has not returned 15 s after its limit gets its error line and ends
+ * the process (a wait that is not bounded), rather than the stage being killed silently.
  *
  * disk: a random checkpoint written to local disk (rw-ckpt random, reused when already there),
  * read twice so the page cache is warm, then update_weights_from_disk into a worker on GPU0
@@ -23,6 +27,9 @@
 
 #ifdef RWB_HAVE_SYNC
 #include "rw_sync.h"
+
+#include <pthread.h>
+#include <time.h>
 #endif
 
 #ifdef RWB_HAVE_SYNC
@@ -33,7 +40,9 @@ static json_t *update_line(rwb_ctx *c, const char *bench, const char *what, uint
                         const char *target_id, const char *target_text, double max_time_ratio,
                         double min_rate_ratio, double wire_sep_s) {
     int n = r->repeats < RW_SYNC_BENCH_MAX_REPEATS ? r->repeats : RW_SYNC_BENCH_MAX_REPEATS;
-    rwb_stats su = rwb_stats_of(r->update_s, n), sc = rwb_stats_of(r->ceiling_s, n);
+    int nc = r->ceiling_repeats > 0 ? r->ceiling_repeats : n;
+    if (nc > RW_SYNC_BENCH_MAX_REPEATS) nc = RW_SYNC_BENCH_MAX_REPEATS;
+    rwb_stats su = rwb_stats_of(r->update_s, n), sc = rwb_stats_of(r->ceiling_s, nc);
     json_t *j = rwb_line(c, bench, what);
     rwb_set_num(j, "bytes", (double)r->bytes);
     if (bucket) rwb_set_num(j, "bucket_bytes", (double)bucket);
@@ -46,15 +55,130 @@ static json_t *update_line(rwb_ctx *c, const char *bench, const char *what, uint
     rwb_set_num(j, "ceiling_median_s", sc.median);
     rwb_set_num(j, "ceiling_p10_s", sc.p10);
     rwb_set_num(j, "ceiling_p90_s", sc.p90);
+    rwb_set_int(j, "ceiling_reps", nc);
     double tr = su.median / sc.median;
     rwb_set_num(j, "time_ratio", tr);
     if (wire_sep_s > 0) rwb_set_num(j, "raw_bcast_separate_s", wire_sep_s);
+    /* where the time goes (S1/S2 entry point; zeros from the disk one) */
+    if (r->pieces) {
+        rwb_set_int(j, "pieces", (int64_t)r->pieces);
+        rwb_set_num(j, "setup_s", r->setup_s);
+        rwb_set_num(j, "warmup_s", r->warmup_s);
+        rwb_set_num(j, "bucket_mean_s", r->bucket_mean_s);
+        rwb_set_num(j, "bucket_max_s", r->bucket_max_s);
+        rwb_set_num(j, "commit_s", r->commit_s);
+        rwb_set_num(j, "worker_apply_s_per_bucket", r->worker_apply_s);
+        rwb_set_num(j, "worker_wait_s_per_bucket", r->worker_wait_s);
+        rwb_set_num(j, "worker_prepare_s_per_bucket", r->worker_prepare_s);
+        rwb_set_int(j, "worker_deferred", (int64_t)r->worker_deferred);
+    }
+    if (r->note[0]) rwb_set_str(j, "note", r->note);
     int met = -1;
     if (target_id && max_time_ratio > 0) met = tr <= max_time_ratio;
     if (target_id && min_rate_ratio > 0) met = achieved / ceiling >= min_rate_ratio;
     rwb_line_target(j, target_id, target_text, met);
     return j;
 }
+
+/* A last resort for a measurement that does not come back: a thread that, once the call has
+ * run GUARD_GRACE_S past its own time limit (which the entry point keeps to, so this means a
+ * wait that is not bounded), emits the error line for it and ends the process, instead of the
+ * stage being killed with nothing said. The progress lines on stderr say where it stopped. */
+#define GUARD_GRACE_S 15.0
+typedef struct guard {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    bool started, stop, armed;
+    double until, limit;
+    char what[64];
+    uint64_t bucket;
+    rwb_ctx *c;
+} guard;
+
+static void *guard_main(void *arg) {
+    guard *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        if (g->stop || !g->armed || rw_now() < g->until) continue;
+        rw_err e;
+        RW_ERR(&e, RW_E_TIMEOUT,
+               "%s at %llu MiB buckets did not return within its %.0f s time limit plus %.0f s: "
+               "a wait that is not bounded (hung); rw-bench ends here (the progress and "
+               "watchdog lines on stderr say where both sides were)",
+               g->what, (unsigned long long)(g->bucket >> 20), g->limit, GUARD_GRACE_S);
+        json_t *j = rwb_line(g->c, "sync", g->what);
+        rwb_set_num(j, "bucket_bytes", (double)g->bucket);
+        rwb_set_str(j, "error", e.msg);
+        rwb_set_str(j, "status", rw_status_str(e.status));
+        fprintf(stderr, "rw-bench: sync %s: %s\n", g->what, e.msg);
+        rwb_emit(j);
+        fflush(stderr);
+        _exit(3);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+static void guard_arm(guard *g, const char *what, uint64_t bucket, double limit_s) {
+    pthread_mutex_lock(&g->mu);
+    snprintf(g->what, sizeof g->what, "%s", what);
+    g->bucket = bucket;
+    g->limit = limit_s;
+    g->until = limit_s > 0 ? rw_now() + limit_s + GUARD_GRACE_S : 1e300;
+    g->armed = limit_s > 0;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void guard_disarm(guard *g) {
+    pthread_mutex_lock(&g->mu);
+    g->armed = false;
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* One full-model update measurement (S1 / S2 or another bucket size), bounded by `limit_s`. */
+static rw_status run_update(rwb_ctx *c, guard *g, const rw_config *cfg, const char *what,
+                            uint64_t bk, double limit_s, rw_sync_bench_result *r, rw_err *err) {
+    rw_sync_bench_opts so;
+    memset(&so, 0, sizeof so);
+    so.cfg = cfg;
+    so.trainer_device = c->o.gpu0;
+    so.worker_device = c->o.gpu1;
+    so.bucket_bytes = bk;
+    so.repeats = c->o.reps < RW_SYNC_BENCH_MAX_REPEATS ? c->o.reps : RW_SYNC_BENCH_MAX_REPEATS;
+    so.timeout_s = 120;
+    so.time_limit_s = limit_s;
+    so.verbose = true;
+    memset(r, 0, sizeof *r);
+    fprintf(stderr, "rw-bench: sync: %s, %llu MiB buckets (time limit %s%.0f s)\n", what,
+            (unsigned long long)(bk >> 20), limit_s > 0 ? "" : "none, ", limit_s);
+    double t0 = rw_now();
+    guard_arm(g, what, bk, limit_s);
+    rw_status st = rw_sync_bench_nccl(&so, r, err);
+    guard_disarm(g);
+    fprintf(stderr, "rw-bench: sync: %s, %llu MiB buckets: %s in %.1f s\n", what,
+            (unsigned long long)(bk >> 20), st == RW_OK ? "done" : rw_status_str(st),
+            rw_now() - t0);
+    return st;
+}
+
+/* The time one measurement may take (0: no limit): `frac` of what is left, but when that is
+ * under 30 s, up to 30 s of it (the measurements come in priority order: S1, S2, then the
+ * rest), keeping 5 s for the lines after it. */
+static double share_s(const rwb_ctx *c, double frac) {
+    if (c->t_deadline <= 0) return 0;
+    double left = c->t_deadline - rw_now() - 5;
+    if (left <= 0) return -1;
+    double s = left * frac;
+    if (s < 30) s = left < 30 ? left : 30;
+    return s;
+}
+/* Below this a full-model update is not attempted (setup alone takes seconds). */
+#define MIN_UPDATE_S 15.0
 #endif
 
 void rwb_mode_sync(rwb_ctx *c) {
@@ -63,79 +187,52 @@ void rwb_mode_sync(rwb_ctx *c) {
     double wire_s[RWB_MAX_LIST] = {0};
     const uint64_t total = rwb_model_bf16_bytes(&c->cfg);
 
-    /* 1. the wire: raw broadcasts of the model's bytes at each bucket size */
-    rwb_bcast *b = NULL;
-    if (rwb_bcast_create(c->o.gpu0, c->o.gpu1, &b, &err) != RW_OK) {
-        rwb_emit_error(c, "sync", "raw_bcast", &err);
-    } else {
-        for (int i = 0; i < c->o.nbuckets; i++) {
-            uint64_t bk = c->o.buckets[i];
-            fprintf(stderr, "rw-bench: sync: raw broadcast of %.2f GB in %llu MiB buckets\n",
-                    (double)total / 1e9, (unsigned long long)(bk >> 20));
-            if (rwb_bcast_run(b, total, bk, 1, c->o.reps, smp, &err) != RW_OK) {
-                rwb_emit_error(c, "sync", "raw_bcast", &err);
+#ifdef RWB_HAVE_SYNC
+    guard g;
+    memset(&g, 0, sizeof g);
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    g.c = c;
+    if (pthread_create(&g.th, NULL, guard_main, &g) == 0) g.started = true;
+
+    /* 1. the targets first: S1 and S5 at s1_bucket, then S2 at the same size. When the entry
+     * point refuses that size, S1/S5 are measured at the next size of the list that works and
+     * the lines say so in "note". */
+    char note[256] = "";
+    uint64_t s1_bucket = c->o.s1_bucket, s2_bucket = 0;
+    bool s1_done = false, s1_tried = false;
+    {
+        uint64_t order[RWB_MAX_LIST + 1];
+        int n = 0;
+        order[n++] = s1_bucket;
+        for (int i = 0; i < c->o.nbuckets; i++)
+            if (c->o.buckets[i] > s1_bucket) order[n++] = c->o.buckets[i];
+        for (int k = 0; k < n && !s1_done; k++) {
+            uint64_t bk = order[k];
+            if (rwb_out_of_time(c)) break;
+            /* S1 takes at most about half of what is left (S2 and the rest follow) */
+            double lim = share_s(c, 0.45);
+            if (c->t_deadline > 0 && lim < MIN_UPDATE_S) break;
+            rw_sync_bench_result r;
+            if (bk == s1_bucket) s1_tried = true;
+            if (run_update(c, &g, &c->cfg, "update_bf16", bk, lim, &r, &err) != RW_OK) {
+                if (bk == s1_bucket)
+                    snprintf(note, sizeof note,
+                             "defined at %llu MiB buckets, which the benchmark refused (%s); "
+                             "measured at the next bucket size that works",
+                             (unsigned long long)(s1_bucket >> 20), rw_status_str(err.status));
+                rwb_emit_error(c, "sync", "update_bf16", &err);
+                /* a refused size (a tensor row larger than the bucket) may work at a larger
+                 * one; a timeout, a device or NCCL error will not get better */
+                if (err.status != RW_E_RANGE && err.status != RW_E_SHAPE) break;
                 continue;
             }
-            rwb_stats s = rwb_stats_of(smp, c->o.reps);
-            wire_s[i] = s.median;
-            json_t *j = rwb_line(c, "sync", "raw_bcast");
-            rwb_set_str(j, "role", "ceiling");
-            rwb_set_num(j, "bytes", (double)total);
-            rwb_set_num(j, "bucket_bytes", (double)bk);
-            rwb_line_stats(j, &s);
-            rwb_line_rate(j, (double)total / s.median / 1e9, "GB/s", 0, NULL);
+            json_t *j = update_line(c, "sync", "update_bf16", bk, &r,
+                                    "raw ncclBroadcast of the same buckets", "S1",
+                                    "update time <= 1.15 x raw broadcast time", 1.15, 0, 0);
+            if (note[0]) rwb_set_str(j, "note", note);
             rwb_emit(j);
-        }
-        rwb_bcast_destroy(b); /* frees its buffers before the update needs both GPUs' memory */
-    }
-
-#ifdef RWB_HAVE_SYNC
-    /* 2. full-model updates through the protocol, each with its own raw broadcast ceiling.
-     * Buckets in ascending order. S1, S2 and S5 are defined at s1_bucket; when the entry point
-     * refuses that size (a bucket smaller than the largest tensor: the embedding and the lm_head
-     * are 622 MB, more than 512 MiB), they are measured at the next size that works and the
-     * lines say so in "note". */
-    int repeats = c->o.reps < RW_SYNC_BENCH_MAX_REPEATS ? c->o.reps : RW_SYNC_BENCH_MAX_REPEATS;
-    char note[256] = "";
-    bool s1_open = true; /* S1/S5 not attached to a measurement yet */
-    uint64_t s2_bucket = 0;
-    for (int i = 0; i < c->o.nbuckets; i++) {
-        uint64_t bk = c->o.buckets[i];
-        bool at_target = s1_open && bk >= c->o.s1_bucket;
-        if (rwb_out_of_time(c)) {
-            json_t *p = json_object();
-            json_object_set_new(p, "bucket_bytes", json_integer((json_int_t)bk));
-            rwb_emit_skip(c, "sync", "update_bf16", "time limit reached", p);
-            continue;
-        }
-        rw_sync_bench_opts so;
-        memset(&so, 0, sizeof so);
-        so.cfg = &c->cfg;
-        so.trainer_device = c->o.gpu0;
-        so.worker_device = c->o.gpu1;
-        so.bucket_bytes = bk;
-        so.repeats = repeats;
-        so.timeout_s = 120;
-        rw_sync_bench_result r;
-        memset(&r, 0, sizeof r);
-        fprintf(stderr, "rw-bench: sync: bf16 update, %llu MiB buckets\n",
-                (unsigned long long)(bk >> 20));
-        if (rw_sync_bench_nccl(&so, &r, &err) != RW_OK) {
-            if (at_target && bk == c->o.s1_bucket)
-                snprintf(note, sizeof note,
-                         "defined at %llu MiB buckets, which the benchmark refused (%s); measured "
-                         "at the next bucket size that works",
-                         (unsigned long long)(c->o.s1_bucket >> 20), rw_status_str(err.status));
-            rwb_emit_error(c, "sync", "update_bf16", &err);
-            continue;
-        }
-        json_t *j = update_line(c, "sync", "update_bf16", bk, &r,
-                                "raw ncclBroadcast of the same buckets", at_target ? "S1" : NULL,
-                                "update time <= 1.15 x raw broadcast time", 1.15, 0, wire_s[i]);
-        if (at_target && note[0]) rwb_set_str(j, "note", note);
-        rwb_emit(j);
-        if (at_target) {
-            s1_open = false;
+            s1_done = true;
             s2_bucket = bk;
             /* S5: peak worker memory during the update against its budget */
             double budget = (double)r.worker_weights_bytes + 2.0 * (double)bk + RWB_GIB;
@@ -155,34 +252,94 @@ void rwb_mode_sync(rwb_ctx *c) {
             rwb_emit(j);
         }
     }
-    if (!c->o.no_quant && rwb_out_of_time(c)) {
-        rwb_emit_skip(c, "sync", "update_mxfp8", "time limit reached", NULL);
-    } else if (!c->o.no_quant) {
-        uint64_t bk = s2_bucket ? s2_bucket : c->o.s1_bucket;
-        rw_sync_bench_opts so;
-        memset(&so, 0, sizeof so);
-        so.cfg = &c->cfg_q;
-        so.trainer_device = c->o.gpu0;
-        so.worker_device = c->o.gpu1;
-        so.bucket_bytes = bk;
-        so.repeats = repeats;
-        so.timeout_s = 120;
-        rw_sync_bench_result r;
-        memset(&r, 0, sizeof r);
-        fprintf(stderr, "rw-bench: sync: bf16 -> mxfp8-last-8-bf16 update, %llu MiB buckets\n",
-                (unsigned long long)(bk >> 20));
-        if (rw_sync_bench_nccl(&so, &r, &err) != RW_OK) {
-            rwb_emit_error(c, "sync", "update_mxfp8", &err);
+    if (!c->o.no_quant) {
+        double lim = share_s(c, 0.6);
+        if (rwb_out_of_time(c) || (c->t_deadline > 0 && lim < MIN_UPDATE_S)) {
+            rwb_emit_skip(c, "sync", "update_mxfp8", "time limit reached", NULL);
         } else {
-            json_t *j = update_line(c, "sync", "update_mxfp8", bk, &r,
-                                    "raw ncclBroadcast of the same buckets", "S2",
-                                    "update time (quantize on load) <= 1.25 x raw broadcast time",
-                                    1.25, 0, 0);
-            if (bk != c->o.s1_bucket && note[0]) rwb_set_str(j, "note", note);
-            rwb_emit(j);
+            uint64_t bk = s2_bucket ? s2_bucket : s1_bucket;
+            rw_sync_bench_result r;
+            if (run_update(c, &g, &c->cfg_q, "update_mxfp8", bk, lim, &r, &err) != RW_OK) {
+                rwb_emit_error(c, "sync", "update_mxfp8", &err);
+            } else {
+                json_t *j = update_line(
+                    c, "sync", "update_mxfp8", bk, &r, "raw ncclBroadcast of the same buckets",
+                    "S2", "update time (quantize on load) <= 1.25 x raw broadcast time", 1.25, 0,
+                    0);
+                if (bk != s1_bucket && note[0]) rwb_set_str(j, "note", note);
+                rwb_emit(j);
+            }
         }
     }
+#endif
+
+    /* 2. the wire: raw broadcasts of the model's bytes at each bucket size */
+    rwb_bcast *b = NULL;
+    if (rwb_out_of_time(c)) {
+        rwb_emit_skip(c, "sync", "raw_bcast", "time limit reached", NULL);
+    } else if (rwb_bcast_create(c->o.gpu0, c->o.gpu1, &b, &err) != RW_OK) {
+        rwb_emit_error(c, "sync", "raw_bcast", &err);
+    } else {
+        for (int i = 0; i < c->o.nbuckets; i++) {
+            uint64_t bk = c->o.buckets[i];
+            if (rwb_out_of_time(c)) {
+                json_t *p = json_object();
+                json_object_set_new(p, "bucket_bytes", json_integer((json_int_t)bk));
+                rwb_emit_skip(c, "sync", "raw_bcast", "time limit reached", p);
+                continue;
+            }
+            fprintf(stderr, "rw-bench: sync: raw broadcast of %.2f GB in %llu MiB buckets\n",
+                    (double)total / 1e9, (unsigned long long)(bk >> 20));
+            if (rwb_bcast_run(b, total, bk, 1, c->o.reps, smp, &err) != RW_OK) {
+                rwb_emit_error(c, "sync", "raw_bcast", &err);
+                continue;
+            }
+            rwb_stats s = rwb_stats_of(smp, c->o.reps);
+            wire_s[i] = s.median;
+            json_t *j = rwb_line(c, "sync", "raw_bcast");
+            rwb_set_str(j, "role", "ceiling");
+            rwb_set_num(j, "bytes", (double)total);
+            rwb_set_num(j, "bucket_bytes", (double)bk);
+            rwb_line_stats(j, &s);
+            rwb_line_rate(j, (double)total / s.median / 1e9, "GB/s", 0, NULL);
+            rwb_emit(j);
+        }
+        rwb_bcast_destroy(b); /* frees its buffers before the updates need both GPUs' memory */
+    }
+
+#ifdef RWB_HAVE_SYNC
+    /* 3. the other bucket sizes (ascending), each with its own raw broadcast ceiling */
+    for (int i = 0; i < c->o.nbuckets; i++) {
+        uint64_t bk = c->o.buckets[i];
+        if ((s1_done && bk == s2_bucket) || (s1_tried && bk == s1_bucket)) continue; /* above */
+        double lim = share_s(c, 1.0 / (double)(c->o.nbuckets - i));
+        if (rwb_out_of_time(c) || (c->t_deadline > 0 && lim < MIN_UPDATE_S)) {
+            json_t *p = json_object();
+            json_object_set_new(p, "bucket_bytes", json_integer((json_int_t)bk));
+            rwb_emit_skip(c, "sync", "update_bf16", "time limit reached", p);
+            continue;
+        }
+        rw_sync_bench_result r;
+        if (run_update(c, &g, &c->cfg, "update_bf16", bk, lim, &r, &err) != RW_OK) {
+            rwb_emit_error(c, "sync", "update_bf16", &err);
+            continue;
+        }
+        json_t *j =
+            update_line(c, "sync", "update_bf16", bk, &r, "raw ncclBroadcast of the same buckets",
+                        NULL, NULL, 0, 0, wire_s[i]);
+        rwb_emit(j);
+    }
+    if (g.started) {
+        pthread_mutex_lock(&g.mu);
+        g.stop = true;
+        pthread_cond_broadcast(&g.cv);
+        pthread_mutex_unlock(&g.mu);
+        pthread_join(g.th, NULL);
+    }
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
 #else
+    (void)wire_s;
     RW_ERR(&err, RW_E_UNSUPPORTED,
            "the sync module's benchmark entry point (rw_sync_bench_nccl) is not in this build");
     rwb_emit_error(c, "sync", "update_bf16", &err);
