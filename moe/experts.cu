@@ -628,7 +628,9 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.k = k;
         g.act = w.act;
         g.y = w.y;
-        const int64_t grid_x = max_tiles(A, E, tn);
+        /* tiles: at most one per tn rows plus one partial per expert, and never more than the
+         * assignments (a decode step of A = 8 launches 8 columns of CTAs, not E + 1) */
+        const int64_t grid_x = max_tiles(A, E, tn) < A ? max_tiles(A, E, tn) : A;
         /* w13: M = 2P rows, K = H */
         g.w = lw->w13.data;
         g.wscale = lw->w13_scale.data;

@@ -475,7 +475,10 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
     const rw_tensor fn = rw_wset_final_norm(m->ws), lm = rw_wset_lm_head(m->ws);
     RW_CHECK(
         rw_k_rmsnorm_rows(be->x, tp ? be->y : NULL, rows, nlog, fn.data, H, eps, be->hl, s, err));
-    RW_CHECK(gemm(be, lm.data, be->hl, be->lg_local, nlog, d->v_local, H, err));
+    /* one rank whose vocabulary needs no padding: the lm_head writes the logits in place */
+    const bool direct = !tp && d->v_local == c->vocab_size;
+    RW_CHECK(
+        gemm(be, lm.data, be->hl, direct ? be->logits : be->lg_local, nlog, d->v_local, H, err));
     const float *g = be->lg_local;
     if (tp) {
         prof_mark(be, RW_PROF_LMHEAD);
@@ -484,7 +487,8 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
         prof_mark(be, RW_PROF_COMM);
         g = be->gath;
     }
-    RW_CHECK(rw_k_logits_gather(g, d->tp, nlog, d->v_local, c->vocab_size, be->logits, s, err));
+    if (!direct)
+        RW_CHECK(rw_k_logits_gather(g, d->tp, nlog, d->v_local, c->vocab_size, be->logits, s, err));
     prof_mark(be, RW_PROF_LMHEAD);
     return RW_OK;
 }
