@@ -15,7 +15,8 @@
  *   first difference except at a few positions a rerouted near-tie moves; at least 3/4 identical
  *   end to end: CUDA arithmetic depends slightly on the batch).
  * - random weights: generated on the device, byte-equal to the CPU backend's, and the forward
- *   pass on them agrees with the emulation like the checkpoint's does. */
+ *   pass on them agrees with the emulation like the checkpoint's does;
+ * - the benchmarks' RW_BENCH_BREAKDOWN=1 timing runs (graph-captured events for decode). */
 #include <math.h>
 
 #include "rw_test.h"
@@ -409,12 +410,41 @@ static void test_batching(void **state) {
     rw_model_destroy(m);
 }
 
+/* RW_BENCH_BREAKDOWN=1: the benchmarks' per-phase timing runs on a small model and prints its
+ * lines (decode: "mode": "graph" when the events recorded inside the captured graph could be
+ * timed, "eager" when it fell back). */
+static void test_bench_breakdown(void **state) {
+    fx *f = *state;
+    setenv("RW_BENCH_BREAKDOWN", "1", 1);
+    rw_bench_opts o = rw_bench_opts_default();
+    o.cfg = &f->cfg;
+    o.batch = 4;
+    o.ctx = 40;
+    o.steps = 3;
+    o.nprompt = 2;
+    o.plen = 64;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    assert_non_null(out);
+    rw_err err = {0};
+    const rw_status a = rw_worker_bench_decode(&o, out, &err);
+    const rw_status b = a == RW_OK ? rw_worker_bench_prefill(&o, out, &err) : a;
+    fclose(out);
+    unsetenv("RW_BENCH_BREAKDOWN");
+    RW_ASSERT_OK(b, &err);
+    print_message("%s", buf);
+    assert_non_null(strstr(buf, "\"bench\": \"decode_breakdown\""));
+    assert_non_null(strstr(buf, "\"bench\": \"prefill_breakdown\""));
+    free(buf);
+}
+
 int main(void) {
     rw_test_require_gpu(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f2),        cmocka_unit_test(test_vs_emulation),
         cmocka_unit_test(test_quantized), cmocka_unit_test(test_random_weights),
-        cmocka_unit_test(test_batching),
+        cmocka_unit_test(test_batching),  cmocka_unit_test(test_bench_breakdown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
