@@ -134,6 +134,12 @@ rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, in
     g->timeout_s = timeout_s;
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
+    /* Connect every channel while the group is created, not lazily at a collective's first use:
+     * with lazy connection, the first broadcast of a new size/protocol (a 512 MiB bucket after the
+     * small warm-up broadcasts) cannot finish its enqueue until the trainer enqueues too, but the
+     * worker posts its receive before it replies and the trainer broadcasts only after the reply,
+     * so the two would wait on each other. An explicit setting from the environment is kept. */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&g->comm, world, u, rank, &cfg);
