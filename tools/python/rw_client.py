@@ -257,6 +257,35 @@ def expected_checksum(config, tp, rank, name, value, lib=None):
 # ---------------------------------------------------------------------------------------------
 # Worker processes
 # ---------------------------------------------------------------------------------------------
+def _loaded_nccl_dir():
+    """The folder of the libnccl already mapped into this process (a PyTorch trainer's own NCCL,
+    loaded with torch), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(" ")[-1]
+                if "/libnccl.so" in path and os.path.exists(path):
+                    return os.path.dirname(path)
+    except OSError:
+        pass
+    return None
+
+
+def _worker_env(env):
+    """The environment of a worker started from this process. All members of an NCCL group must
+    run the same NCCL version (a mismatch fails the join with "invalid usage"), and a trainer that
+    imported torch uses torch's NCCL: the worker is pointed at the same library first, unless
+    RW_WORKER_NCCL_DIR names another folder (empty: leave the loader's choice alone)."""
+    env = dict(os.environ if env is None else env)
+    d = os.environ.get("RW_WORKER_NCCL_DIR")
+    if d is None:
+        d = _loaded_nccl_dir()
+    if d:
+        old = env.get("LD_LIBRARY_PATH", "")
+        env["LD_LIBRARY_PATH"] = d + (":" + old if old else "")
+    return env
+
+
 class Worker:
     """An rw-worker process (rank 0 of its ranks) started and stopped from Python.
 
@@ -292,7 +321,7 @@ class Worker:
         self.ready = None
 
     def start(self):
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, env=self.env)
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, env=_worker_env(self.env))
         end = time.time() + self.start_timeout
         buf = b""
         while time.time() < end:
