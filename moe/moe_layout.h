@@ -98,6 +98,8 @@ rw_status rw_moe_scatter_cuda(const rw_moe_op *d_ops, const int64_t *d_unit_begi
                               int64_t total_units, rw_stream s, rw_err *err);
 /* Runs FP8Q ops (device memory), one thread block per op. */
 rw_status rw_moe_fp8q_cuda(const rw_moe_op *d_ops, size_t n, rw_stream s, rw_err *err);
+/* Loads the scatter / fp8q / gather kernels (see pack.cu); RW_E_NO_DEVICE without CUDA. */
+rw_status rw_moe_cuda_preload(int device, rw_err *err);
 /* 2-D copy between any places: `rows` rows of `width` bytes, pitches in bytes, async on s. */
 rw_status rw_moe_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                         size_t rows, rw_stream s, rw_err *err);

@@ -225,6 +225,10 @@ void rw_moe_ops_run_ref(const rw_moe_op *ops, size_t n) {
 }
 
 #ifndef RW_HAVE_CUDA
+rw_status rw_moe_cuda_preload(int device, rw_err *err) {
+    (void)device;
+    RW_FAIL(err, RW_E_NO_DEVICE, "moe kernels: built without CUDA");
+}
 rw_status rw_moe_scatter_cuda(const rw_moe_op *d_ops, const int64_t *d_unit_begin, size_t n,
                               int64_t total_units, rw_stream s, rw_err *err) {
     RW_FAIL(err, RW_E_NO_DEVICE, "moe scatter: built without CUDA");

@@ -283,6 +283,30 @@ __global__ void __launch_bounds__(NTHREADS)
 
 extern "C" {
 
+/* Loads the update kernels' module now. With lazy module loading (the CUDA default) the first
+ * launch of a kernel loads its module, and a load waits for the device: during an NCCL update the
+ * broadcast kernel of the bucket spins until the trainer sends it, which the trainer does only
+ * after this rank replied, so a first scatter launch there would never return. The weight set
+ * calls this when it is created on a device, before any receive can be posted. */
+rw_status rw_moe_cuda_preload(int device, rw_err *err) {
+    const void *fns[] = {(const void *)scatter_kernel, (const void *)fp8q_kernel,
+                         (const void *)gather_kernel};
+    int prev = 0;
+    cudaError_t e = cudaGetDevice(&prev);
+    if (e == cudaSuccess) e = cudaSetDevice(device);
+    for (size_t i = 0; e == cudaSuccess && i < sizeof fns / sizeof fns[0]; i++) {
+        cudaFuncAttributes a;
+        e = cudaFuncGetAttributes(&a, fns[i]);
+    }
+    cudaSetDevice(prev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        RW_FAIL(err, RW_E_CUDA, "loading the layout kernels on device %d: %s", device,
+                cudaGetErrorString(e));
+    }
+    return RW_OK;
+}
+
 rw_status rw_moe_scatter_cuda(const rw_moe_op *d_ops, const int64_t *d_unit_begin, size_t n,
                               int64_t total_units, rw_stream s, rw_err *err) {
     if (n == 0 || total_units == 0) return RW_OK;

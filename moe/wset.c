@@ -502,6 +502,8 @@ rw_status rw_wset_create(const rw_config *cfg, int tp, int rank, rw_place place,
     alloc_ctx measure = {NULL, 0};
     RW_CHECKGOTO(alloc_all(ws, &measure, err), st, fail);
     RW_CHECKGOTO(rw_arena_create(place, device, measure.bytes + 256, &ws->arena, err), st, fail);
+    /* a device set's update kernels are loaded before any receive can be posted (pack.cu) */
+    if (place == RW_PLACE_DEVICE) RW_CHECKGOTO(rw_moe_cuda_preload(device, err), st, fail);
     alloc_ctx real = {ws->arena, 0};
     RW_CHECKGOTO(alloc_all(ws, &real, err), st, fail);
     if (cfg->tie_word_embeddings) ws->lm_head = ws->embed;
