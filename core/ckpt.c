@@ -1,6 +1,7 @@
 /* ckpt.c - a checkpoint directory as one set of tensors: model.safetensors.index.json with its
  * shards, or a lone model.safetensors, or (without either) every *.safetensors file in the
- * directory. Lookup by name across all files. */
+ * directory. Lookup by name across all files; tensor bytes are read from each file's handle
+ * (rw_ckpt_file + rw_st_read), which keeps the file open from validation to the last read. */
 #include "rw_core.h"
 
 #include <dirent.h>
@@ -328,6 +329,10 @@ size_t rw_ckpt_file_count(const rw_ckpt *c) {
 
 const char *rw_ckpt_file_path(const rw_ckpt *c, size_t i) {
     return c && i < c->nfiles ? c->paths[i] : NULL;
+}
+
+const rw_st_file *rw_ckpt_file(const rw_ckpt *c, size_t i) {
+    return c && i < c->nfiles ? c->files[i] : NULL;
 }
 
 const char *rw_ckpt_dir(const rw_ckpt *c) {

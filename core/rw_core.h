@@ -335,15 +335,20 @@ typedef struct rw_st_entry {
     int ndim;
     int64_t shape[RW_MAX_DIMS];
     uint64_t begin, end;        /* byte offsets relative to the start of the data section */
-    const void *data;           /* begin of the bytes in the mapping */
+    /* Begin of the bytes in the file's mapping (rw_st_open) or buffer (rw_st_open_mem). Reading
+     * through a mapping faults (SIGBUS) if the file shrinks meanwhile: code that must survive a
+     * file changed under it (the worker's load and update paths) reads with rw_st_read. */
+    const void *data;
     int file_index;             /* index of the file within a checkpoint (0 for a lone file) */
 } rw_st_entry;
 
 typedef struct rw_st_file rw_st_file;
 
-/* Maps and validates a file: header length sane (<= RW_ST_MAX_HEADER and within the file), header
- * is a JSON object, every dtype known, shape x dtype size == end - begin, offsets inside the data
- * section, no two tensors overlapping. Errors name the tensor and the rule it broke. */
+/* Validates a file: header length sane (<= RW_ST_MAX_HEADER and within the file), header is a
+ * JSON object, every dtype known, shape x dtype size == end - begin, offsets inside the data
+ * section, no two tensors overlapping. Errors name the tensor and the rule it broke. The header
+ * is read with pread; the handle keeps the file descriptor open (for rw_st_read) and maps the
+ * file (for rw_st_entry.data; mapping reads nothing until a caller touches it). */
 rw_status rw_st_open(const char *path, rw_st_file **out, rw_err *err);
 /* Same validation over bytes in memory (borrowed; must outlive the handle). For fuzzing and for
  * buffers received over the wire. */
@@ -354,6 +359,20 @@ const rw_st_entry *rw_st_at(const rw_st_file *f, size_t i); /* sorted by data of
 const rw_st_entry *rw_st_find(const rw_st_file *f, const char *name);
 /* A "__metadata__" string value, or NULL. */
 const char *rw_st_metadata(const rw_st_file *f, const char *key);
+/* The path given to rw_st_open (borrowed), NULL for rw_st_open_mem. */
+const char *rw_st_path(const rw_st_file *f);
+/* Copies bytes [off, off + len) of the data section (offsets as rw_st_entry.begin) to dst, with
+ * pread on the handle's descriptor, never through the mapping (a buffer handle: memcpy). A file
+ * that became shorter since it was validated gives RW_E_IO "<path>: file shrank while loading"
+ * naming the byte of the file where it ends now and the tensor cut there, not a signal (every
+ * read of a shrunk handle reports the same); a file modified since (mtime differs after the
+ * read) gives RW_E_IO "file changed while loading", since the bytes may mix two versions.
+ * RW_E_RANGE past the data section. Thread-safe: several threads may read one handle at once.
+ * Test hook: when the environment variable RW_TEST_READ_PAUSE names a file that exists at
+ * rw_st_open and holds a tensor name of the opened file, the handle's first read that touches
+ * that tensor creates "<RW_TEST_READ_PAUSE>.paused" and waits (at most 60 s) until the named
+ * file is removed (the reliability tests truncate checkpoint files at that point). */
+rw_status rw_st_read(const rw_st_file *f, uint64_t off, void *dst, size_t len, rw_err *err);
 
 /* Streaming writer: the header is written first from the declared tensors, then the data of each
  * tensor in declaration order through rw_st_writer_write (any chunking). Close checks that every
@@ -386,6 +405,9 @@ const rw_st_entry *rw_ckpt_at(const rw_ckpt *c, size_t i);
 const rw_st_entry *rw_ckpt_find(const rw_ckpt *c, const char *name);
 size_t rw_ckpt_file_count(const rw_ckpt *c);
 const char *rw_ckpt_file_path(const rw_ckpt *c, size_t i);
+/* File i (an entry's file_index) as a safetensors handle, borrowed from the checkpoint: read
+ * tensor bytes with rw_st_read(rw_ckpt_file(c, e->file_index), e->begin, ...). */
+const rw_st_file *rw_ckpt_file(const rw_ckpt *c, size_t i);
 const char *rw_ckpt_dir(const rw_ckpt *c);
 
 /* ------------------------------------------------------------------------------------------ */

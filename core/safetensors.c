@@ -1,5 +1,7 @@
-/* safetensors.c - safetensors files: an mmap reader that validates every header rule before any
- * byte is trusted, an in-memory variant, and a streaming writer.
+/* safetensors.c - safetensors files: a reader that validates every header rule before any byte
+ * is trusted, reads tensor bytes with pread() (a file that shrinks while it is read gives an
+ * error, not a signal) and maps the file for callers that want a pointer view; an in-memory
+ * variant; and a streaming writer.
  *
  * File layout: u64 little-endian header length N, then N bytes of JSON
  *   {"__metadata__": {"k": "v", ...}, "name": {"dtype": "BF16", "shape": [..],
@@ -11,16 +13,32 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 struct rw_st_file {
     void *map; /* the mapping when opened from a path (NULL for rw_st_open_mem) */
     size_t map_len;
+    /* Opened from a path: the descriptor rw_st_read reads from (-1 for rw_st_open_mem), the path
+     * for messages, and what fstat said at open (a read compares: size and mtime). */
+    int fd;
+    char *path;
+    uint64_t file_size;
+    struct timespec mtime;
+    const uint8_t *mem; /* data section of an rw_st_open_mem buffer (borrowed) */
+    uint64_t data_off;  /* 8 + header length: where the data section starts in the file */
+    uint64_t data_len;  /* validated length of the data section */
+    /* test hook (RW_TEST_READ_PAUSE, see rw_core.h): the armed tensor's data range */
+    char *pause_path;
+    uint64_t pause_b, pause_e;
+    atomic_int paused;
     size_t n;
     rw_st_entry *entries; /* [n], sorted by data offset */
     size_t *by_name;      /* [n] indices into entries, sorted by name (for rw_st_find) */
@@ -143,27 +161,32 @@ static rw_status parse_metadata(rw_st_file *f, json_t *m, rw_err *err) {
     return RW_OK;
 }
 
-/* Validates `buf` and fills `f` (whose map fields the caller has set). */
-static rw_status parse_file(rw_st_file *f, const uint8_t *buf, size_t len, rw_err *err) {
-    if (len < 8)
-        RW_FAIL(err, RW_E_FORMAT, "file is %zu bytes, shorter than the 8-byte header length", len);
+/* The u64 little-endian header length at the start of a file, checked against the file length. */
+static rw_status header_len(const uint8_t b8[8], uint64_t len, uint64_t *out, rw_err *err) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
-        hlen = (hlen << 8) | buf[i];
+        hlen = (hlen << 8) | b8[i];
     if (hlen > RW_ST_MAX_HEADER)
         RW_FAIL(err, RW_E_FORMAT, "header length %llu exceeds the limit of %u bytes",
                 (unsigned long long)hlen, RW_ST_MAX_HEADER);
     if (hlen > len - 8)
-        RW_FAIL(err, RW_E_FORMAT, "header length %llu is larger than the file (%zu bytes after it)",
-                (unsigned long long)hlen, len - 8);
+        RW_FAIL(err, RW_E_FORMAT,
+                "header length %llu is larger than the file (%llu bytes after it)",
+                (unsigned long long)hlen, (unsigned long long)(len - 8));
     if (hlen < 2)
         RW_FAIL(err, RW_E_FORMAT, "header length %llu is too small for a JSON object",
                 (unsigned long long)hlen);
-    const uint8_t *data = buf + 8 + hlen;
-    uint64_t data_len = len - 8 - hlen;
+    *out = hlen;
+    return RW_OK;
+}
 
+/* Validates the JSON header `hdr` [hlen] of a file whose data section has data_len bytes and
+ * fills `f`; entries' data pointers are `data` + begin (data: the data section in a mapping or
+ * buffer). */
+static rw_status parse_header(rw_st_file *f, const uint8_t *hdr, uint64_t hlen, const uint8_t *data,
+                              uint64_t data_len, rw_err *err) {
     json_error_t je;
-    json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb((const char *)hdr, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         RW_FAIL(err, RW_E_FORMAT, "header is not valid JSON (at byte %d: %s)", je.position,
                 je.text);
@@ -267,9 +290,23 @@ out:
     return st;
 }
 
+/* Validates a whole file held in memory (`buf` [len]). */
+static rw_status parse_file(rw_st_file *f, const uint8_t *buf, size_t len, rw_err *err) {
+    if (len < 8)
+        RW_FAIL(err, RW_E_FORMAT, "file is %zu bytes, shorter than the 8-byte header length", len);
+    uint64_t hlen;
+    RW_CHECK(header_len(buf, len, &hlen, err));
+    f->data_off = 8 + hlen;
+    f->data_len = len - 8 - hlen;
+    return parse_header(f, buf + 8, hlen, buf + 8 + hlen, f->data_len, err);
+}
+
 static void st_free(rw_st_file *f) {
     if (!f) return;
     if (f->map) munmap(f->map, f->map_len);
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+    free(f->pause_path);
     for (size_t i = 0; i < 2 * f->n_meta; i++)
         free(f->meta[i]);
     free(f->meta);
@@ -285,13 +322,85 @@ rw_status rw_st_open_mem(const void *buf, size_t len, rw_st_file **out, rw_err *
     if (!buf && len) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_open_mem: buffer is NULL");
     rw_st_file *f = calloc(1, sizeof *f);
     if (!f) RW_FAIL(err, RW_E_OOM, "out of memory for a safetensors handle");
+    f->fd = -1;
     rw_status st = parse_file(f, buf, len, err);
     if (st != RW_OK) {
         st_free(f);
         return st;
     }
+    f->mem = (const uint8_t *)buf + f->data_off;
     *out = f;
     return RW_OK;
+}
+
+/* pread of exactly n bytes at `off`; *got gets how many arrived (short: end of file). */
+static rw_status pread_full(int fd, void *dst, size_t n, uint64_t off, size_t *got) {
+    uint8_t *p = dst;
+    size_t done = 0;
+    while (done < n) {
+        size_t ask = n - done > (1u << 30) ? (1u << 30) : n - done;
+        ssize_t r = pread(fd, p + done, ask, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            *got = done;
+            return RW_E_IO;
+        }
+        if (r == 0) break;
+        done += (size_t)r;
+    }
+    *got = done;
+    return RW_OK;
+}
+
+/* Test hook: arms `f` when RW_TEST_READ_PAUSE names an existing file that holds the name of one
+ * of f's tensors (see rw_core.h). */
+static void pause_arm(rw_st_file *f) {
+    const char *p = getenv("RW_TEST_READ_PAUSE");
+    if (!p || !p[0]) return;
+    char *text = NULL;
+    size_t len = 0;
+    if (rw_read_file(p, &text, &len, NULL) != RW_OK) return;
+    while (len && (text[len - 1] == '\n' || text[len - 1] == ' '))
+        text[--len] = 0;
+    const rw_st_entry *e = rw_st_find(f, text);
+    free(text);
+    if (!e) return;
+    f->pause_path = strdup(p);
+    f->pause_b = e->begin;
+    f->pause_e = e->end > e->begin ? e->end : e->begin + 1;
+}
+
+/* The first read of an armed handle that touches the armed tensor: "<path>.paused" appears, then
+ * the read waits (up to 60 s) until <path> is removed. */
+static void pause_here(const rw_st_file *f, uint64_t off, size_t len) {
+    if (!f->pause_path || off >= f->pause_e || off + len <= f->pause_b) return;
+    if (atomic_exchange((atomic_int *)&f->paused, 1)) return;
+    size_t n = strlen(f->pause_path) + 8;
+    char *mark = malloc(n);
+    if (!mark) return;
+    snprintf(mark, n, "%s.paused", f->pause_path);
+    int fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+    free(mark);
+    double end = rw_now() + 60;
+    while (access(f->pause_path, F_OK) == 0 && rw_now() < end) {
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The tensor whose bytes hold data-section offset `off` (the last one for off past the end). */
+static const rw_st_entry *entry_at(const rw_st_file *f, uint64_t off) {
+    if (f->n == 0) return NULL;
+    size_t lo = 0, hi = f->n;
+    while (lo < hi) { /* first entry with end > off */
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->entries[mid].end > off)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return &f->entries[lo < f->n ? lo : f->n - 1];
 }
 
 rw_status rw_st_open(const char *path, rw_st_file **out, rw_err *err) {
@@ -317,23 +426,124 @@ rw_status rw_st_open(const char *path, rw_st_file **out, rw_err *err) {
         RW_FAIL(err, RW_E_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length",
                 path, len);
     }
-    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file */
-    if (map == MAP_FAILED) RW_FAIL(err, RW_E_IO, "cannot mmap %s: %s", path, strerror(e));
     rw_st_file *f = calloc(1, sizeof *f);
     if (!f) {
-        munmap(map, len);
+        close(fd);
         RW_FAIL(err, RW_E_OOM, "out of memory for a safetensors handle");
+    }
+    f->fd = fd;
+    f->file_size = (uint64_t)sb.st_size;
+    f->mtime = sb.st_mtim;
+    rw_status st = RW_OK;
+    uint8_t *hdr = NULL;
+    f->path = strdup(path);
+    if (!f->path) {
+        st = RW_ERR(err, RW_E_OOM, "out of memory for a safetensors handle");
+        goto fail;
+    }
+    /* The header is read, not mapped: a file cut short meanwhile is an error here too. */
+    uint8_t b8[8];
+    size_t got = 0;
+    uint64_t hlen = 0;
+    if (pread_full(fd, b8, 8, 0, &got) != RW_OK || got != 8) {
+        st = RW_ERR(err, RW_E_IO, "cannot read the header length: %s",
+                    got != 8 ? "file shrank while opening" : strerror(errno));
+        goto fail;
+    }
+    RW_CHECKGOTO(header_len(b8, len, &hlen, err), st, fail);
+    hdr = malloc((size_t)hlen);
+    if (!hdr) {
+        st = RW_ERR(err, RW_E_OOM, "out of memory for a header of %llu bytes",
+                    (unsigned long long)hlen);
+        goto fail;
+    }
+    if (pread_full(fd, hdr, (size_t)hlen, 8, &got) != RW_OK || got != hlen) {
+        st = RW_ERR(err, RW_E_IO, "cannot read the %llu-byte header: %s", (unsigned long long)hlen,
+                    got != hlen ? "file shrank while opening" : strerror(errno));
+        goto fail;
+    }
+    /* The mapping backs rw_st_entry.data for callers that want a pointer view (tools, tests);
+     * the worker's load paths read with rw_st_read instead. Mapping reads nothing. */
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        st = RW_ERR(err, RW_E_IO, "cannot mmap: %s", strerror(errno));
+        goto fail;
     }
     f->map = map;
     f->map_len = len;
-    rw_status st = parse_file(f, map, len, err);
-    if (st != RW_OK) {
-        st_free(f);
-        return rw_err_prefix(err, "%s", path), st;
-    }
+    f->data_off = 8 + hlen;
+    f->data_len = len - 8 - hlen;
+    RW_CHECKGOTO(parse_header(f, hdr, hlen, (const uint8_t *)map + 8 + hlen, f->data_len, err), st,
+                 fail);
+    free(hdr);
+    pause_arm(f);
     *out = f;
+    return RW_OK;
+fail:
+    free(hdr);
+    st_free(f);
+    return rw_err_prefix(err, "%s", path), st;
+}
+
+const char *rw_st_path(const rw_st_file *f) {
+    return f ? f->path : NULL;
+}
+
+rw_status rw_st_read(const rw_st_file *f, uint64_t off, void *dst, size_t len, rw_err *err) {
+    if (!f || (!dst && len)) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_read: NULL argument");
+    if (off > f->data_len || len > f->data_len - off)
+        RW_FAIL(err, RW_E_RANGE,
+                "%s: read of %zu bytes at data offset %" PRIu64 " passes the data section (%" PRIu64
+                " bytes)",
+                f->path ? f->path : "safetensors buffer", len, off, f->data_len);
+    if (len == 0) return RW_OK;
+    if (!f->path) {
+        memcpy(dst, f->mem + off, len);
+        return RW_OK;
+    }
+    pause_here(f, off, len);
+    size_t got = 0;
+    rw_status st = pread_full(f->fd, dst, len, f->data_off + off, &got);
+    int e = errno;
+    if (st != RW_OK) {
+        const rw_st_entry *t = entry_at(f, off + got);
+        RW_FAIL(err, RW_E_IO,
+                "%s: read failed at byte %" PRIu64 " of the file (tensor '%s', %" PRIu64
+                " bytes into it): %s",
+                f->path, f->data_off + off + got, t ? t->name : "?",
+                t && off + got >= t->begin ? off + got - t->begin : 0, strerror(e));
+    }
+    struct stat sb;
+    bool have = fstat(f->fd, &sb) == 0;
+    if (have && (uint64_t)sb.st_size < f->file_size) {
+        /* Whether this read came up short or ran before the cut, the error names where the file
+         * ends now (the same for every read of a shrunk file, whichever thread reports it). */
+        uint64_t now = (uint64_t)sb.st_size, d = now > f->data_off ? now - f->data_off : 0;
+        const rw_st_entry *t = entry_at(f, d);
+        RW_FAIL(err, RW_E_IO,
+                "%s: file shrank while loading: it is now %" PRIu64 " bytes (%" PRIu64
+                " when it was validated); tensor '%s' is cut at byte %" PRIu64
+                " of the file (%" PRIu64 " bytes into the tensor)",
+                f->path, now, f->file_size, t ? t->name : "?", now,
+                t && d >= t->begin ? d - t->begin : 0);
+    }
+    if (got < len) { /* shrank and grew again since */
+        const rw_st_entry *t = entry_at(f, off + got);
+        RW_FAIL(err, RW_E_IO,
+                "%s: file shrank while loading: tensor '%s' could not be read at byte %" PRIu64
+                " of the file (%" PRIu64 " bytes into the tensor)",
+                f->path, t ? t->name : "?", f->data_off + off + got,
+                t && off + got >= t->begin ? off + got - t->begin : 0);
+    }
+    /* The bytes arrived; but if the file was rewritten meanwhile they may mix two versions. */
+    if (have && ((uint64_t)sb.st_size != f->file_size || sb.st_mtim.tv_sec != f->mtime.tv_sec ||
+                 sb.st_mtim.tv_nsec != f->mtime.tv_nsec)) {
+        const rw_st_entry *t = entry_at(f, off);
+        RW_FAIL(err, RW_E_IO,
+                "%s: file changed while loading (modified after it was validated; now %lld "
+                "bytes, %" PRIu64 " then): reading tensor '%s' at byte %" PRIu64 " of the file",
+                f->path, (long long)sb.st_size, f->file_size, t ? t->name : "?", f->data_off + off);
+    }
     return RW_OK;
 }
 

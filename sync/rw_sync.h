@@ -242,9 +242,11 @@ rw_piece rw_sync_tensor_piece(const rw_sync_tensor *t, const void *base, rw_plac
 /* ------------------------------------------------------------------------------------------ */
 /* Byte sources: what a transport hands the apply path for one bucket (style.md's rio).         */
 /* ------------------------------------------------------------------------------------------ */
-/* Either the bucket's bytes are already in host memory (`host` non-NULL: a ZeroMQ frame, an
- * mmap'd file), or `read` delivers them into a destination buffer on a stream (NCCL broadcast
- * into device staging). Host sources also implement `read` (memcpy / H2D copy). */
+/* Three kinds: the bucket's bytes are already in host memory (`host` non-NULL: a ZeroMQ frame);
+ * or a host-side reader copies byte ranges of them on request (`read_at` non-NULL: a file of the
+ * disk transport, read with pread so that a file that shrinks gives an error, not a signal); or
+ * only `read` delivers them into a destination buffer on a stream (NCCL broadcast into device
+ * staging). Every source implements `read` (memcpy / pread / H2D copy / broadcast). */
 typedef struct rw_sync_source rw_sync_source;
 struct rw_sync_source {
     const char *name; /* "zmq", "disk", "nccl", "mem" */
@@ -255,15 +257,24 @@ struct rw_sync_source {
     rw_status (*read)(rw_sync_source *src, void *dst, rw_place place, uint64_t nbytes, rw_stream s,
                       rw_err *err);
     void *ctx;
+    /* NULL, or copies bytes [off, off + len) of the bucket to host memory at dst and returns
+     * once they are there. Thread-safe: several threads may read disjoint ranges at once. */
+    rw_status (*read_at)(const rw_sync_source *src, void *dst, uint64_t off, size_t len,
+                         rw_err *err);
+    uint64_t base; /* read_at sources: where the bucket starts in what ctx reads */
 };
 /* A source over host bytes (borrowed). `name` is a static string. */
 rw_sync_source rw_sync_source_host(const char *name, const void *bytes, uint64_t nbytes);
-/* The disk transport's bucket: entries e[0..n) of one safetensors file in increasing offset order
+/* A "disk" source over data-section bytes [begin, begin + nbytes) of a safetensors file (borrowed;
+ * must outlive the source): `read_at` and `read` (host destinations, or device ones through a
+ * host buffer) use rw_st_read, never the mapping; `host` is NULL. */
+rw_sync_source rw_sync_source_file(const rw_st_file *f, uint64_t begin, uint64_t nbytes);
+/* The disk transport's bucket: entries e[0..n) of safetensors file `f` in increasing offset order
  * (whole tensors) become a manifest with offsets relative to e[0]->begin (m is cleared first) and
- * a host source over that byte range of the mapping (borrowed from the file handle). Every
- * tensor must sit at an offset aligned to its dtype size relative to e[0]. */
-rw_status rw_sync_bucket_from_entries(const rw_st_entry *const *e, size_t n, rw_sync_manifest *m,
-                                      rw_sync_source *src, rw_err *err);
+ * a file source (rw_sync_source_file) over that byte range. Every tensor must sit at an offset
+ * aligned to its dtype size relative to e[0]. */
+rw_status rw_sync_bucket_from_entries(const rw_st_file *f, const rw_st_entry *const *e, size_t n,
+                                      rw_sync_manifest *m, rw_sync_source *src, rw_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
 /* NCCL weight-update group (both sides). Available only in CUDA builds; elsewhere every call  */
@@ -376,10 +387,12 @@ typedef struct rw_sync_bucket_result {
  * written; then delivers the bytes and applies each piece. Device weight sets pipeline: the
  * bytes go to one of two staging buffers on the comm stream while the previous bucket is
  * applied on the compute stream (CUDA events order them); at most two buckets are in flight.
- * A host source (`src->host`) reaches device staging through pinned chunks that a few threads
- * fill (RW_SYNC_COPY_THREADS, default up to 8) while earlier chunks are copied to the device;
- * its bytes are no longer read once this returns. Host weight sets apply straight from
- * `src->host` (no copy).
+ * A host source (`src->host`) or a reader source (`src->read_at`: disk) reaches device staging
+ * through pinned chunks that a few threads fill (memcpy, or read_at of one share each;
+ * RW_SYNC_COPY_THREADS, default up to 8) while earlier chunks are copied to the device; its
+ * bytes are no longer read once this returns. Host weight sets apply straight from `src->host`
+ * (no copy), or from a host buffer of the session that read_at fills first (a read error then
+ * fails the bucket before it writes anything).
  * Any failure ends (aborts) the session: the error message says whether the previous version is
  * intact (nothing written yet) or the weights are now incomplete. RW_E_STATE when no session
  * is open. */
@@ -387,7 +400,9 @@ rw_status rw_sync_session_apply(rw_sync_session *s, const rw_sync_manifest *m, r
                                 rw_sync_bucket_result *out, rw_err *err);
 /* Applies a safetensors checkpoint directory (HF layout) through the same path: every entry is
  * validated first, then files are cut into buckets of consecutive tensors (each a byte range of
- * the mapping); a tensor larger than the bucket (staging) size goes as row pieces along dim 0,
+ * one file, read with pread through a file source: a file cut short during the load fails the
+ * session with "file shrank while loading" instead of a signal); a tensor larger than the
+ * bucket (staging; 64 MiB at most on a host weight set) size goes as row pieces along dim 0,
  * one bucket each. With no session open, opens one with `a` (version defaults to "disk:<dir>")
  * and commits it at the end; with one open, adds to it (a may be NULL). `only` (may be NULL) is a
  * POSIX extended regex selecting tensor names. */

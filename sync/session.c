@@ -10,9 +10,10 @@
  *   compute stream:                        [wait recvd[f]] apply k (slice/quantize/pack) [rec
  * done[f]]
  *
- * `recv` is an NCCL broadcast, or for a host source (ZeroMQ frame, mmap'd file: pageable memory)
- * copies through pinned chunks: a few threads copy one chunk from the source while the previous
- * chunks' host -> device copies run on the comm stream (UP_NBUF chunks of 32 MiB in turn). Apply is
+ * `recv` is an NCCL broadcast, or for a host source (ZeroMQ frame: pageable memory) or a file
+ * source (disk: pread) copies through pinned chunks: a few threads fill one chunk from the
+ * source (memcpy, or one pread per thread) while the previous chunks' host -> device copies run
+ * on the comm stream (UP_NBUF chunks of 32 MiB in turn). Apply is
  * one weight-set batch per bucket reading the pieces where they lie in staging (no canonical copy
  * of the model, no host round trip), in two phases (rw_wset_batch_prepare / _launch): the host
  * work (validation, ops, the op table) is done and its buffers exist BEFORE the receive is posted,
@@ -33,11 +34,15 @@
  * stage them; over NCCL they arrive after the reply, so such a bucket's apply is deferred: its
  * receive is posted, and it is applied at the start of the next session command (apply, commit;
  * the bytes are there by then). On a host weight set the same sequence runs with the source's
- * host bytes as the staging buffer (ZeroMQ frames and mmaps are host memory already),
- * synchronously.
+ * host bytes as the staging buffer (a ZeroMQ frame is host memory already; a file source is
+ * read into a host buffer of the session first), synchronously.
  *
  * A checkpoint tensor larger than the bucket (the 30B-A3B embedding and lm_head are 622 MB) is
  * applied as row pieces (shard dim 0), each a bucket of its own.
+ *
+ * Checkpoint bytes are never read through the file's mapping: a file truncated while it is
+ * loaded would fault (SIGBUS) there. They are read with pread (rw_st_read), so such a file fails
+ * the bucket with "file shrank while loading" and the session ends as any failed one does.
  */
 #include "sync_internal.h"
 
@@ -100,12 +105,15 @@ struct rw_sync_session {
     rw_piece *pieces;     /* the bucket's pieces (memory reused) */
     size_t pieces_cap;
     rw_sync_manifest *dm; /* a deferred bucket's manifest (copy) */
+    uint8_t *bounce;      /* host weight sets: a file source's bucket bytes [bounce_cap] */
+    size_t bounce_cap;
     bool have_deferred;
     uint64_t deferred_index;
     rw_sync_sstats stats; /* guarded by mu */
 #ifdef RW_HAVE_CUDA
     cudaStream_t comm, compute;
-    /* host sources: pinned chunks (allocated at the first one) and the copier filling them */
+    /* host and file sources: pinned chunks (allocated at the first one) and the copier filling
+     * them */
     void *pin[UP_NBUF];
     size_t pin_bytes;              /* each */
     cudaEvent_t pin_free[UP_NBUF]; /* recorded on comm after the copy out of pin[i] */
@@ -390,11 +398,13 @@ static rw_status wait_comm(rw_sync_session *s, cudaEvent_t ev, rw_err *err) {
     }
 }
 
-/* Host bytes -> device staging on the comm stream through the pinned chunks: the copier fills
- * chunk i while the copies of the chunks before it run. Returns once every byte has left
- * `src` (the source may be released then); the device copies complete in stream order. */
-static rw_status upload_host(rw_sync_session *s, uint8_t *dst, const uint8_t *src, uint64_t nb,
-                             rw_err *err) {
+/* Host or file source -> device staging on the comm stream through the pinned chunks: the
+ * copier fills chunk i (memcpy from src->host, or preads through src->read_at) while the copies
+ * of the chunks before it run. Returns once every byte has left `src` (the source may be released
+ * then); the device copies complete in stream order. A failed read returns its error; the
+ * chunks copied before it stay queued (they only write staging). */
+static rw_status upload_host(rw_sync_session *s, uint8_t *dst, const rw_sync_source *src,
+                             uint64_t nb, rw_err *err) {
     RW_CHECK(pin_init(s, err));
     const size_t chunk = s->pin_bytes;
     for (uint64_t off = 0; off < nb; off += chunk) {
@@ -402,7 +412,10 @@ static rw_status upload_host(rw_sync_session *s, uint8_t *dst, const uint8_t *sr
         int i = s->pin_next;
         s->pin_next = (i + 1) % UP_NBUF;
         if (s->pin_used[i]) RW_CHECK(wait_comm(s, s->pin_free[i], err));
-        rw_sync_copier_run(s->copier, s->pin[i], src + off, n);
+        if (src->host)
+            rw_sync_copier_run(s->copier, s->pin[i], (const uint8_t *)src->host + off, n);
+        else
+            RW_CHECK(rw_sync_copier_read(s->copier, s->pin[i], src, off, n, err));
         RW_CUDA_TRY(err, cudaMemcpyAsync(dst + off, s->pin[i], n, cudaMemcpyHostToDevice, s->comm));
         RW_CUDA_TRY(err, cudaEventRecord(s->pin_free[i], s->comm));
         s->pin_used[i] = true;
@@ -469,6 +482,7 @@ void rw_sync_session_destroy(rw_sync_session *s) {
 #endif
     rw_wset_batch_destroy(s->batch);
     rw_sync_manifest_destroy(s->dm);
+    free(s->bounce);
     free(s->pieces);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -681,14 +695,28 @@ static rw_status validate_bucket(rw_sync_session *s, const rw_sync_manifest *m,
                 "update_weights: bucket of %" PRIu64 " bytes is larger than announced by "
                 "begin_update (bucket_bytes %" PRIu64 ", the staging buffer size)",
                 nb, s->staging_bytes);
-    if (s->place == RW_PLACE_HOST && !src->host)
+    if (s->place == RW_PLACE_HOST && !src->host && !src->read_at)
         RW_FAIL(err, RW_E_UNSUPPORTED,
                 "update_weights: the %s transport needs a CUDA weight set (this one is on the "
                 "host)",
                 src->name);
-    /* pieces point where they will be applied from (host bytes, or the staging buffer the
-     * receive will fill); nothing is read here */
-    const void *base = s->place == RW_PLACE_HOST ? src->host : s->staging[s->slot_next % 2];
+    /* pieces point where they will be applied from (host bytes, the host buffer a file source
+     * is read into, or the staging buffer the receive will fill); nothing is read here */
+    const void *base = s->staging[s->slot_next % 2];
+    if (s->place == RW_PLACE_HOST && src->host) {
+        base = src->host;
+    } else if (s->place == RW_PLACE_HOST) {
+        if (nb > s->bounce_cap) {
+            free(s->bounce);
+            s->bounce_cap = 0;
+            s->bounce = malloc(nb ? (size_t)nb : 1);
+            if (!s->bounce)
+                RW_FAIL(err, RW_E_OOM,
+                        "update_weights: out of memory for a %" PRIu64 "-byte read buffer", nb);
+            s->bounce_cap = (size_t)nb;
+        }
+        base = s->bounce;
+    }
     RW_CHECK(make_pieces(s, m, base, s->place, err));
     for (size_t i = 0; i < rw_sync_manifest_count(m); i++)
         RW_CHECK(rw_wset_validate_piece(s->ws, &s->pieces[i], err));
@@ -771,7 +799,7 @@ static rw_status apply_device(rw_sync_session *s, const rw_sync_manifest *m, rw_
     uint64_t k = s->slot_next, nb = rw_sync_manifest_bytes(m);
     size_t n = rw_sync_manifest_count(m);
     flight *f = &s->fl[k % NFLIGHT];
-    bool nccl = src->host == NULL;
+    bool nccl = !src->host && !src->read_at;
     RW_CUDA_TRY(err, cudaSetDevice(s->device));
     RW_CHECK(batch_ready(s, err));
     /* 1. the record's previous user, bucket k - NFLIGHT (on a steady stream long done) */
@@ -797,8 +825,8 @@ static rw_status apply_device(rw_sync_session *s, const rw_sync_manifest *m, rw_
     f->index = k;
     f->nccl = nccl;
     f->t0 = rw_now();
-    if (src->host)
-        RW_CHECK(upload_host(s, s->staging[k % 2], src->host, nb, err));
+    if (!nccl)
+        RW_CHECK(upload_host(s, s->staging[k % 2], src, nb, err));
     else
         RW_CHECK(src->read(src, s->staging[k % 2], RW_PLACE_DEVICE, nb, s->comm, err));
     /* from here on the record holds work that may read staging: drained by wait_all */
@@ -855,8 +883,16 @@ rw_status rw_sync_session_apply(rw_sync_session *s, const rw_sync_manifest *m, r
     uint64_t nb = rw_sync_manifest_bytes(m), idx = s->slot_next;
     bool applied = true;
     if (s->place == RW_PLACE_HOST) {
-        mark(s, RW_SYNC_PH_PREPARE, &s->stats.validate_s);
-        st = apply_host(s, rw_sync_manifest_count(m), err);
+        /* a file source: its bytes into the host buffer the pieces point at, before anything
+         * is written (a failed read leaves the weights as they were) */
+        if (!src->host) {
+            mark(s, RW_SYNC_PH_RECV, &s->stats.validate_s);
+            st = src->read_at(src, s->bounce, 0, (size_t)nb, err);
+            mark(s, RW_SYNC_PH_PREPARE, &s->stats.recv_s);
+        } else {
+            mark(s, RW_SYNC_PH_PREPARE, &s->stats.validate_s);
+        }
+        if (st == RW_OK) st = apply_host(s, rw_sync_manifest_count(m), err);
         mark(s, RW_SYNC_PH_IDLE, &s->stats.prepare_s);
     } else {
 #ifdef RW_HAVE_CUDA
@@ -970,12 +1006,15 @@ static int by_file_offset(const void *a, const void *b) {
 
 /* A gap this large between selected tensors starts a new bucket instead of copying it. */
 #define DISK_MAX_GAP (1u << 20)
+/* Largest disk bucket on a host weight set (its bytes are read into a host buffer of this size
+ * at most; larger tensors go as row pieces). */
+#define DISK_HOST_BUCKET (64ull << 20)
 
 /* A checkpoint tensor larger than the bucket: row pieces along dim 0 (shard pieces over its bytes
- * in the mapping, rw_sync_split_step rows each), one bucket each. A failure before the session
- * saw a piece leaves it open (the caller aborts it). */
-static rw_status apply_rows(rw_sync_session *s, const rw_st_entry *e, uint64_t limit,
-                            rw_sync_manifest *m, rw_err *err) {
+ * in file f, rw_sync_split_step rows each), one bucket each. A failure before the session saw a
+ * piece leaves it open (the caller aborts it). */
+static rw_status apply_rows(rw_sync_session *s, const rw_st_file *f, const rw_st_entry *e,
+                            uint64_t limit, rw_sync_manifest *m, rw_err *err) {
     uint64_t rows = (uint64_t)e->shape[0], bytes = e->end - e->begin;
     uint64_t row = rows ? bytes / rows : 0;
     uint64_t step = rw_sync_split_step(row, limit);
@@ -989,8 +1028,7 @@ static rw_status apply_rows(rw_sync_session *s, const rw_st_entry *e, uint64_t l
         rw_sync_manifest_clear(m);
         RW_CHECK(rw_sync_manifest_add(m, e->name, e->dtype, e->ndim, e->shape, 0, (int64_t)r,
                                       (int64_t)(end - r), RW_PIECE_PLAIN, NULL, err));
-        rw_sync_source src =
-            rw_sync_source_host("disk", (const uint8_t *)e->data + r * row, (end - r) * row);
+        rw_sync_source src = rw_sync_source_file(f, e->begin + r * row, (end - r) * row);
         RW_CHECK(rw_sync_session_apply(s, m, &src, NULL, err));
         r = end;
     }
@@ -1027,14 +1065,18 @@ rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const 
         st = RW_ERR(err, RW_E_OOM, "update_weights_from_disk: out of memory");
         goto out;
     }
-    /* validate every selected tensor before anything is written */
+    /* validate every selected tensor before anything is written; the pieces are addressed at a
+     * placeholder, never read (tensor bytes are only read with pread, bucket by bucket) */
+    static const uint8_t not_read[1];
     for (size_t i = 0; i < n; i++) {
         const rw_st_entry *e = rw_ckpt_at(ck, i);
         if (have_re && regexec(&re, e->name, 0, NULL, 0) != 0) continue;
         rw_sync_manifest_clear(m);
         rw_sync_source one;
-        RW_CHECKGOTO(rw_sync_bucket_from_entries(&e, 1, m, &one, err), st, out);
-        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, 0), e->data, RW_PLACE_HOST);
+        RW_CHECKGOTO(rw_sync_bucket_from_entries(rw_ckpt_file(ck, (size_t)e->file_index), &e, 1, m,
+                                                 &one, err),
+                     st, out);
+        rw_piece p = rw_sync_tensor_piece(rw_sync_manifest_at(m, 0), not_read, RW_PLACE_HOST);
         st = rw_wset_validate_piece(s->ws, &p, err);
         if (st != RW_OK) {
             rw_err_prefix(err, "update_weights_from_disk: %s", dir);
@@ -1060,11 +1102,13 @@ rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const 
         RW_CHECKGOTO(rw_sync_session_begin(s, &b, err), st, out);
     }
     uint64_t limit = s->staging_bytes ? s->staging_bytes : RW_SYNC_DEFAULT_BUCKET;
+    if (s->place == RW_PLACE_HOST && limit > DISK_HOST_BUCKET) limit = DISK_HOST_BUCKET;
     for (size_t i = 0; i < k;) {
-        /* a bucket: consecutive tensors of one file, one byte range of its mapping */
+        /* a bucket: consecutive tensors of one file, one byte range of it */
         const rw_st_entry *first = ents[i];
+        const rw_st_file *file = rw_ckpt_file(ck, (size_t)first->file_index);
         if (first->end - first->begin > limit) {
-            st = apply_rows(s, first, limit, m, err);
+            st = apply_rows(s, file, first, limit, m, err);
             if (st != RW_OK) {
                 /* aborts the session unless applying a piece did already */
                 st = rw_sync_session_fail(s, st, err);
@@ -1088,7 +1132,8 @@ rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const 
             j++;
         }
         rw_sync_source src;
-        RW_CHECKGOTO(rw_sync_bucket_from_entries(&ents[i], j - i, m, &src, err), st, fail_open);
+        RW_CHECKGOTO(rw_sync_bucket_from_entries(file, &ents[i], j - i, m, &src, err), st,
+                     fail_open);
         /* apply aborts the session itself on failure */
         st = rw_sync_session_apply(s, m, &src, NULL, err);
         if (st != RW_OK) goto out;
@@ -1096,7 +1141,8 @@ rw_status rw_sync_session_apply_disk(rw_sync_session *s, const char *dir, const 
         if (bytes) *bytes += end - first->begin;
         i = j;
     }
-    /* the mapping is closed below: nothing may still read it */
+    /* the files are closed below: nothing may still read them (every read has returned by
+     * now; this waits for the device work queued after them) */
     st = wait_all(s, err);
     if (st != RW_OK) {
         st = fail_session(s, st, err);
@@ -1110,6 +1156,10 @@ out:
     rw_sync_manifest_destroy(m);
     free(ents);
     rw_ckpt_close(ck);
+    /* the host buffer of file buckets is not kept between loads */
+    free(s->bounce);
+    s->bounce = NULL;
+    s->bounce_cap = 0;
     if (have_re) regfree(&re);
     return st;
 }

@@ -1,8 +1,10 @@
-/* source.c - byte sources over host memory: a ZeroMQ frame or an mmap'd safetensors range (the
- * disk transport's bucket: consecutive tensors of one file, read where they are mapped). */
+/* source.c - byte sources over host memory (a ZeroMQ frame) and over a safetensors file (the disk
+ * transport's bucket: consecutive tensors of one file, read with pread through rw_st_read, never
+ * through the file's mapping, so a file cut short while it is read gives an error, not SIGBUS). */
 #include "sync_internal.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* Host byte source                                                                             */
@@ -20,9 +22,56 @@ rw_sync_source rw_sync_source_host(const char *name, const void *bytes, uint64_t
     return s;
 }
 
-rw_status rw_sync_bucket_from_entries(const rw_st_entry *const *e, size_t n, rw_sync_manifest *m,
-                                      rw_sync_source *src, rw_err *err) {
+/* ------------------------------------------------------------------------------------------ */
+/* File byte source                                                                             */
+/* ------------------------------------------------------------------------------------------ */
+static rw_status file_read_at(const rw_sync_source *src, void *dst, uint64_t off, size_t len,
+                              rw_err *err) {
+    if (off > src->nbytes || len > src->nbytes - off)
+        RW_FAIL(err, RW_E_RANGE,
+                "%s source: bytes [%" PRIu64 ", %" PRIu64 ") asked, %" PRIu64 " available",
+                src->name, off, off + len, src->nbytes);
+    return rw_st_read((const rw_st_file *)src->ctx, src->base + off, dst, len, err);
+}
+
+/* Host destinations directly; device ones through a host buffer, a piece at a time (this path
+ * is for conformance and tools: the session's pipeline reads disk buckets through read_at into
+ * its pinned chunks). */
+static rw_status file_read(rw_sync_source *src, void *dst, rw_place place, uint64_t nbytes,
+                           rw_stream s, rw_err *err) {
+    if (nbytes > src->nbytes)
+        RW_FAIL(err, RW_E_RANGE, "%s source: %" PRIu64 " bytes asked, %" PRIu64 " available",
+                src->name, nbytes, src->nbytes);
+    if (place == RW_PLACE_HOST) return file_read_at(src, dst, 0, (size_t)nbytes, err);
+    const size_t piece = 8u << 20;
+    uint8_t *buf = malloc(nbytes < piece ? (size_t)nbytes + 1 : piece);
+    if (!buf) RW_FAIL(err, RW_E_OOM, "%s source: out of memory for a read buffer", src->name);
+    rw_status st = RW_OK;
+    for (uint64_t off = 0; off < nbytes && st == RW_OK;) {
+        size_t n = nbytes - off < piece ? (size_t)(nbytes - off) : piece;
+        st = file_read_at(src, buf, off, n, err);
+        if (st == RW_OK) st = rw_memcpy((uint8_t *)dst + off, place, buf, RW_PLACE_HOST, n, s, err);
+        if (st == RW_OK) st = rw_stream_sync(s, err); /* before buf is refilled */
+        off += n;
+    }
+    free(buf);
+    return st;
+}
+
+rw_sync_source rw_sync_source_file(const rw_st_file *f, uint64_t begin, uint64_t nbytes) {
+    rw_sync_source s = {.name = "disk",
+                        .nbytes = nbytes,
+                        .read = file_read,
+                        .ctx = (void *)f,
+                        .read_at = file_read_at,
+                        .base = begin};
+    return s;
+}
+
+rw_status rw_sync_bucket_from_entries(const rw_st_file *f, const rw_st_entry *const *e, size_t n,
+                                      rw_sync_manifest *m, rw_sync_source *src, rw_err *err) {
     rw_sync_manifest_clear(m);
+    if (!f) RW_FAIL(err, RW_E_INVALID_ARG, "disk bucket: no file");
     if (n == 0) RW_FAIL(err, RW_E_INVALID_ARG, "disk bucket: no tensors");
     uint64_t base = e[0]->begin, end = base;
     for (size_t i = 0; i < n; i++) {
@@ -51,6 +100,6 @@ rw_status rw_sync_bucket_from_entries(const rw_st_entry *const *e, size_t n, rw_
         end = e[i]->end;
     }
     rw_sync_manifest_set_bytes(m, end - base);
-    *src = rw_sync_source_host("disk", e[0]->data, end - base);
+    *src = rw_sync_source_file(f, base, end - base);
     return RW_OK;
 }

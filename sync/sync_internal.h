@@ -73,14 +73,20 @@ static inline uint64_t rw_sync_split_end(uint64_t at, uint64_t end, uint64_t ste
     return e < end ? e : end;
 }
 
-/* A parallel host memcpy (copier.c): `nthreads` threads including the caller (helper threads
- * that cannot be started are done without). rw_sync_copier_run copies [src, src + len) to dst
- * and returns when every byte is copied; one caller at a time. */
+/* A parallel host copy (copier.c): `nthreads` threads including the caller (helper threads
+ * that cannot be started are done without), each filling one contiguous share of the range.
+ * rw_sync_copier_run copies [src, src + len) to dst; rw_sync_copier_read fills dst[0, len) with
+ * bytes [off, off + len) of `src` through src->read_at (pread of a file: several reads in
+ * flight), and on failure returns the error of the failed share lowest in the range (the other
+ * shares still complete or fail on their own). Both return when every share is done; one caller
+ * at a time. */
 typedef struct rw_sync_copier rw_sync_copier;
 rw_status rw_sync_copier_create(int nthreads, rw_sync_copier **out, rw_err *err);
 void rw_sync_copier_destroy(rw_sync_copier *c);
 int rw_sync_copier_threads(const rw_sync_copier *c);
 void rw_sync_copier_run(rw_sync_copier *c, void *dst, const void *src, size_t len);
+rw_status rw_sync_copier_read(rw_sync_copier *c, void *dst, const rw_sync_source *src, uint64_t off,
+                              size_t len, rw_err *err);
 
 /* Where an update session's control thread is and what its buckets cost on the host: the
  * benchmark's progress lines and watchdog read it from another thread (rw_sync_session_stats). */

@@ -1,10 +1,15 @@
-/* test_safetensors.c - safetensors writer -> reader round trips (file and memory), the exact bytes
- * of a small written file, malformed files each refused with its own status and message, writer
- * misuse, random corruption (never a crash, never an entry outside the buffer), and checkpoint
- * directories: index + shards, a lone file, loose files, and inconsistent indexes. */
+/* test_safetensors.c - safetensors writer -> reader round trips (file and memory, through the
+ * mapping and through rw_st_read), the exact bytes of a small written file, malformed files each
+ * refused with its own status and message, writer misuse, random corruption (never a crash,
+ * never an entry outside the buffer), files truncated or rewritten after they were validated
+ * (rw_st_read reports them; the RW_TEST_READ_PAUSE hook), and checkpoint directories: index +
+ * shards, a lone file, loose files, and inconsistent indexes. */
 #include "rw_test.h"
 
+#include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -95,8 +100,23 @@ static void check_contents(const rw_st_file *f, const rw_st_decl *d, size_t n,
         assert_int_equal(e->end, off + nb);
         rw_assert_bytes_equal(e->data, data + off, nb, d[i].name);
         assert_int_equal(e->file_index, 0);
+        /* the same bytes through rw_st_read: whole, and a range starting inside the tensor */
+        uint8_t *r = malloc(nb + 1);
+        assert_non_null(r);
+        rw_err er;
+        RW_ASSERT_OK(rw_st_read(f, e->begin, r, nb, &er), &er);
+        rw_assert_bytes_equal(r, data + off, nb, d[i].name);
+        RW_ASSERT_OK(rw_st_read(f, e->begin + nb / 3, r, nb - nb / 3, &er), &er);
+        rw_assert_bytes_equal(r, data + off + nb / 3, nb - nb / 3, d[i].name);
+        free(r);
         off += nb;
     }
+    /* past the data section: refused */
+    uint8_t one;
+    rw_err er;
+    assert_int_equal(rw_st_read(f, off, &one, 1, &er), RW_E_RANGE);
+    assert_int_equal(rw_st_read(f, UINT64_MAX, &one, 1, &er), RW_E_RANGE);
+    RW_ASSERT_OK(rw_st_read(f, off, &one, 0, &er), &er);
     /* rw_st_at is ordered by offset */
     for (size_t i = 1; i < n; i++)
         assert_true(rw_st_at(f, i)->begin >= rw_st_at(f, i - 1)->end);
@@ -140,6 +160,7 @@ static void test_round_trip(void **state) {
     assert_string_equal(rw_st_metadata(f, "format"), "pt");
     assert_string_equal(rw_st_metadata(f, "producer"), "rw test \xc3\xa9");
     assert_null(rw_st_metadata(f, "nope"));
+    assert_string_equal(rw_st_path(f), path);
     /* the data section starts 8-byte aligned (the mapping is page aligned) */
     assert_int_equal((uintptr_t)rw_st_at(f, 0)->data % 8, 0);
     rw_st_close(f);
@@ -172,6 +193,190 @@ static void test_round_trip(void **state) {
     assert_int_equal(rw_st_count(f), 0);
     assert_null(rw_st_metadata(f, "format"));
     rw_st_close(f);
+    free(data);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* ---- files changed after they were validated ------------------------------------------------ */
+
+/* Three tensors: a [256 f32], b [512 x 1024 bf16: 1 MiB], c [4096 u8]. */
+static const rw_st_decl cut_decls[] = {
+    {"a", RW_DTYPE_F32, 1, {256}},
+    {"b", RW_DTYPE_BF16, 2, {512, 1024}},
+    {"c", RW_DTYPE_U8, 1, {4096}},
+};
+#define CUT_TOTAL (1024 + (1u << 20) + 4096)
+
+static uint64_t file_len(const char *p) {
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    return (uint64_t)sb.st_size;
+}
+
+/* Asserts a "file shrank" error naming the path, tensor `t` and the file's new end `at`. */
+static void assert_shrank(const rw_err *e, const char *path, const char *t, uint64_t at) {
+    char want[128];
+    if (!strstr(e->msg, path) || !strstr(e->msg, "file shrank while loading"))
+        fail_msg("unexpected message: %s", e->msg);
+    snprintf(want, sizeof want, "tensor '%s' is cut at byte %" PRIu64 " of the file", t, at);
+    if (!strstr(e->msg, want)) fail_msg("message '%s' lacks '%s'", e->msg, want);
+}
+
+static void test_read_after_truncation(void **state) {
+    (void)state;
+    uint8_t *data = malloc(CUT_TOTAL);
+    assert_non_null(data);
+    fill_random(data, CUT_TOTAL, 11);
+    char *dir = make_tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/cut.safetensors", dir);
+    write_file(path, cut_decls, 3, NULL, data, CUT_TOTAL, 5);
+    const uint64_t full = file_len(path), data_off = full - CUT_TOTAL;
+
+    rw_err e;
+    rw_st_file *f;
+    RW_ASSERT_OK(rw_st_open(path, &f, &e), &e);
+    const rw_st_entry *b = rw_st_find(f, "b");
+    uint8_t *buf = malloc(CUT_TOTAL);
+    assert_non_null(buf);
+    RW_ASSERT_OK(rw_st_read(f, 0, buf, CUT_TOTAL, &e), &e);
+    rw_assert_bytes_equal(buf, data, CUT_TOTAL, "whole data section");
+    /* cut inside b: every read reports where the file ends now (b, 1000 bytes into it), the
+     * read that ran out of data as well as one of bytes still there */
+    const uint64_t cut = data_off + b->begin + 1000;
+    assert_int_equal(truncate(path, (off_t)cut), 0);
+    assert_int_equal(rw_st_read(f, b->begin, buf, b->end - b->begin, &e), RW_E_IO);
+    assert_shrank(&e, path, "b", cut);
+    assert_non_null(strstr(e.msg, "1000 bytes into the tensor"));
+    assert_int_equal(rw_st_read(f, rw_st_find(f, "c")->begin, buf, 4096, &e), RW_E_IO);
+    assert_shrank(&e, path, "b", cut);
+    assert_int_equal(rw_st_read(f, 0, buf, 1024, &e), RW_E_IO);
+    assert_shrank(&e, path, "b", cut);
+    /* cut inside the header: no tensor data left */
+    assert_int_equal(truncate(path, 20), 0);
+    assert_int_equal(rw_st_read(f, 0, buf, 16, &e), RW_E_IO);
+    assert_non_null(strstr(e.msg, "file shrank while loading: it is now 20 bytes"));
+    rw_st_close(f);
+
+    /* rewritten in place with the same length (other bytes, a later mtime): a read that
+     * succeeds still reports the change, since its bytes may mix two versions */
+    write_file(path, cut_decls, 3, NULL, data, CUT_TOTAL, 5);
+    RW_ASSERT_OK(rw_st_open(path, &f, &e), &e);
+    {
+        int fd = open(path, O_WRONLY);
+        assert_true(fd >= 0);
+        uint8_t x = 0x5a;
+        assert_int_equal(pwrite(fd, &x, 1, (off_t)(data_off + 10)), 1);
+        struct timespec ts[2] = {{0, UTIME_OMIT}, {0, 0}};
+        assert_int_equal(clock_gettime(CLOCK_REALTIME, &ts[1]), 0);
+        ts[1].tv_sec += 5; /* a different mtime whatever the file system's granularity */
+        assert_int_equal(futimens(fd, ts), 0);
+        close(fd);
+    }
+    assert_int_equal(file_len(path), full);
+    assert_int_equal(rw_st_read(f, 0, buf, 64, &e), RW_E_IO);
+    assert_non_null(strstr(e.msg, "file changed while loading"));
+    assert_non_null(strstr(e.msg, "tensor 'a'"));
+    assert_non_null(strstr(e.msg, path));
+    rw_st_close(f);
+
+    /* replaced by a shorter file through a rename: the open handle still reads what it
+     * validated */
+    write_file(path, cut_decls, 3, NULL, data, CUT_TOTAL, 5);
+    RW_ASSERT_OK(rw_st_open(path, &f, &e), &e);
+    char other[600];
+    snprintf(other, sizeof other, "%s/short.safetensors", dir);
+    write_file(other, cut_decls, 1, NULL, data, 1024, 5);
+    assert_int_equal(rename(other, path), 0);
+    RW_ASSERT_OK(rw_st_read(f, 0, buf, CUT_TOTAL, &e), &e);
+    rw_assert_bytes_equal(buf, data, CUT_TOTAL, "after a rename over the file");
+    rw_st_close(f);
+
+    /* a buffer handle reads with memcpy; its path is NULL */
+    char *img = NULL;
+    size_t len = 0;
+    write_file(path, cut_decls, 3, NULL, data, CUT_TOTAL, 5);
+    RW_ASSERT_OK(rw_read_file(path, &img, &len, &e), &e);
+    RW_ASSERT_OK(rw_st_open_mem(img, len, &f, &e), &e);
+    assert_null(rw_st_path(f));
+    RW_ASSERT_OK(rw_st_read(f, 1024, buf, 4096, &e), &e);
+    rw_assert_bytes_equal(buf, data + 1024, 4096, "buffer handle");
+    assert_int_equal(rw_st_read(f, CUT_TOTAL - 10, buf, 11, &e), RW_E_RANGE);
+    rw_st_close(f);
+    free(img);
+    free(buf);
+    free(data);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* The test hook: a reader paused before its first read of tensor c; another thread truncates the
+ * file meanwhile, as a trainer rewriting a checkpoint would. */
+typedef struct cutter {
+    char pause[600];
+    char path[600];
+    uint64_t cut;
+    bool saw_pause;
+} cutter;
+
+static void *cutter_main(void *p) {
+    cutter *c = p;
+    char mark[700];
+    snprintf(mark, sizeof mark, "%s.paused", c->pause);
+    double end = rw_now() + 30;
+    while (!exists(mark) && rw_now() < end)
+        usleep(1000);
+    c->saw_pause = exists(mark);
+    if (truncate(c->path, (off_t)c->cut) != 0) c->saw_pause = false;
+    unlink(c->pause);
+    return NULL;
+}
+
+static void test_read_pause_hook(void **state) {
+    (void)state;
+    uint8_t *data = malloc(CUT_TOTAL);
+    assert_non_null(data);
+    fill_random(data, CUT_TOTAL, 12);
+    char *dir = make_tmpdir();
+    cutter c = {0};
+    snprintf(c.path, sizeof c.path, "%s/m.safetensors", dir);
+    snprintf(c.pause, sizeof c.pause, "%s/pause", dir);
+    write_file(c.path, cut_decls, 3, NULL, data, CUT_TOTAL, 5);
+    const uint64_t data_off = file_len(c.path) - CUT_TOTAL;
+    FILE *pf = fopen(c.pause, "w");
+    assert_non_null(pf);
+    fputs("c\n", pf);
+    fclose(pf);
+    assert_int_equal(setenv("RW_TEST_READ_PAUSE", c.pause, 1), 0);
+    rw_err e;
+    rw_st_file *f;
+    rw_status st = rw_st_open(c.path, &f, &e);
+    unsetenv("RW_TEST_READ_PAUSE");
+    RW_ASSERT_OK(st, &e);
+    const rw_st_entry *tc = rw_st_find(f, "c");
+    c.cut = data_off + tc->begin + 100;
+    uint8_t *buf = malloc(CUT_TOTAL);
+    assert_non_null(buf);
+    /* reads that do not touch c do not pause */
+    RW_ASSERT_OK(rw_st_read(f, 0, buf, tc->begin, &e), &e);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cutter_main, &c), 0);
+    st = rw_st_read(f, 0, buf, CUT_TOTAL, &e);
+    pthread_join(th, NULL);
+    assert_true(c.saw_pause);
+    assert_int_equal(st, RW_E_IO);
+    assert_shrank(&e, c.path, "c", c.cut);
+    assert_non_null(strstr(e.msg, "100 bytes into the tensor"));
+    /* the hook pauses once per handle */
+    double t0 = rw_now();
+    assert_int_equal(rw_st_read(f, tc->begin, buf, 16, &e), RW_E_IO);
+    assert_true(rw_now() - t0 < 5);
+    rw_st_close(f);
+    char mark[700];
+    snprintf(mark, sizeof mark, "%s.paused", c.pause);
+    unlink(mark);
+    free(buf);
     free(data);
     rm_rf(dir);
     free(dir);
@@ -707,11 +912,18 @@ static void test_ckpt_loose_files(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_writer_exact_bytes),
-        cmocka_unit_test(test_writer_misuse),     cmocka_unit_test(test_malformed_headers),
-        cmocka_unit_test(test_malformed_lengths), cmocka_unit_test(test_malformed_files_on_disk),
-        cmocka_unit_test(test_random_corruption), cmocka_unit_test(test_ckpt_fixture),
-        cmocka_unit_test(test_ckpt_sharded),      cmocka_unit_test(test_ckpt_loose_files),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_writer_exact_bytes),
+        cmocka_unit_test(test_writer_misuse),
+        cmocka_unit_test(test_malformed_headers),
+        cmocka_unit_test(test_malformed_lengths),
+        cmocka_unit_test(test_malformed_files_on_disk),
+        cmocka_unit_test(test_random_corruption),
+        cmocka_unit_test(test_ckpt_fixture),
+        cmocka_unit_test(test_ckpt_sharded),
+        cmocka_unit_test(test_ckpt_loose_files),
+        cmocka_unit_test(test_read_after_truncation),
+        cmocka_unit_test(test_read_pause_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,8 +11,19 @@
  *   is refused before anything is written and the previous version serves; the same refusal
  *   inside a session that had written a bucket leaves weights_incomplete, and a full
  *   update_weights_from_disk repairs it.
+ * - a checkpoint file truncated WHILE the worker reads it (after it was opened and validated; the
+ *   RW_TEST_READ_PAUSE hook of rw_st_read holds the reader at one tensor while the test cuts the
+ *   file there): update_weights_from_disk fails with "file shrank while loading" naming the file,
+ *   the tensor and the byte, without a signal; the previous version serves when nothing was
+ *   written (one bucket), weights_incomplete when earlier buckets were (a session of 64 KiB
+ *   buckets); a fresh update succeeds in the same process. The same cut during rw-worker's
+ *   start-up load (rw_model_load_ckpt, in row pieces): the worker exits with status 1 and the
+ *   message, not a signal; a worker started on an intact copy loads it (row pieces of 4 KiB) and
+ *   serves the fixture's weights.
  * After each fault the checksums of every tensor and the fixture's greedy tokens are checked. */
+#include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <sys/stat.h>
 
 #include "rel_util.h"
@@ -23,7 +34,8 @@ typedef struct fx {
     dt_ref ref;
     char fixture[4096];
     char tmp[256];
-    char *sums0; /* checksums of the fixture's weights */
+    char *sums0;     /* checksums of the fixture's weights */
+    char pause[300]; /* the worker's RW_TEST_READ_PAUSE file */
 } fx;
 
 static fx *F; /* for the teardown of a failed test */
@@ -397,6 +409,190 @@ static void test_disk_truncated(void **state) {
     assert_intact(f, "sharded");
 }
 
+/* ---- files cut while the worker reads them -------------------------------------------------- */
+/* A copy of the fixture in tmp/name; the pause file armed on the i-th tensor (file order); the
+ * file size to cut at (24 bytes into that tensor). Returns the tensor's name (static). */
+static const char *cut_setup(fx *f, const char *name, size_t i, char *dir, size_t cap, char *file,
+                             size_t fcap, uint64_t *cut) {
+    static char tname[RW_SYNC_MAX_NAME];
+    char src[4200];
+    new_ckpt_dir(f, name, dir, cap);
+    snprintf(src, sizeof src, "%s/model.safetensors", f->fixture);
+    snprintf(file, fcap, "%s/model.safetensors", dir);
+    copy_file(src, file, SIZE_MAX);
+    rw_st_file *st;
+    rw_err e;
+    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
+    const size_t n = rw_st_count(st);
+    assert_true(i < n);
+    const rw_st_entry *t = rw_st_at(st, i);
+    snprintf(tname, sizeof tname, "%s", t->name);
+    *cut = file_size(file) - rw_st_at(st, n - 1)->end + t->begin + 24;
+    rw_st_close(st);
+    FILE *fp = fopen(f->pause, "w");
+    assert_non_null(fp);
+    fprintf(fp, "%s\n", tname);
+    assert_int_equal(fclose(fp), 0);
+    return tname;
+}
+
+/* Waits for the reader to stop at the armed tensor, cuts `file` to `cut` bytes, lets it go on. */
+static void cut_when_paused(fx *f, const char *file, uint64_t cut) {
+    char mark[400];
+    snprintf(mark, sizeof mark, "%s.paused", f->pause);
+    double end = rw_now() + 30;
+    struct stat sb;
+    while (stat(mark, &sb) != 0) {
+        if (rw_now() > end) fail_msg("the reader did not reach the armed tensor within 30 s");
+        usleep(2000);
+    }
+    assert_int_equal(truncate(file, (off_t)cut), 0);
+    assert_int_equal(unlink(f->pause), 0);
+    assert_int_equal(unlink(mark), 0);
+}
+
+/* The error names the file, the tensor and the byte where the file ends now. */
+static void assert_cut_message(const char *msg, const char *file, const char *tensor,
+                               uint64_t cut) {
+    char want[400];
+    snprintf(want, sizeof want, "tensor '%s' is cut at byte %" PRIu64 " of the file", tensor, cut);
+    if (!strstr(msg, file) || !strstr(msg, "file shrank while loading") || !strstr(msg, want))
+        fail_msg("message '%s' lacks the file, 'file shrank while loading' or '%s'", msg, want);
+}
+
+/* update_weights_from_disk of dir, with the file cut while the worker reads it; returns the
+ * error message in msg. */
+static void disk_cut(fx *f, const char *dir, const char *file, const char *tensor, uint64_t cut,
+                     const char *outcome, char *msg, size_t cap) {
+    char a[4400];
+    snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"never\"}", dir);
+    uint64_t id;
+    rw_err e;
+    RW_ASSERT_OK(rw_client_send_json(f->c, "update_weights_from_disk", a, NULL, NULL, 0, &id, &e),
+                 &e);
+    cut_when_paused(f, file, cut);
+    rw_err_clear(&e);
+    assert_int_equal(rw_client_wait_json(f->c, id, DT_TIMEOUT_MS, NULL, NULL, NULL, &e), RW_E_IO);
+    snprintf(msg, cap, "%s", e.msg);
+    assert_cut_message(msg, file, tensor, cut);
+    if (!strstr(msg, outcome)) fail_msg("message '%s' lacks '%s'", msg, outcome);
+    printf("cut while loading: %s\n", msg);
+}
+
+static void test_disk_cut_while_loading(void **state) {
+    fx *f = *state;
+    const pid_t pid = f->w.pid;
+    char v0[RW_SYNC_MAX_VERSION + 1], dir[4200], file[4300], msg[512];
+    uint64_t cut;
+    wstate(f, v0, sizeof v0);
+    rw_st_file *st;
+    rw_err e;
+    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
+    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
+    const size_t n = rw_st_count(st);
+    rw_st_close(st);
+
+    /* an implicit session: the fixture is one bucket, cut before a byte of it was written */
+    const char *t = cut_setup(f, "cut1", n / 2, dir, sizeof dir, file, sizeof file, &cut);
+    disk_cut(f, dir, file, t, cut, "nothing was written, the previous version still serves", msg,
+             sizeof msg);
+    assert_intact(f, v0);
+    assert_int_equal(kill(pid, 0), 0);
+
+    /* inside a session of 64 KiB buckets: the buckets before the cut were written */
+    t = cut_setup(f, "cut2", n - 4, dir, sizeof dir, file, sizeof file, &cut);
+    json_decref(dt_ok(f->c, "begin_update", "{\"version\": \"cut\", \"bucket_bytes\": 65536}"));
+    disk_cut(f, dir, file, t, cut, "weights are incomplete until a full update succeeds", msg,
+             sizeof msg);
+    assert_incomplete(f);
+    assert_int_equal(kill(pid, 0), 0);
+
+    /* a fresh update from disk in the same process */
+    repair_from_disk(f, "after-cut-while-loading");
+}
+
+/* Waits (bounded) for a child to end; returns its wait status. */
+static int wait_child(pid_t pid, double limit_s) {
+    double end = rw_now() + limit_s;
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return status;
+        if (rw_now() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            fail_msg("rw-worker did not exit within %.0f s", limit_s);
+        }
+        usleep(10000);
+    }
+}
+
+static void test_startup_cut_while_loading(void **state) {
+    fx *f = *state;
+    char dir[4200], file[4300], log[400], exe[4096];
+    uint64_t cut;
+    rw_st_file *st;
+    rw_err e;
+    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
+    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
+    const size_t n = rw_st_count(st);
+    rw_st_close(st);
+    const char *t = cut_setup(f, "cut_start", n / 3, dir, sizeof dir, file, sizeof file, &cut);
+    snprintf(log, sizeof log, "%s/start.log", f->tmp);
+    dt_exe(exe, sizeof exe, "worker/rw-worker");
+    /* row pieces of 4 KiB: the load reads the armed tensor in several preads */
+    assert_int_equal(setenv("RW_TEST_READ_PAUSE", f->pause, 1), 0);
+    assert_int_equal(setenv("RW_LOAD_PIECE_BYTES", "4096", 1), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(126);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(exe, exe, "--model", dir, "--device", "cpu", "--control", "tcp://127.0.0.1:*",
+              "--kv-mb", DT_KV_MB, (char *)NULL);
+        _exit(127);
+    }
+    unsetenv("RW_TEST_READ_PAUSE");
+    cut_when_paused(f, file, cut);
+    int status = wait_child(pid, 60);
+    char *out = NULL;
+    size_t len = 0;
+    RW_ASSERT_OK(rw_read_file(log, &out, &len, &e), &e);
+    printf("start-up on a file cut while loading: %s", out);
+    if (!WIFEXITED(status))
+        fail_msg("rw-worker ended by signal %d, not with an error", WTERMSIG(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    assert_cut_message(out, file, t, cut);
+    char want[4400];
+    snprintf(want, sizeof want, "loading %s", dir);
+    assert_non_null(strstr(out, want));
+    free(out);
+
+    /* a worker started on an intact copy loads it (the same row pieces) and serves it */
+    new_ckpt_dir(f, "intact_start", dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    char src[4200];
+    snprintf(src, sizeof src, "%s/model.safetensors", f->fixture);
+    copy_file(src, file, SIZE_MAX);
+    const char *args[] = {"--model",           dir, "--device", "cpu", "--control",
+                          "tcp://127.0.0.1:*", NULL};
+    dt_worker w;
+    dt_start(&w, args);
+    unsetenv("RW_LOAD_PIECE_BYTES");
+    rw_client *c = dt_connect(&w);
+    char *sums = rl_checksums(c);
+    assert_string_equal(sums, f->sums0);
+    free(sums);
+    rl_assert_reference(c, &f->ref);
+    json_t *r = NULL;
+    RW_ASSERT_OK(dt_call(c, "shutdown", NULL, &r, &e), &e);
+    json_decref(r);
+    assert_int_equal(dt_wait_exit(&w, 30), 0);
+    rw_client_close(c);
+}
+
 /* ---- fixture
  * ------------------------------------------------------------------------------------------ */
 static int setup(void **state) {
@@ -406,7 +602,11 @@ static int setup(void **state) {
     rw_test_path(f->fixture, sizeof f->fixture, RW_TEST_FIXTURE);
     snprintf(f->tmp, sizeof f->tmp, "/tmp/rw_rel_faults_XXXXXX");
     assert_non_null(mkdtemp(f->tmp));
+    /* the worker reads the hook's file at every checkpoint open; it exists only during a test */
+    snprintf(f->pause, sizeof f->pause, "%s/pause", f->tmp);
+    assert_int_equal(setenv("RW_TEST_READ_PAUSE", f->pause, 1), 0);
     rl_start_fixture(&f->w, NULL, NULL);
+    unsetenv("RW_TEST_READ_PAUSE");
     f->c = dt_connect(&f->w);
     f->sums0 = rl_checksums(f->c);
     *state = f;
@@ -440,6 +640,8 @@ int main(void) {
         cmocka_unit_test(test_trainer_killed_mid_bucket),
         cmocka_unit_test(test_trainer_closed_after_bucket),
         cmocka_unit_test(test_disk_truncated),
+        cmocka_unit_test(test_disk_cut_while_loading),
+        cmocka_unit_test(test_startup_cut_while_loading),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,8 +3,9 @@
  * ends: the trainer end sends a bucket (manifest + bytes), the worker end receives it as a
  * manifest and an rw_sync_source. The checks:
  *   1. buckets of random tensors (several dtypes, shapes, one-element and multi-MiB ones) arrive
- *      with the same tensors (name, dtype, shape, shard) and byte-identical data, through both
- *      `read` and, where the source has one, the host view; the source's byte count equals the
+ *      with the same tensors (name, dtype, shape, shard) and byte-identical data, through `read`
+ *      and, where the source has them, the host view and `read_at` (whole tensors and ranges
+ *      starting inside one; a range past the bucket refused); the source's byte count equals the
  *      received manifest's;
  *   2. several buckets sent before any is received arrive complete and in order;
  *   3. a bucket whose bytes are shorter than its manifest says is caught (the receive fails or
@@ -129,6 +130,22 @@ static void conf_check(const conf_ops *o, const rw_sync_manifest *sent, const ui
             rw_assert_bytes_equal(bytes + a->offset, (const uint8_t *)src->host + b->offset,
                                   a->nbytes, what);
         }
+        if (src->read_at) {
+            /* the tensor's bytes, then a piece that starts inside it */
+            uint8_t *part = malloc(a->nbytes + 1);
+            assert_non_null(part);
+            RW_ASSERT_OK(src->read_at(src, part, b->offset, a->nbytes, &e), &e);
+            snprintf(what, sizeof what, "%s: %s via read_at", o->name, a->name);
+            rw_assert_bytes_equal(bytes + a->offset, part, a->nbytes, what);
+            uint64_t skip = a->nbytes / 3;
+            RW_ASSERT_OK(src->read_at(src, part, b->offset + skip, a->nbytes - skip, &e), &e);
+            rw_assert_bytes_equal(bytes + a->offset + skip, part, a->nbytes - skip, what);
+            free(part);
+        }
+    }
+    if (src->read_at) { /* past the end of the bucket: refused, nothing read */
+        uint8_t one;
+        assert_int_equal(src->read_at(src, &one, nb, 1, &e), RW_E_RANGE);
     }
     free(recv);
 }

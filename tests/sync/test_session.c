@@ -2,10 +2,16 @@
  * switches the version and yields the same bytes as a direct load; abort before any write keeps
  * the previous version intact; a refused bucket (bad shape, unknown name, short source) writes
  * nothing; a failure mid-way reports weights_incomplete until a full update succeeds; state
- * errors; the idle timeout; updates from disk (whole and filtered); and the command handlers over
- * decoded msgpack requests. */
+ * errors; the idle timeout; updates from disk (whole and filtered); a checkpoint file truncated
+ * while an update from disk reads it (an error naming the file and tensor, the previous version
+ * or weights_incomplete, then a fresh update succeeds); and the command handlers over decoded
+ * msgpack requests. */
 #include "sync_util.h"
 
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct fx {
@@ -267,6 +273,123 @@ static void test_disk_filtered(void **state) {
     free(before);
 }
 
+/* --- a checkpoint file cut short while it is read ------------------------------------------- */
+/* The RW_TEST_READ_PAUSE hook (rw_core.h) stops the reader before its first read of one tensor;
+ * a thread truncates the file there and lets it go on. */
+typedef struct cutter {
+    char pause[512], mark[520], file[512];
+    uint64_t cut;
+    bool done;
+} cutter;
+
+static void *cutter_main(void *p) {
+    cutter *c = p;
+    struct stat sb;
+    double end = rw_now() + 30;
+    while (stat(c->mark, &sb) != 0 && rw_now() < end)
+        usleep(1000);
+    c->done = stat(c->mark, &sb) == 0 && truncate(c->file, (off_t)c->cut) == 0;
+    unlink(c->pause);
+    unlink(c->mark);
+    return NULL;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* Copies the fixture's model.safetensors to dir; arms the hook on the i-th tensor by offset and
+ * sets c to cut the copy 24 bytes into that tensor. Returns the tensor's name. */
+static const char *arm_cut(fx *f, const char *dir, size_t i, cutter *c) {
+    char src[512];
+    fx_dir(src, sizeof src);
+    strcat(src, "/model.safetensors");
+    char *bytes;
+    size_t len;
+    rw_err e;
+    RW_ASSERT_OK(rw_read_file(src, &bytes, &len, &e), &e);
+    snprintf(c->file, sizeof c->file, "%s/model.safetensors", dir);
+    FILE *fp = fopen(c->file, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(bytes, 1, len, fp), len);
+    fclose(fp);
+    free(bytes);
+    /* the fixture checkpoint is this one file: ckpt entry order is offset order */
+    const rw_st_entry *t = rw_ckpt_at(f->ck, i);
+    const rw_st_entry *last = rw_ckpt_at(f->ck, rw_ckpt_count(f->ck) - 1);
+    c->cut = len - last->end + t->begin + 24;
+    snprintf(c->pause, sizeof c->pause, "%s/pause", dir);
+    snprintf(c->mark, sizeof c->mark, "%s/pause.paused", dir);
+    fp = fopen(c->pause, "w");
+    assert_non_null(fp);
+    fprintf(fp, "%s\n", t->name);
+    fclose(fp);
+    c->done = false;
+    return t->name;
+}
+
+/* Runs the update from disk of dir with the cutter; asserts the refusal names file and tensor. */
+static void disk_cut(fx *f, const char *dir, cutter *c, const char *tensor,
+                     const rw_sync_begin_args *a, const char *outcome) {
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cutter_main, c), 0);
+    rw_err e;
+    uint64_t nt, nb;
+    rw_status st = rw_sync_session_apply_disk(f->s, dir, NULL, a, &nt, &nb, &e);
+    pthread_join(th, NULL);
+    assert_true(c->done);
+    assert_int_equal(st, RW_E_IO);
+    char want[400];
+    snprintf(want, sizeof want, "tensor '%s' is cut at byte %" PRIu64 " of the file", tensor,
+             c->cut);
+    if (!strstr(e.msg, c->file) || !strstr(e.msg, "file shrank while loading") ||
+        !strstr(e.msg, want) || !strstr(e.msg, outcome))
+        fail_msg("unexpected message: %s", e.msg);
+    print_message("refused: %s\n", e.msg);
+}
+
+static void test_disk_truncated_while_loading(void **state) {
+    fx *f = *state;
+    char dir[64] = "/tmp/rw_sync_cut_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    cutter c;
+    size_t n0;
+    uint8_t *before = ws_snapshot(f->ws, &n0);
+
+    /* one bucket (the whole fixture): the cut is found before anything is written */
+    const char *t = arm_cut(f, dir, rw_ckpt_count(f->ck) / 2, &c);
+    assert_int_equal(setenv("RW_TEST_READ_PAUSE", c.pause, 1), 0);
+    rw_sync_begin_args a = {.version = "never"};
+    disk_cut(f, dir, &c, t, &a, "nothing was written, the previous version still serves");
+    expect_state(f, RW_SYNC_READY, "random");
+    size_t n1;
+    const uint8_t *now = ws_bytes(f->ws, &n1);
+    assert_int_equal(n0, n1);
+    rw_assert_bytes_equal(now, before, n0, "weights after a refused update");
+
+    /* 64 KiB buckets in an open session: earlier buckets were written, so incomplete */
+    t = arm_cut(f, dir, rw_ckpt_count(f->ck) - 3, &c);
+    rw_err e;
+    rw_sync_begin_args b = {.version = "cut", .bucket_bytes = 64u << 10};
+    RW_ASSERT_OK(rw_sync_session_begin(f->s, &b, &e), &e);
+    disk_cut(f, dir, &c, t, NULL, "weights are incomplete until a full update succeeds");
+    expect_state(f, RW_SYNC_INCOMPLETE, "random");
+    unsetenv("RW_TEST_READ_PAUSE");
+
+    /* the same session object takes a fresh update from an intact copy */
+    arm_cut(f, dir, 0, &c);
+    unlink(c.pause);
+    uint64_t nt, nb;
+    rw_sync_begin_args r = {.version = "repaired"};
+    RW_ASSERT_OK(rw_sync_session_apply_disk(f->s, dir, NULL, &r, &nt, &nb, &e), &e);
+    assert_int_equal(nt, rw_ckpt_count(f->ck));
+    expect_state(f, RW_SYNC_READY, "repaired");
+    ws_assert_equal(f->ws, f->ref, "disk update after a truncated one vs direct load");
+    free(before);
+    nftw(dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 /* --- handlers ------------------------------------------------------------------------------ */
 typedef struct call_out {
     rw_status st;
@@ -441,6 +564,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_state_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_filtered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disk_truncated_while_loading, setup, teardown),
         cmocka_unit_test_setup_teardown(test_handlers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,8 @@
 /* test_transport.c - the transport conformance test (conformance.h) over ZeroMQ (an rw_client
  * DEALER to a ROUTER on loopback TCP, zero-copy frames, the real decode path) and over disk
- * (safetensors files written, then mapped through rw_sync_bucket_from_entries); the ROUTER's
- * frame limits; and the parallel host copier that moves host bucket bytes into pinned staging
- * on the device path. */
+ * (safetensors files written, then read with pread through rw_sync_bucket_from_entries' file
+ * sources); the ROUTER's frame limits; and the parallel host copier that moves host bucket bytes
+ * (memcpy from a frame, pread from a file) into pinned staging on the device path. */
 #include "conformance.h"
 
 #include "sync_internal.h"
@@ -184,7 +184,7 @@ static rw_status d_recv(void *pair, int timeout_ms, rw_sync_manifest *m, rw_sync
     const rw_st_entry **e = calloc(n ? n : 1, sizeof *e);
     for (size_t i = 0; i < n; i++)
         e[i] = rw_st_at(d->cur, i);
-    rw_status st = rw_sync_bucket_from_entries(e, n, m, src, err);
+    rw_status st = rw_sync_bucket_from_entries(d->cur, e, n, m, src, err);
     free(e);
     return st;
 }
@@ -300,12 +300,85 @@ static void test_copier(void **state) {
     free(dst);
 }
 
+/* The copier reading a file source (pread into one share per thread): the bytes of any range,
+ * and after the file was cut short every thread count reports the same "file shrank" error. */
+static void test_copier_read(void **state) {
+    (void)state;
+    char dir[64] = "/tmp/rw-copier-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof path, "%s/c.safetensors", dir);
+    const size_t nb = 7340035;
+    rw_st_decl d = {"blob", RW_DTYPE_U8, 1, {(int64_t)nb}};
+    uint8_t *src = malloc(nb), *dst = malloc(nb + 64);
+    assert_non_null(src);
+    assert_non_null(dst);
+    rw_rng r;
+    rw_rng_seed(&r, 17);
+    for (size_t i = 0; i < nb; i++)
+        src[i] = (uint8_t)(rw_rng_u64(&r) >> 40);
+    rw_err e;
+    rw_st_writer *w;
+    RW_ASSERT_OK(rw_st_writer_create(path, &d, 1, NULL, &w, &e), &e);
+    RW_ASSERT_OK(rw_st_writer_write(w, src, nb, &e), &e);
+    RW_ASSERT_OK(rw_st_writer_close(w, &e), &e);
+    rw_st_file *f;
+    RW_ASSERT_OK(rw_st_open(path, &f, &e), &e);
+    /* the source covers the blob from byte 5 on */
+    rw_sync_source fs = rw_sync_source_file(f, 5, nb - 5);
+    assert_null(fs.host);
+    const size_t sizes[] = {0, 1, 4097, 262144, 1060921, nb - 5};
+    const int threads[] = {1, 3, 8};
+    for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+        rw_sync_copier *c;
+        RW_ASSERT_OK(rw_sync_copier_create(threads[t], &c, &e), &e);
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            size_t n = sizes[k], off = n == nb - 5 ? 0 : 11;
+            memset(dst, 0xee, nb + 64);
+            RW_ASSERT_OK(rw_sync_copier_read(c, dst + 3, &fs, off, n, &e), &e);
+            if (n && memcmp(dst + 3, src + 5 + off, n))
+                fail_msg("copier read: %zu bytes with %d threads differ", n, threads[t]);
+            assert_int_equal(dst[2], 0xee);
+            assert_int_equal(dst[3 + n], 0xee);
+        }
+        assert_int_equal(rw_sync_copier_read(c, dst, &fs, nb - 5, 1, &e), RW_E_RANGE);
+        rw_sync_copier_destroy(c);
+    }
+    /* a source without read_at is refused */
+    rw_sync_copier *c;
+    RW_ASSERT_OK(rw_sync_copier_create(2, &c, &e), &e);
+    rw_sync_source hs = rw_sync_source_host("mem", src, nb);
+    assert_int_equal(rw_sync_copier_read(c, dst, &hs, 0, 16, &e), RW_E_INVALID_ARG);
+    rw_sync_copier_destroy(c);
+    /* cut at 3 MiB + 7 bytes into the blob */
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    const uint64_t cut = (uint64_t)sb.st_size - nb + (3u << 20) + 7;
+    assert_int_equal(truncate(path, (off_t)cut), 0);
+    char want[128];
+    snprintf(want, sizeof want, "tensor 'blob' is cut at byte %llu of the file",
+             (unsigned long long)cut);
+    for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+        RW_ASSERT_OK(rw_sync_copier_create(threads[t], &c, &e), &e);
+        rw_err_clear(&e);
+        assert_int_equal(rw_sync_copier_read(c, dst, &fs, 0, nb - 5, &e), RW_E_IO);
+        if (!strstr(e.msg, "file shrank while loading") || !strstr(e.msg, want) ||
+            !strstr(e.msg, path))
+            fail_msg("%d threads: unexpected message: %s", threads[t], e.msg);
+        rw_sync_copier_destroy(c);
+    }
+    rw_st_close(f);
+    unlink(path);
+    rmdir(dir);
+    free(src);
+    free(dst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conformance_zmq),
-        cmocka_unit_test(test_conformance_disk),
-        cmocka_unit_test(test_zmq_frame_limits),
-        cmocka_unit_test(test_copier),
+        cmocka_unit_test(test_conformance_zmq),  cmocka_unit_test(test_conformance_disk),
+        cmocka_unit_test(test_zmq_frame_limits), cmocka_unit_test(test_copier),
+        cmocka_unit_test(test_copier_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
