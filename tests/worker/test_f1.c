@@ -5,7 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 
-#include "rw_test.h"
+#include "rw_reference.h"
 #include "rw_worker.h"
 
 #define F1_LOGIT_TOL 1e-3
@@ -13,60 +13,18 @@
 #define NPROMPT 4
 #define NGEN 24
 
-typedef struct fixture {
-    rw_config cfg;
-    rw_st_file *ref;
-    const int32_t *prompt[NPROMPT];
-    int plen[NPROMPT];
-    const float *logits[NPROMPT]; /* [plen, V] */
-    const int32_t *greedy[NPROMPT];
-    const float *greedy_lp[NPROMPT];
-    char dir[1024];
-} fixture;
-
-static const rw_st_entry *find(rw_st_file *f, const char *name, rw_dtype dt) {
-    const rw_st_entry *e = rw_st_find(f, name);
-    if (!e) fail_msg("reference.safetensors has no %s", name);
-    if (e->dtype != dt) fail_msg("%s: dtype %s", name, rw_dtype_name(e->dtype));
-    return e;
-}
+typedef rw_reference fixture;
 
 static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    char path[1200];
-    rw_err err = {0};
-    rw_test_path(fx->dir, sizeof fx->dir, RW_TEST_FIXTURE);
-    snprintf(path, sizeof path, "%s/config.json", fx->dir);
-    RW_ASSERT_OK(rw_config_load(path, &fx->cfg, &err), &err);
-    snprintf(path, sizeof path, "%s/reference.safetensors", fx->dir);
-    RW_ASSERT_OK(rw_st_open(path, &fx->ref, &err), &err);
-    for (int i = 0; i < NPROMPT; i++) {
-        char n[64];
-        snprintf(n, sizeof n, "prompt.%d", i);
-        const rw_st_entry *e = find(fx->ref, n, RW_DTYPE_I32);
-        fx->prompt[i] = e->data;
-        fx->plen[i] = (int)e->shape[0];
-        snprintf(n, sizeof n, "logits.%d", i);
-        e = find(fx->ref, n, RW_DTYPE_F32);
-        assert_int_equal(e->shape[0], fx->plen[i]);
-        assert_int_equal(e->shape[1], fx->cfg.vocab_size);
-        fx->logits[i] = e->data;
-        snprintf(n, sizeof n, "greedy.%d", i);
-        e = find(fx->ref, n, RW_DTYPE_I32);
-        assert_int_equal(e->shape[0], NGEN);
-        fx->greedy[i] = e->data;
-        snprintf(n, sizeof n, "greedy_logprob.%d", i);
-        fx->greedy_lp[i] = find(fx->ref, n, RW_DTYPE_F32)->data;
-    }
+    fixture *fx = rw_reference_load(RW_TEST_FIXTURE);
+    assert_int_equal(fx->nprompt, NPROMPT);
+    assert_int_equal(fx->ngen, NGEN);
     *state = fx;
     return 0;
 }
 
 static int teardown(void **state) {
-    fixture *fx = *state;
-    rw_st_close(fx->ref);
-    rw_config_free(&fx->cfg);
-    free(fx);
+    rw_reference_free(*state);
     return 0;
 }
 
