@@ -872,55 +872,6 @@ void rwb_mode_decode(rwb_ctx *c) {
     no_worker(c, "decode", "decode_bf16");
 }
 
-/* Forward-level prefill (rw_worker_bench_prefill) against the GEMM ceiling of this run. */
-static void worker_prefill(rwb_ctx *c, double ceil_8192) {
-    rw_err err = {0};
-    rw_bench_opts bo = rw_bench_opts_default();
-    bo.cfg = &c->cfg;
-    bo.device = c->o.gpu0;
-    bo.nprompt = c->o.nprompt;
-    bo.plen = c->o.plen;
-    bo.seed = c->o.seed;
-    fprintf(stderr, "rw-bench: prefill: rw_worker_bench_prefill %d x %d\n", bo.nprompt, bo.plen);
-    json_t *arr = capture(rw_worker_bench_prefill, &bo, &err);
-    if (!arr) {
-        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
-        return;
-    }
-    size_t i;
-    json_t *o;
-    int found = 0;
-    json_array_foreach(arr, i, o) {
-        const json_t *b = json_object_get(o, "bench");
-        if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
-        const double fwd = jnum(o, "forward_ms") * 1e-3, tf = jnum(o, "gemm_tflop_per_forward");
-        const double ach = tf / fwd;
-        json_t *j = rwb_line(c, "prefill", "prefill_forward_bf16");
-        rwb_set_str(j, "source", "rw_worker_bench_prefill (one forward pass, median of 3)");
-        rwb_set_int(j, "tokens", (int64_t)bo.nprompt * bo.plen);
-        rwb_set_int(j, "nprompt", bo.nprompt);
-        rwb_set_int(j, "plen", bo.plen);
-        rwb_set_num(j, "gemm_flops", tf * 1e12);
-        rwb_set_num(j, "median_s", fwd);
-        json_object_set_new(j, "p10_s", json_null());
-        json_object_set_new(j, "p90_s", json_null());
-        rwb_set_int(j, "reps", 3);
-        rwb_line_rate(j, ach, "TFLOP/s", ceil_8192,
-                      "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs only");
-        rwb_set_num(j, "tok_per_s", jnum(o, "tokens_per_s"));
-        json_object_set(j, "raw", o);
-        rwb_line_target(j, "G4/forward", "forward pass only, see the target row above",
-                        ceil_8192 > 0 && isfinite(ach) ? ach >= 0.5 * ceil_8192 : -1);
-        rwb_emit(j);
-        found++;
-    }
-    json_decref(arr);
-    if (!found) {
-        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_prefill printed no prefill result line");
-        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
-    }
-}
-
 void rwb_mode_prefill(rwb_ctx *c) {
     rw_err err = {0};
     rwb_gemm *g = NULL;
