@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+void rw_cuda_load_modules_eagerly(void) { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
+
 #ifdef RW_HAVE_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>

@@ -513,6 +513,12 @@ size_t rw_config_weight_count(const rw_config *cfg);
 typedef void *rw_stream; /* a cudaStream_t; NULL = default stream */
 
 bool rw_cuda_built(void);                       /* compiled with CUDA */
+/* Programs call this first thing in main(), before any CUDA call: CUDA modules are then loaded
+ * when the context is created, not at a kernel's first launch. A lazily loaded first launch waits
+ * for the device, and during an NCCL update the device holds a broadcast kernel that waits for the
+ * trainer, which sends only after this rank replied (see rw_moe_cuda_preload). An explicit
+ * CUDA_MODULE_LOADING in the environment is kept. */
+void rw_cuda_load_modules_eagerly(void);
 int rw_cuda_device_count(void);                 /* 0 without CUDA or device */
 rw_status rw_cuda_set_device(int dev, rw_err *err);
 rw_status rw_dev_malloc(size_t bytes, void **out, rw_err *err);

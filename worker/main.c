@@ -1,16 +1,13 @@
 /* main.c - the rw-worker executable: dispatches to the --once mode (once.c), the benchmarks
  * (bench.c), or by default the control-socket daemon (daemon.c). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
 #include "rw_worker.h"
 
 int main(int argc, char **argv) {
-    /* Load every CUDA module at start-up: a kernel loaded lazily while an NCCL broadcast kernel
-     * waits for its peer can block the launch (see rw_moe_cuda_preload). Kept if set. */
-    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    rw_cuda_load_modules_eagerly(); /* before any CUDA call */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--once") == 0) return rw_worker_once_main(argc - 1, argv + 1, stdout);
         if (strcmp(argv[i], "--bench") == 0)

@@ -186,9 +186,7 @@ static void print_plan(const rwb_opts *o, const bool *run) {
 }
 
 int main(int argc, char **argv) {
-    /* Load every CUDA module at start-up: a kernel loaded lazily while an NCCL broadcast kernel
-     * waits for its peer can block the launch (see rw_moe_cuda_preload). Kept if set. */
-    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    rw_cuda_load_modules_eagerly(); /* before any CUDA call */
     rwb_ctx c;
     memset(&c, 0, sizeof c);
     rwb_opts *o = &c.o;

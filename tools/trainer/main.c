@@ -265,9 +265,7 @@ out:
 }
 
 int main(int argc, char **argv) {
-    /* Load every CUDA module at start-up: a kernel loaded lazily while an NCCL broadcast kernel
-     * waits for its peer can block the launch (see rw_moe_cuda_preload). Kept if set. */
-    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    rw_cuda_load_modules_eagerly(); /* before any CUDA call */
     if (argc < 2) {
         usage(stderr);
         return 2;
