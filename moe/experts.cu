@@ -17,6 +17,13 @@
  * fp8-block) and the math is bf16. Every output element is computed by one thread in a fixed
  * order, so results do not depend on the run or on atomics.
  *
+ * Split activations (x_lo != NULL): the GEMM inputs carry about 16 significant bits as a pair of
+ * bf16 arrays, x ~= hi + lo (hi = bf16(x), lo = bf16(x - hi)). Each k16 step of both GEMMs then
+ * runs two mma into the same fp32 accumulators, acc += W hi, then acc += W lo (always in that
+ * order), and the w13 epilogue writes act as such a pair too. Rounding the activations to bf16
+ * is what flips near-tied routing decisions of later layers; the weights are unchanged (the
+ * products stay exact in fp32), only the B tile doubles.
+ *
  * Shared-memory tiles are [rows][8 x 16-byte chunks] with chunk c of row r stored at c ^ (r & 7)
  * so ldmatrix reads are free of bank conflicts. */
 #include <cuda_bf16.h>
@@ -263,19 +270,22 @@ struct gemm_args {
     int64_t s_expert;   /* bytes per expert of wscale */
     int64_t M, K;       /* rows (2P or H) and reduction length (H or P) of one expert */
     int64_t P, H;
-    int64_t scale_cols;       /* fp8-block: column blocks; mxfp8: Kt (swizzle) */
-    const __nv_bfloat16 *xin; /* w13: x [ntok, H] gathered through perm; w2: act [A, P] */
+    int64_t scale_cols;          /* fp8-block: column blocks; mxfp8: Kt (swizzle) */
+    const __nv_bfloat16 *xin;    /* w13: x [ntok, H] gathered through perm; w2: act [A, P] */
+    const __nv_bfloat16 *xin_lo; /* split mode: low halves of xin, same layout */
     const int32_t *perm, *off;
     const int2 *tiles;
     const int32_t *ntiles;
-    int k;              /* top-k (w13 gathers token perm[row] / k) */
-    __nv_bfloat16 *act; /* w13 output [A, P] */
-    float *y;           /* w2 output [A, H] */
+    int k;                 /* top-k (w13 gathers token perm[row] / k) */
+    __nv_bfloat16 *act;    /* w13 output [A, P] */
+    __nv_bfloat16 *act_lo; /* split mode: act_lo = bf16(v - act) */
+    float *y;              /* w2 output [A, H] */
 };
 
 /* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
- * tokens, K in steps of 64. */
-template <int TN, int FMT, bool W13>
+ * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
+ * and the w13 epilogue writes act + act_lo. */
+template <int TN, int FMT, bool W13, bool SPLIT>
 __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
     extern __shared__ __align__(128) uint8_t smem[];
     const int tile = blockIdx.x;
@@ -288,11 +298,11 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
     const int nkb = (int)(g.K / 64);
 
     /* layout: [stage][A 16 KB | B TN*128 B] for bf16; quantized: [stage][A8 8 KB | B], then one
-     * bf16 A tile the stage is dequantized into */
+     * bf16 A tile the stage is dequantized into. SPLIT: B is followed by the B_lo tile. */
     constexpr int A_BYTES = MOE_BM * 128;
     constexpr int A8_BYTES = MOE_BM * 64;
     constexpr int B_BYTES = TN * 128;
-    constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + B_BYTES;
+    constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + (SPLIT ? 2 : 1) * B_BYTES;
     constexpr int MOE_STAGES = MOE_STAGES_FOR(TN);
     uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only */
     /* mxfp8: the UE8M0 scales of the CTA's 128 rows over all of K, one contiguous swizzled run of
@@ -337,8 +347,9 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
         for (int q = tid; q < chunks; q += MOE_THREADS) {
             const int r = q >> 3, c = q & 7;
             const int64_t s = brow_src[r];
-            const __nv_bfloat16 *src = g.xin + (s < 0 ? 0 : s) + (int64_t)kb * 64 + c * 8;
-            cp_async16(sb + swz(r, c), src, s < 0 ? 0 : 16);
+            const int64_t o = (s < 0 ? 0 : s) + (int64_t)kb * 64 + c * 8;
+            cp_async16(sb + swz(r, c), g.xin + o, s < 0 ? 0 : 16);
+            if (SPLIT) cp_async16(sb + B_BYTES + swz(r, c), g.xin_lo + o, s < 0 ? 0 : 16);
         }
     };
 
@@ -433,6 +444,16 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
                     mma_bf16(acc[mt][nt], a[mt], b0, b1);
                     mma_bf16(acc[mt][nt + 1], a[mt], b2, b3);
                 }
+                if (SPLIT) {
+                    /* the low halves, after the high halves of the same k16 step: a fixed
+                     * order per accumulator, independent of TN and of the other columns */
+                    ldsm_x4(b0, b1, b2, b3, sb + B_BYTES + swz(r, c));
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma_bf16(acc[mt][nt], a[mt], b0, b1);
+                        mma_bf16(acc[mt][nt + 1], a[mt], b2, b3);
+                    }
+                }
             }
         }
     }
@@ -454,7 +475,12 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
                     const int64_t j = 16 * (mrow / 32) + 2 * gq + ((mrow % 32) == 16 ? 1 : 0);
                     const float up = acc[mt][nt][h], gate = acc[mt][nt][2 + h];
                     const float v = gate / (1.0f + expf(-gate)) * up;
-                    g.act[(int64_t)sr * g.P + j] = __float2bfloat16(v);
+                    const __nv_bfloat16 hi = __float2bfloat16(v); /* round to nearest even */
+                    g.act[(int64_t)sr * g.P + j] = hi;
+                    /* v - hi is exact in fp32; its rounding leaves |v - hi - lo| <= 2^-16 |v| */
+                    if (SPLIT)
+                        g.act_lo[(int64_t)sr * g.P + j] =
+                            __float2bfloat16(v - __bfloat162float(hi));
                 } else {
 #pragma unroll
                     for (int half = 0; half < 2; half++) {
@@ -509,7 +535,7 @@ extern "C" rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E,
 typedef struct moe_ws {
     int32_t *off, *perm, *inv, *ntiles;
     int2 *tiles;
-    __nv_bfloat16 *act;
+    __nv_bfloat16 *act, *act_lo;
     float *y;
     size_t bytes;
 } moe_ws;
@@ -532,6 +558,7 @@ static moe_ws ws_layout(void *base, int64_t E, int64_t P, int64_t H, int64_t max
     TAKE(ntiles, int32_t, 1);
     TAKE(tiles, int2, max_tiles(A, E, 32));
     TAKE(act, __nv_bfloat16, A * P);
+    TAKE(act_lo, __nv_bfloat16, A * P); /* split mode only; reserved always */
     TAKE(y, float, A *H);
 #undef TAKE
     w.bytes = o;
@@ -550,37 +577,51 @@ extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H,
 /* mxfp8 scales kept in shared memory: scale_cols * 512 bytes = 4 K bytes, K <= MOE_MX_MAX_K */
 #define MOE_MX_MAX_K 8192
 
-template <int TN, int FMT, bool W13> static size_t gemm_smem(int64_t scale_cols) {
-    const int a = FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64;
-    return (size_t)MOE_STAGES_FOR(TN) * (a + TN * 128) + (FMT == FMT_BF16 ? 0 : MOE_BM * 128) +
-           (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
+/* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,
+ * TN = 128 split with mxfp8 scales for K = MOE_MX_MAX_K, is 3 * (8 + 32) + 16 + 32 = 168 KB; bf16
+ * TN = 128 split is 3 * (16 + 32) = 144 KB: all within sm_90's 227 KB with the same stages. */
+template <int TN, int FMT, bool SPLIT> static constexpr size_t gemm_smem(int64_t scale_cols) {
+    return (size_t)MOE_STAGES_FOR(TN) *
+               ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
+           (FMT == FMT_BF16 ? 0 : MOE_BM * 128) + (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
 }
+static_assert(gemm_smem<128, FMT_MX, true>(MOE_MX_MAX_K / 128) + 2 * 1024 <= 227 * 1024,
+              "moe gemm: split-mode tiles exceed the shared memory of sm_90");
+static_assert(gemm_smem<128, FMT_BF16, true>(0) + 2 * 1024 <= 227 * 1024,
+              "moe gemm: split-mode tiles exceed the shared memory of sm_90");
 
-template <int TN, int FMT, bool W13>
+template <int TN, int FMT, bool W13, bool SPLIT>
 static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
-    const size_t sm = gemm_smem<TN, FMT, W13>(g.scale_cols);
+    const size_t sm = gemm_smem<TN, FMT, SPLIT>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
-    const size_t sm_max = gemm_smem<TN, FMT, W13>(MOE_MX_MAX_K / 128);
-    CUDA_TRY(cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13>,
+    const size_t sm_max = gemm_smem<TN, FMT, SPLIT>(MOE_MX_MAX_K / 128);
+    CUDA_TRY(cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max),
              err);
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
-    moe_gemm_kernel<TN, FMT, W13><<<grid, MOE_THREADS, sm, (cudaStream_t)s>>>(g);
+    moe_gemm_kernel<TN, FMT, W13, SPLIT><<<grid, MOE_THREADS, sm, (cudaStream_t)s>>>(g);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
 }
 
 template <int TN, bool W13>
-static rw_status launch_fmt(int fmt, const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
-    if (fmt == FMT_BF16) return launch_gemm<TN, FMT_BF16, W13>(g, grid_x, s, err);
-    if (fmt == FMT_MX) return launch_gemm<TN, FMT_MX, W13>(g, grid_x, s, err);
-    return launch_gemm<TN, FMT_FP8B, W13>(g, grid_x, s, err);
+static rw_status launch_fmt(int fmt, bool split, const gemm_args &g, int64_t grid_x, rw_stream s,
+                            rw_err *err) {
+    if (split) {
+        if (fmt == FMT_BF16) return launch_gemm<TN, FMT_BF16, W13, true>(g, grid_x, s, err);
+        if (fmt == FMT_MX) return launch_gemm<TN, FMT_MX, W13, true>(g, grid_x, s, err);
+        return launch_gemm<TN, FMT_FP8B, W13, true>(g, grid_x, s, err);
+    }
+    if (fmt == FMT_BF16) return launch_gemm<TN, FMT_BF16, W13, false>(g, grid_x, s, err);
+    if (fmt == FMT_MX) return launch_gemm<TN, FMT_MX, W13, false>(g, grid_x, s, err);
+    return launch_gemm<TN, FMT_FP8B, W13, false>(g, grid_x, s, err);
 }
 
 extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
-                                         const uint16_t *x, int64_t ntok, const int32_t *ids,
-                                         const float *weights, int k, float *out, void *ws,
-                                         size_t ws_bytes, rw_stream s, rw_err *err) {
+                                         const uint16_t *x, const uint16_t *x_lo, int64_t ntok,
+                                         const int32_t *ids, const float *weights, int k,
+                                         float *out, void *ws, size_t ws_bytes, rw_stream s,
+                                         rw_err *err) {
     if (ntok <= 0) return RW_OK;
     if (!lw || !d || !x || !ids || !weights || !out || !ws || k < 1)
         return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
@@ -606,6 +647,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
     const int fmt = lw->moe_fmt == RW_WFMT_BF16    ? FMT_BF16
                     : lw->moe_fmt == RW_WFMT_MXFP8 ? FMT_MX
                                                    : FMT_FP8B;
+    const bool split = x_lo != NULL;
     cudaStream_t st = (cudaStream_t)s;
     for (int64_t t0 = 0; t0 < ntok; t0 += chunk) {
         const int64_t nt = ntok - t0 < chunk ? ntok - t0 : chunk;
@@ -627,6 +669,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.ntiles = w.ntiles;
         g.k = k;
         g.act = w.act;
+        g.act_lo = w.act_lo;
         g.y = w.y;
         /* tiles: at most one per tn rows plus one partial per expert, and never more than the
          * assignments (a decode step of A = 8 launches 8 columns of CTAs, not E + 1) */
@@ -640,8 +683,9 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.K = H;
         g.scale_cols = fmt == FMT_MX ? (H / 32 + 3) / 4 : (H + 127) / 128;
         g.xin = (const __nv_bfloat16 *)(x + t0 * H);
-        RW_CHECK((tn == 32 ? launch_fmt<32, true>(fmt, g, grid_x, s, err)
-                           : launch_fmt<128, true>(fmt, g, grid_x, s, err)));
+        g.xin_lo = split ? (const __nv_bfloat16 *)(x_lo + t0 * H) : NULL;
+        RW_CHECK((tn == 32 ? launch_fmt<32, true>(fmt, split, g, grid_x, s, err)
+                           : launch_fmt<128, true>(fmt, split, g, grid_x, s, err)));
         /* w2: M = H rows, K = P, input act rows in sorted order */
         g.w = lw->w2.data;
         g.wscale = lw->w2_scale.data;
@@ -651,8 +695,9 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.K = P;
         g.scale_cols = fmt == FMT_MX ? (P / 32 + 3) / 4 : (P + 127) / 128;
         g.xin = w.act;
-        RW_CHECK((tn == 32 ? launch_fmt<32, false>(fmt, g, grid_x, s, err)
-                           : launch_fmt<128, false>(fmt, g, grid_x, s, err)));
+        g.xin_lo = split ? w.act_lo : NULL;
+        RW_CHECK((tn == 32 ? launch_fmt<32, false>(fmt, split, g, grid_x, s, err)
+                           : launch_fmt<128, false>(fmt, split, g, grid_x, s, err)));
         combine_kernel<<<(unsigned)nt, 256, 0, st>>>(w.y, w.inv, weights + t0 * k, nt, k, H,
                                                      out + t0 * H);
         RW_CHECK(RW_LAUNCH_CHECK(s, "moe combine", err));

@@ -271,16 +271,25 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
 /* CUDA versions (experts.cu; RW_E_NO_DEVICE without CUDA). Device pointers, work on `s`.
  * Routing: same rule as rw_moe_route_ref (ties to the lower id), E <= 1024, k <= 32.
  * Experts: x is bf16 [ntok, H] (the GEMM input), out [ntok, H] fp32 is accumulated into (+=) as
- * in the reference; the gate/up products are rounded to bf16 before the down projection; quantized
- * experts are dequantized to bf16 tile by tile (weight-only). H and P multiples of 128. ws holds
- * rw_moe_experts_cuda_workspace(E_l, P, H, max_tok, k) bytes for calls with ntok <= max_tok. */
+ * in the reference; quantized experts are dequantized to bf16 tile by tile (weight-only).
+ *   x_lo == NULL: the input is x, and the gate/up products silu(g) * u are rounded to bf16 before
+ *     the down projection.
+ *   x_lo != NULL (split mode): x_lo is bf16 [ntok, H] too and the input is x + x_lo, about 16
+ *     significant bits (for an fp32 value v: x = bf16(v), x_lo = bf16(v - x), both to nearest
+ *     even). Each k16 step accumulates W x, then W x_lo, in fp32; silu(g) * u is kept as the same
+ *     kind of pair for the down projection. This keeps activation rounding (up to 2^-8 relative in
+ *     bf16) from deciding near-tied routing downstream.
+ * Each output element is one thread's fixed-order sum: a token's result does not depend on the
+ * other tokens of the batch, in either mode. H and P multiples of 128. ws holds
+ * rw_moe_experts_cuda_workspace(E_l, P, H, max_tok, k) bytes for calls with ntok <= max_tok
+ * (either mode). */
 rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
                             int32_t *ids, float *weights, rw_stream s, rw_err *err);
 size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok, int k);
 rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
-                              const uint16_t *x, int64_t ntok, const int32_t *ids,
-                              const float *weights, int k, float *out, void *ws, size_t ws_bytes,
-                              rw_stream s, rw_err *err);
+                              const uint16_t *x, const uint16_t *x_lo, int64_t ntok,
+                              const int32_t *ids, const float *weights, int k, float *out,
+                              void *ws, size_t ws_bytes, rw_stream s, rw_err *err);
 
 #ifdef __cplusplus
 }
