@@ -1,0 +1,356 @@
+/* test_gemm_gpu.c - the dense GEMM of the CUDA backend (worker/gemm.h) on random inputs (gpu
+ * suite): against the double-precision reference within the fp32 accumulation bound, split hi/lo
+ * activations against the reference on the fp32 activations (and the unsplit product shown to miss
+ * that bound), rows bit for bit the same whatever batch they are computed in, the same bits from a
+ * captured graph, and the status of bad arguments. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+
+#include "rw_test.h"
+#include "gemm.h"
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #x, cudaGetErrorString(e_));                     \
+    } while (0)
+
+/* Error bounds, relative to S = sum_k |w x| of the element. The products of bf16 values are exact
+ * in fp32; summing n of them in fp32 errs by at most n u S, u = 2^-24 with round-to-nearest and
+ * 2^-23 if the tensor cores truncate, so the bound takes u = 2^-23 and one extra k16 step; the
+ * reference's own rounding to fp32 adds 2^-24 |y|. */
+#define U23 (1.0 / 8388608.0)
+#define U24 (1.0 / 16777216.0)
+/* hi = bf16(a), lo = bf16(a - hi) (the subtraction is exact): |a - hi - lo| <= 2^-8 |a - hi| <=
+ * 2^-16 |a| with bf16's 8-bit significand */
+#define SPLIT_REL (1.0 / 65536.0)
+
+static void *dput(const void *h, size_t n) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, n ? n : 16));
+    if (n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *dalloc(size_t n) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, n ? n : 16));
+    return d;
+}
+static void dget(void *h, const void *d, size_t n) {
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+static void fill_f32(float *p, size_t n, uint64_t seed, float std) {
+    rw_rng r;
+    rw_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++)
+        p[i] = std * rw_rng_normal(&r);
+}
+/* hi = bf16(a), lo = bf16(a - hi) */
+static void split(const float *a, size_t n, uint16_t *hi, uint16_t *lo) {
+    for (size_t i = 0; i < n; i++) {
+        hi[i] = rw_f32_to_bf16(a[i]);
+        if (lo) lo[i] = rw_f32_to_bf16(a[i] - rw_bf16_to_f32(hi[i]));
+    }
+}
+
+/* Y = gemm on the device; host arrays in and out */
+static void run_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x, const uint16_t *lo,
+                     int64_t M, float *Y) {
+    uint16_t *dW = dput(W, 2 * (size_t)(N * K)), *dx = dput(x, 2 * (size_t)(M * K));
+    uint16_t *dl = lo ? dput(lo, 2 * (size_t)(M * K)) : NULL;
+    float *dY = dalloc(4 * (size_t)(M * N));
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    dget(Y, dY, 4 * (size_t)(M * N));
+    cudaFree(dW);
+    cudaFree(dx);
+    cudaFree(dl);
+    cudaFree(dY);
+}
+
+typedef struct shape {
+    int64_t N, K, M;
+} shape;
+
+/* Partial weight tiles (N not a multiple of 16 or of the tile), K not a multiple of 16 or 64, and
+ * M from one token to several token tiles; the last two are the model's o_proj and q/k/v. */
+static const shape k_shapes[] = {
+    {256, 128, 37}, {128, 128, 1},    {512, 128, 300}, {128, 64, 9},     {64, 32, 130},
+    {200, 40, 65},  {1000, 104, 513}, {2048, 4096, 3}, {5120, 2048, 16},
+};
+
+/* (a) no split: Y vs the reference on the same bf16 activations */
+static void test_nosplit(void **state) {
+    (void)state;
+    for (size_t si = 0; si < sizeof k_shapes / sizeof k_shapes[0]; si++) {
+        const int64_t N = k_shapes[si].N, K = k_shapes[si].K, M = k_shapes[si].M;
+        uint16_t *W = malloc(2 * (size_t)(N * K)), *x = malloc(2 * (size_t)(M * K));
+        float *a = malloc(4 * (size_t)(M * K));
+        float *Y = malloc(4 * (size_t)(M * N)), *R = malloc(4 * (size_t)(M * N));
+        rw_test_fill_bf16(W, (size_t)(N * K), 100 + si, 1.0f);
+        fill_f32(a, (size_t)(M * K), 200 + si, 1.0f);
+        split(a, (size_t)(M * K), x, NULL);
+        run_gemm(W, N, K, x, NULL, M, Y);
+        rw_k_gemm_ref(W, N, K, x, NULL, M, R);
+        double worst = 0.0; /* largest error / bound */
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double S = 0.0;
+                for (int64_t k = 0; k < K; k++)
+                    S += fabs((double)rw_bf16_to_f32(W[n * K + k]) * rw_bf16_to_f32(x[m * K + k]));
+                const double r = R[m * N + n], y = Y[m * N + n];
+                const double tol = S * (double)(K + 16) * U23 + fabs(r) * U24 + 1e-30;
+                if (!(fabs(y - r) <= tol))
+                    fail_msg("N %lld K %lld M %lld: Y[%lld, %lld] = %.9g vs reference %.9g "
+                             "(bound %.3g)",
+                             (long long)N, (long long)K, (long long)M, (long long)m, (long long)n,
+                             y, r, tol);
+                if (fabs(y - r) / tol > worst) worst = fabs(y - r) / tol;
+            }
+        print_message("no split N %lld K %lld M %lld: largest error %.3f of the bound\n",
+                      (long long)N, (long long)K, (long long)M, worst);
+        free(W);
+        free(x);
+        free(a);
+        free(Y);
+        free(R);
+    }
+}
+
+/* (b) split: Y(hi, lo) vs the reference on the fp32 activations; for K <= 128 the bound is tight
+ * enough that the unsplit Y(hi) must miss it somewhere */
+static void test_split(void **state) {
+    (void)state;
+    for (size_t si = 0; si < sizeof k_shapes / sizeof k_shapes[0]; si++) {
+        const int64_t N = k_shapes[si].N, K = k_shapes[si].K, M = k_shapes[si].M;
+        uint16_t *W = malloc(2 * (size_t)(N * K)), *hi = malloc(2 * (size_t)(M * K)),
+                 *lo = malloc(2 * (size_t)(M * K));
+        float *a = malloc(4 * (size_t)(M * K));
+        float *Y = malloc(4 * (size_t)(M * N)), *Y1 = malloc(4 * (size_t)(M * N));
+        rw_test_fill_bf16(W, (size_t)(N * K), 300 + si, 1.0f);
+        fill_f32(a, (size_t)(M * K), 400 + si, 1.0f);
+        split(a, (size_t)(M * K), hi, lo);
+        run_gemm(W, N, K, hi, lo, M, Y);
+        run_gemm(W, N, K, hi, NULL, M, Y1);
+        double worst = 0.0, worst1 = 0.0;
+        int64_t miss1 = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double r = 0.0, S = 0.0, S2 = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    const double w = rw_bf16_to_f32(W[n * K + k]);
+                    r += w * a[m * K + k];
+                    S += fabs(w * a[m * K + k]);
+                    S2 += fabs(w) * (fabs(rw_bf16_to_f32(hi[m * K + k])) +
+                                     fabs(rw_bf16_to_f32(lo[m * K + k])));
+                }
+                /* activation error, then 2K exact products summed in fp32 */
+                const double tol = S * SPLIT_REL + S2 * (double)(2 * K + 16) * U23 + 1e-30;
+                const double y = Y[m * N + n], e1 = fabs(Y1[m * N + n] - r);
+                if (!(fabs(y - r) <= tol))
+                    fail_msg("split N %lld K %lld M %lld: Y[%lld, %lld] = %.9g vs fp32-activation "
+                             "reference %.9g (bound %.3g)",
+                             (long long)N, (long long)K, (long long)M, (long long)m, (long long)n,
+                             y, r, tol);
+                if (fabs(y - r) / tol > worst) worst = fabs(y - r) / tol;
+                if (e1 / tol > worst1) worst1 = e1 / tol;
+                miss1 += e1 > tol;
+            }
+        print_message("split N %lld K %lld M %lld: largest error %.3f of the bound; without lo "
+                      "%.1f of it, %lld of %lld elements outside\n",
+                      (long long)N, (long long)K, (long long)M, worst, worst1, (long long)miss1,
+                      (long long)(M * N));
+        if (K <= 128 && miss1 == 0)
+            fail_msg("split N %lld K %lld M %lld: the unsplit product meets the split bound "
+                     "everywhere (the bound does not measure the split)",
+                     (long long)N, (long long)K, (long long)M);
+        free(W);
+        free(hi);
+        free(lo);
+        free(a);
+        free(Y);
+        free(Y1);
+    }
+}
+
+/* (c) batch invariance: every row of batches of 1, 2, 7, 33 and 129 rows (each sample row at a
+ * different position, the other rows drawn from elsewhere in the batch) is byte-identical to the
+ * same row of one batch of 300 rows; a second run of the 300 rows too. */
+#define INV_M 300
+static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) {
+    static const int32_t samples[] = {0, 1, 5, 8, 63, 100, 128, 255, 299};
+    static const int64_t batches[] = {1, 2, 7, 33, 129};
+    const int64_t M = INV_M, maxb = 129;
+    uint16_t *W = malloc(2 * (size_t)(N * K)), *hi = malloc(2 * (size_t)(M * K)),
+             *lo = malloc(2 * (size_t)(M * K));
+    float *a = malloc(4 * (size_t)(M * K));
+    float *Y = malloc(4 * (size_t)(M * N)), *Y2 = malloc(4 * (size_t)(M * N));
+    float *Yb = malloc(4 * (size_t)(maxb * N));
+    rw_test_fill_bf16(W, (size_t)(N * K), seed, 1.0f);
+    fill_f32(a, (size_t)(M * K), seed + 1, 1.0f);
+    split(a, (size_t)(M * K), hi, lo);
+    uint16_t *dW = dput(W, 2 * (size_t)(N * K)), *dx = dput(hi, 2 * (size_t)(M * K));
+    uint16_t *dl = with_lo ? dput(lo, 2 * (size_t)(M * K)) : NULL;
+    uint16_t *dxb = dalloc(2 * (size_t)(maxb * K)), *dlb = dalloc(2 * (size_t)(maxb * K));
+    float *dY = dalloc(4 * (size_t)(M * N)), *dYb = dalloc(4 * (size_t)(maxb * N));
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    dget(Y, dY, 4 * (size_t)(M * N));
+    CK(cudaMemset(dY, 0xff, 4 * (size_t)(M * N)));
+    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    dget(Y2, dY, 4 * (size_t)(M * N));
+    rw_assert_bytes_equal(Y2, Y, 4 * (size_t)(M * N), "rerun of the 300-row batch");
+    int32_t src[129];
+    char what[160];
+    for (size_t si = 0; si < sizeof samples / sizeof samples[0]; si++)
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            const int64_t mb = batches[bi], r = samples[si];
+            const int64_t p = (r + mb / 2) % mb; /* where the sample row sits */
+            for (int64_t j = 0; j < mb; j++) {
+                src[j] = (int32_t)(((r + (j - p) * 37) % M + M) % M);
+                CK(cudaMemcpy(dxb + j * K, dx + (int64_t)src[j] * K, 2 * (size_t)K,
+                              cudaMemcpyDeviceToDevice));
+                if (with_lo)
+                    CK(cudaMemcpy(dlb + j * K, dl + (int64_t)src[j] * K, 2 * (size_t)K,
+                                  cudaMemcpyDeviceToDevice));
+            }
+            CK(cudaMemset(dYb, 0xff, 4 * (size_t)(mb * N)));
+            RW_ASSERT_OK(rw_k_gemm(dW, N, K, dxb, with_lo ? dlb : NULL, mb, dYb, NULL, &err), &err);
+            dget(Yb, dYb, 4 * (size_t)(mb * N));
+            for (int64_t j = 0; j < mb; j++) {
+                snprintf(what, sizeof what,
+                         "N %lld K %lld%s: row %d at %lld of a batch of %lld vs the batch of 300",
+                         (long long)N, (long long)K, with_lo ? " split" : "", (int)src[j],
+                         (long long)j, (long long)mb);
+                rw_assert_bytes_equal(Yb + j * N, Y + (int64_t)src[j] * N, 4 * (size_t)N, what);
+            }
+        }
+    cudaFree(dW);
+    cudaFree(dx);
+    cudaFree(dl);
+    cudaFree(dxb);
+    cudaFree(dlb);
+    cudaFree(dY);
+    cudaFree(dYb);
+    free(W);
+    free(hi);
+    free(lo);
+    free(a);
+    free(Y);
+    free(Y2);
+    free(Yb);
+}
+
+static void test_batch_invariance(void **state) {
+    (void)state;
+    /* partial weight tiles (72, 200, 1000), K = 40 (a partial 64-column block and a half k16
+     * step), and the model's shapes, whose tile choice differs between the batch sizes */
+    static const int64_t nk[][2] = {{256, 128}, {72, 40},     {200, 40},   {1000, 104},
+                                    {128, 64},  {5120, 2048}, {2048, 4096}};
+    for (size_t i = 0; i < sizeof nk / sizeof nk[0]; i++) {
+        check_invariance(nk[i][0], nk[i][1], false, 500 + 2 * i);
+        check_invariance(nk[i][0], nk[i][1], true, 501 + 2 * i);
+    }
+}
+
+/* (e) a captured graph gives the bits of the direct call (nothing in the launcher breaks a
+ * capture in the strictest mode) */
+static void test_graph(void **state) {
+    (void)state;
+    const int64_t N = 1000, K = 104, M = 7;
+    uint16_t *W = malloc(2 * N * K), *hi = malloc(2 * M * K), *lo = malloc(2 * M * K);
+    float *a = malloc(4 * M * K), *Y = malloc(4 * M * N), *Yg = malloc(4 * M * N);
+    rw_test_fill_bf16(W, (size_t)(N * K), 700, 1.0f);
+    fill_f32(a, (size_t)(M * K), 701, 1.0f);
+    split(a, (size_t)(M * K), hi, lo);
+    uint16_t *dW = dput(W, 2 * N * K), *dx = dput(hi, 2 * M * K), *dl = dput(lo, 2 * M * K);
+    float *dY = dalloc(4 * M * N), *dYg = dalloc(4 * M * N);
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    dget(Y, dY, 4 * M * N);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    const rw_status s1 = rw_k_gemm(dW, N, K, dx, dl, M, dYg, st, &err);
+    CK(cudaStreamEndCapture(st, &g));
+    RW_ASSERT_OK(s1, &err);
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    dget(Yg, dYg, 4 * M * N);
+    rw_assert_bytes_equal(Yg, Y, 4 * M * N, "graph replay vs direct call");
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(st));
+    cudaFree(dW);
+    cudaFree(dx);
+    cudaFree(dl);
+    cudaFree(dY);
+    cudaFree(dYg);
+    free(W);
+    free(hi);
+    free(lo);
+    free(a);
+    free(Y);
+    free(Yg);
+}
+
+/* (d) bad arguments */
+static void expect(rw_status got, rw_status want, const rw_err *err, const char *needle,
+                   const char *what) {
+    if (got != want)
+        fail_msg("%s: %s, expected %s (%s)", what, rw_status_str(got), rw_status_str(want),
+                 err->msg);
+    if (needle && !strstr(err->msg, needle))
+        fail_msg("%s: message '%s' does not name '%s'", what, err->msg, needle);
+}
+
+static void test_bad_args(void **state) {
+    (void)state;
+    uint16_t *dW = dalloc(2 * 64 * 64), *dx = dalloc(2 * 64 * 64);
+    float *dY = dalloc(4 * 64 * 64);
+    rw_err err = {0};
+    expect(rw_k_gemm(NULL, 0, 0, NULL, NULL, 0, NULL, NULL, &err), RW_OK, &err, NULL, "M = 0");
+    expect(rw_k_gemm(dW, 64, 64, dx, NULL, -1, dY, NULL, &err), RW_E_INVALID_ARG, &err, "-1",
+           "M = -1");
+    expect(rw_k_gemm(dW, 0, 64, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "N = 0",
+           "N = 0");
+    expect(rw_k_gemm(dW, 64, 0, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "K = 0",
+           "K = 0");
+    expect(rw_k_gemm(dW, 64, 12, dx, NULL, 4, dY, NULL, &err), RW_E_UNSUPPORTED, &err, "K = 12",
+           "K = 12");
+    expect(rw_k_gemm(NULL, 64, 64, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "NULL",
+           "W NULL");
+    expect(rw_k_gemm(dW, 64, 64, NULL, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "NULL",
+           "x NULL");
+    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, NULL, NULL, &err), RW_E_INVALID_ARG, &err, "NULL",
+           "Y NULL");
+    expect(rw_k_gemm(dW + 1, 64, 64, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err,
+           "aligned", "W misaligned");
+    expect(rw_k_gemm(dW, 64, 64, dx + 4, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err,
+           "aligned", "x misaligned");
+    expect(rw_k_gemm(dW, 64, 64, dx, dx + 1, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "aligned",
+           "x_lo misaligned");
+    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, (float *)((char *)dY + 2), NULL, &err),
+           RW_E_INVALID_ARG, &err, "aligned", "Y misaligned");
+    /* a float offset of Y (a column slice of a wider output) is fine */
+    expect(rw_k_gemm(dW, 32, 64, dx, NULL, 4, dY + 1, NULL, &err), RW_OK, &err, NULL,
+           "Y at a 4-byte offset");
+    CK(cudaDeviceSynchronize());
+    cudaFree(dW);
+    cudaFree(dx);
+    cudaFree(dY);
+}
+
+int main(void) {
+    rw_test_require_gpu(1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nosplit),          cmocka_unit_test(test_split),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_graph),
+        cmocka_unit_test(test_bad_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
