@@ -435,8 +435,9 @@ rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err
         CU(cudaStreamSynchronize((cudaStream_t)s));
         double t1 = rw_now();
         CU(cudaMemsetAsync(yd, 0, (size_t)T * H * 4, (cudaStream_t)s));
-        RW_CHECKGOTO(rw_moe_experts_cuda(w, &m->d, H, xd, T, idd, wd, K, yd, mws, mwsb, s, err), st,
-                     done);
+        RW_CHECKGOTO(
+            rw_moe_experts_cuda(w, &m->d, H, xd, NULL, T, idd, wd, K, yd, mws, mwsb, s, err), st,
+            done);
         CU(cudaStreamSynchronize((cudaStream_t)s));
         double t2 = rw_now();
         if (it) { /* first round warms up */

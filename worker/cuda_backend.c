@@ -1,26 +1,38 @@
-/* cuda_backend.c - the CUDA backend: the Qwen3-MoE forward pass on one GPU rank. Dense GEMMs
- * (q, k, v, o, lm_head) through cuBLASLt with bf16 inputs and fp32 outputs/accumulation; own
- * kernels (kernels.cu, moe/experts.cu) for norms, RoPE, paged attention, routing, experts and
- * sampling; NCCL all-reduce / all-gather through rw_comm; decode steps replayed from CUDA graphs.
+/* cuda_backend.c - the CUDA backend: the Qwen3-MoE forward pass on one GPU rank. Own kernels for
+ * everything: dense GEMMs (gemm.h: q, k, v, o, lm_head), norms, RoPE, paged attention, routing,
+ * experts (moe/experts.cu) and sampling (kernels.cu); NCCL all-reduce / all-gather through
+ * rw_comm; decode steps replayed from CUDA graphs. cuBLASLt only serves rw_cuda_be_gemm, the
+ * benchmarks' comparison on the model's GEMM shapes.
  *
- * Precision: the residual stream, norms, router logits, softmaxes and accumulations are fp32;
- * GEMM inputs (normed hidden states, attention output, expert activations) and the KV cache are
- * bf16. Quantized dense weights (mxfp8 / fp8-block q, k, v, o) are dequantized to bf16 before the
- * GEMM; quantized experts are dequantized tile by tile inside the expert kernel.
+ * Precision: the residual stream, norms, q, router logits, softmaxes and accumulations are fp32;
+ * every GEMM input (normed hidden states, attention output, expert activations, final-normed
+ * rows) is a hi + lo bf16 pair (about 16 significant bits: kernels.h), so bf16 weights meet
+ * near-fp32 activations; the KV cache is bf16. One bf16 rounding of an activation moves router
+ * logits by ~1e-3 and flips near-tied experts (tests/worker/test_cuda_numerics.c measures it).
+ * Quantized dense weights (mxfp8 / fp8-block q, k, v, o) are dequantized to bf16 before the GEMM;
+ * quantized experts are dequantized tile by tile inside the expert kernel.
+ *
+ * Batch invariance: a token's logits are the same bits whatever else is in the batch, however its
+ * prompt was chunked, and whichever graph or split ran it. Every kernel computes a token's values
+ * in an order fixed by the token alone: GEMMs without split-K (gemm.h), the experts per token in
+ * slot order, attention in fixed key segments merged in order (kernels.h), norms and router per
+ * row. So continuous batching reproduces a request's run alone, and seeded sampling with it.
  *
  * Per-step metadata (tokens, positions, KV slots, logits rows, attention tiles, block tables)
  * goes host -> device in one copy from pinned memory into a buffer at a fixed address, so a
  * captured decode graph reads the new step's values when replayed.
  *
- * Shapes: x, y [T, H] fp32; h [T, H] bf16; h32 [T, H] fp32; q [T, nh*hd], k, v [T, nkv*hd] fp32;
- * qb, att [T, nh*hd] bf16; KV per layer [nblocks + 1, nkv, bs, hd] bf16 (block nblocks is a
- * scratch block the padding rows of a decode graph write to); logits [rows, V] fp32. */
+ * Shapes: x, y [T, H] fp32; h, h_lo [T, H] bf16; h32 [T, H] fp32; q [T, nh*hd], k, v [T, nkv*hd]
+ * fp32 (GEMM outputs); qf [T, nh*hd] fp32 (normed, rotated); att, att_lo [T, nh*hd] bf16; KV per
+ * layer [nblocks + 1, nkv, bs, hd] bf16 (block nblocks is a scratch block the padding rows of a
+ * decode graph write to); logits [rows, V] fp32. */
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "cuda_profile.h"
+#include "gemm.h"
 #include "internal.h"
 #include "kernels.h"
 
@@ -49,9 +61,9 @@ typedef struct gemm_algo {
     cublasLtMatmulAlgo_t algo;
 } gemm_algo;
 
-#define MAX_GRAPHS 48
+#define MAX_GRAPHS 64
 typedef struct dgraph {
-    int B, bt_stride;
+    int B, bt_stride, nsplit;
     const rw_kv *kv;
     cudaGraphExec_t exec;
 } dgraph;
@@ -86,8 +98,8 @@ typedef struct cuda_be {
     /* capacities of the scratch below */
     int64_t cap_tok, cap_log;
     int cap_seq, cap_bt;
-    float *x, *y, *q, *k, *v, *h32, *rl, *wts, *lg_local, *gath, *logits;
-    uint16_t *h, *qb, *att, *hl, *wdeq;
+    float *x, *y, *q, *k, *v, *h32, *rl, *wts, *lg_local, *gath, *logits, *qf;
+    uint16_t *h, *h_lo, *att, *att_lo, *hl, *hl_lo, *wdeq;
     int32_t *ids;
     void *attn_part;
     size_t attn_part_bytes;
@@ -103,7 +115,6 @@ typedef struct cuda_be {
     int cap_smp;
     int64_t nlogits;
     bool use_graphs;
-    unsigned attn_flags; /* rw_k_attention flags (RW_ATTN_CUDA_CORES) */
     dgraph graphs[MAX_GRAPHS];
     int ngraphs;
     prof prof;
@@ -205,9 +216,10 @@ done:
     return st;
 }
 
-/* A dense weight [N, K] in any format times X: quantized weights are dequantized to bf16 first. */
+/* A dense weight [N, K] in any format times X + X_lo (gemm.h): quantized weights are dequantized to
+ * bf16 first. */
 static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
-                       const uint16_t *X, float *Y, int64_t M, rw_err *err) {
+                       const uint16_t *X, const uint16_t *X_lo, float *Y, int64_t M, rw_err *err) {
     const int64_t N = w->shape[0], K = w->shape[1];
     const void *W = w->data;
     if (w->dtype != RW_DTYPE_BF16) {
@@ -217,22 +229,23 @@ static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_te
             RW_CHECK(rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, be->wdeq, be->st, err));
         W = be->wdeq;
     }
-    return gemm(be, W, X, Y, M, N, K, err);
+    return rw_k_gemm(W, N, K, X, X_lo, M, Y, be->st, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 static void free_scratch(cuda_be *be) {
-    void *d[] = {be->x,   be->y,        be->q,         be->k,      be->v,      be->h32,  be->rl,
-                 be->wts, be->lg_local, be->gath,      be->logits, be->h,      be->qb,   be->att,
-                 be->hl,  be->ids,      be->attn_part, be->moe_ws, be->meta_d, be->sp_d, be->so_d};
+    void *d[] = {be->x,    be->y,      be->q,     be->k,         be->v,      be->h32,
+                 be->rl,   be->wts,    be->qf,    be->lg_local,  be->gath,   be->logits,
+                 be->h,    be->h_lo,   be->att,   be->att_lo,    be->hl,     be->hl_lo,
+                 be->ids,  be->attn_part, be->moe_ws, be->meta_d, be->sp_d,  be->so_d};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         cudaFree(d[i]);
     cudaFreeHost(be->meta_h);
     cudaFreeHost(be->sp_h);
     cudaFreeHost(be->so_h);
-    be->x = be->y = be->q = be->k = be->v = be->h32 = be->rl = be->wts = NULL;
+    be->x = be->y = be->q = be->k = be->v = be->h32 = be->rl = be->wts = be->qf = NULL;
     be->lg_local = be->gath = be->logits = NULL;
-    be->h = be->qb = be->att = be->hl = NULL;
+    be->h = be->h_lo = be->att = be->att_lo = be->hl = be->hl_lo = NULL;
     be->ids = NULL;
     be->attn_part = be->moe_ws = NULL;
     be->meta_d = be->meta_h = NULL;
@@ -242,8 +255,12 @@ static void free_scratch(cuda_be *be) {
     be->cap_seq = be->cap_bt = be->cap_smp = 0;
 }
 
+/* Attention splits (kernels.h): batches of at most SPLIT_MAX_TOK tokens spread each token's key
+ * segments over up to SPLIT_MAX CTAs; the partials buffer holds SPLIT_SEGS segments of
+ * SPLIT_MAX_TOK tokens (smaller batches: proportionally more segments, i.e. longer contexts). */
 #define SPLIT_MAX_TOK 256
 #define SPLIT_MAX 16
+#define SPLIT_SEGS 16
 
 /* (Re)allocates the scratch for ntok tokens, nlog logits rows, nseq sequences and block tables
  * of nbt entries; never shrinks. Reallocation drops the captured graphs (they hold pointers). */
@@ -269,20 +286,23 @@ static rw_status ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int n
     DALLOC(be->y, T * H * 4);
     DALLOC(be->h32, T * H * 4);
     DALLOC(be->h, T * H * 2);
+    DALLOC(be->h_lo, T * H * 2);
     DALLOC(be->q, T * (qd + 2 * kd) * 4); /* room for the fused [q | k | v] rows */
     DALLOC(be->k, T * kd * 4);
     DALLOC(be->v, T * kd * 4);
-    DALLOC(be->qb, T * qd * 2);
+    DALLOC(be->qf, T * qd * 4);
     DALLOC(be->att, T * qd * 2);
+    DALLOC(be->att_lo, T * qd * 2);
     DALLOC(be->rl, T * E * 4);
     DALLOC(be->wts, T * K * 4);
     DALLOC(be->ids, T * K * 4);
     DALLOC(be->hl, NL * H * 2);
+    DALLOC(be->hl_lo, NL * H * 2);
     DALLOC(be->lg_local, NL * vl * 4);
     DALLOC(be->gath, (int64_t)d->tp * NL * vl * 4);
     DALLOC(be->logits, NL * V * 4);
     be->attn_part_bytes = rw_k_attention_part_bytes(T < SPLIT_MAX_TOK ? T : SPLIT_MAX_TOK,
-                                                    d->nh_local, (int)hd, SPLIT_MAX);
+                                                    d->nh_local, (int)hd, SPLIT_SEGS);
     DALLOC(be->attn_part, be->attn_part_bytes);
     be->moe_ws_bytes = rw_moe_experts_cuda_workspace(E, d->P, H, T, (int)K);
     DALLOC(be->moe_ws, be->moe_ws_bytes);
@@ -417,22 +437,25 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
     for (int l = 0; l < c->num_layers; l++) {
         const rw_layer_weights *lw = rw_wset_layer(m->ws, l);
         RW_CHECK(rw_k_add_rmsnorm(be->x, l && tp ? be->y : NULL, lw->input_norm.data, ntok, H, eps,
-                                  be->h, NULL, s, err));
+                                  be->h, be->h_lo, NULL, s, err));
         prof_mark(be, RW_PROF_NORM);
         const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
         const float *qp, *kp, *vp;
         int64_t ldq, ldkv;
         if (qkv_fused(lw)) {
             /* q, k, v lie back to back in the arena: one GEMM, output rows [q | k | v] */
-            RW_CHECK(gemm(be, lw->q.data, be->h, be->q, ntok, qd + 2 * kd, H, err));
+            RW_CHECK(rw_k_gemm(lw->q.data, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, s, err));
             qp = be->q;
             kp = be->q + qd;
             vp = be->q + qd + kd;
             ldq = ldkv = qd + 2 * kd;
         } else {
-            RW_CHECK(dense(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->h, be->q, ntok, err));
-            RW_CHECK(dense(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->h, be->k, ntok, err));
-            RW_CHECK(dense(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->h, be->v, ntok, err));
+            RW_CHECK(dense(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->h, be->h_lo, be->q, ntok,
+                           err));
+            RW_CHECK(dense(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->h, be->h_lo, be->k, ntok,
+                           err));
+            RW_CHECK(dense(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->h, be->h_lo, be->v, ntok,
+                           err));
             qp = be->q;
             kp = be->k;
             vp = be->v;
@@ -443,28 +466,29 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
         uint16_t *kc = kv->k + (size_t)l * kv->layer_elems,
                  *vc = kv->v + (size_t)l * kv->layer_elems;
         RW_CHECK(rw_k_qk_rope_kv(qp, kp, vp, ldq, ldkv, lw->q_norm.data, lw->k_norm.data, pos, slot,
-                                 ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qb, kc, vc,
+                                 ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qf, kc, vc,
                                  s, err));
         prof_mark(be, RW_PROF_ROPE);
-        RW_CHECK(rw_k_attention(be->qb, kc, vc, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                                nkv, (int)hd, kv->bs, nsplit, be->attn_flags, be->attn_part,
-                                be->att, s, err));
+        RW_CHECK(rw_k_attention(be->qf, kc, vc, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                                nkv, (int)hd, kv->bs, nsplit, be->attn_part, be->attn_part_bytes,
+                                be->att, be->att_lo, s, err));
         prof_mark(be, RW_PROF_ATTN);
-        RW_CHECK(dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->y, ntok, err));
+        RW_CHECK(
+            dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->att_lo, be->y, ntok, err));
         prof_mark(be, RW_PROF_OPROJ);
         if (tp) {
             RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
             prof_mark(be, RW_PROF_COMM);
         }
-        RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h, be->h32, s,
-                                  err));
+        RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h, be->h_lo,
+                                  be->h32, s, err));
         prof_mark(be, RW_PROF_NORM);
         RW_CHECK(rw_k_router(be->h32, lw->router.data, ntok, E, H, be->rl, s, err));
         RW_CHECK(rw_moe_route_cuda(be->rl, ntok, (int)E, K, c->norm_topk_prob, be->ids, be->wts, s,
                                    err));
         prof_mark(be, RW_PROF_ROUTER);
         if (tp) CU(cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
-        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, ntok, be->ids, be->wts, K, moe_out,
+        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, ntok, be->ids, be->wts, K, moe_out,
                                      be->moe_ws, be->moe_ws_bytes, s, err));
         prof_mark(be, RW_PROF_EXPERTS);
         if (tp) {
@@ -473,12 +497,12 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
         }
     }
     const rw_tensor fn = rw_wset_final_norm(m->ws), lm = rw_wset_lm_head(m->ws);
-    RW_CHECK(
-        rw_k_rmsnorm_rows(be->x, tp ? be->y : NULL, rows, nlog, fn.data, H, eps, be->hl, s, err));
+    RW_CHECK(rw_k_rmsnorm_rows(be->x, tp ? be->y : NULL, rows, nlog, fn.data, H, eps, be->hl,
+                               be->hl_lo, s, err));
     /* one rank whose vocabulary needs no padding: the lm_head writes the logits in place */
     const bool direct = !tp && d->v_local == c->vocab_size;
-    RW_CHECK(
-        gemm(be, lm.data, be->hl, direct ? be->logits : be->lg_local, nlog, d->v_local, H, err));
+    RW_CHECK(rw_k_gemm(lm.data, d->v_local, H, be->hl, be->hl_lo, nlog,
+                       direct ? be->logits : be->lg_local, s, err));
     const float *g = be->lg_local;
     if (tp) {
         prof_mark(be, RW_PROF_LMHEAD);
@@ -493,13 +517,33 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
     return RW_OK;
 }
 
-static int pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int64_t max_ctx) {
-    if (ntok > SPLIT_MAX_TOK) return 1;
+/* Attention CTAs per (tile, kv head) for a batch (rw_k_attention's nsplit): 0 (one CTA walks
+ * every key segment) when the tiles alone fill the GPU or the partials of max_ctx's segments do
+ * not fit the scratch. max_ctx is the longest context of the batch (the largest position + 1);
+ * decode graphs are captured with max_ctx 0 (any context) and checked per step (graph_split).
+ * Results do not depend on the choice (kernels.h), only the speed does. */
+static int pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int nh, int hd,
+                      int64_t max_ctx) {
+    if (ntok > SPLIT_MAX_TOK) return 0;
     int ns = (2 * be->nsm) / (ntiles * nkv > 0 ? ntiles * nkv : 1);
-    const int64_t kt = (max_ctx + 15) / 16;
-    if (max_ctx > 0 && ns > kt / 2) ns = (int)(kt / 2); /* at least two key tiles per split */
+    if (max_ctx > 0) {
+        const int64_t segs = (max_ctx - 1) / RW_ATTN_SEG + 1;
+        if (ns > segs) ns = (int)segs;
+        if (rw_k_attention_part_bytes(ntok, nh, hd, (int)segs) > be->attn_part_bytes) return 0;
+    }
     if (ns > SPLIT_MAX) ns = SPLIT_MAX;
-    return ns < 1 ? 1 : ns;
+    return ns < 2 ? 0 : ns;
+}
+
+/* The split a decode graph of B rows uses for a step whose longest context is max_ctx: the
+ * batch-size choice when the partials of every segment fit, else 0. */
+static int graph_split(const rw_model *m, int B, int64_t max_ctx) {
+    const cuda_be *be = m->be;
+    const int nh = m->d.nh_local, hd = m->cfg.head_dim;
+    const int ns = pick_split(be, B, B, m->d.nkv_local, nh, hd, 0);
+    if (ns == 0) return 0;
+    const int64_t segs = max_ctx > 0 ? (max_ctx - 1) / RW_ATTN_SEG + 1 : 1;
+    return rw_k_attention_part_bytes(B, nh, hd, (int)segs) <= be->attn_part_bytes ? ns : 0;
 }
 
 /* A profiled forward (cuda_profile.h): decode batches (B > 0) are captured with their events
@@ -513,7 +557,7 @@ static rw_status profiled_run(rw_model *m, rw_kv *kv, int B, int64_t ntok, int n
     p->failed = false;
     p->graph = false;
     if (B && !p->no_graph) {
-        const int ns = pick_split(be, B, B, m->d.nkv_local, 0);
+        const int ns = graph_split(m, B, max_ctx);
         cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
         rw_err cerr = {0};
@@ -546,10 +590,11 @@ static rw_status profiled_run(rw_model *m, rw_kv *kv, int B, int64_t ntok, int n
         ntok = nlog = B;
         ntiles = B;
         qt = 1;
-        max_ctx = 0;
     }
     RW_CHECK(rw_k_spin(20 * 1000 * 1000, be->st, err)); /* 20 ms head start for the host */
-    const int ns = pick_split(be, ntok, ntiles, m->d.nkv_local, max_ctx);
+    const int ns = B ? graph_split(m, B, max_ctx)
+                     : pick_split(be, ntok, ntiles, m->d.nkv_local, m->d.nh_local,
+                                  m->cfg.head_dim, max_ctx);
     return run_model(m, kv, ntok, ntiles, qt, nlog, stride, ns, err);
 }
 
@@ -651,14 +696,16 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
         return RW_OK;
     }
     if (!B) {
-        const int ns = pick_split(be, ntok, ntiles, m->d.nkv_local, max_ctx);
+        const int ns = pick_split(be, ntok, ntiles, m->d.nkv_local, m->d.nh_local,
+                                  m->cfg.head_dim, max_ctx);
         RW_CHECK(run_model(m, kv, ntok, ntiles, qt, nlog, stride, ns, err));
     } else {
+        const int ns = graph_split(m, B, max_ctx);
         dgraph *g = NULL;
         for (int i = 0; i < be->ngraphs; i++)
-            if (be->graphs[i].B == B && be->graphs[i].bt_stride == stride && be->graphs[i].kv == kv)
+            if (be->graphs[i].B == B && be->graphs[i].bt_stride == stride &&
+                be->graphs[i].kv == kv && be->graphs[i].nsplit == ns)
                 g = &be->graphs[i];
-        const int ns = pick_split(be, B, B, m->d.nkv_local, 0);
         if (!g) {
             if (be->ngraphs == MAX_GRAPHS) drop_graphs(be);
             cudaGraph_t graph = NULL;
@@ -684,6 +731,7 @@ static rw_status cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_
             g->exec = exec;
             g->B = B;
             g->bt_stride = stride;
+            g->nsplit = ns;
             g->kv = kv;
         }
         CU(cudaGraphLaunch(g->exec, be->st));
@@ -933,85 +981,6 @@ rw_status rw_cuda_be_load_random(rw_model *m, uint64_t seed, float std, rw_err *
     return RW_OK;
 }
 
-/* The tensor-core decode attention against the general kernel on this model's heads, once per
- * backend, on random data at positions that cover block and key-tile edges, with and without a
- * key split. A mismatch turns the tensor-core path off (with a warning) instead of letting it
- * corrupt generation; RW_ATTN_MMA=0 turns it off outright. */
-static void attn_selfcheck(rw_model *m) {
-    cuda_be *be = m->be;
-    enum { NS = 4, BS = 16, STRIDE = 24 };
-    static const int32_t pos[NS] = {0, 17, 100, 333};
-    const int nh = m->d.nh_local, nkv = m->d.nkv_local, hd = m->cfg.head_dim;
-    if (nh % nkv || nh / nkv > 16 || (hd != 32 && hd != 64 && hd != 128)) return;
-    const size_t ce = (size_t)NS * STRIDE * nkv * BS * hd, qe = (size_t)NS * nh * hd;
-    const size_t part_b = rw_k_attention_part_bytes(NS, nh, hd, 3);
-    int32_t bt[NS * STRIDE];
-    rw_attn_tile tiles[NS];
-    for (int i = 0; i < NS * STRIDE; i++)
-        bt[i] = (i * 7) % (NS * STRIDE); /* shuffled, distinct */
-    for (int i = 0; i < NS; i++)
-        tiles[i] = (rw_attn_tile){i, i, 1, 0};
-    uint16_t *kc = NULL, *vc = NULL, *q = NULL, *o = NULL;
-    uint8_t *meta = NULL;
-    void *part = NULL;
-    uint16_t *h = malloc(sizeof(uint16_t) * qe * 4);
-    const char *why = NULL;
-    rw_err err = {0};
-    const size_t mb = sizeof pos + sizeof bt + sizeof tiles;
-    if (!h || cudaMalloc((void **)&kc, 2 * ce) || cudaMalloc((void **)&vc, 2 * ce) ||
-        cudaMalloc((void **)&q, 2 * qe) || cudaMalloc((void **)&o, 2 * qe * 4) ||
-        cudaMalloc((void **)&meta, mb) || cudaMalloc(&part, part_b)) {
-        why = "no memory for the check";
-        goto done;
-    }
-    int32_t *dpos = (int32_t *)meta, *dbt = dpos + NS;
-    rw_attn_tile *dt = (rw_attn_tile *)(dbt + NS * STRIDE);
-    if (cudaMemcpy(dpos, pos, sizeof pos, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(dbt, bt, sizeof bt, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(dt, tiles, sizeof tiles, cudaMemcpyHostToDevice) ||
-        rw_k_fill_bf16(kc, (int64_t)ce, 91, 0.0f, 1.0f, be->st, &err) ||
-        rw_k_fill_bf16(vc, (int64_t)ce, 92, 0.0f, 1.0f, be->st, &err) ||
-        rw_k_fill_bf16(q, (int64_t)qe, 93, 0.0f, 1.0f, be->st, &err)) {
-        why = err.msg[0] ? err.msg : "setting up the check failed";
-        goto done;
-    }
-    for (int c = 0; c < 4; c++) { /* (mma, split 1), (general, 1), (mma, 3), (general, 3) */
-        const int ns = c < 2 ? 1 : 3;
-        const unsigned fl = c % 2 ? RW_ATTN_CUDA_CORES : 0u;
-        if (rw_k_attention(q, kc, vc, dt, NS, 1, dpos, dbt, STRIDE, NS, nh, nkv, hd, BS, ns, fl,
-                           part, o + (size_t)c * qe, be->st, &err)) {
-            why = err.msg;
-            goto done;
-        }
-    }
-    if (cudaStreamSynchronize(be->st) || cudaMemcpy(h, o, 2 * qe * 4, cudaMemcpyDeviceToHost)) {
-        why = "the kernels failed";
-        goto done;
-    }
-    for (int c = 0; c < 4; c += 2)
-        for (size_t i = 0; i < qe; i++) {
-            const float a = rw_bf16_to_f32(h[c * qe + i]), b = rw_bf16_to_f32(h[(c + 1) * qe + i]);
-            if (!(fabsf(a - b) <= 0.03f + 0.02f * fabsf(b))) {
-                why = "results differ from the general kernel";
-                goto done;
-            }
-        }
-done:
-    (void)cudaGetLastError();
-    if (why) {
-        be->attn_flags |= RW_ATTN_CUDA_CORES;
-        RW_LOGW("tensor-core decode attention off (%d heads, %d kv heads, head_dim %d): %s", nh,
-                nkv, hd, why);
-    }
-    cudaFree(kc);
-    cudaFree(vc);
-    cudaFree(q);
-    cudaFree(o);
-    cudaFree(meta);
-    cudaFree(part);
-    free(h);
-}
-
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
     const rw_config *c = &m->cfg;
     if (c->hidden_size % 128 != 0)
@@ -1069,11 +1038,6 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
      * localise faults) cannot run inside a capture, so it turns them off too */
     const char *g = getenv("RW_CUDA_GRAPHS"), *sy = getenv("RW_CUDA_SYNC");
     be->use_graphs = !(g && strcmp(g, "0") == 0) && !(sy && sy[0] == '1');
-    const char *am = getenv("RW_ATTN_MMA");
-    if (am && strcmp(am, "0") == 0)
-        be->attn_flags |= RW_ATTN_CUDA_CORES;
-    else
-        attn_selfcheck(m);
     m->ops = &cuda_ops;
     return RW_OK;
 fail:

@@ -17,6 +17,12 @@ __device__ __forceinline__ float b2f(uint16_t b) {
 __device__ __forceinline__ uint16_t f2b(float f) {
     return rw_f32_to_bf16(f);
 }
+/* v as a hi + lo bf16 pair (kernels.h); lo == NULL stores hi alone */
+__device__ __forceinline__ void store_split(float v, uint16_t *hi, uint16_t *lo, int64_t i) {
+    const uint16_t h = f2b(v);
+    hi[i] = h;
+    if (lo) lo[i] = f2b(v - b2f(h));
+}
 
 /* Block-wide sum with a fixed tree (blockDim.x a multiple of 32, <= 1024). */
 __device__ float block_sum(float v, float *sh) {
@@ -64,7 +70,7 @@ extern "C" rw_status rw_k_embed(const int32_t *tok, int64_t n, const uint16_t *e
 #define NORM_MAXPER 32
 
 __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, int64_t H,
-                                   float eps, uint16_t *out_bf16, float *out_f32,
+                                   float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32,
                                    const int32_t *rows) {
     __shared__ float sh[33];
     const int64_t t = blockIdx.x;
@@ -92,33 +98,33 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
         const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
         if (i < H) {
             const float o = b2f(w[i]) * (v[j] * r);
-            out_bf16[t * H + i] = f2b(o);
+            store_split(o, out_hi, out_lo, t * H + i);
             if (out_f32) out_f32[t * H + i] = o;
         }
     }
 }
 
 extern "C" rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t n,
-                                      int64_t H, float eps, uint16_t *out_bf16, float *out_f32,
-                                      rw_stream s, rw_err *err) {
+                                      int64_t H, float eps, uint16_t *out_hi, uint16_t *out_lo,
+                                      float *out_f32, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     if (H > NORM_THREADS * NORM_MAXPER)
         RW_FAIL(err, RW_E_UNSUPPORTED, "rmsnorm: H = %lld > %d", (long long)H,
                 NORM_THREADS * NORM_MAXPER);
-    add_rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, (cudaStream_t)s>>>(x, y, w, H, eps, out_bf16,
-                                                                          out_f32, NULL);
+    add_rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, (cudaStream_t)s>>>(x, y, w, H, eps, out_hi,
+                                                                          out_lo, out_f32, NULL);
     return LAUNCH_CHECK(s, "add_rmsnorm");
 }
 
 extern "C" rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *rows, int64_t n,
-                                       const uint16_t *w, int64_t H, float eps, uint16_t *out_bf16,
-                                       rw_stream s, rw_err *err) {
+                                       const uint16_t *w, int64_t H, float eps, uint16_t *out_hi,
+                                       uint16_t *out_lo, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     if (H > NORM_THREADS * NORM_MAXPER)
         RW_FAIL(err, RW_E_UNSUPPORTED, "rmsnorm: H = %lld > %d", (long long)H,
                 NORM_THREADS * NORM_MAXPER);
-    add_rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, (cudaStream_t)s>>>(x, y, w, H, eps, out_bf16,
-                                                                          NULL, rows);
+    add_rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, (cudaStream_t)s>>>(x, y, w, H, eps, out_hi,
+                                                                          out_lo, NULL, rows);
     return LAUNCH_CHECK(s, "rmsnorm_rows");
 }
 
@@ -132,7 +138,7 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     qk_rope_kv_kernel(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                       const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
                       const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
-                      const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                      const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
                       uint16_t *vcache) {
     extern __shared__ float hbuf[]; /* [warps][hd] */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -161,20 +167,26 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float r = rsqrtf(ss / (float)hd + eps);
     __syncwarp();
-    uint16_t *dst;
-    if (isq) {
-        dst = q_out + (t * nh + h) * hd;
-    } else {
+    /* q stays fp32 (the attention reads it so); k goes to the bf16 cache */
+    float *qdst = isq ? q_out + (t * nh + h) * hd : NULL;
+    uint16_t *kdst = NULL;
+    if (!isq) {
         const int64_t blk = sl / bs, off = sl % bs;
-        dst = kcache + ((blk * nkv + g) * bs + off) * hd;
+        kdst = kcache + ((blk * nkv + g) * bs + off) * hd;
     }
     for (int i = lane; i < half; i += 32) {
         const float a = b2f(nwt[i]) * (buf[i] * r);
         const float b = b2f(nwt[i + half]) * (buf[i + half] * r);
         float sn, cs;
         sincosf((float)p * inv_freq[i], &sn, &cs);
-        dst[i] = f2b(a * cs - b * sn);
-        dst[i + half] = f2b(b * cs + a * sn);
+        const float o0 = a * cs - b * sn, o1 = b * cs + a * sn;
+        if (isq) {
+            qdst[i] = o0;
+            qdst[i + half] = o1;
+        } else {
+            kdst[i] = f2b(o0);
+            kdst[i + half] = f2b(o1);
+        }
     }
     if (!isq) {
         const int64_t blk = sl / bs, off = sl % bs;
@@ -189,8 +201,8 @@ extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float
                                      int64_t ldkv, const uint16_t *qn, const uint16_t *kn,
                                      const int32_t *pos, const int32_t *slot, int64_t n, int nh,
                                      int nkv, int hd, int bs, const float *inv_freq, float eps,
-                                     uint16_t *q_out, uint16_t *kcache, uint16_t *vcache,
-                                     rw_stream s, rw_err *err) {
+                                     float *q_out, uint16_t *kcache, uint16_t *vcache, rw_stream s,
+                                     rw_err *err) {
     if (n <= 0) return RW_OK;
     if (hd % 2 || hd > 1024) RW_FAIL(err, RW_E_UNSUPPORTED, "rope: head_dim %d", hd);
     const int64_t warps = n * (nh + nkv);
@@ -207,9 +219,17 @@ extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float
  * (inside one KV block since bs % 16 == 0), double-buffered in shared memory with cp.async.
  * For one row and one key tile, lane j of the half-warp scores key j (full dot product over hd
  * from shared memory), the half-warp shares max and sum, and lane j accumulates output dims
- * [j*hd/16, (j+1)*hd/16) with online softmax. */
+ * [j*hd/16, (j+1)*hd/16) with online softmax.
+ *
+ * Segments (kernels.h): key tiles [16 s, 16 s + 16) form segment s. Every segment starts from
+ * (max -inf, sum 0, output 0) and walks its key tiles in order; segments are merged in order by
+ * seg_merge, here (nsplit 0) or in attn_combine_kernel (nsplit >= 1), with the same arithmetic
+ * (no fused multiply-adds: __fmul_rn / __fadd_rn), so both give the same bits. A key tile past
+ * a row's position (the tile's last token is further on) is fully masked for that row and
+ * leaves its (max, sum, output) unchanged exactly: correction exp(0) = 1, weight exp(-inf) = 0. */
 #define ATT_THREADS 128
 #define ATT_KT 16
+#define ATT_SEG_TILES (RW_ATTN_SEG / ATT_KT)
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -251,14 +271,30 @@ template <int PER> __device__ __forceinline__ void lds_bf16(const uint16_t *p, f
     }
 }
 
+/* (M, L, O[N]) <- (M, L, O) merged with one segment's (m, l, o[N]); a segment without keys for
+ * the row (l == 0) is skipped. From (-inf, 0, 0) the first merge gives (m, l, o) exactly. */
+template <int N>
+__device__ __forceinline__ void seg_merge(float &M, float &L, float *O, float m, float l,
+                                          const float *o) {
+    if (!(l > 0.0f)) return;
+    const float mn = fmaxf(M, m);
+    const float a = expf(M - mn), b = expf(m - mn);
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+#pragma unroll
+    for (int d = 0; d < N; d++)
+        O[d] = __fadd_rn(__fmul_rn(O[d], a), __fmul_rn(o[d], b));
+    M = mn;
+}
+
 template <int HD, int ROWS>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attn_kernel(const uint16_t *__restrict__ q, const uint16_t *__restrict__ kc,
+    attn_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
                 const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
                 const int32_t *__restrict__ pos, const int32_t *__restrict__ bt, int bt_stride,
                 int nh, int nkv, int bs, int nsplit, int qt, float scale,
-                uint16_t *__restrict__ out, float *__restrict__ part_o,
-                float2 *__restrict__ part_ml, int64_t ntok) {
+                uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
+                float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
+                int seg_cap) {
     constexpr int KROW = HD * 2 + 16; /* padded smem row (bytes) against bank conflicts */
     constexpr int PER = HD / 16;      /* output dims per lane */
     extern __shared__ __align__(16) uint8_t sm[];
@@ -275,13 +311,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int idx = tid; idx < nrows * HD; idx += ATT_THREADS) {
         const int r = idx / HD, d = idx % HD;
         const int i = r / group, h = g * group + r % group;
-        qs[idx] = b2f(q[((int64_t)(tl.tok0 + i) * nh + h) * HD + d]) * scale;
+        qs[idx] = q[((int64_t)(tl.tok0 + i) * nh + h) * HD + d] * scale;
     }
     const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
     const int nkt = plast / ATT_KT + 1; /* key tiles the last query needs */
-    const int per_split = (nkt + nsplit - 1) / nsplit;
-    const int kt0 = split * per_split;
-    const int kt1 = min(nkt, kt0 + per_split);
+    const int nseg = (nkt + ATT_SEG_TILES - 1) / ATT_SEG_TILES;
     const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
 
     auto load = [&](int buf, int kt) {
@@ -299,371 +333,157 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     };
 
-    float m[ROWS], l[ROWS], o[ROWS][PER];
     int32_t qp[ROWS];
+    float M[ROWS], L[ROWS], O[ROWS][PER]; /* the merged segments (nsplit 0) */
 #pragma unroll
     for (int a = 0; a < ROWS; a++) {
-        m[a] = -INFINITY;
-        l[a] = 0.0f;
         const int r = hw + a * 8;
         qp[a] = r < nrows ? pos[tl.tok0 + r / group] : -1;
+        M[a] = -INFINITY;
+        L[a] = 0.0f;
 #pragma unroll
         for (int d = 0; d < PER; d++)
-            o[a][d] = 0.0f;
+            O[a][d] = 0.0f;
     }
-    if (kt0 < kt1) load(0, kt0);
-    cpa_commit();
-    for (int kt = kt0; kt < kt1; kt++) {
-        const int buf = (kt - kt0) & 1;
-        if (kt + 1 < kt1) load(buf ^ 1, kt + 1);
+    const int sstep = nsplit > 0 ? nsplit : 1;
+    for (int sg = nsplit > 0 ? split : 0; sg < nseg; sg += sstep) {
+        const int kt0 = sg * ATT_SEG_TILES;
+        const int kt1 = min(nkt, kt0 + ATT_SEG_TILES);
+        float m[ROWS], l[ROWS], o[ROWS][PER];
+#pragma unroll
+        for (int a = 0; a < ROWS; a++) {
+            m[a] = -INFINITY;
+            l[a] = 0.0f;
+#pragma unroll
+            for (int d = 0; d < PER; d++)
+                o[a][d] = 0.0f;
+        }
+        __syncthreads(); /* q in shared memory; the previous segment's buffers are free */
+        load(0, kt0);
         cpa_commit();
-        cpa_wait1();
-        __syncthreads();
-        const uint8_t *kd = kvs + (size_t)buf * 2 * ATT_KT * KROW;
-        const uint8_t *vd = kd + ATT_KT * KROW;
-        const int kp = kt * ATT_KT + j; /* this lane's key position */
+        for (int kt = kt0; kt < kt1; kt++) {
+            const int buf = (kt - kt0) & 1;
+            if (kt + 1 < kt1) load(buf ^ 1, kt + 1);
+            cpa_commit();
+            cpa_wait1();
+            __syncthreads();
+            const uint8_t *kd = kvs + (size_t)buf * 2 * ATT_KT * KROW;
+            const uint8_t *vd = kd + ATT_KT * KROW;
+            const int kp = kt * ATT_KT + j; /* this lane's key position */
+#pragma unroll
+            for (int a = 0; a < ROWS; a++) {
+                const int r = hw + a * 8;
+                if (r >= nrows) continue; /* uniform within the half-warp */
+                const float *qr = qs + r * HD;
+                float sc = 0.0f;
+                const uint4 *kr = (const uint4 *)(kd + j * KROW);
+#pragma unroll
+                for (int c = 0; c < HD / 8; c++) {
+                    const uint4 kk = kr[c];
+                    const float4 q0 = *(const float4 *)(qr + c * 8);
+                    const float4 q1 = *(const float4 *)(qr + c * 8 + 4);
+                    sc += q0.x * __uint_as_float(kk.x << 16) +
+                          q0.y * __uint_as_float(kk.x & 0xffff0000u);
+                    sc += q0.z * __uint_as_float(kk.y << 16) +
+                          q0.w * __uint_as_float(kk.y & 0xffff0000u);
+                    sc += q1.x * __uint_as_float(kk.z << 16) +
+                          q1.y * __uint_as_float(kk.z & 0xffff0000u);
+                    sc += q1.z * __uint_as_float(kk.w << 16) +
+                          q1.w * __uint_as_float(kk.w & 0xffff0000u);
+                }
+                if (kp > qp[a]) sc = -INFINITY;
+                float tmax = sc;
+#pragma unroll
+                for (int off = 8; off > 0; off >>= 1)
+                    tmax = fmaxf(tmax, __shfl_xor_sync(hmask, tmax, off, 16));
+                const float mnew = fmaxf(m[a], tmax);
+                if (mnew == -INFINITY) continue; /* every key so far masked for this row */
+                const float corr = expf(m[a] - mnew);
+                const float pj = expf(sc - mnew);
+                float ps = pj;
+#pragma unroll
+                for (int off = 8; off > 0; off >>= 1)
+                    ps += __shfl_xor_sync(hmask, ps, off, 16);
+                l[a] = l[a] * corr + ps;
+                m[a] = mnew;
+#pragma unroll
+                for (int d = 0; d < PER; d++)
+                    o[a][d] *= corr;
+#pragma unroll
+                for (int jj = 0; jj < ATT_KT; jj++) {
+                    const float pjj = __shfl_sync(hmask, pj, jj, 16);
+                    float vf[PER];
+                    lds_bf16<PER>((const uint16_t *)(vd + jj * KROW) + j * PER, vf);
+#pragma unroll
+                    for (int d = 0; d < PER; d++)
+                        o[a][d] += pjj * vf[d];
+                }
+            }
+            __syncthreads(); /* the buffer is reloaded two iterations later */
+        }
+        cpa_wait0();
 #pragma unroll
         for (int a = 0; a < ROWS; a++) {
             const int r = hw + a * 8;
-            if (r >= nrows) continue; /* uniform within the half-warp */
-            const float *qr = qs + r * HD;
-            float sc = 0.0f;
-            const uint4 *kr = (const uint4 *)(kd + j * KROW);
-#pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
-                const uint4 kk = kr[c];
-                const float4 q0 = *(const float4 *)(qr + c * 8);
-                const float4 q1 = *(const float4 *)(qr + c * 8 + 4);
-                sc +=
-                    q0.x * __uint_as_float(kk.x << 16) + q0.y * __uint_as_float(kk.x & 0xffff0000u);
-                sc +=
-                    q0.z * __uint_as_float(kk.y << 16) + q0.w * __uint_as_float(kk.y & 0xffff0000u);
-                sc +=
-                    q1.x * __uint_as_float(kk.z << 16) + q1.y * __uint_as_float(kk.z & 0xffff0000u);
-                sc +=
-                    q1.z * __uint_as_float(kk.w << 16) + q1.w * __uint_as_float(kk.w & 0xffff0000u);
-            }
-            if (kp > qp[a]) sc = -INFINITY;
-            float tmax = sc;
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
-                tmax = fmaxf(tmax, __shfl_xor_sync(hmask, tmax, off, 16));
-            const float mnew = fmaxf(m[a], tmax);
-            if (mnew == -INFINITY) continue; /* every key so far masked for this row */
-            const float corr = expf(m[a] - mnew);
-            const float pj = expf(sc - mnew);
-            float ps = pj;
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
-                ps += __shfl_xor_sync(hmask, ps, off, 16);
-            l[a] = l[a] * corr + ps;
-            m[a] = mnew;
-#pragma unroll
-            for (int d = 0; d < PER; d++)
-                o[a][d] *= corr;
-#pragma unroll
-            for (int jj = 0; jj < ATT_KT; jj++) {
-                const float pjj = __shfl_sync(hmask, pj, jj, 16);
-                float vf[PER];
-                lds_bf16<PER>((const uint16_t *)(vd + jj * KROW) + j * PER, vf);
+            if (r >= nrows) continue;
+            if (nsplit == 0) {
+                seg_merge<PER>(M[a], L[a], O[a], m[a], l[a], o[a]);
+            } else if (sg < seg_cap) {
+                const int64_t t = tl.tok0 + r / group;
+                const int h = g * group + r % group;
+                const int64_t base = ((int64_t)sg * ntok + t) * nh + h;
 #pragma unroll
                 for (int d = 0; d < PER; d++)
-                    o[a][d] += pjj * vf[d];
+                    part_o[base * HD + j * PER + d] = o[a][d];
+                if (j == 0) part_ml[base] = make_float2(m[a], l[a]);
             }
         }
-        __syncthreads(); /* the buffer is reloaded two iterations later */
     }
-    cpa_wait0();
+    if (nsplit != 0) return;
 #pragma unroll
     for (int a = 0; a < ROWS; a++) {
         const int r = hw + a * 8;
         if (r >= nrows) continue;
         const int64_t t = tl.tok0 + r / group;
         const int h = g * group + r % group;
-        if (nsplit == 1) {
-            const float inv = 1.0f / l[a];
 #pragma unroll
-            for (int d = 0; d < PER; d++)
-                out[(t * nh + h) * HD + j * PER + d] = f2b(o[a][d] * inv);
-        } else {
-            const int64_t base = ((int64_t)split * ntok + t) * nh + h;
-#pragma unroll
-            for (int d = 0; d < PER; d++)
-                part_o[base * HD + j * PER + d] = o[a][d];
-            if (j == 0) part_ml[base] = make_float2(m[a], l[a]);
-        }
+        for (int d = 0; d < PER; d++)
+            store_split(__fdiv_rn(O[a][d], L[a]), out_hi, out_lo,
+                        (t * nh + h) * HD + j * PER + d);
     }
 }
 
-/* Decode attention on tensor cores: tiles of one token (qt 1), CTA = (tile, kv head, split),
- * 4 warps. The token's q heads of the kv head (group <= 16 rows, zero-padded to 16) times 16 keys
- * per warp and step: S = Q K^T with mma.sync m16n8k16 (bf16 in, fp32 out), scaled, masked past
- * the token's position, online softmax in fp32 per row, then O += P V with P rounded to bf16 (the
- * S accumulator layout is the A fragment layout of the next mma). Warp w takes key tiles kt0 + w,
- * kt0 + w + 4, ... of the split's range, double-buffered with cp.async into its own shared memory;
- * the four warps' (m, l, O) are merged through shared memory at the end and written as the output
- * (nsplit 1) or as the split's partial (o, m, l) for attn_combine_kernel, as attn_kernel does. */
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
-                                        const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
-                                          const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    return (uint32_t)f2b(lo) | ((uint32_t)f2b(hi) << 16);
-}
-
-#define DEC_WARPS 4
-template <int HD>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
-    attn_dec_mma_kernel(const uint16_t *__restrict__ q, const uint16_t *__restrict__ kc,
-                        const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
-                        const int32_t *__restrict__ pos, const int32_t *__restrict__ bt,
-                        int bt_stride, int nh, int nkv, int bs, int nsplit, float scale,
-                        uint16_t *__restrict__ out, float *__restrict__ part_o,
-                        float2 *__restrict__ part_ml, int64_t ntok) {
-    constexpr int ROW = HD * 2 + 16;       /* padded row (bytes): conflict-free ldmatrix */
-    constexpr int KT = ATT_KT;             /* keys per warp step */
-    constexpr int WBUF = 2 * 2 * KT * ROW; /* per warp: 2 stages x (K, V) */
-    constexpr int NKS = HD / 16;           /* k-steps of Q K^T */
-    constexpr int NDT = HD / 8;            /* n-tiles of O */
-    extern __shared__ __align__(16) uint8_t sm[];
-    uint8_t *qsm = sm;            /* [16][ROW] bf16 q, rows >= group zero */
-    uint8_t *kvs = sm + 16 * ROW; /* [warps][WBUF] */
-    const rw_attn_tile tl = tiles[blockIdx.x];
-    const int g = blockIdx.y, split = blockIdx.z;
-    const int group = nh / nkv;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int gq = lane >> 2, cq = lane & 3;
-    const int64_t tok = tl.tok0;
-    if (tl.ntok != 1) __trap(); /* decode tiles only */
-
-    /* q rows of this kv head, 16-byte chunks */
-    for (int c = tid; c < 16 * (HD / 8); c += DEC_WARPS * 32) {
-        const int r = c / (HD / 8), cc = c % (HD / 8);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r < group) v = *(const uint4 *)(q + (tok * nh + (int64_t)g * group + r) * HD + cc * 8);
-        *(uint4 *)(qsm + r * ROW + cc * 16) = v;
-    }
-    __syncthreads();
-    uint32_t qa[NKS][4];
-#pragma unroll
-    for (int ks = 0; ks < NKS; ks++) {
-        const int r = (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 2 + (lane >> 4);
-        ldsm_x4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], qsm + r * ROW + c * 16);
-    }
-
-    const int32_t p = pos[tok];
-    const int nkt = p / KT + 1;
-    const int per_split = (nkt + nsplit - 1) / nsplit;
-    const int kt0 = split * per_split;
-    const int kt1 = min(nkt, kt0 + per_split);
-    const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
-    uint8_t *wb = kvs + warp * WBUF;
-    auto load = [&](int buf, int kt) {
-        const int p0 = kt * KT;
-        const int64_t blk = blocks[p0 / bs], off = p0 % bs;
-        const uint8_t *ks = (const uint8_t *)(kc + ((blk * nkv + g) * bs + off) * HD);
-        const uint8_t *vs = (const uint8_t *)(vc + ((blk * nkv + g) * bs + off) * HD);
-        uint8_t *kd = wb + buf * 2 * KT * ROW, *vd = kd + KT * ROW;
-        constexpr int CH = HD * 2 / 16;
-#pragma unroll
-        for (int c = lane; c < KT * CH; c += 32) {
-            const int r = c / CH, cc = c % CH;
-            cpa16(kd + r * ROW + cc * 16, ks + (size_t)r * HD * 2 + cc * 16);
-            cpa16(vd + r * ROW + cc * 16, vs + (size_t)r * HD * 2 + cc * 16);
-        }
-    };
-
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows gq, gq + 8 */
-    float o[NDT][4];
-#pragma unroll
-    for (int d = 0; d < NDT; d++)
-        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    int kt = kt0 + warp;
-    if (kt < kt1) load(0, kt);
-    cpa_commit();
-    for (int i = 0; kt < kt1; i++, kt += DEC_WARPS) {
-        if (kt + DEC_WARPS < kt1) load((i + 1) & 1, kt + DEC_WARPS);
-        cpa_commit();
-        cpa_wait1();
-        __syncwarp();
-        const uint8_t *kd = wb + (i & 1) * 2 * KT * ROW, *vd = kd + KT * ROW;
-        float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}; /* keys [0, 8) and [8, 16) */
-#pragma unroll
-        for (int ks = 0; ks < NKS; ks++) {
-            uint32_t b0, b1, b2, b3;
-            const int r = ((lane >> 4) << 3) + (lane & 7), c = ks * 2 + ((lane >> 3) & 1);
-            ldsm_x4(b0, b1, b2, b3, kd + r * ROW + c * 16);
-            mma16816(sc[0], qa[ks], b0, b1);
-            mma16816(sc[1], qa[ks], b2, b3);
-        }
-        /* scale, mask, row max over the 16 keys (a quad holds a row's 16 values) */
-        float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int kp = kt * KT + nt * 8 + 2 * cq + (e & 1);
-                const float v = kp <= p ? sc[nt][e] * scale : -INFINITY;
-                sc[nt][e] = v;
-                tmax[e >> 1] = fmaxf(tmax[e >> 1], v);
-            }
-        float corr[2], ps[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-            tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-            const float mnew = fmaxf(m[h], tmax[h]); /* finite: key kt * 16 <= p */
-            corr[h] = expf(m[h] - mnew);
-            m[h] = mnew;
-            ps[h] = 0.0f;
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float v = expf(sc[nt][e] - m[e >> 1]);
-                sc[nt][e] = v;
-                ps[e >> 1] += v;
-            }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 1);
-            ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 2);
-            l[h] = l[h] * corr[h] + ps[h];
-        }
-#pragma unroll
-        for (int d = 0; d < NDT; d++) {
-            o[d][0] *= corr[0];
-            o[d][1] *= corr[0];
-            o[d][2] *= corr[1];
-            o[d][3] *= corr[1];
-        }
-        /* P as the A fragment: rows gq / gq + 8, keys 2cq.. of [0, 8) then of [8, 16) */
-        const uint32_t pa[4] = {pack_bf16x2(sc[0][0], sc[0][1]), pack_bf16x2(sc[0][2], sc[0][3]),
-                                pack_bf16x2(sc[1][0], sc[1][1]), pack_bf16x2(sc[1][2], sc[1][3])};
-#pragma unroll
-        for (int d = 0; d < NDT; d += 2) {
-            uint32_t b0, b1, b2, b3;
-            const int r = (lane & 7) + ((lane >> 3) & 1) * 8, c = d + (lane >> 4);
-            ldsm_x4_t(b0, b1, b2, b3, vd + r * ROW + c * 16);
-            mma16816(o[d], pa, b0, b1);
-            mma16816(o[d + 1], pa, b2, b3);
-        }
-        __syncwarp(); /* this buffer is refilled two steps later */
-    }
-    cpa_wait0();
-    __syncthreads();          /* every warp is done with its K/V buffers: reuse them to merge */
-    float *os = (float *)kvs; /* [warps][16][HD] */
-    float2 *mls = (float2 *)(kvs + DEC_WARPS * 16 * HD * 4); /* [warps][16] */
-#pragma unroll
-    for (int d = 0; d < NDT; d++) {
-        const int col = d * 8 + 2 * cq;
-        os[(warp * 16 + gq) * HD + col] = o[d][0];
-        os[(warp * 16 + gq) * HD + col + 1] = o[d][1];
-        os[(warp * 16 + gq + 8) * HD + col] = o[d][2];
-        os[(warp * 16 + gq + 8) * HD + col + 1] = o[d][3];
-    }
-    if (cq == 0) {
-        mls[warp * 16 + gq] = make_float2(m[0], l[0]);
-        mls[warp * 16 + gq + 8] = make_float2(m[1], l[1]);
-    }
-    __syncthreads();
-    for (int idx = tid; idx < group * HD; idx += DEC_WARPS * 32) {
-        const int r = idx / HD, d = idx % HD;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++)
-            M = fmaxf(M, mls[w * 16 + r].x);
-        float L = 0.0f, O = 0.0f;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
-            const float2 ml = mls[w * 16 + r];
-            if (ml.y > 0.0f) {
-                const float f = expf(ml.x - M);
-                L += ml.y * f;
-                O += os[(w * 16 + r) * HD + d] * f;
-            }
-        }
-        const int h = g * group + r;
-        if (nsplit == 1) {
-            out[(tok * nh + h) * HD + d] = f2b(O / L);
-        } else {
-            const int64_t base = ((int64_t)split * ntok + tok) * nh + h;
-            part_o[base * HD + d] = O;
-            if (d == 0) part_ml[base] = make_float2(M, L);
-        }
-    }
-}
-
-/* Merges the splits of every (token, head): out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M). */
-__global__ void attn_combine_kernel(const float *part_o, const float2 *part_ml, int64_t ntok,
-                                    int nh, int hd, int nsplit, uint16_t *out) {
+/* Merges the segments of every (token, head) in order, as attn_kernel does with nsplit 0. */
+__global__ void attn_combine_kernel(const float *__restrict__ part_o,
+                                    const float2 *__restrict__ part_ml,
+                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
+                                    uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo) {
     const int64_t th = blockIdx.x; /* token * nh + head */
-    float M = -INFINITY;
-    for (int s = 0; s < nsplit; s++)
-        M = fmaxf(M, part_ml[(int64_t)s * ntok * nh + th].x);
-    float L = 0.0f;
-    for (int s = 0; s < nsplit; s++) {
-        const float2 ml = part_ml[(int64_t)s * ntok * nh + th];
-        if (ml.y > 0.0f) L += ml.y * expf(ml.x - M);
-    }
+    const int nseg = pos[th / nh] / RW_ATTN_SEG + 1;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < nsplit; s++) {
-            const float2 ml = part_ml[(int64_t)s * ntok * nh + th];
-            if (ml.y > 0.0f) acc += part_o[((int64_t)s * ntok * nh + th) * hd + d] * expf(ml.x - M);
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int s = 0; s < nseg; s++) {
+            const int64_t b = (int64_t)s * ntok * nh + th;
+            const float2 ml = part_ml[b];
+            const float o = part_o[b * hd + d];
+            seg_merge<1>(M, L, &O, ml.x, ml.y, &o);
         }
-        out[th * hd + d] = f2b(acc / L);
+        store_split(__fdiv_rn(O, L), out_hi, out_lo, th * hd + d);
     }
 }
 
-extern "C" size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int nsplit) {
-    if (nsplit <= 1) return 0;
-    return (size_t)nsplit * (size_t)ntok * (size_t)nh * ((size_t)hd * 4 + 8) + 256;
+extern "C" size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments) {
+    if (segments < 1 || ntok < 1) return 0;
+    return (size_t)segments * (size_t)ntok * (size_t)nh * ((size_t)hd * 4 + 8) + 256;
 }
 
 template <int HD>
-static rw_status attn_launch(const uint16_t *q, const uint16_t *kc, const uint16_t *vc,
+static rw_status attn_launch(const float *q, const uint16_t *kc, const uint16_t *vc,
                              const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
                              const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv,
-                             int bs, int nsplit, unsigned flags, void *part, uint16_t *out,
-                             rw_stream s, rw_err *err) {
+                             int bs, int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
+                             uint16_t *out_lo, rw_stream s, rw_err *err) {
     const int group = nh / nkv;
-    if (qt == 1 && group <= 16 && !(flags & RW_ATTN_CUDA_CORES)) {
-        /* decode batch: tensor cores */
-        const size_t sm = 16 * (HD * 2 + 16) + DEC_WARPS * 2 * 2 * ATT_KT * (HD * 2 + 16);
-        float *po = (float *)part;
-        float2 *pml =
-            part ? (float2 *)((uint8_t *)part + (size_t)nsplit * ntok * nh * HD * 4) : NULL;
-        cudaStream_t st = (cudaStream_t)s;
-        cudaFuncSetAttribute(attn_dec_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)sm);
-        dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)nsplit);
-        attn_dec_mma_kernel<HD>
-            <<<grid, DEC_WARPS * 32, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride, nh, nkv, bs,
-                                               nsplit, 1.0f / sqrtf((float)HD), out, po, pml, ntok);
-        RW_CHECK(LAUNCH_CHECK(s, "decode attention"));
-        if (nsplit > 1) {
-            attn_combine_kernel<<<(unsigned)(ntok * nh), 128, 0, st>>>(po, pml, ntok, nh, HD,
-                                                                       nsplit, out);
-            RW_CHECK(LAUNCH_CHECK(s, "attention combine"));
-        }
-        return RW_OK;
-    }
     /* rows per half-warp and the q buffer for tiles of at most qt tokens: a decode batch (qt 1)
      * keeps 1/8 of the registers and shared memory of a prefill one, so more CTAs fit an SM */
     const int rows = (qt * group + 7) / 8;
@@ -671,9 +491,19 @@ static rw_status attn_launch(const uint16_t *q, const uint16_t *kc, const uint16
     /* the attribute allows the largest qt, so a graph captured with a smaller launch stays valid
      * whatever is launched eagerly in between */
     const size_t sm_max = (size_t)RW_ATTN_QT * group * HD * 4 + 2 * 2 * ATT_KT * (HD * 2 + 16);
-    float *po = (float *)part;
-    float2 *pml = part ? (float2 *)((uint8_t *)part + (size_t)nsplit * ntok * nh * HD * 4) : NULL;
-    dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)nsplit);
+    float *po = NULL;
+    float2 *pml = NULL;
+    int seg_cap = 0;
+    if (nsplit > 0) {
+        const size_t per = (size_t)ntok * nh * ((size_t)HD * 4 + 8);
+        seg_cap = part_bytes > 256 ? (int)((part_bytes - 256) / per) : 0;
+        if (seg_cap < 1)
+            RW_FAIL(err, RW_E_INVALID_ARG, "attention: %zu bytes of scratch hold no segment",
+                    part_bytes);
+        po = (float *)part;
+        pml = (float2 *)((uint8_t *)part + (size_t)seg_cap * ntok * nh * HD * 4);
+    }
+    dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)(nsplit > 0 ? nsplit : 1));
     const float scale = 1.0f / sqrtf((float)HD);
     cudaStream_t st = (cudaStream_t)s;
 #define ATT_CASE(R)                                                                                \
@@ -681,46 +511,47 @@ static rw_status attn_launch(const uint16_t *q, const uint16_t *kc, const uint16
         cudaFuncSetAttribute(attn_kernel<HD, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)sm_max);                                                         \
         attn_kernel<HD, R><<<grid, ATT_THREADS, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride,    \
-                                                          nh, nkv, bs, nsplit, qt, scale, out, po, \
-                                                          pml, ntok);                              \
+                                                          nh, nkv, bs, nsplit, qt, scale, out_hi,  \
+                                                          out_lo, po, pml, ntok, seg_cap);         \
     } else
     ATT_CASE(1) ATT_CASE(2) ATT_CASE(4) ATT_CASE(8) ATT_CASE(16) {
         RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d q heads per kv head (at most 16)", group);
     }
 #undef ATT_CASE
     RW_CHECK(LAUNCH_CHECK(s, "attention"));
-    if (nsplit > 1) {
-        attn_combine_kernel<<<(unsigned)(ntok * nh), 128, 0, st>>>(po, pml, ntok, nh, HD, nsplit,
-                                                                   out);
+    if (nsplit > 0) {
+        attn_combine_kernel<<<(unsigned)(ntok * nh), 128, 0, st>>>(po, pml, pos, ntok, nh, HD,
+                                                                   out_hi, out_lo);
         RW_CHECK(LAUNCH_CHECK(s, "attention combine"));
     }
     return RW_OK;
 }
 
-extern "C" rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache,
+extern "C" rw_status rw_k_attention(const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const rw_attn_tile *tiles, int ntiles,
                                     int qt, const int32_t *pos, const int32_t *bt, int bt_stride,
                                     int64_t ntok, int nh, int nkv, int hd, int bs, int nsplit,
-                                    unsigned flags, void *part, uint16_t *out, rw_stream s,
-                                    rw_err *err) {
+                                    void *part, size_t part_bytes, uint16_t *out_hi,
+                                    uint16_t *out_lo, rw_stream s, rw_err *err) {
     if (ntiles <= 0) return RW_OK;
     if (qt < 1 || qt > RW_ATTN_QT)
         RW_FAIL(err, RW_E_INVALID_ARG, "attention: tiles of up to %d tokens (1..%d)", qt,
                 RW_ATTN_QT);
     if (bs % ATT_KT != 0) RW_FAIL(err, RW_E_UNSUPPORTED, "attention: block size %d %% 16", bs);
-    if (nsplit < 1 || (nsplit > 1 && !part))
+    if (nsplit < 0 || (nsplit > 0 && !part))
         RW_FAIL(err, RW_E_INVALID_ARG, "attention: nsplit %d without scratch", nsplit);
-    if (nh % nkv) RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d heads over %d kv heads", nh, nkv);
+    if (nkv < 1 || nh % nkv)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d heads over %d kv heads", nh, nkv);
     switch (hd) {
     case 32:
         return attn_launch<32>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                               nkv, bs, nsplit, flags, part, out, s, err);
+                               nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
     case 64:
         return attn_launch<64>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                               nkv, bs, nsplit, flags, part, out, s, err);
+                               nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
     case 128:
         return attn_launch<128>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                                nkv, bs, nsplit, flags, part, out, s, err);
+                                nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
     default: RW_FAIL(err, RW_E_UNSUPPORTED, "attention: head_dim %d (32, 64 or 128)", hd);
     }
 }

@@ -48,62 +48,77 @@ void rw_k_embed_ref(const int32_t *tok, int64_t n, const uint16_t *emb, int64_t 
 rw_status rw_k_embed(const int32_t *tok, int64_t n, const uint16_t *emb, int64_t v_begin,
                      int64_t v_local, int64_t H, float *x, rw_stream s, rw_err *err);
 
-/* When y != NULL: x += y first (x is updated). Then out_bf16 = bf16(w * (x * rsqrt(mean(x^2) +
- * eps))) and, when out_f32 != NULL, the same value in fp32. x, y [n, H] fp32; w [H] bf16. */
-void rw_k_add_rmsnorm_ref(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
-                          float eps, uint16_t *out_bf16, float *out_f32);
-rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
-                           float eps, uint16_t *out_bf16, float *out_f32, rw_stream s, rw_err *err);
+/* GEMM inputs leave the fp32 kernels as hi + lo bf16 pairs: hi = bf16(v), lo = bf16(v - hi)
+ * (round to nearest even), so hi + lo carries about 16 significant bits of v and the GEMMs
+ * (gemm.h, rw_moe_experts_cuda) see near-fp32 activations for bf16 weights. A NULL lo asks for
+ * hi alone. */
 
-/* out_bf16 [n, H]: row i = rmsnorm(x[rows[i]] (+ y[rows[i]] when y != NULL, written back to
- * x)). Rows must be distinct. */
+/* When y != NULL: x += y first (x is updated). Then v = w * (x * rsqrt(mean(x^2) + eps)) goes to
+ * out_hi / out_lo as a hi + lo pair and, when out_f32 != NULL, in fp32. x, y [n, H] fp32; w [H]
+ * bf16. */
+void rw_k_add_rmsnorm_ref(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
+                          float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32);
+rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
+                           float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32,
+                           rw_stream s, rw_err *err);
+
+/* out_hi / out_lo [n, H]: row i = rmsnorm(x[rows[i]] (+ y[rows[i]] when y != NULL, written back
+ * to x)). Rows must be distinct. */
 void rw_k_rmsnorm_rows_ref(float *x, const float *y, const int32_t *rows, int64_t n,
-                           const uint16_t *w, int64_t H, float eps, uint16_t *out_bf16);
+                           const uint16_t *w, int64_t H, float eps, uint16_t *out_hi,
+                           uint16_t *out_lo);
 rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *rows, int64_t n,
-                            const uint16_t *w, int64_t H, float eps, uint16_t *out_bf16,
-                            rw_stream s, rw_err *err);
+                            const uint16_t *w, int64_t H, float eps, uint16_t *out_hi,
+                            uint16_t *out_lo, rw_stream s, rw_err *err);
 
 /* Per-head RMSNorm of q and k (weights qn, kn [hd] bf16), RoPE (rotate-half, angle = pos *
- * inv_freq[i], inv_freq [hd/2] fp32), then q_out bf16 [n, nh, hd] and the K, V cache slots:
+ * inv_freq[i], inv_freq [hd/2] fp32), then q_out fp32 [n, nh, hd] and the K, V cache slots (bf16):
  * slot[t] = block * bs + offset (negative: not stored). q rows of nh*hd fp32 at row stride ldq;
  * k, v rows of nkv*hd at row stride ldkv (one fused [n, q|k|v] GEMM output works with
  * ldq = ldkv = (nh + 2 nkv) hd). */
 void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                          const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
                          const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
-                         const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                         const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
                          uint16_t *vcache);
 rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                           const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
                           const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
-                          const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                          const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
                           uint16_t *vcache, rw_stream s, rw_err *err);
 
 /* Paged causal attention. A tile is up to RW_ATTN_QT consecutive tokens of one sequence:
  * tiles[i] = {seq, first token, count, 0}; qt is the largest count of any tile (a decode batch:
  * 1), which sizes the kernel's registers and shared memory. Token t of the batch has position
  * pos[t] and attends keys 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride
- * ...]. q [ntok, nh, hd] bf16 -> out [ntok, nh, hd] bf16; fp32 math, softmax scale 1/sqrt(hd).
- * nsplit > 1 splits each tile's keys over that many CTAs (flash-decoding) and needs `part`,
- * rw_k_attention_part_bytes() bytes of device scratch. bs % 16 == 0, hd in {32, 64, 128}, nh / nkv
- * <= 16. */
+ * ...]. q [ntok, nh, hd] fp32 -> out_hi / out_lo [ntok, nh, hd] (a hi + lo pair); fp32 math,
+ * softmax scale 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
+ *
+ * Batch invariance: a query row's keys are cut into fixed segments of RW_ATTN_SEG positions
+ * (0..255, 256..511, ...); each segment is reduced in one order (16-key tiles in sequence, online
+ * softmax), and the segments' (max, sum, output) are merged in segment order by one function. So
+ * a token's output bits depend on its q, its keys and its position only: not on the batch, the
+ * tiles, qt, or how the segments are spread over CTAs:
+ * - nsplit 0: one CTA per (tile, kv head) walks every segment and merges as it goes;
+ * - nsplit >= 1: CTA z of nsplit takes segments z, z + nsplit, ... and writes each segment's
+ *   partial to `part`, then a combine kernel merges them per (token, head). `part` must hold
+ *   rw_k_attention_part_bytes(ntok, nh, hd, segments) with segments >= pos / RW_ATTN_SEG + 1 for
+ *   every token (part_bytes says how much it holds; segments past it are not written). */
 #define RW_ATTN_QT 8
-/* flags: decode batches (qt 1, nh / nkv <= 16) run on tensor cores (P rounded to bf16 before
- * P V) unless RW_ATTN_CUDA_CORES asks for the general kernel (fp32 P V). */
-#define RW_ATTN_CUDA_CORES 1u
+#define RW_ATTN_SEG 256
 typedef struct rw_attn_tile {
     int32_t seq, tok0, ntok, pad;
 } rw_attn_tile;
-void rw_k_attention_ref(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
+void rw_k_attention_ref(const float *q, const uint16_t *kcache, const uint16_t *vcache,
                         const rw_attn_tile *tiles, int ntiles, const int32_t *pos,
                         const int32_t *bt, int bt_stride, int nh, int nkv, int hd, int bs,
-                        uint16_t *out);
-size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int nsplit);
-rw_status rw_k_attention(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
+                        uint16_t *out_hi, uint16_t *out_lo);
+size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments);
+rw_status rw_k_attention(const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
                          const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv, int hd,
-                         int bs, int nsplit, unsigned flags, void *part, uint16_t *out, rw_stream s,
-                         rw_err *err);
+                         int bs, int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
+                         uint16_t *out_lo, rw_stream s, rw_err *err);
 
 /* Router logits in fp32: y [n, E] = x [n, H] fp32 . w [E, H] bf16 (upcast exactly). H % 8 == 0,
  * x and w 16-byte aligned. A token's logits do not depend on the rest of the batch (bit for bit).
@@ -155,21 +170,26 @@ rw_status rw_k_spin(uint64_t ns, rw_stream s, rw_err *err);
 
 /* --- the CUDA backend's forward pass emulated on the CPU ----------------------------------- */
 /* The composition of the CUDA backend (cuda_backend.c: run_model) computed on the host from a
- * host weight set, with each of its bf16 rounding points switchable, so the error budget of those
+ * host weight set, with each of its rounding points switchable, so the error budget of those
  * rounding points can be measured against the transformers fp32 reference without a GPU, and the
  * GPU can be checked against what its rounding points imply. Exact GEMMs (double accumulation,
  * or fp32 in index order with RW_EMUL_F32_ACCUM), fp32 everything else, as the kernels do. */
 enum {
-    RW_EMUL_ROUND_QKV_IN = 1u << 0, /* input-normed hidden states into the q/k/v GEMM (bf16) */
-    RW_EMUL_ROUND_Q = 1u << 1,      /* q after its norm and RoPE (bf16 q_out) */
+    RW_EMUL_ROUND_QKV_IN = 1u << 0, /* input-normed hidden states into the q/k/v GEMM */
+    RW_EMUL_ROUND_Q = 1u << 1,      /* q after its norm and RoPE */
     RW_EMUL_ROUND_K = 1u << 2,      /* K cache (bf16) */
     RW_EMUL_ROUND_V = 1u << 3,      /* V cache (bf16) */
-    RW_EMUL_ROUND_ATT = 1u << 4,    /* attention output, the o_proj input (bf16) */
-    RW_EMUL_ROUND_MOE_IN = 1u << 5, /* post-normed hidden states into the experts (bf16) */
-    RW_EMUL_ROUND_ACT = 1u << 6,    /* silu(gate) * up, the down-projection input (bf16) */
-    RW_EMUL_ROUND_LM_IN = 1u << 7,  /* final-normed rows into the lm_head (bf16) */
+    RW_EMUL_ROUND_ATT = 1u << 4,    /* attention output, the o_proj input */
+    RW_EMUL_ROUND_MOE_IN = 1u << 5, /* post-normed hidden states into the experts */
+    RW_EMUL_ROUND_ACT = 1u << 6,    /* silu(gate) * up, the down-projection input */
+    RW_EMUL_ROUND_LM_IN = 1u << 7,  /* final-normed rows into the lm_head */
     RW_EMUL_ROUND_ALL = (1u << 8) - 1,
     RW_EMUL_F32_ACCUM = 1u << 8, /* GEMMs accumulate in fp32 in index order (not double) */
+    /* the GEMM inputs among the rounding points on (all but q, K and V) are hi + lo bf16 pairs
+     * (x ~ hi + lo, about 16 significant bits) instead of one bf16 */
+    RW_EMUL_SPLIT = 1u << 9,
+    /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair */
+    RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT,
 };
 /* Teacher-forced logits [n, V] of tokens [n] (positions 0..n-1) for a TP1 host weight set whose
  * layers are all bf16. route_ids [L, n, top_k] and router_logits [L, n, E] (both may be NULL)

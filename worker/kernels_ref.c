@@ -16,6 +16,12 @@ void rw_k_embed_ref(const int32_t *tok, int64_t n, const uint16_t *emb, int64_t 
     }
 }
 
+static void split_store(float v, uint16_t *hi, uint16_t *lo, int64_t i) {
+    const uint16_t h = rw_f32_to_bf16(v);
+    hi[i] = h;
+    if (lo) lo[i] = rw_f32_to_bf16(v - rw_bf16_to_f32(h));
+}
+
 static float row_rms(const float *x, int64_t H, float eps) {
     float ss = 0.0f;
     for (int64_t i = 0; i < H; i++)
@@ -24,7 +30,7 @@ static float row_rms(const float *x, int64_t H, float eps) {
 }
 
 void rw_k_add_rmsnorm_ref(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
-                          float eps, uint16_t *out_bf16, float *out_f32) {
+                          float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32) {
     for (int64_t t = 0; t < n; t++) {
         float *xt = x + t * H;
         if (y)
@@ -33,14 +39,15 @@ void rw_k_add_rmsnorm_ref(float *x, const float *y, const uint16_t *w, int64_t n
         const float r = row_rms(xt, H, eps);
         for (int64_t i = 0; i < H; i++) {
             const float v = rw_bf16_to_f32(w[i]) * (xt[i] * r);
-            out_bf16[t * H + i] = rw_f32_to_bf16(v);
+            split_store(v, out_hi, out_lo, t * H + i);
             if (out_f32) out_f32[t * H + i] = v;
         }
     }
 }
 
 void rw_k_rmsnorm_rows_ref(float *x, const float *y, const int32_t *rows, int64_t n,
-                           const uint16_t *w, int64_t H, float eps, uint16_t *out_bf16) {
+                           const uint16_t *w, int64_t H, float eps, uint16_t *out_hi,
+                           uint16_t *out_lo) {
     for (int64_t t = 0; t < n; t++) {
         float *xt = x + (int64_t)rows[t] * H;
         if (y)
@@ -48,7 +55,7 @@ void rw_k_rmsnorm_rows_ref(float *x, const float *y, const int32_t *rows, int64_
                 xt[i] += y[(int64_t)rows[t] * H + i];
         const float r = row_rms(xt, H, eps);
         for (int64_t i = 0; i < H; i++)
-            out_bf16[t * H + i] = rw_f32_to_bf16(rw_bf16_to_f32(w[i]) * (xt[i] * r));
+            split_store(rw_bf16_to_f32(w[i]) * (xt[i] * r), out_hi, out_lo, t * H + i);
     }
 }
 
@@ -69,14 +76,14 @@ static void head_norm_rope(const float *x, const uint16_t *nw, int hd, float eps
 void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                          const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
                          const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
-                         const float *inv_freq, float eps, uint16_t *q_out, uint16_t *kcache,
+                         const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
                          uint16_t *vcache) {
     float tmp[1024];
     for (int64_t t = 0; t < n; t++) {
         for (int h = 0; h < nh; h++) {
             head_norm_rope(q + t * ldq + h * hd, qn, hd, eps, pos[t], inv_freq, tmp);
             for (int i = 0; i < hd; i++)
-                q_out[(t * nh + h) * hd + i] = rw_f32_to_bf16(tmp[i]);
+                q_out[(t * nh + h) * hd + i] = tmp[i];
         }
         if (slot[t] < 0) continue;
         const int64_t blk = slot[t] / bs, off = slot[t] % bs;
@@ -91,10 +98,10 @@ void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t
     }
 }
 
-void rw_k_attention_ref(const uint16_t *q, const uint16_t *kcache, const uint16_t *vcache,
+void rw_k_attention_ref(const float *q, const uint16_t *kcache, const uint16_t *vcache,
                         const rw_attn_tile *tiles, int ntiles, const int32_t *pos,
                         const int32_t *bt, int bt_stride, int nh, int nkv, int hd, int bs,
-                        uint16_t *out) {
+                        uint16_t *out_hi, uint16_t *out_lo) {
     const int group = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int ti = 0; ti < ntiles; ti++) {
@@ -111,8 +118,7 @@ void rw_k_attention_ref(const uint16_t *q, const uint16_t *kcache, const uint16_
                     const int64_t at = (((int64_t)blocks[j / bs] * nkv + g) * bs + j % bs) * hd;
                     float d = 0.0f;
                     for (int e = 0; e < hd; e++)
-                        d += rw_bf16_to_f32(q[(t * nh + h) * hd + e]) *
-                             rw_bf16_to_f32(kcache[at + e]);
+                        d += q[(t * nh + h) * hd + e] * rw_bf16_to_f32(kcache[at + e]);
                     sc[j] = d * scale;
                     mx = sc[j] > mx ? sc[j] : mx;
                 }
@@ -127,7 +133,7 @@ void rw_k_attention_ref(const uint16_t *q, const uint16_t *kcache, const uint16_
                         const int64_t at = (((int64_t)blocks[j / bs] * nkv + g) * bs + j % bs) * hd;
                         o += sc[j] * rw_bf16_to_f32(vcache[at + e]);
                     }
-                    out[(t * nh + h) * hd + e] = rw_f32_to_bf16(o / l);
+                    split_store(o / l, out_hi, out_lo, (t * nh + h) * hd + e);
                 }
             }
             free(sc);
@@ -257,7 +263,13 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
 
 /* --- the CUDA backend's forward pass on the CPU (kernels.h) -------------------------------- */
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
-    return (flags & bit) ? rw_bf16_to_f32(rw_f32_to_bf16(x)) : x;
+    if (!(flags & bit)) return x;
+    const float hi = rw_bf16_to_f32(rw_f32_to_bf16(x));
+    const unsigned split_points = RW_EMUL_ROUND_QKV_IN | RW_EMUL_ROUND_ATT | RW_EMUL_ROUND_MOE_IN |
+                                  RW_EMUL_ROUND_ACT | RW_EMUL_ROUND_LM_IN;
+    if ((flags & RW_EMUL_SPLIT) && (bit & split_points))
+        return hi + rw_bf16_to_f32(rw_f32_to_bf16(x - hi));
+    return hi;
 }
 
 /* y [n, N] (row stride ldy) = x [n, K] . w [N, K]^T with bf16 weights. */

@@ -1,8 +1,9 @@
 /* test_kernels_gpu.c - every kernel of the CUDA backend (worker/kernels.h) against its plain-C
- * reference on random inputs (gpu suite): embedding and logits gather byte for byte; norms, RoPE
- * and the KV write, attention (prefill tiles, decode, key splits), router logits within named
- * tolerances; sampling: greedy, logprobs and top-n exactly or within 1e-5, sampled tokens equal
- * to the reference's for nearly every row, and bit-identical reruns. */
+ * reference on random inputs (gpu suite): embedding and logits gather byte for byte; norms (hi +
+ * lo pairs), RoPE and the KV write, attention (prefill tiles, decode, key splits), router logits
+ * within named tolerances; attention's batch invariance bit for bit (a token's output is the same
+ * in any tiling, split or batch); sampling: greedy, logprobs and top-n exactly or within 1e-5,
+ * sampled tokens equal to the reference's for nearly every row, and bit-identical reruns. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 
@@ -52,6 +53,19 @@ static void near_f32(const float *a, const float *b, size_t n, double tol, doubl
         if (!(fabs(a[i] - b[i]) <= tol * (fabs(b[i]) + floor)))
             fail_msg("%s: element %zu: %g vs reference %g", what, i, a[i], b[i]);
 }
+/* hi + lo bf16 pairs (kernels.h) against the reference's pairs: the values they carry, and lo
+ * within one bf16 step of hi (|lo| <= 2^-8 |hi|) */
+static void near_pair(const uint16_t *hi, const uint16_t *lo, const uint16_t *rhi,
+                      const uint16_t *rlo, size_t n, double tol, double floor, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        const double h = rw_bf16_to_f32(hi[i]), l = rw_bf16_to_f32(lo[i]);
+        const double x = h + l, y = (double)rw_bf16_to_f32(rhi[i]) + rw_bf16_to_f32(rlo[i]);
+        if (!(fabs(x - y) <= tol * (fabs(y) + floor)))
+            fail_msg("%s: element %zu: %.9g vs reference %.9g", what, i, x, y);
+        if (!(fabs(l) <= fabs(h) * (1.0 / 256)))
+            fail_msg("%s: element %zu: lo %g is not below hi %g's last bit", what, i, l, h);
+    }
+}
 
 static void test_embed_gather(void **state) {
     (void)state;
@@ -95,6 +109,7 @@ static void test_norms(void **state) {
     const int64_t n = 33, H = 2048;
     float *x = malloc(4 * n * H), *y = malloc(4 * n * H), *x2 = malloc(4 * n * H);
     uint16_t *w = malloc(2 * H), *ob = malloc(2 * n * H), *gob = malloc(2 * n * H);
+    uint16_t *ol = malloc(2 * n * H), *gol = malloc(2 * n * H);
     float *of = malloc(4 * n * H), *gof = malloc(4 * n * H);
     fill_f32(x, (size_t)(n * H), 3, 1.0f);
     fill_f32(y, (size_t)(n * H), 4, 0.5f);
@@ -103,33 +118,45 @@ static void test_norms(void **state) {
     for (int i = 0; i < H; i++)
         w[i] = rw_f32_to_bf16(1.0f + 0.1f * rw_rng_normal(&r));
     float *dx = dput(x, 4 * n * H), *dy = dput(y, 4 * n * H), *dof;
-    uint16_t *dw = dput(w, 2 * H), *dob;
+    uint16_t *dw = dput(w, 2 * H), *dob, *dol;
     CK(cudaMalloc((void **)&dob, 2 * n * H));
+    CK(cudaMalloc((void **)&dol, 2 * n * H));
     CK(cudaMalloc((void **)&dof, 4 * n * H));
     rw_err err = {0};
     memcpy(x2, x, 4 * n * H);
-    rw_k_add_rmsnorm_ref(x2, y, w, n, H, 1e-6f, ob, of);
-    RW_ASSERT_OK(rw_k_add_rmsnorm(dx, dy, dw, n, H, 1e-6f, dob, dof, NULL, &err), &err);
+    rw_k_add_rmsnorm_ref(x2, y, w, n, H, 1e-6f, ob, ol, of);
+    RW_ASSERT_OK(rw_k_add_rmsnorm(dx, dy, dw, n, H, 1e-6f, dob, dol, dof, NULL, &err), &err);
     float *gx = malloc(4 * n * H);
     dget(gx, dx, 4 * n * H);
     rw_assert_bytes_equal(gx, x2, 4 * n * H, "residual add");
     dget(gob, dob, 2 * n * H);
+    dget(gol, dol, 2 * n * H);
     dget(gof, dof, 4 * n * H);
-    near_bf16(gob, ob, (size_t)(n * H), TOL_BF16_REL, 1e-3, "add_rmsnorm bf16");
+    near_bf16(gob, ob, (size_t)(n * H), TOL_BF16_REL, 1e-3, "add_rmsnorm hi");
+    near_pair(gob, gol, ob, ol, (size_t)(n * H), TOL_F32_REL, 1e-3, "add_rmsnorm hi + lo");
     near_f32(gof, of, (size_t)(n * H), TOL_F32_REL, 1e-3, "add_rmsnorm f32");
+    /* the pair is the fp32 value split: hi + lo within 2^-16 of it */
+    for (int64_t i = 0; i < n * H; i++) {
+        const double v = (double)rw_bf16_to_f32(gob[i]) + rw_bf16_to_f32(gol[i]);
+        if (!(fabs(v - gof[i]) <= fabs(gof[i]) * (1.0 / 65536)))
+            fail_msg("add_rmsnorm: element %lld: hi + lo %.9g vs fp32 %.9g", (long long)i, v,
+                     gof[i]);
+    }
     /* selected rows, with the add */
     int32_t rows[4] = {7, 0, 32, 15};
     memcpy(x2, x, 4 * n * H);
-    rw_k_rmsnorm_rows_ref(x2, y, rows, 4, w, H, 1e-6f, ob);
+    rw_k_rmsnorm_rows_ref(x2, y, rows, 4, w, H, 1e-6f, ob, ol);
     CK(cudaMemcpy(dx, x, 4 * n * H, cudaMemcpyHostToDevice));
     int32_t *dr = dput(rows, sizeof rows);
-    RW_ASSERT_OK(rw_k_rmsnorm_rows(dx, dy, dr, 4, dw, H, 1e-6f, dob, NULL, &err), &err);
+    RW_ASSERT_OK(rw_k_rmsnorm_rows(dx, dy, dr, 4, dw, H, 1e-6f, dob, dol, NULL, &err), &err);
     dget(gob, dob, 2 * 4 * H);
-    near_bf16(gob, ob, (size_t)(4 * H), TOL_BF16_REL, 1e-3, "rmsnorm rows");
+    dget(gol, dol, 2 * 4 * H);
+    near_pair(gob, gol, ob, ol, (size_t)(4 * H), TOL_F32_REL, 1e-3, "rmsnorm rows");
     cudaFree(dx);
     cudaFree(dy);
     cudaFree(dw);
     cudaFree(dob);
+    cudaFree(dol);
     cudaFree(dof);
     cudaFree(dr);
     free(x);
@@ -138,6 +165,8 @@ static void test_norms(void **state) {
     free(w);
     free(ob);
     free(gob);
+    free(ol);
+    free(gol);
     free(of);
     free(gof);
     free(gx);
@@ -162,17 +191,18 @@ static void rope_case(int n, int nh, int nkv, int hd) {
         slot[t] = t == 5 ? -1 : ((t * 7) % nblocks) * bs + (t % bs); /* token 5 not stored */
         if (n < 6) slot[t] = t * bs + 3;
     }
-    uint16_t *qo = malloc(2 * qe), *gqo = malloc(2 * qe);
+    float *qo = malloc(4 * qe), *gqo = malloc(4 * qe);
     uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce), *gkc = malloc(2 * ce),
              *gvc = malloc(2 * ce);
     for (size_t i = 0; i < ce; i++)
         kc[i] = vc[i] = 0x3f80; /* 1.0: untouched slots stay */
     float *dqkv = dput(qkv, 4 * fe), *di = dput(inv, sizeof(float) * (size_t)(hd / 2));
-    uint16_t *dqn = dput(qn, 2 * (size_t)hd), *dkn = dput(kn, 2 * (size_t)hd), *dqo;
+    uint16_t *dqn = dput(qn, 2 * (size_t)hd), *dkn = dput(kn, 2 * (size_t)hd);
+    float *dqo;
     uint16_t *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce);
     int32_t *dp = dput(pos, sizeof(int32_t) * (size_t)n),
             *ds = dput(slot, sizeof(int32_t) * (size_t)n);
-    CK(cudaMalloc((void **)&dqo, 2 * qe));
+    CK(cudaMalloc((void **)&dqo, 4 * qe));
     rw_err err = {0};
     const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
     rw_k_qk_rope_kv_ref(qkv, qkv + qd, qkv + qd + kd, ld, ld, qn, kn, pos, slot, n, nh, nkv, hd, bs,
@@ -180,11 +210,11 @@ static void rope_case(int n, int nh, int nkv, int hd) {
     RW_ASSERT_OK(rw_k_qk_rope_kv(dqkv, dqkv + qd, dqkv + qd + kd, ld, ld, dqn, dkn, dp, ds, n, nh,
                                  nkv, hd, bs, di, 1e-6f, dqo, dkc, dvc, NULL, &err),
                  &err);
-    dget(gqo, dqo, 2 * qe);
+    dget(gqo, dqo, 4 * qe);
     dget(gkc, dkc, 2 * ce);
     dget(gvc, dvc, 2 * ce);
     /* sincos at angles ~1e3 differs from the host libm by a few ulps of the angle */
-    near_bf16(gqo, qo, qe, 2 * TOL_BF16_REL, 0.05, "rope q");
+    near_f32(gqo, qo, qe, 1e-3, 0.05, "rope q (fp32)");
     near_bf16(gkc, kc, ce, 2 * TOL_BF16_REL, 0.05, "rope k cache");
     rw_assert_bytes_equal(gvc, vc, 2 * ce, "v cache");
     cudaFree(dqkv);
@@ -212,8 +242,73 @@ static void test_rope_kv(void **state) {
     rope_case(40, 4, 2, 32);  /* the fixture's heads */
 }
 
-/* Three sequences: a prefill chunk of 19 tokens at positions 30..48 (tiles of 8), a decode at
- * position 300, a fresh 3-token prompt; blocks shuffled. */
+/* Device buffers of one attention problem: K/V cache, q, block tables, positions, tiles. */
+typedef struct attn_dev {
+    float *q;
+    uint16_t *kc, *vc, *hi, *lo;
+    int32_t *pos, *bt;
+    rw_attn_tile *tiles;
+    void *part;
+    size_t part_bytes;
+} attn_dev;
+
+static void attn_dev_free(attn_dev *d) {
+    cudaFree(d->q);
+    cudaFree(d->kc);
+    cudaFree(d->vc);
+    cudaFree(d->hi);
+    cudaFree(d->lo);
+    cudaFree(d->pos);
+    cudaFree(d->bt);
+    cudaFree(d->tiles);
+    cudaFree(d->part);
+}
+
+/* Runs the kernel on `tiles` (qt = their largest count) and compares with the reference. */
+static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q, size_t qe,
+                            const uint16_t *kc, const uint16_t *vc, size_t ce, const int32_t *pos,
+                            int64_t ntok, const int32_t *bt, int nbt, int stride,
+                            const rw_attn_tile *tiles, int ntiles, const char *label) {
+    const int bs = 16;
+    uint16_t *o = malloc(2 * qe), *ol = malloc(2 * qe), *go = malloc(2 * qe),
+             *gol = malloc(2 * qe);
+    rw_k_attention_ref(q, kc, vc, tiles, ntiles, pos, bt, stride, nh, nkv, hd, bs, o, ol);
+    attn_dev d = {0};
+    d.q = dput(q, 4 * qe);
+    d.kc = dput(kc, 2 * ce);
+    d.vc = dput(vc, 2 * ce);
+    d.pos = dput(pos, sizeof(int32_t) * (size_t)ntok);
+    d.bt = dput(bt, sizeof(int32_t) * (size_t)nbt);
+    d.tiles = dput(tiles, sizeof(rw_attn_tile) * (size_t)ntiles);
+    CK(cudaMalloc((void **)&d.hi, 2 * qe));
+    CK(cudaMalloc((void **)&d.lo, 2 * qe));
+    int qt = 1, maxp = 0;
+    for (int i = 0; i < ntiles; i++)
+        qt = tiles[i].ntok > qt ? tiles[i].ntok : qt;
+    for (int64_t t = 0; t < ntok; t++)
+        maxp = pos[t] > maxp ? pos[t] : maxp;
+    d.part_bytes = rw_k_attention_part_bytes(ntok, nh, hd, maxp / RW_ATTN_SEG + 1);
+    if (nsplit) CK(cudaMalloc(&d.part, d.part_bytes));
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_attention(d.q, d.kc, d.vc, d.tiles, ntiles, qt, d.pos, d.bt, stride, ntok, nh,
+                                nkv, hd, bs, nsplit, d.part, d.part_bytes, d.hi, d.lo, NULL, &err),
+                 &err);
+    dget(go, d.hi, 2 * qe);
+    dget(gol, d.lo, 2 * qe);
+    /* outputs are averages of O(1) values, computed in fp32 in another order: absolute 1e-5 */
+    char what[128];
+    snprintf(what, sizeof what, "attention %s nh %d nkv %d hd %d split %d", label, nh, nkv, hd,
+             nsplit);
+    near_pair(go, gol, o, ol, qe, 4e-5, 0.25, what);
+    attn_dev_free(&d);
+    free(o);
+    free(ol);
+    free(go);
+    free(gol);
+}
+
+/* Three sequences: a prefill chunk of 19 tokens at positions 250..268 (tiles of 8, across the
+ * first segment boundary), a decode at position 300, a fresh 3-token prompt; blocks shuffled. */
 static void attention_case(int nh, int nkv, int hd, int nsplit) {
     const int bs = 16, nblocks = 64, stride = 32;
     const int64_t ntok = 19 + 1 + 3;
@@ -226,116 +321,162 @@ static void attention_case(int nh, int nkv, int hd, int nsplit) {
         bt[i] = (i * 29 + 5) % nblocks; /* distinct per row */
     int32_t pos[23];
     for (int i = 0; i < 19; i++)
-        pos[i] = 30 + i;
+        pos[i] = 250 + i;
     pos[19] = 300;
     for (int i = 0; i < 3; i++)
         pos[20 + i] = i;
-    rw_attn_tile tiles[] = {
+    const rw_attn_tile tiles[] = {
         {0, 0, 8, 0}, {0, 8, 8, 0}, {0, 16, 3, 0}, {1, 19, 1, 0}, {2, 20, 3, 0}};
-    /* sequence 1 needs 19 blocks for position 300: rows are 32 wide, distinct entries mod 64 */
     const size_t qe = (size_t)ntok * nh * hd;
-    uint16_t *q = malloc(2 * qe), *o = malloc(2 * qe), *go = malloc(2 * qe);
-    rw_test_fill_bf16(q, qe, 13, 1.0f);
-    rw_k_attention_ref(q, kc, vc, tiles, 5, pos, bt, stride, nh, nkv, hd, bs, o);
-    uint16_t *dq = dput(q, 2 * qe), *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce), *dout;
-    int32_t *dpos = dput(pos, sizeof pos), *dbt = dput(bt, sizeof bt);
-    rw_attn_tile *dt = dput(tiles, sizeof tiles);
-    CK(cudaMalloc((void **)&dout, 2 * qe));
-    void *part = NULL;
-    const size_t pb = rw_k_attention_part_bytes(ntok, nh, hd, nsplit);
-    if (pb) CK(cudaMalloc(&part, pb));
-    rw_err err = {0};
-    RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, 5, RW_ATTN_QT, dpos, dbt, stride, ntok, nh, nkv,
-                                hd, bs, nsplit, 0, part, dout, NULL, &err),
-                 &err);
-    dget(go, dout, 2 * qe);
-    /* outputs are averages of O(1) values: absolute tolerance of a few bf16 steps */
-    char what[64];
-    snprintf(what, sizeof what, "attention nh %d nkv %d hd %d split %d", nh, nkv, hd, nsplit);
-    near_bf16(go, o, qe, 2 * TOL_BF16_REL, 0.25, what);
-    cudaFree(dq);
-    cudaFree(dkc);
-    cudaFree(dvc);
-    cudaFree(dout);
-    cudaFree(dpos);
-    cudaFree(dbt);
-    cudaFree(dt);
-    cudaFree(part);
+    float *q = malloc(4 * qe);
+    fill_f32(q, qe, 13, 1.0f);
+    attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, ntok, bt, 3 * stride, stride,
+                    tiles, 5, "prefill");
     free(kc);
     free(vc);
     free(q);
-    free(o);
-    free(go);
 }
 
-/* A decode batch: one-token tiles only (qt 1: the tensor-core kernel, and the general kernel in
- * its small configuration), positions at block and key-tile edges, blocks shuffled. */
+/* A decode batch: one-token tiles only (qt 1), positions at block, key-tile and segment edges,
+ * blocks shuffled. */
 static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
-    enum { NS = 7 };
-    const int bs = 16, nblocks = 96, stride = 40;
-    static const int32_t pos[NS] = {0, 15, 16, 17, 100, 300, 639};
+    enum { NS = 9 };
+    const int bs = 16, nblocks = 96, stride = 48;
+    static const int32_t pos[NS] = {0, 15, 16, 17, 100, 255, 256, 300, 639};
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
     uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
     rw_test_fill_bf16(kc, ce, 21, 1.0f);
     rw_test_fill_bf16(vc, ce, 22, 1.0f);
-    int32_t bt[NS * 40];
+    int32_t bt[NS * 48];
     for (int i = 0; i < NS * stride; i++)
         bt[i] = (i * 37 + 11) % nblocks; /* distinct within a row */
     rw_attn_tile tiles[NS];
     for (int i = 0; i < NS; i++)
         tiles[i] = (rw_attn_tile){i, i, 1, 0};
     const size_t qe = (size_t)NS * nh * hd;
-    uint16_t *q = malloc(2 * qe), *o = malloc(2 * qe), *go = malloc(2 * qe);
-    rw_test_fill_bf16(q, qe, 23, 1.0f);
-    rw_k_attention_ref(q, kc, vc, tiles, NS, pos, bt, stride, nh, nkv, hd, bs, o);
-    uint16_t *dq = dput(q, 2 * qe), *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce), *dout;
-    int32_t *dpos = dput(pos, sizeof pos), *dbt = dput(bt, sizeof bt);
-    rw_attn_tile *dt = dput(tiles, sizeof tiles);
-    CK(cudaMalloc((void **)&dout, 2 * qe));
-    void *part = NULL;
-    const size_t pb = rw_k_attention_part_bytes(NS, nh, hd, nsplit);
-    if (pb) CK(cudaMalloc(&part, pb));
-    rw_err err = {0};
-    /* tensor cores (P in bf16) and the general kernel */
-    for (int k = 0; k < 2; k++) {
-        RW_ASSERT_OK(rw_k_attention(dq, dkc, dvc, dt, NS, 1, dpos, dbt, stride, NS, nh, nkv, hd, bs,
-                                    nsplit, k ? RW_ATTN_CUDA_CORES : 0, part, dout, NULL, &err),
-                     &err);
-        dget(go, dout, 2 * qe);
-        char what[96];
-        snprintf(what, sizeof what, "decode attention (%s) nh %d nkv %d hd %d split %d",
-                 k ? "cuda cores" : "tensor cores", nh, nkv, hd, nsplit);
-        near_bf16(go, o, qe, 2 * TOL_BF16_REL, 0.25, what);
-    }
-    cudaFree(dq);
-    cudaFree(dkc);
-    cudaFree(dvc);
-    cudaFree(dout);
-    cudaFree(dpos);
-    cudaFree(dbt);
-    cudaFree(dt);
-    cudaFree(part);
+    float *q = malloc(4 * qe);
+    fill_f32(q, qe, 23, 1.0f);
+    attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, NS, bt, NS * stride, stride, tiles,
+                    NS, "decode");
     free(kc);
     free(vc);
     free(q);
-    free(o);
-    free(go);
 }
 
 static void test_attention(void **state) {
     (void)state;
-    attention_case(32, 4, 128, 1);
+    attention_case(32, 4, 128, 0);
     attention_case(32, 4, 128, 4);
-    attention_case(4, 2, 32, 1);
+    attention_case(4, 2, 32, 0);
     attention_case(4, 2, 32, 3);
-    attention_case(8, 8, 64, 1);
-    attention_decode_case(32, 4, 128, 1);
+    attention_case(8, 8, 64, 0);
+    attention_decode_case(32, 4, 128, 0);
     attention_decode_case(32, 4, 128, 16);
-    attention_decode_case(4, 2, 32, 1);
+    attention_decode_case(4, 2, 32, 0);
     attention_decode_case(4, 2, 32, 5);
     attention_decode_case(8, 8, 64, 1);
     attention_decode_case(16, 1, 64, 3);
-    attention_decode_case(12, 1, 128, 2); /* a group that does not fill the 16 mma rows */
+    attention_decode_case(12, 1, 128, 2);
+}
+
+/* Batch invariance: one sequence of 40 tokens at positions 490..529 (across the segment boundary
+ * at 512, three segments) attended in several batches: one prefill chunk in tiles of 8, the same
+ * tokens in tiles of 3 and 5 next to another sequence's tokens, every token alone as a one-token
+ * tile (a decode step), with and without splits (nsplit 0, 1, 2, 7). The outputs of the 40 tokens
+ * (hi and lo) must be the same bits in every run. */
+static void invariance_case(int nh, int nkv, int hd) {
+    enum { N = 40, P0 = 490, OTHER = 11 };
+    const int bs = 16, nblocks = 80, stride = 40;
+    const size_t ce = (size_t)nblocks * nkv * bs * hd;
+    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
+    rw_test_fill_bf16(kc, ce, 31, 1.0f);
+    rw_test_fill_bf16(vc, ce, 32, 1.0f);
+    int32_t bt[2 * 40];
+    for (int i = 0; i < 2 * stride; i++)
+        bt[i] = (i * 23 + 3) % nblocks;
+    /* batch layout A: [the 40 tokens]; layout B: [OTHER tokens of sequence 1 | the 40 tokens] */
+    const size_t row = (size_t)nh * hd;
+    float *q = malloc(4 * row * (N + OTHER));
+    fill_f32(q, row * (N + OTHER), 33, 1.0f);
+    int32_t pos[N + OTHER];
+    for (int i = 0; i < OTHER; i++)
+        pos[i] = 100 + i;
+    for (int i = 0; i < N; i++)
+        pos[OTHER + i] = P0 + i;
+    float *dq = dput(q, 4 * row * (N + OTHER));
+    int32_t *dpos = dput(pos, sizeof pos), *dbt = dput(bt, sizeof bt);
+    uint16_t *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce), *dhi, *dlo;
+    CK(cudaMalloc((void **)&dhi, 2 * row * (N + OTHER)));
+    CK(cudaMalloc((void **)&dlo, 2 * row * (N + OTHER)));
+    const size_t pb = rw_k_attention_part_bytes(N + OTHER, nh, hd, (P0 + N) / RW_ATTN_SEG + 1);
+    void *part;
+    CK(cudaMalloc(&part, pb));
+    rw_attn_tile *dt;
+    CK(cudaMalloc((void **)&dt, sizeof(rw_attn_tile) * (N + OTHER)));
+    uint16_t *first = malloc(4 * row * N), *got = malloc(4 * row * N);
+    rw_err err = {0};
+    static const int splits[] = {0, 1, 2, 7};
+    int runs = 0;
+    for (int layout = 0; layout < 3; layout++)
+        for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
+            rw_attn_tile tiles[N + OTHER];
+            int nt = 0, qt = 1;
+            const int base = layout == 1 ? OTHER : 0; /* first of the 40 tokens in the batch */
+            if (layout == 0) { /* the 40 tokens alone, in tiles of 8 */
+                for (int i = 0; i < N; i += 8)
+                    tiles[nt++] = (rw_attn_tile){0, i, N - i < 8 ? N - i : 8, 0};
+            } else if (layout == 1) { /* after sequence 1, tiles of 3 and 5 */
+                for (int i = 0; i < OTHER; i += 4)
+                    tiles[nt++] = (rw_attn_tile){1, i, OTHER - i < 4 ? OTHER - i : 4, 0};
+                for (int i = 0, w = 3; i < N; i += w, w = w == 3 ? 5 : 3)
+                    tiles[nt++] = (rw_attn_tile){0, OTHER + i, N - i < w ? N - i : w, 0};
+            } else { /* every token alone: a decode batch */
+                for (int i = 0; i < N; i++)
+                    tiles[nt++] = (rw_attn_tile){0, i, 1, 0};
+            }
+            for (int i = 0; i < nt; i++)
+                qt = tiles[i].ntok > qt ? tiles[i].ntok : qt;
+            const int64_t ntok = layout == 1 ? N + OTHER : N;
+            /* layouts 0 and 2 use the 40 tokens' rows of q and pos directly */
+            const float *qp = layout == 1 ? dq : dq + row * OTHER;
+            const int32_t *pp = layout == 1 ? dpos : dpos + OTHER;
+            /* sequence 0's block table is row 0, sequence 1's row 1 */
+            CK(cudaMemcpy(dt, tiles, sizeof(rw_attn_tile) * (size_t)nt, cudaMemcpyHostToDevice));
+            RW_ASSERT_OK(rw_k_attention(qp, dkc, dvc, dt, nt, qt, pp, dbt, stride, ntok, nh, nkv,
+                                        hd, bs, splits[si], part, pb, dhi, dlo, NULL, &err),
+                         &err);
+            dget(got, dhi + row * base, 2 * row * N);
+            dget(got + row * N, dlo + row * base, 2 * row * N);
+            if (runs++ == 0) {
+                memcpy(first, got, 4 * row * N);
+            } else {
+                char what[128];
+                snprintf(what, sizeof what,
+                         "attention invariance nh %d hd %d: layout %d split %d vs layout 0 split 0",
+                         nh, hd, layout, splits[si]);
+                rw_assert_bytes_equal(got, first, 4 * row * N, what);
+            }
+        }
+    cudaFree(dq);
+    cudaFree(dpos);
+    cudaFree(dbt);
+    cudaFree(dkc);
+    cudaFree(dvc);
+    cudaFree(dhi);
+    cudaFree(dlo);
+    cudaFree(part);
+    cudaFree(dt);
+    free(kc);
+    free(vc);
+    free(q);
+    free(first);
+    free(got);
+}
+
+static void test_attention_invariance(void **state) {
+    (void)state;
+    invariance_case(32, 4, 128);
+    invariance_case(4, 2, 32);
 }
 
 /* Router logits: decode-sized and prefill-sized batches, the fixture's shape; a token's logits
@@ -461,6 +602,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_norms),
         cmocka_unit_test(test_rope_kv),      cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_invariance),
         cmocka_unit_test(test_router),       cmocka_unit_test(test_sample),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
