@@ -525,7 +525,10 @@ static rw_status run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int
 static int pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int nh, int hd,
                       int64_t max_ctx) {
     if (ntok > SPLIT_MAX_TOK) return 0;
-    int ns = (2 * be->nsm) / (ntiles * nkv > 0 ? ntiles * nkv : 1);
+    /* enough CTAs for 16 per SM (128 threads each): a CTA walks its key tiles one after the
+     * other, so latency hides behind the other CTAs of its SM */
+    const int cta = ntiles * nkv > 0 ? ntiles * nkv : 1;
+    int ns = (16 * be->nsm + cta - 1) / cta;
     if (max_ctx > 0) {
         const int64_t segs = (max_ctx - 1) / RW_ATTN_SEG + 1;
         if (ns > segs) ns = (int)segs;

@@ -221,7 +221,7 @@ extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float
  * from shared memory), the half-warp shares max and sum, and lane j accumulates output dims
  * [j*hd/16, (j+1)*hd/16) with online softmax.
  *
- * Segments (kernels.h): key tiles [16 s, 16 s + 16) form segment s. Every segment starts from
+ * Segments (kernels.h): key tiles [T s, T s + T), T = RW_ATTN_SEG / 16, form segment s. Every segment starts from
  * (max -inf, sum 0, output 0) and walks its key tiles in order; segments are merged in order by
  * seg_merge, here (nsplit 0) or in attn_combine_kernel (nsplit >= 1), with the same arithmetic
  * (no fused multiply-adds: __fmul_rn / __fadd_rn), so both give the same bits. A key tile past

@@ -95,7 +95,7 @@ rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_
  * softmax scale 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
  *
  * Batch invariance: a query row's keys are cut into fixed segments of RW_ATTN_SEG positions
- * (0..255, 256..511, ...); each segment is reduced in one order (16-key tiles in sequence, online
+ * (0..127, 128..255, ...); each segment is reduced in one order (16-key tiles in sequence, online
  * softmax), and the segments' (max, sum, output) are merged in segment order by one function. So
  * a token's output bits depend on its q, its keys and its position only: not on the batch, the
  * tiles, qt, or how the segments are spread over CTAs:
@@ -105,7 +105,7 @@ rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_
  *   rw_k_attention_part_bytes(ntok, nh, hd, segments) with segments >= pos / RW_ATTN_SEG + 1 for
  *   every token (part_bytes says how much it holds; segments past it are not written). */
 #define RW_ATTN_QT 8
-#define RW_ATTN_SEG 256
+#define RW_ATTN_SEG 128
 typedef struct rw_attn_tile {
     int32_t seq, tok0, ntok, pad;
 } rw_attn_tile;
