@@ -9,7 +9,7 @@ set grid
 set key top left
 set datafile missing "?"
 set output outdir."/decode_vs_batch.png"
-set title "Decode throughput vs batch (5b1f3eb89c50, 2026-11-30T00:25:15Z)"
+set title "Decode throughput vs batch (6b0bc46, 2026-11-30T01:25:53Z)"
 set logscale xy 2
 set xlabel "batch (sequences)"
 set ylabel "output tokens / s"

@@ -9,7 +9,7 @@ set grid
 set key top left
 set datafile missing "?"
 set output outdir."/sync_vs_bucket.png"
-set title "Full-model update vs bucket size (5b1f3eb89c50, 2026-11-30T00:25:15Z)"
+set title "Full-model update vs bucket size (6b0bc46, 2026-11-30T01:25:53Z)"
 set logscale x 2
 set xlabel "bucket size (MiB)"
 set ylabel "seconds (first byte to ready)"
