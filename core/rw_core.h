@@ -176,6 +176,13 @@ RW_HD uint16_t rw_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* The low half of v as a hi + lo bf16 pair, hi = rw_f32_to_bf16(v): lo = bf16(v - hi) (the
+ * difference is exact in fp32), so hi + lo carries about 16 significant bits of v. The CUDA
+ * backend feeds its GEMMs such pairs (worker/kernels.h). */
+RW_HD uint16_t rw_bf16_split_lo(float v, uint16_t hi) {
+    return rw_f32_to_bf16(v - rw_bf16_to_f32(hi));
+}
+
 /* fp16 -> fp32: exact, subnormals included. */
 RW_HD float rw_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -21,7 +21,7 @@ __device__ __forceinline__ uint16_t f2b(float f) {
 __device__ __forceinline__ void store_split(float v, uint16_t *hi, uint16_t *lo, int64_t i) {
     const uint16_t h = f2b(v);
     hi[i] = h;
-    if (lo) lo[i] = f2b(v - b2f(h));
+    if (lo) lo[i] = rw_bf16_split_lo(v, h);
 }
 
 /* Block-wide sum with a fixed tree (blockDim.x a multiple of 32, <= 1024). */

@@ -19,7 +19,7 @@ void rw_k_embed_ref(const int32_t *tok, int64_t n, const uint16_t *emb, int64_t 
 static void split_store(float v, uint16_t *hi, uint16_t *lo, int64_t i) {
     const uint16_t h = rw_f32_to_bf16(v);
     hi[i] = h;
-    if (lo) lo[i] = rw_f32_to_bf16(v - rw_bf16_to_f32(h));
+    if (lo) lo[i] = rw_bf16_split_lo(v, h);
 }
 
 static float row_rms(const float *x, int64_t H, float eps) {
@@ -264,11 +264,12 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
 /* --- the CUDA backend's forward pass on the CPU (kernels.h) -------------------------------- */
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if (!(flags & bit)) return x;
-    const float hi = rw_bf16_to_f32(rw_f32_to_bf16(x));
+    const uint16_t h = rw_f32_to_bf16(x);
+    const float hi = rw_bf16_to_f32(h);
     const unsigned split_points = RW_EMUL_ROUND_QKV_IN | RW_EMUL_ROUND_ATT | RW_EMUL_ROUND_MOE_IN |
                                   RW_EMUL_ROUND_ACT | RW_EMUL_ROUND_LM_IN;
     if ((flags & RW_EMUL_SPLIT) && (bit & split_points))
-        return hi + rw_bf16_to_f32(rw_f32_to_bf16(x - hi));
+        return hi + rw_bf16_to_f32(rw_bf16_split_lo(x, h));
     return hi;
 }
 

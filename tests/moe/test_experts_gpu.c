@@ -354,7 +354,7 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
     for (size_t i = 0; i < nx; i++) {
         xf[i] = rw_rng_normal(&rng);
         xh[i] = rw_f32_to_bf16(xf[i]);
-        xl[i] = rw_f32_to_bf16(xf[i] - rw_bf16_to_f32(xh[i])); /* the difference is exact */
+        xl[i] = rw_bf16_split_lo(xf[i], xh[i]);
     }
     for (int64_t i = 0; i < (int64_t)ntok * E; i++)
         lg[i] = rw_rng_normal(&rng);

@@ -50,7 +50,7 @@ static void fill_f32(float *p, size_t n, uint64_t seed, float std) {
 static void split(const float *a, size_t n, uint16_t *hi, uint16_t *lo) {
     for (size_t i = 0; i < n; i++) {
         hi[i] = rw_f32_to_bf16(a[i]);
-        if (lo) lo[i] = rw_f32_to_bf16(a[i] - rw_bf16_to_f32(hi[i]));
+        if (lo) lo[i] = rw_bf16_split_lo(a[i], hi[i]);
     }
 }
 
