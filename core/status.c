@@ -1,5 +1,6 @@
 /* status.c - status names, detailed errors, logging, clocks, file reading, PRNG and checksums. */
 #include "rw_core.h"
+#include "rand.h"
 
 #include <errno.h>
 #include <math.h>
@@ -148,16 +149,9 @@ rw_status rw_read_file(const char *path, char **out, size_t *len, rw_err *err) {
     return RW_OK;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void rw_rng_seed(rw_rng *r, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    /* the splitmix64 stream seed + g, seed + 2g, ...: the seeding xoshiro's authors recommend */
+    for (int i = 0; i < 4; i++) r->s[i] = rw_splitmix64(seed + (uint64_t)i * 0x9e3779b97f4a7c15ull);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

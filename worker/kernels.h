@@ -9,6 +9,7 @@
 
 #include <math.h>
 
+#include "rand.h"
 #include "rw_core.h"
 #include "rw_moe.h"
 
@@ -16,29 +17,10 @@
 extern "C" {
 #endif
 
-/* The sampler's uniform draw, shared by host and device: splitmix64 of (seed, position), top 24
- * bits, in [0, 1). rw_sample_uniform (rw_worker.h) is this function. */
-RW_HD uint64_t rw_splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+/* The sampler's uniform draw, shared by host and device: rw_rand_unit_at(seed, position) (rand.h).
+ * rw_sample_uniform (rw_worker.h) is this function. Random weights use rw_rand_bf16_at. */
 RW_HD float rw_sample_uniform_dev(uint64_t seed, int64_t position) {
-    const uint64_t x = rw_splitmix64(seed ^ rw_splitmix64((uint64_t)position));
-    return (float)(x >> 40) * (1.0f / 16777216.0f);
-}
-
-/* Element i of a seeded random bf16 tensor: mean + std * g with g the standardised sum of four
- * 16-bit uniforms from splitmix64(seed, i) (a bounded approximation of N(0, 1)). Integer math and
- * one fma, so the host and the device produce the same bits (random weights are the same on the
- * CPU and CUDA backends). */
-RW_HD uint16_t rw_rand_bf16_at(uint64_t seed, uint64_t i, float mean, float std) {
-    const uint64_t r = rw_splitmix64(seed ^ rw_splitmix64(i));
-    const int32_t s = (int32_t)(r & 0xffffu) + (int32_t)((r >> 16) & 0xffffu) +
-                      (int32_t)((r >> 32) & 0xffffu) + (int32_t)(r >> 48);
-    const float g = (float)(s - 131070) * (1.0f / 37837.23f);
-    return rw_f32_to_bf16(fmaf(std, g, mean));
+    return rw_rand_unit_at(seed, (uint64_t)position);
 }
 
 /* x [n, H] fp32 = emb [v_local, H] bf16 row (tok - v_begin), or zeros when the token belongs to
