@@ -518,6 +518,9 @@ size_t rw_config_weight_count(const rw_config *cfg);
 /* Device helpers (available in every build; report RW_E_NO_DEVICE without CUDA)               */
 /* ------------------------------------------------------------------------------------------ */
 typedef void *rw_stream; /* a cudaStream_t; NULL = default stream */
+/* Bytes of an NCCL unique id (ncclUniqueId), as the TP communicators and the weight-update groups
+ * pass it out of band. */
+#define RW_NCCL_ID_BYTES 128
 
 bool rw_cuda_built(void);                       /* compiled with CUDA */
 /* Programs call this first thing in main(), before any CUDA call: CUDA modules are then loaded
