@@ -563,6 +563,22 @@ void rw_rng_seed(rw_rng *r, uint64_t seed);
 uint64_t rw_rng_u64(rw_rng *r);
 double rw_rng_uniform(rw_rng *r);  /* [0, 1) */
 float rw_rng_normal(rw_rng *r);    /* standard normal */
+/* The CPU references' one reduction order for a dot product of fp32 vectors: eight interleaved
+ * partial sums (element i goes to sum i % 8 while 8 remain), combined pairwise
+ * ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the tail in order. Fixed by n alone, so
+ * a row's result never depends on the batch it is computed in; every CPU dot product of the
+ * model and of the expert reference uses it. */
+static inline float rw_dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
 /* 64-bit checksum of bytes (xxh3-64), the same on trainer and worker. */
 uint64_t rw_checksum64(const void *bytes, size_t len, uint64_t seed);
 
