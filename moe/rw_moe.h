@@ -140,6 +140,12 @@ typedef struct rw_layer_weights {
     rw_tensor q;        /* [nh_l*hd, H]   bf16 or e4m3 */
     rw_tensor k, v;     /* [nkv_l*hd, H] */
     rw_tensor o;        /* [H, nh_l*hd] */
+    /* Fused q/k/v view, bf16 attention only: [(nh_l + 2*nkv_l)*hd, H], the rows of q, then k,
+     * then v back to back in one allocation (q.data == qkv.data, k and v follow without a gap),
+     * so that one GEMM computes all three projections into rows [q | k | v]. When the layer's
+     * attention is quantized (attn_fmt != bf16) q, k, v are separate and qkv is all zero
+     * (data NULL). */
+    rw_tensor qkv;
     rw_tensor q_scale, k_scale, v_scale, o_scale; /* when quantized: mxfp8 u8 [N, K/32] plain
                                                      (not swizzled); fp8 f32 [N/128, K/128] */
     rw_tensor router;   /* bf16 [E, H] (replicated) */

@@ -314,6 +314,19 @@ static rw_status layer_formats(const rw_wset *ws, int l, rw_wfmt *attn, rw_wfmt 
     return RW_OK;
 }
 
+/* q [nq, H], k and v [nkv, H] as views of the layer's fused bf16 qkv [nq + 2 nkv, H] (the order
+ * rw_layer_weights promises); nothing to do while only measuring (no memory yet). */
+static void qkv_views(rw_layer_weights *lw, int64_t nq, int64_t nkv, int64_t H) {
+    uint8_t *base = lw->qkv.data;
+    if (!base) return;
+    size_t row = (size_t)H * rw_dtype_size(lw->qkv.dtype);
+    rw_place pl = lw->qkv.place;
+    int dev = lw->qkv.device;
+    lw->q = rw_tensor_view(base, lw->qkv.dtype, 2, SHP(nq, H), pl, dev);
+    lw->k = rw_tensor_view(base + (size_t)nq * row, lw->qkv.dtype, 2, SHP(nkv, H), pl, dev);
+    lw->v = rw_tensor_view(base + (size_t)(nq + nkv) * row, lw->qkv.dtype, 2, SHP(nkv, H), pl, dev);
+}
+
 static rw_status alloc_all(rw_wset *ws, alloc_ctx *ac, rw_err *err) {
     const rw_config *c = &ws->cfg;
     const rw_tp_dims *d = &ws->d;
@@ -334,9 +347,15 @@ static rw_status alloc_all(rw_wset *ws, alloc_ctx *ac, rw_err *err) {
         RW_CHECK(take(ac, RW_DTYPE_BF16, 1, SHP(hd), &lw->q_norm, err));
         RW_CHECK(take(ac, RW_DTYPE_BF16, 1, SHP(hd), &lw->k_norm, err));
         rw_dtype wd = af == RW_WFMT_BF16 ? RW_DTYPE_BF16 : RW_DTYPE_E4M3;
-        RW_CHECK(take(ac, wd, 2, SHP(nq, H), &lw->q, err));
-        RW_CHECK(take(ac, wd, 2, SHP(nkv, H), &lw->k, err));
-        RW_CHECK(take(ac, wd, 2, SHP(nkv, H), &lw->v, err));
+        if (af == RW_WFMT_BF16) {
+            /* one allocation, q, k, v rows back to back: the backend runs one GEMM over them */
+            RW_CHECK(take(ac, wd, 2, SHP(nq + 2 * nkv, H), &lw->qkv, err));
+            qkv_views(lw, nq, nkv, H);
+        } else {
+            RW_CHECK(take(ac, wd, 2, SHP(nq, H), &lw->q, err));
+            RW_CHECK(take(ac, wd, 2, SHP(nkv, H), &lw->k, err));
+            RW_CHECK(take(ac, wd, 2, SHP(nkv, H), &lw->v, err));
+        }
         RW_CHECK(take(ac, wd, 2, SHP(H, nq), &lw->o, err));
         if (af != RW_WFMT_BF16) {
             rw_dtype sd = rw_quant_scale_dtype(af);

@@ -857,6 +857,73 @@ static void test_checksum(void **state) {
     tm_free(&m);
 }
 
+/* The fused q/k/v view rw_layer_weights documents: for a bf16 layer qkv is [(nh_l + 2 nkv_l) hd,
+ * H] over q, k, v back to back (the rows the rank's q, k and v slices read back as); for a layer
+ * whose attention is quantized, qkv has no data. */
+static void test_qkv_view(void **state) {
+    (void)state;
+    const struct {
+        rw_qmethod method;
+        int tp, rank;
+    } cases[] = {{RW_QMETHOD_NONE, 1, 0}, {RW_QMETHOD_MXFP8, 2, 1}, {RW_QMETHOD_FP8_BLOCK, 4, 3}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        rw_config c;
+        /* quantized configs keep their last layer bf16: one layer of each kind */
+        moe_test_config(&c, 256, 2, 256, 2, cases[ci].method, 1);
+        tmodel m;
+        tm_make(&m, &c, 1200 + ci);
+        plist l = {0};
+        pl_whole(&l, &m);
+        rw_wset *ws = ws_new(&m.cfg, cases[ci].tp, cases[ci].rank);
+        apply_list(ws, &l, 1);
+        const rw_tp_dims *d = rw_wset_dims(ws);
+        const int64_t H = m.cfg.hidden_size, hd = m.cfg.head_dim;
+        const int64_t nq = (int64_t)d->nh_local * hd, nkv = (int64_t)d->nkv_local * hd;
+        int nquant = 0;
+        for (int layer = 0; layer < m.cfg.num_layers; layer++) {
+            const rw_layer_weights *lw = rw_wset_layer(ws, layer);
+            if (lw->attn_fmt != RW_WFMT_BF16) {
+                assert_true(cases[ci].method != RW_QMETHOD_NONE && layer == 0);
+                assert_null(lw->qkv.data);
+                assert_non_null(lw->q.data);
+                nquant++;
+                continue;
+            }
+            assert_int_equal(lw->qkv.dtype, RW_DTYPE_BF16);
+            assert_int_equal(lw->qkv.ndim, 2);
+            assert_int_equal(lw->qkv.shape[0], nq + 2 * nkv);
+            assert_int_equal(lw->qkv.shape[1], H);
+            const uint8_t *base = lw->qkv.data;
+            assert_ptr_equal(lw->q.data, base);
+            assert_ptr_equal(lw->k.data, base + rw_tensor_nbytes(&lw->q));
+            assert_ptr_equal(lw->v.data, (const uint8_t *)lw->k.data + rw_tensor_nbytes(&lw->k));
+            assert_int_equal(rw_tensor_nbytes(&lw->qkv), (size_t)((nq + 2 * nkv) * H) * 2);
+            /* its bytes are the rank's q, k, v slices in that order */
+            uint8_t *want = malloc(rw_tensor_nbytes(&lw->qkv));
+            size_t at = 0;
+            const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
+            for (int k = 0; k < 3; k++) {
+                char name[128];
+                snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.weight", layer, proj[k]);
+                size_t len = 0;
+                rw_err err = {0};
+                RW_ASSERT_OK(rw_wset_readback(ws, name, want + at, rw_tensor_nbytes(&lw->qkv) - at,
+                                              &len, NULL, NULL, &err),
+                             &err);
+                at += len;
+            }
+            assert_int_equal(at, rw_tensor_nbytes(&lw->qkv));
+            rw_assert_bytes_equal(want, base, at, "qkv view vs q | k | v readback");
+            free(want);
+        }
+        assert_int_equal(nquant, cases[ci].method == RW_QMETHOD_NONE ? 0 : 1);
+        rw_wset_destroy(ws);
+        free(l.p);
+        free(l.own);
+        tm_free(&m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seed_regression),
@@ -871,6 +938,7 @@ int main(void) {
         cmocka_unit_test(test_completeness),
         cmocka_unit_test(test_stale_stage),
         cmocka_unit_test(test_checksum),
+        cmocka_unit_test(test_qkv_view),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
