@@ -229,31 +229,6 @@ rw_status rw_wset_readback(const rw_wset *ws, const char *name, void *dst, size_
 rw_status rw_wset_checksum(const rw_wset *ws, const char *name, uint64_t *out, rw_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Benchmark S3 (spec/targets.md): the fused pack scatter vs a device-to-device copy of the same  */
-/* bytes, in one run, CUDA events, warm-up, median of many reps over rotating buffers.          */
-/* ------------------------------------------------------------------------------------------ */
-typedef struct rw_moe_bench_cfg {
-    int64_t H, I, E; /* expert shapes (Qwen3-30B-A3B: 2048, 768, 128) */
-    int tp, rank;    /* worker TP and rank: the canonical slice [r*S, (r+1)*S) is packed */
-    rw_wfmt fmt;     /* bf16 (pack), mxfp8 (quantize + pack), fp8-block (quantize) */
-    int layers;      /* layers' experts per rep (>= 1) */
-    int bufs;        /* rotating source/destination sets (>= 2); each set is layers' worth */
-    int warmup, reps;
-    int device;
-} rw_moe_bench_cfg;
-
-typedef struct rw_moe_bench_result {
-    double bytes_moved;      /* bytes read + bytes written by one pack rep */
-    double pack_ms_median, pack_ms_min, pack_ms_max;
-    double copy_ms_median, copy_ms_min, copy_ms_max; /* cudaMemcpyAsync D2D of the same bytes */
-    double pack_gbps, copy_gbps; /* bytes_moved / median time */
-    double ratio;            /* pack_gbps / copy_gbps (target >= 0.7) */
-    int64_t ops, launches;   /* scatter ops and kernel launches per rep */
-} rw_moe_bench_result;
-
-rw_status rw_moe_bench_pack(const rw_moe_bench_cfg *cfg, rw_moe_bench_result *out, rw_err *err);
-
-/* ------------------------------------------------------------------------------------------ */
 /* Routing and experts on the packed layout                                                     */
 /* ------------------------------------------------------------------------------------------ */
 /* fp32 softmax over all E router logits, top-k (ties to the lower index), renormalize when

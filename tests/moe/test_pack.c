@@ -298,10 +298,6 @@ static void test_device_entry_points(void **state) {
         assert_int_equal(
             rw_moe_unpack_cuda(RW_WFMT_BF16, RW_MOE_W13, 128, 256, 1, a, NULL, b, NULL, NULL, &err),
             RW_E_NO_DEVICE);
-        rw_moe_bench_cfg bc = {
-            .H = 256, .I = 256, .E = 1, .tp = 1, .layers = 1, .bufs = 2, .reps = 1};
-        rw_moe_bench_result br;
-        assert_int_equal(rw_moe_bench_pack(&bc, &br, &err), RW_E_NO_DEVICE);
         rw_config c;
         moe_test_config(&c, 256, 2, 256, 1, RW_QMETHOD_NONE, 0);
         rw_wset *ws = NULL;
