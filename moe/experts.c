@@ -1,7 +1,7 @@
 /* experts.c - MoE expert computation on the packed padded layout (CPU reference, fp32 math):
  * out[t] += sum_j w[t,j] * down_e(silu(gate_e x_t) * up_e x_t), for e = ids[t,j], reading the
  * rank's padded shard of each expert straight from its packed bytes through the index maps of
- * rw_moe.h (spec/layout.md section 3). Quantized layers (mxfp8, fp8-block) are dequantized row
+ * rw_moe.h (docs/LAYOUT.md section 3). Quantized layers (mxfp8, fp8-block) are dequantized row
  * by row on the fly. Every (token, row) dot product is a fixed sequence of fp32 operations that
  * does not depend on which other tokens are in the batch (rw_dot_f32, core's one CPU reduction
  * order), so results are batch invariant. */

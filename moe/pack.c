@@ -1,4 +1,4 @@
-/* pack.c - the padded MoE layout of spec/layout.md section 3 on the host: packed sizes, the
+/* pack.c - the padded MoE layout of docs/LAYOUT.md section 3 on the host: packed sizes, the
  * whole-matrix pack / unpack references written straight from the spec's formulas, the targets
  * of one expert matrix, and the CPU reference of the scatter ops (moe_layout.h) that the CUDA
  * scatter in pack.cu must match byte for byte. */

@@ -4,7 +4,7 @@
  * updates call (slice -> quantize -> pack in one pass, touching only its own bytes), canonical
  * readback and checksums, routing, and the expert computation on the packed layout.
  *
- * The layout contract is spec/layout.md; section numbers below refer to it.
+ * The layout contract is docs/LAYOUT.md; section numbers below refer to it.
  */
 #ifndef RW_MOE_H
 #define RW_MOE_H

@@ -1,4 +1,4 @@
-/* test_experts.c - routing and the expert computation on the packed layout (spec/layout.md
+/* test_experts.c - routing and the expert computation on the packed layout (docs/LAYOUT.md
  * section 6, last check): a reference MoE (silu(gate) * up, then down, weighted by routing) on
  * UNPACKED canonical weights equals rw_moe_experts_ref on packed weights, for padded and unpadded
  * shards, summed over ranks, for bf16, mxfp8 and fp8-block experts. Also: routing against a

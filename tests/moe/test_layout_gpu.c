@@ -1,11 +1,11 @@
 /* test_layout_gpu.c - the CUDA layout path against its CPU reference (gpu suite; exits 77 without
  * a device): CUDA pack / unpack == rw_moe_pack_ref / rw_moe_unpack_ref byte for byte for bf16,
- * mxfp8 and fp8-block at every T and I of section 6; the fused scatter (COPY, MXQ from bf16 and
- * f32, odd offsets and unaligned sources) and the fp8 block quantizer == rw_moe_ops_run_ref; a
- * device weight set's apply_batch == a host set's apply of the same pieces (whole arena bytes),
- * for device and host pieces, trainer shards in every form, quantize on load and quantized
- * checkpoints (including fp8-block re-quantization through staging); device readback and
- * checksums == host. */
+ * mxfp8 and fp8-block at every T and I of docs/LAYOUT.md section 6; the fused scatter (COPY, MXQ
+ * from bf16 and f32, odd offsets and unaligned sources) and the fp8 block quantizer ==
+ * rw_moe_ops_run_ref; a device weight set's apply_batch == a host set's apply of the same pieces
+ * (whole arena bytes), for device and host pieces, trainer shards in every form, quantize on load
+ * and quantized checkpoints (including fp8-block re-quantization through staging); device readback
+ * and checksums == host. */
 #include "wset_util.h"
 #include "moe_layout.h"
 

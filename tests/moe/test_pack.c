@@ -1,7 +1,8 @@
-/* test_pack.c - the packed layout of spec/layout.md section 3 on the host: the row maps on the
+/* test_pack.c - the packed layout of docs/LAYOUT.md section 3 on the host: the row maps on the
  * hand-computed P = 128 example, the K-block and scale-swizzle offsets, unpack(pack(x)) == x for
- * bf16 / mxfp8 / fp8-block at every T and I of section 6, zero swizzle padding, and the CPU
- * reference of the scatter ops (copy, quantize-and-pack) against pack_ref and the quant module. */
+ * bf16 / mxfp8 / fp8-block at every T and I of docs/LAYOUT.md section 6, zero swizzle padding, and
+ * the CPU reference of the scatter ops (copy, quantize-and-pack) against pack_ref and the quant
+ * module. */
 #include "moe_util.h"
 #include "moe_layout.h"
 

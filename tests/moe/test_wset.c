@@ -1,9 +1,9 @@
 /* test_wset.c - the weight set of one rank on the host (cpu suite): slicing from the unpadded
- * offsets for every T and I of section 6 with zero pads and exact readback, trainer pieces from
- * any trainer TP degree (plain, Megatron gate_up, expert-parallel, odd K splits) giving the
- * same bytes as whole tensors, partial updates touching only their own bytes, idempotent
- * re-application, quantize on load == offline quantization (F5), fp8-block re-quantization of
- * unaligned shards, validation before any write, completeness and checksums. */
+ * offsets for every T and I of docs/LAYOUT.md section 6 with zero pads and exact readback, trainer
+ * pieces from any trainer TP degree (plain, Megatron gate_up, expert-parallel, odd K splits) giving
+ * the same bytes as whole tensors, partial updates touching only their own bytes, idempotent
+ * re-application, quantize on load == offline quantization (docs/TARGETS.md F5), fp8-block
+ * re-quantization of unaligned shards, validation before any write, completeness and checksums. */
 #include "wset_util.h"
 #include "moe_layout.h"
 
@@ -370,7 +370,7 @@ static void test_quantized_checkpoint_pieces(void **state) {
  * trainer shards) give the same packed bytes as loading the offline-quantized checkpoint; for
  * fp8-block the same holds where every local block is a canonical block (T = 1 here; at T = 2
  * the k/v rows [64, 128) already straddle a block, so the checkpoint is re-quantized). */
-static void test_quantize_on_load_f5(void **state) {
+static void test_quantize_on_load(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
     for (size_t mi = 0; mi < 2; mi++) {
@@ -926,18 +926,12 @@ static void test_qkv_view(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_seed_regression),
-        cmocka_unit_test(test_slices_every_T_I),
-        cmocka_unit_test(test_trainer_pieces),
-        cmocka_unit_test(test_quantized_checkpoint_pieces),
-        cmocka_unit_test(test_quantize_on_load_f5),
-        cmocka_unit_test(test_fp8_requantize_unaligned),
-        cmocka_unit_test(test_partial_update),
-        cmocka_unit_test(test_apply_twice),
-        cmocka_unit_test(test_validation),
-        cmocka_unit_test(test_completeness),
-        cmocka_unit_test(test_stale_stage),
-        cmocka_unit_test(test_checksum),
+        cmocka_unit_test(test_seed_regression),  cmocka_unit_test(test_slices_every_T_I),
+        cmocka_unit_test(test_trainer_pieces),   cmocka_unit_test(test_quantized_checkpoint_pieces),
+        cmocka_unit_test(test_quantize_on_load), cmocka_unit_test(test_fp8_requantize_unaligned),
+        cmocka_unit_test(test_partial_update),   cmocka_unit_test(test_apply_twice),
+        cmocka_unit_test(test_validation),       cmocka_unit_test(test_completeness),
+        cmocka_unit_test(test_stale_stage),      cmocka_unit_test(test_checksum),
         cmocka_unit_test(test_qkv_view),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
