@@ -62,13 +62,6 @@ static void fill_scales(rw_wfmt f, void *s, size_t bytes, uint64_t seed) {
     }
 }
 
-/* Logical scale bytes of one expert matrix: mxfp8 [rows, cols/32] u8, fp8 like the packed. */
-static size_t logical_scale_bytes(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H) {
-    int64_t rows = m == RW_MOE_W13 ? 2 * P : H, cols = m == RW_MOE_W13 ? H : P;
-    if (f == RW_WFMT_MXFP8) return (size_t)(rows * (cols / 32));
-    return rw_moe_packed_scale_bytes(f, m, P, H);
-}
-
 /* unpack(pack(x)) == x, for every format, both matrices, every T and I; mxfp8 swizzle padding
  * is zero; bf16 packed sizes match the spec's shapes. */
 static void test_roundtrip(void **state) {
@@ -83,7 +76,7 @@ static void test_roundtrip(void **state) {
                     rw_wfmt f = fmts[fi];
                     rw_moe_mat m = mi ? RW_MOE_W2 : RW_MOE_W13;
                     size_t nb = rw_moe_packed_bytes(f, m, P, H);
-                    size_t lsb = logical_scale_bytes(f, m, P, H);
+                    size_t lsb = moe_test_logical_scale_bytes(f, m, P, H);
                     size_t psb = rw_moe_packed_scale_bytes(f, m, P, H);
                     assert_int_equal(nb, (size_t)(m == RW_MOE_W13 ? 2 * P : P) * H *
                                              (f == RW_WFMT_BF16 ? 2 : 1));
@@ -133,7 +126,7 @@ static void test_copy_ops_match_pack(void **state) {
             int64_t rows = m == RW_MOE_W13 ? 2 * P : H, cols = m == RW_MOE_W13 ? H : P;
             size_t nb = rw_moe_packed_bytes(f, m, P, H),
                    psb = rw_moe_packed_scale_bytes(f, m, P, H);
-            size_t lsb = logical_scale_bytes(f, m, P, H);
+            size_t lsb = moe_test_logical_scale_bytes(f, m, P, H);
             int es = f == RW_WFMT_BF16 ? 2 : 1;
             uint8_t *x = moe_test_rand_bytes(nb, 77 + fi), *xs = malloc(lsb);
             fill_scales(f, xs, lsb, 99);
