@@ -1,9 +1,10 @@
 /* experts.c - MoE expert computation on the packed padded layout (CPU reference, fp32 math):
  * out[t] += sum_j w[t,j] * down_e(silu(gate_e x_t) * up_e x_t), for e = ids[t,j], reading the
  * rank's padded shard of each expert straight from its packed bytes through the index maps of
- * rw_moe.h (spec/layout.md section 3). Quantized layers (mxfp8, fp8-block) are dequantized row
+ * rw_moe.h (docs/LAYOUT.md section 3). Quantized layers (mxfp8, fp8-block) are dequantized row
  * by row on the fly. Every (token, row) dot product is a fixed sequence of fp32 operations that
- * does not depend on which other tokens are in the batch, so results are batch invariant. */
+ * does not depend on which other tokens are in the batch (rw_dot_f32, core's one CPU reduction
+ * order), so results are batch invariant. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -14,18 +15,6 @@
 #define RB 16
 /* Tokens handled per pass (bounds the scratch memory). */
 #define TB 64
-
-static inline float dotf(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += a[i + j] * b[i + j];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
 
 /* One expert matrix as stored: which format, the expert's packed bytes and scales, and its
  * logical size M x K (M = 2P rows for w13, H for w2; K = H for w13, P for w2). */
@@ -185,7 +174,7 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
                     const int64_t a = list[b + i];
                     const float *xt = x + (t0 + a / k) * H;
                     for (int r = 0; r < nr; r++)
-                        gu[a * 2 * P + crow13[n0 + r]] = dotf(xt, buf + r * H, H);
+                        gu[a * 2 * P + crow13[n0 + r]] = rw_dot_f32(xt, buf + r * H, H);
                 }
             }
             for (int64_t i = 0; i < n_e; i++) {
@@ -203,7 +192,7 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
                 for (int64_t i = 0; i < n_e; i++) {
                     const int64_t a = list[b + i];
                     for (int r = 0; r < nr; r++)
-                        y[a * H + crow2[n0 + r]] = dotf(act + a * P, buf + r * P, P);
+                        y[a * H + crow2[n0 + r]] = rw_dot_f32(act + a * P, buf + r * P, P);
                 }
             }
         }

@@ -25,13 +25,15 @@
  * products stay exact in fp32), only the B tile doubles.
  *
  * Shared-memory tiles are [rows][8 x 16-byte chunks] with chunk c of row r stored at c ^ (r & 7)
- * so ldmatrix reads are free of bank conflicts. */
+ * (rw_swz128) so ldmatrix reads are free of bank conflicts; the PTX wrappers are core/mma.cuh. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda_check.h"
+#include "mma.cuh"
 #include "rw_moe.h"
 
 #define MOE_THREADS 128 /* 4 warps, each 32 rows of the 128-row weight tile */
@@ -219,39 +221,6 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* tensor-core helpers                                                                          */
-/* ------------------------------------------------------------------------------------------ */
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
-                                        const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* byte offset of 16-byte chunk c of row r in a swizzled [rows][128 B] tile */
-__device__ __forceinline__ int swz(int r, int c) {
-    return r * 128 + ((c ^ (r & 7)) << 4);
-}
-
 /* packed row -> canonical local row (w13: interleave + shuffle inverse; w2: shuffle inverse) */
 __device__ __forceinline__ int64_t canon13(int64_t n, int64_t P) {
     const int64_t i = 32 * (n / 32) + 4 * (n % 8) + (n % 32) / 8;
@@ -330,7 +299,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
 #pragma unroll
             for (int i = 0; i < A_BYTES / 16 / MOE_THREADS; i++) {
                 const int q = i * MOE_THREADS + tid, r = q >> 3, c = q & 7;
-                cp_async16(sa + swz(r, c), src + (int64_t)q * 16, 16);
+                rw_cp_async16(sa + rw_swz128(r, c), src + (int64_t)q * 16, 16);
             }
         } else {
             /* e4m3 [M, K]: 64 bytes of row n at n*K + kb*64; fp8-block rows are in canonical
@@ -340,7 +309,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
                 const int q = i * MOE_THREADS + tid, r = q >> 2, c = q & 3;
                 int64_t n = m0 + r;
                 if (FMT == FMT_FP8B && W13) n = canon13(n, g.P);
-                cp_async16(sa + r * 64 + c * 16, wexp + n * g.K + (int64_t)kb * 64 + c * 16, 16);
+                rw_cp_async16(sa + r * 64 + c * 16, wexp + n * g.K + (int64_t)kb * 64 + c * 16, 16);
             }
         }
         const int chunks = TN * 8;
@@ -348,8 +317,8 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
             const int r = q >> 3, c = q & 7;
             const int64_t s = brow_src[r];
             const int64_t o = (s < 0 ? 0 : s) + (int64_t)kb * 64 + c * 8;
-            cp_async16(sb + swz(r, c), g.xin + o, s < 0 ? 0 : 16);
-            if (SPLIT) cp_async16(sb + B_BYTES + swz(r, c), g.xin_lo + o, s < 0 ? 0 : 16);
+            rw_cp_async16(sb + rw_swz128(r, c), g.xin + o, s < 0 ? 0 : 16);
+            if (SPLIT) rw_cp_async16(sb + B_BYTES + rw_swz128(r, c), g.xin_lo + o, s < 0 ? 0 : 16);
         }
     };
 
@@ -366,15 +335,15 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
         const uint8_t *src =
             (const uint8_t *)g.wscale + (int64_t)e * g.s_expert + (m0 / 128) * g.scale_cols * 512;
         for (int64_t q = tid; q < g.scale_cols * 32; q += MOE_THREADS)
-            cp_async16(ssc + q * 16, src + q * 16, 16);
+            rw_cp_async16(ssc + q * 16, src + q * 16, 16);
     }
 #pragma unroll
     for (int s = 0; s < MOE_STAGES - 1; s++) {
         if (s < nkb) load_stage(s, s);
-        cp_commit();
+        rw_cp_async_commit();
     }
     for (int kb = 0; kb < nkb; kb++) {
-        cp_wait<MOE_STAGES - 2>();
+        rw_cp_async_wait<MOE_STAGES - 2>();
         __syncthreads();
         const int st = kb % MOE_STAGES;
         uint8_t *sa = smem + st * STAGE;
@@ -413,7 +382,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
                         const float2 f = __half22float2(h2);
                         v[i] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
                     }
-                    *(uint4 *)(deq + swz(r, c)) = *(const uint4 *)v;
+                    *(uint4 *)(deq + rw_swz128(r, c)) = *(const uint4 *)v;
                 }
             }
             __syncthreads();
@@ -422,7 +391,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
         {
             const int nk = kb + MOE_STAGES - 1;
             if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
-            cp_commit();
+            rw_cp_async_commit();
         }
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
@@ -431,33 +400,33 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
             for (int mt = 0; mt < 2; mt++) {
                 const int r = warp * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int c = ks * 2 + (lane >> 4);
-                ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], sa + swz(r, c));
+                rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], sa + rw_swz128(r, c));
             }
 #pragma unroll
             for (int nt = 0; nt < TN / 8; nt += 2) {
                 uint32_t b0, b1, b2, b3;
                 const int r = nt * 8 + ((lane >> 4) << 3) + (lane & 7);
                 const int c = ks * 2 + ((lane >> 3) & 1);
-                ldsm_x4(b0, b1, b2, b3, sb + swz(r, c));
+                rw_ldsm_x4(b0, b1, b2, b3, sb + rw_swz128(r, c));
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    mma_bf16(acc[mt][nt], a[mt], b0, b1);
-                    mma_bf16(acc[mt][nt + 1], a[mt], b2, b3);
+                    rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
+                    rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
                 }
                 if (SPLIT) {
                     /* the low halves, after the high halves of the same k16 step: a fixed
                      * order per accumulator, independent of TN and of the other columns */
-                    ldsm_x4(b0, b1, b2, b3, sb + B_BYTES + swz(r, c));
+                    rw_ldsm_x4(b0, b1, b2, b3, sb + B_BYTES + rw_swz128(r, c));
 #pragma unroll
                     for (int mt = 0; mt < 2; mt++) {
-                        mma_bf16(acc[mt][nt], a[mt], b0, b1);
-                        mma_bf16(acc[mt][nt + 1], a[mt], b2, b3);
+                        rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
+                        rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
                     }
                 }
             }
         }
     }
-    cp_wait<0>();
+    rw_cp_async_wait<0>();
 
     /* epilogue: C fragment rows g, g+8 (weight rows), columns 2c, 2c+1 (tokens) */
     const int gq = lane >> 2, cq = lane & 3;
@@ -511,14 +480,6 @@ __global__ void combine_kernel(const float *__restrict__ y, const int32_t *__res
 /* ------------------------------------------------------------------------------------------ */
 /* launchers                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
-#define CUDA_TRY(expr, err)                                                                        \
-    do {                                                                                           \
-        cudaError_t ce_ = (expr);                                                                  \
-        if (ce_ != cudaSuccess)                                                                    \
-            return rw_err_set((err), RW_E_CUDA, __FILE__, __LINE__, "%s: %s", #expr,               \
-                              cudaGetErrorString(ce_));                                            \
-    } while (0)
-
 extern "C" rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
                                        int32_t *ids, float *weights, rw_stream s, rw_err *err) {
     if (ntok <= 0) return RW_OK;
@@ -596,9 +557,9 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
     const size_t sm_max = gemm_smem<TN, FMT, SPLIT>(MOE_MX_MAX_K / 128);
-    CUDA_TRY(cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max),
-             err);
+    RW_CUDA_CHECK(err,
+                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
     moe_gemm_kernel<TN, FMT, W13, SPLIT><<<grid, MOE_THREADS, sm, (cudaStream_t)s>>>(g);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);

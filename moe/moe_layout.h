@@ -1,8 +1,10 @@
-/* moe_layout.h - internal to the moe module: targets (how a logical matrix is addressed in its
- * final layout) and scatter ops (one rectangle of source elements -> one target, copying or
- * quantizing), executed by the CPU reference (rw_moe_ops_run_ref) or the CUDA scatter (pack.cu)
- * with byte-identical results. The weight set turns every incoming piece into a list of ops; the
- * whole-matrix pack kernels are one op per expert matrix.
+/* moe_layout.h - the moe module's op-level interface, below rw_moe.h: targets (how a logical
+ * matrix is addressed in its final layout) and scatter ops (one rectangle of source elements -> one
+ * target, copying or quantizing), executed by the CPU reference (rw_moe_ops_run_ref) or the CUDA
+ * scatter (pack.cu) with byte-identical results. The weight set turns every incoming piece into a
+ * list of ops; the whole-matrix pack kernels are one op per expert matrix. Outside the module
+ * only the layout tests and rw-bench's pack benchmark (tools/bench/pack.c, which times the
+ * scatter on ops of its own) include it; the other modules use rw_moe.h.
  *
  * Compiles as C11 and as CUDA C++.
  */
@@ -15,7 +17,7 @@
 extern "C" {
 #endif
 
-/* Row maps applied to a target's logical row r before addressing (spec/layout.md section 3). */
+/* Row maps applied to a target's logical row r before addressing (docs/LAYOUT.md section 3). */
 enum {
     RW_MOE_RM_IDENT = 0, /* n = r */
     RW_MOE_RM_W13 = 1,   /* n = rw_moe_w13_row_map(r, P): up-first interleave + 32-row shuffle */
@@ -86,7 +88,8 @@ static inline int64_t rw_moe_op_units(const rw_moe_op *o) {
 void rw_moe_ops_run_ref(const rw_moe_op *ops, size_t n);
 
 /* The targets of one expert's matrix in a packed layer buffer: `data` at `packed` (expert
- * base), `scale` at `packed_scale` (expert base; unused for bf16). Formats per section 3. */
+ * base), `scale` at `packed_scale` (expert base; unused for bf16). Formats per docs/LAYOUT.md
+ * section 3. */
 void rw_moe_expert_tgt(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, void *packed,
                        void *packed_scale, rw_moe_tgt *data, rw_moe_tgt *scale);
 

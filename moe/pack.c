@@ -1,4 +1,4 @@
-/* pack.c - the padded MoE layout of spec/layout.md section 3 on the host: packed sizes, the
+/* pack.c - the padded MoE layout of docs/LAYOUT.md section 3 on the host: packed sizes, the
  * whole-matrix pack / unpack references written straight from the spec's formulas, the targets
  * of one expert matrix, and the CPU reference of the scatter ops (moe_layout.h) that the CUDA
  * scatter in pack.cu must match byte for byte. */
@@ -259,9 +259,6 @@ rw_status rw_moe_slot_release(rw_moe_host_slot *sl, rw_stream s, rw_err *err) {
 }
 void rw_moe_slot_free(rw_moe_host_slot *sl) {
     (void)sl;
-}
-rw_status rw_moe_bench_pack(const rw_moe_bench_cfg *cfg, rw_moe_bench_result *out, rw_err *err) {
-    RW_FAIL(err, RW_E_NO_DEVICE, "rw_moe_bench_pack: built without CUDA");
 }
 rw_status rw_moe_pack_cuda(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, int64_t n_experts,
                            const void *logical, const void *logical_scale, void *packed,

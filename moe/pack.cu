@@ -14,18 +14,13 @@
 #include "moe_layout.h"
 
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+#include "cuda_check.h"
 
 #define UPB 128      /* units per thread block */
 #define NTHREADS 256 /* 32 groups of 8 threads */
-
-#define CUDA_TRY(err, call)                                                                        \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return rw_err_set((err), RW_E_CUDA, __FILE__, __LINE__, "%s: %s", #call,               \
-                              cudaGetErrorString(e_));                                             \
-    } while (0)
 
 /* Largest d in [lo, hi] with ub[d] <= u. */
 __device__ __forceinline__ int find_op(const int64_t *__restrict__ ub, int lo, int hi, int64_t u) {
@@ -300,9 +295,9 @@ rw_status rw_moe_cuda_preload(int device, rw_err *err) {
     }
     cudaSetDevice(prev);
     if (e != cudaSuccess) {
-        cudaGetLastError();
-        RW_FAIL(err, RW_E_CUDA, "loading the layout kernels on device %d: %s", device,
-                cudaGetErrorString(e));
+        char what[64];
+        snprintf(what, sizeof what, "loading the layout kernels on device %d", device);
+        return rw_cuda_fail(err, e, __FILE__, __LINE__, what);
     }
     return RW_OK;
 }
@@ -329,14 +324,14 @@ rw_status rw_moe_fp8q_cuda(const rw_moe_op *d_ops, size_t n, rw_stream s, rw_err
 rw_status rw_moe_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                         size_t rows, rw_stream s, rw_err *err) {
     if (!rows || !width) return RW_OK;
-    CUDA_TRY(err, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault,
-                                    (cudaStream_t)s));
+    RW_CUDA_CHECK(err, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault,
+                                         (cudaStream_t)s));
     return RW_OK;
 }
 
 rw_status rw_moe_memset_dev(void *dst, int value, size_t bytes, rw_stream s, rw_err *err) {
     if (!bytes) return RW_OK;
-    CUDA_TRY(err, cudaMemsetAsync(dst, value, bytes, (cudaStream_t)s));
+    RW_CUDA_CHECK(err, cudaMemsetAsync(dst, value, bytes, (cudaStream_t)s));
     return RW_OK;
 }
 
@@ -344,9 +339,9 @@ rw_status rw_moe_dev_alloc_async(size_t bytes, rw_stream s, void **out, rw_err *
     *out = NULL;
     cudaError_t e = cudaMallocAsync(out, bytes ? bytes : 1, (cudaStream_t)s);
     if (e != cudaSuccess) {
-        cudaGetLastError();
-        RW_FAIL(err, e == cudaErrorMemoryAllocation ? RW_E_OOM : RW_E_CUDA,
-                "cudaMallocAsync(%zu bytes): %s", bytes, cudaGetErrorString(e));
+        char what[64];
+        snprintf(what, sizeof what, "cudaMallocAsync(%zu bytes)", bytes);
+        return rw_cuda_fail(err, e, __FILE__, __LINE__, what);
     }
     return RW_OK;
 }
@@ -356,7 +351,7 @@ void rw_moe_dev_free_async(void *p, rw_stream s) {
 }
 
 rw_status rw_moe_slot_acquire(rw_moe_host_slot *sl, size_t bytes, rw_err *err) {
-    if (sl->event) CUDA_TRY(err, cudaEventSynchronize((cudaEvent_t)sl->event));
+    if (sl->event) RW_CUDA_CHECK(err, cudaEventSynchronize((cudaEvent_t)sl->event));
     if (sl->cap < bytes) {
         size_t cap = sl->cap ? sl->cap : 1 << 16;
         while (cap < bytes)
@@ -366,9 +361,10 @@ rw_status rw_moe_slot_acquire(rw_moe_host_slot *sl, size_t bytes, rw_err *err) {
         sl->cap = 0;
         cudaError_t e = cudaMallocHost(&sl->host, cap);
         if (e != cudaSuccess) {
-            cudaGetLastError();
             sl->host = NULL;
-            RW_FAIL(err, RW_E_OOM, "cudaMallocHost(%zu bytes): %s", cap, cudaGetErrorString(e));
+            char what[64];
+            snprintf(what, sizeof what, "cudaMallocHost(%zu bytes)", cap);
+            return rw_cuda_fail(err, e, __FILE__, __LINE__, what);
         }
         sl->cap = cap;
     }
@@ -378,10 +374,10 @@ rw_status rw_moe_slot_acquire(rw_moe_host_slot *sl, size_t bytes, rw_err *err) {
 rw_status rw_moe_slot_release(rw_moe_host_slot *sl, rw_stream s, rw_err *err) {
     if (!sl->event) {
         cudaEvent_t ev;
-        CUDA_TRY(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        RW_CUDA_CHECK(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
         sl->event = ev;
     }
-    CUDA_TRY(err, cudaEventRecord((cudaEvent_t)sl->event, (cudaStream_t)s));
+    RW_CUDA_CHECK(err, cudaEventRecord((cudaEvent_t)sl->event, (cudaStream_t)s));
     return RW_OK;
 }
 
@@ -413,7 +409,7 @@ static rw_status run_table(const rw_moe_op *ops, size_t n, bool gather, rw_strea
     if (st == RW_OK) {
         cudaError_t e = cudaMemcpyAsync(d, h, tb, cudaMemcpyHostToDevice, (cudaStream_t)s);
         if (e != cudaSuccess)
-            st = RW_ERR(err, RW_E_CUDA, "cudaMemcpyAsync (op table): %s", cudaGetErrorString(e));
+            st = rw_cuda_fail(err, e, __FILE__, __LINE__, "cudaMemcpyAsync (op table)");
     }
     if (st == RW_OK) {
         const rw_moe_op *dops = (const rw_moe_op *)d;
@@ -430,8 +426,7 @@ static rw_status run_table(const rw_moe_op *ops, size_t n, bool gather, rw_strea
     if (d) rw_moe_dev_free_async(d, s);
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)s); /* h is read by the async copy */
     free(h);
-    if (st == RW_OK && e != cudaSuccess)
-        st = RW_ERR(err, RW_E_CUDA, "moe pack: %s", cudaGetErrorString(e));
+    if (st == RW_OK && e != cudaSuccess) st = rw_cuda_fail(err, e, __FILE__, __LINE__, "moe pack");
     return st;
 }
 
@@ -483,10 +478,10 @@ rw_status rw_moe_pack_cuda(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, int64_
                 (long long)P, (long long)H);
     size_t pb = rw_moe_packed_bytes(f, m, P, H), psb = rw_moe_packed_scale_bytes(f, m, P, H);
     if (f == RW_WFMT_FP8_BLOCK) {
-        CUDA_TRY(err, cudaMemcpyAsync(packed, logical, pb * (size_t)n_experts,
-                                      cudaMemcpyDeviceToDevice, (cudaStream_t)s));
-        CUDA_TRY(err, cudaMemcpyAsync(packed_scale, logical_scale, psb * (size_t)n_experts,
-                                      cudaMemcpyDeviceToDevice, (cudaStream_t)s));
+        RW_CUDA_CHECK(err, cudaMemcpyAsync(packed, logical, pb * (size_t)n_experts,
+                                           cudaMemcpyDeviceToDevice, (cudaStream_t)s));
+        RW_CUDA_CHECK(err, cudaMemcpyAsync(packed_scale, logical_scale, psb * (size_t)n_experts,
+                                           cudaMemcpyDeviceToDevice, (cudaStream_t)s));
         return RW_OK;
     }
     if (f == RW_WFMT_MXFP8) /* the swizzle padding is zero */
@@ -503,10 +498,10 @@ rw_status rw_moe_unpack_cuda(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H, int6
                 (long long)P, (long long)H);
     size_t pb = rw_moe_packed_bytes(f, m, P, H), psb = rw_moe_packed_scale_bytes(f, m, P, H);
     if (f == RW_WFMT_FP8_BLOCK) {
-        CUDA_TRY(err, cudaMemcpyAsync(logical, packed, pb * (size_t)n_experts,
-                                      cudaMemcpyDeviceToDevice, (cudaStream_t)s));
-        CUDA_TRY(err, cudaMemcpyAsync(logical_scale, packed_scale, psb * (size_t)n_experts,
-                                      cudaMemcpyDeviceToDevice, (cudaStream_t)s));
+        RW_CUDA_CHECK(err, cudaMemcpyAsync(logical, packed, pb * (size_t)n_experts,
+                                           cudaMemcpyDeviceToDevice, (cudaStream_t)s));
+        RW_CUDA_CHECK(err, cudaMemcpyAsync(logical_scale, packed_scale, psb * (size_t)n_experts,
+                                           cudaMemcpyDeviceToDevice, (cudaStream_t)s));
         return RW_OK;
     }
     /* the gather reads the packed side through the op's target and writes the plain side */

@@ -1,4 +1,4 @@
-/* plan.c - tensor-parallel shard plans (spec/layout.md section 2): for a config, a TP degree T and
+/* plan.c - tensor-parallel shard plans (docs/LAYOUT.md section 2): for a config, a TP degree T and
  * a rank r, where each canonical tensor's part for r comes from and the local (padded) shape it
  * becomes. Every offset is computed from the unpadded size: rank r of an expert weight reads
  * [r * S, (r + 1) * S) with S = I / T, never r * P. */

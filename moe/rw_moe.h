@@ -4,7 +4,7 @@
  * updates call (slice -> quantize -> pack in one pass, touching only its own bytes), canonical
  * readback and checksums, routing, and the expert computation on the packed layout.
  *
- * The layout contract is spec/layout.md; section numbers below refer to it.
+ * The layout contract is docs/LAYOUT.md; section numbers below refer to it.
  */
 #ifndef RW_MOE_H
 #define RW_MOE_H
@@ -140,6 +140,12 @@ typedef struct rw_layer_weights {
     rw_tensor q;        /* [nh_l*hd, H]   bf16 or e4m3 */
     rw_tensor k, v;     /* [nkv_l*hd, H] */
     rw_tensor o;        /* [H, nh_l*hd] */
+    /* Fused q/k/v view, bf16 attention only: [(nh_l + 2*nkv_l)*hd, H], the rows of q, then k,
+     * then v back to back in one allocation (q.data == qkv.data, k and v follow without a gap),
+     * so that one GEMM computes all three projections into rows [q | k | v]. When the layer's
+     * attention is quantized (attn_fmt != bf16) q, k, v are separate and qkv is all zero
+     * (data NULL). */
+    rw_tensor qkv;
     rw_tensor q_scale, k_scale, v_scale, o_scale; /* when quantized: mxfp8 u8 [N, K/32] plain
                                                      (not swizzled); fp8 f32 [N/128, K/128] */
     rw_tensor router;   /* bf16 [E, H] (replicated) */
@@ -221,31 +227,6 @@ rw_status rw_wset_readback(const rw_wset *ws, const char *name, void *dst, size_
 /* xxh3-64 of the readback bytes (same as rw_checksum64 over a trainer's slice computed with
  * rw_moe_plan_tensor). */
 rw_status rw_wset_checksum(const rw_wset *ws, const char *name, uint64_t *out, rw_err *err);
-
-/* ------------------------------------------------------------------------------------------ */
-/* Benchmark S3 (spec/targets.md): the fused pack scatter vs a device-to-device copy of the same  */
-/* bytes, in one run, CUDA events, warm-up, median of many reps over rotating buffers.          */
-/* ------------------------------------------------------------------------------------------ */
-typedef struct rw_moe_bench_cfg {
-    int64_t H, I, E; /* expert shapes (Qwen3-30B-A3B: 2048, 768, 128) */
-    int tp, rank;    /* worker TP and rank: the canonical slice [r*S, (r+1)*S) is packed */
-    rw_wfmt fmt;     /* bf16 (pack), mxfp8 (quantize + pack), fp8-block (quantize) */
-    int layers;      /* layers' experts per rep (>= 1) */
-    int bufs;        /* rotating source/destination sets (>= 2); each set is layers' worth */
-    int warmup, reps;
-    int device;
-} rw_moe_bench_cfg;
-
-typedef struct rw_moe_bench_result {
-    double bytes_moved;      /* bytes read + bytes written by one pack rep */
-    double pack_ms_median, pack_ms_min, pack_ms_max;
-    double copy_ms_median, copy_ms_min, copy_ms_max; /* cudaMemcpyAsync D2D of the same bytes */
-    double pack_gbps, copy_gbps; /* bytes_moved / median time */
-    double ratio;            /* pack_gbps / copy_gbps (target >= 0.7) */
-    int64_t ops, launches;   /* scatter ops and kernel launches per rep */
-} rw_moe_bench_result;
-
-rw_status rw_moe_bench_pack(const rw_moe_bench_cfg *cfg, rw_moe_bench_result *out, rw_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Routing and experts on the packed layout                                                     */

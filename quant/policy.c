@@ -1,5 +1,5 @@
 /* policy.c - the per-layer precision policy: which canonical weights are stored quantized under a
- * config's quantization_config (spec/layout.md section 5), modules_to_not_convert matching on
+ * config's quantization_config (docs/LAYOUT.md section 5), modules_to_not_convert matching on
  * dotted boundaries, and the shape / dtype of the scale tensor beside a quantized weight. */
 #include "rw_quant.h"
 

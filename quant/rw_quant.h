@@ -2,7 +2,7 @@
  * FP8 128x128 block (e4m3 + fp32 scale) quantize / dequantize with a CPU reference and CUDA
  * kernels that agree byte for byte, and the per-layer precision policy from quantization_config.
  *
- * Formats: spec/layout.md section 5. The scalar rules below are host+device inline so every
+ * Formats: docs/LAYOUT.md section 5. The scalar rules below are host+device inline so every
  * quantizer (CPU reference, CUDA kernel, the fused pack-and-quantize scatter in moe/) computes
  * the same bytes.
  */

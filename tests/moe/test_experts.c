@@ -1,11 +1,11 @@
-/* test_experts.c - routing and the expert computation on the packed layout (spec/layout.md
+/* test_experts.c - routing and the expert computation on the packed layout (docs/LAYOUT.md
  * section 6, last check): a reference MoE (silu(gate) * up, then down, weighted by routing) on
  * UNPACKED canonical weights equals rw_moe_experts_ref on packed weights, for padded and unpadded
  * shards, summed over ranks, for bf16, mxfp8 and fp8-block experts. Also: routing against a
  * brute-force sort, batch invariance (bit-exact), and non-local expert ids contributing nothing. */
 #include <math.h>
 
-#include "test_experts_util.h"
+#include "moe_experts_util.h"
 
 /* fp32 kernel vs fp64 reference on O(1) values with K <= 512: accumulated rounding stays well
  * below this. */
@@ -109,9 +109,7 @@ static void check_case(rw_wfmt fmt, int E, int I, int H, int T, int k, uint64_t 
     rw_rng_seed(&rng, seed + 1);
     for (int i = 0; i < ntok * H; i++)
         x[i] = rw_rng_normal(&rng);
-    for (int i = 0; i < ntok * E; i++)
-        logits[i] = rw_rng_normal(&rng);
-    rw_moe_route_ref(logits, ntok, E, k, true, ids, w);
+    route_random(&rng, ntok, E, k, logits, ids, w);
     ids[5 * k + 1] = -1; /* not a local expert: contributes nothing */
     ids[6 * k + 0] = E;
 
@@ -142,10 +140,7 @@ static void check_case(rw_wfmt fmt, int E, int I, int H, int T, int k, uint64_t 
     /* the subtraction of 1.0 above costs up to 2^-24 per rank */
     if (worst > TOL_F32 + T * 1.2e-7)
         fail_msg("%s E=%d I=%d H=%d T=%d: max rel error %g at %d (got %g, want %g)",
-                 (fmt == RW_WFMT_BF16    ? "bf16"
-                  : fmt == RW_WFMT_MXFP8 ? "mxfp8"
-                                         : "fp8-block"),
-                 E, I, H, T, worst, wi, sum[wi], ref[wi]);
+                 rw_wfmt_str(fmt), E, I, H, T, worst, wi, sum[wi], ref[wi]);
     double mag = 0;
     for (int i = 0; i < ntok * H; i++)
         mag = fmax(mag, fabs(ref[i]));

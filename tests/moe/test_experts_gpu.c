@@ -5,24 +5,17 @@
  * runs are bit-identical and token-by-token equals the whole batch bit for bit. The same for the
  * split input (x_lo != NULL) against the reference on fp32 x, with a tolerance for ~16-bit
  * activations that the bf16-input path must fail. */
-#include <cuda_runtime_api.h>
-
-#include "test_experts_util.h"
+#include "moe_experts_util.h"
+#include "rw_test_cuda.h"
 
 /* The kernel rounds silu(gate) * up to bf16 (and fp8-block weights to bf16) where the reference
  * keeps fp32: relative to the largest output, errors stay well below this. */
 #define CUDA_EXPERTS_TOL 1.5e-2
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #x, cudaGetErrorString(e_));                     \
-    } while (0)
-
 static void *to_dev(const void *h, size_t n) {
     void *d = NULL;
-    CK(cudaMalloc(&d, n ? n : 16));
-    if (n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    RW_TCK(cudaMalloc(&d, n ? n : 16));
+    if (n) RW_TCK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -31,6 +24,29 @@ static rw_tensor dev_view(const rw_tensor *t, void *d) {
     v.data = d;
     v.place = RW_PLACE_DEVICE;
     return v;
+}
+
+/* The packed layer with its weights (and scales) copied to the device; layer_free_dev frees them. */
+static rw_layer_weights layer_to_dev(const packed_layer *pl) {
+    rw_layer_weights lw = pl->lw;
+    lw.w13 = dev_view(&pl->lw.w13, to_dev(pl->w13, rw_tensor_nbytes(&pl->lw.w13)));
+    lw.w2 = dev_view(&pl->lw.w2, to_dev(pl->w2, rw_tensor_nbytes(&pl->lw.w2)));
+    if (pl->lw.moe_fmt != RW_WFMT_BF16) {
+        lw.w13_scale =
+            dev_view(&pl->lw.w13_scale, to_dev(pl->s13, rw_tensor_nbytes(&pl->lw.w13_scale)));
+        lw.w2_scale =
+            dev_view(&pl->lw.w2_scale, to_dev(pl->s2, rw_tensor_nbytes(&pl->lw.w2_scale)));
+    }
+    return lw;
+}
+
+static void layer_free_dev(const rw_layer_weights *lw) {
+    cudaFree((void *)lw->w13.data);
+    cudaFree((void *)lw->w2.data);
+    if (lw->moe_fmt != RW_WFMT_BF16) {
+        cudaFree((void *)lw->w13_scale.data);
+        cudaFree((void *)lw->w2_scale.data);
+    }
 }
 
 static void test_route(void **state) {
@@ -47,14 +63,14 @@ static void test_route(void **state) {
     float *dl = to_dev(l, sizeof(float) * T * E);
     int32_t *did;
     float *dw;
-    CK(cudaMalloc((void **)&did, sizeof(int32_t) * T * k));
-    CK(cudaMalloc((void **)&dw, sizeof(float) * T * k));
+    RW_TCK(cudaMalloc((void **)&did, sizeof(int32_t) * T * k));
+    RW_TCK(cudaMalloc((void **)&dw, sizeof(float) * T * k));
     for (int renorm = 0; renorm < 2; renorm++) {
         rw_err err = {0};
         rw_moe_route_ref(l, T, E, k, renorm, ids, w);
         RW_ASSERT_OK(rw_moe_route_cuda(dl, T, E, k, renorm, did, dw, NULL, &err), &err);
-        CK(cudaMemcpy(gids, did, sizeof(int32_t) * T * k, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(gw, dw, sizeof(float) * T * k, cudaMemcpyDeviceToHost));
+        RW_TCK(cudaMemcpy(gids, did, sizeof(int32_t) * T * k, cudaMemcpyDeviceToHost));
+        RW_TCK(cudaMemcpy(gw, dw, sizeof(float) * T * k, cudaMemcpyDeviceToHost));
         rw_assert_bytes_equal(gids, ids, sizeof(int32_t) * T * k, "route ids");
         for (int i = 0; i < T * k; i++)
             if (fabsf(gw[i] - w[i]) > 1e-6f) fail_msg("route weight %d: %g vs %g", i, gw[i], w[i]);
@@ -72,19 +88,28 @@ static void test_route(void **state) {
     free(gw);
 }
 
+/* Random routing of the batch (one assignment made non-local) and the CPU reference of the layer
+ * on fp32 x: a new zeroed [ntok, H] the reference accumulates into. */
+static float *route_and_ref(const packed_layer *pl, rw_rng *rng, int E, int H, int k, int ntok,
+                            const float *xf, float *lg, int32_t *ids, float *w) {
+    route_random(rng, ntok, E, k, lg, ids, w);
+    if (ntok > 3) ids[3 * k] = -1; /* not a local expert */
+    float *ref = calloc((size_t)ntok * H, sizeof(float));
+    rw_err err = {0};
+    const size_t nws = rw_moe_experts_ref_workspace(E, pl->d.P, H, k);
+    void *ws = malloc(nws);
+    RW_ASSERT_OK(
+        rw_moe_experts_ref_ws(&pl->lw, &pl->d, H, xf, ntok, ids, w, k, ref, ws, nws, &err), &err);
+    free(ws);
+    return ref;
+}
+
 static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int ntok, uint64_t seed) {
     canon c;
     canon_random(&c, E, I, H, seed);
     packed_layer pl;
     build_rank(&c, fmt, T, r, &pl);
-    rw_layer_weights lw = pl.lw;
-    lw.w13 = dev_view(&pl.lw.w13, to_dev(pl.w13, rw_tensor_nbytes(&pl.lw.w13)));
-    lw.w2 = dev_view(&pl.lw.w2, to_dev(pl.w2, rw_tensor_nbytes(&pl.lw.w2)));
-    if (fmt != RW_WFMT_BF16) {
-        lw.w13_scale =
-            dev_view(&pl.lw.w13_scale, to_dev(pl.s13, rw_tensor_nbytes(&pl.lw.w13_scale)));
-        lw.w2_scale = dev_view(&pl.lw.w2_scale, to_dev(pl.s2, rw_tensor_nbytes(&pl.lw.w2_scale)));
-    }
+    rw_layer_weights lw = layer_to_dev(&pl);
     /* inputs: bf16 activations (the kernel's input type), the reference sees the same values */
     uint16_t *xb = malloc(sizeof(uint16_t) * (size_t)ntok * H);
     float *xf = malloc(sizeof(float) * (size_t)ntok * H);
@@ -97,26 +122,17 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
         xb[i] = rw_f32_to_bf16(rw_rng_normal(&rng));
         xf[i] = rw_bf16_to_f32(xb[i]);
     }
-    for (int64_t i = 0; i < (int64_t)ntok * E; i++)
-        lg[i] = rw_rng_normal(&rng);
-    rw_moe_route_ref(lg, ntok, E, k, true, ids, w);
-    if (ntok > 3) ids[3 * k] = -1; /* not a local expert */
-    float *ref = calloc((size_t)ntok * H, sizeof(float));
+    float *ref = route_and_ref(&pl, &rng, E, H, k, ntok, xf, lg, ids, w);
     rw_err err = {0};
-    const size_t nws = rw_moe_experts_ref_workspace(E, pl.d.P, H, k);
-    void *ws = malloc(nws);
-    RW_ASSERT_OK(rw_moe_experts_ref_ws(&pl.lw, &pl.d, H, xf, ntok, ids, w, k, ref, ws, nws, &err),
-                 &err);
-    free(ws);
 
     uint16_t *dx = to_dev(xb, sizeof(uint16_t) * (size_t)ntok * H);
     int32_t *did = to_dev(ids, sizeof(int32_t) * (size_t)ntok * k);
     float *dw = to_dev(w, sizeof(float) * (size_t)ntok * k);
     float *dout;
-    CK(cudaMalloc((void **)&dout, sizeof(float) * (size_t)ntok * H));
+    RW_TCK(cudaMalloc((void **)&dout, sizeof(float) * (size_t)ntok * H));
     const size_t gws = rw_moe_experts_cuda_workspace(E, pl.d.P, H, ntok, k);
     void *dws;
-    CK(cudaMalloc(&dws, gws));
+    RW_TCK(cudaMalloc(&dws, gws));
     float *got = malloc(sizeof(float) * (size_t)ntok * H);
     float *again = malloc(sizeof(float) * (size_t)ntok * H);
     /* out accumulates: start from 0.5 */
@@ -124,13 +140,13 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
     for (int64_t i = 0; i < (int64_t)ntok * H; i++)
         half[i] = 0.5f;
     for (int run = 0; run < 2; run++) {
-        CK(cudaMemcpy(dout, half, sizeof(float) * (size_t)ntok * H, cudaMemcpyHostToDevice));
+        RW_TCK(cudaMemcpy(dout, half, sizeof(float) * (size_t)ntok * H, cudaMemcpyHostToDevice));
         RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx, NULL, ntok, did, dw, k, dout, dws, gws,
                                          NULL, &err),
                      &err);
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(run ? again : got, dout, sizeof(float) * (size_t)ntok * H,
-                      cudaMemcpyDeviceToHost));
+        RW_TCK(cudaDeviceSynchronize());
+        RW_TCK(cudaMemcpy(run ? again : got, dout, sizeof(float) * (size_t)ntok * H,
+                          cudaMemcpyDeviceToHost));
     }
     rw_assert_bytes_equal(got, again, sizeof(float) * (size_t)ntok * H, "rerun");
     double mx = 0, worst = 0;
@@ -142,10 +158,7 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
         if (e > worst) worst = e, wi = i;
     }
     print_message("%s E=%d I=%d H=%d T=%d r=%d ntok=%d: max |err| %.3g of max |out| %.3g\n",
-                  fmt == RW_WFMT_BF16    ? "bf16"
-                  : fmt == RW_WFMT_MXFP8 ? "mxfp8"
-                                         : "fp8-block",
-                  E, I, H, T, r, ntok, worst, mx);
+                  rw_wfmt_str(fmt), E, I, H, T, r, ntok, worst, mx);
     assert_true(mx > 1e-3);
     if (worst > CUDA_EXPERTS_TOL * mx)
         fail_msg("max error %g at %lld (got %g, want %g), tolerance %g", worst, (long long)wi,
@@ -153,25 +166,20 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
     /* batch invariance: each output element is one thread's fixed-order sum */
     if (ntok <= 64) {
         for (int t = 0; t < ntok; t++) {
-            CK(cudaMemset(dout, 0, sizeof(float) * H));
+            RW_TCK(cudaMemset(dout, 0, sizeof(float) * H));
             RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx + (size_t)t * H, NULL, 1,
                                              did + t * k, dw + t * k, k, dout, dws, gws, NULL,
                                              &err),
                          &err);
             float *one = malloc(sizeof(float) * H);
-            CK(cudaMemcpy(one, dout, sizeof(float) * H, cudaMemcpyDeviceToHost));
+            RW_TCK(cudaMemcpy(one, dout, sizeof(float) * H, cudaMemcpyDeviceToHost));
             for (int h = 0; h < H; h++)
                 one[h] += 0.5f;
             rw_assert_bytes_equal(one, got + (size_t)t * H, sizeof(float) * H, "token alone");
             free(one);
         }
     }
-    cudaFree((void *)lw.w13.data);
-    cudaFree((void *)lw.w2.data);
-    if (fmt != RW_WFMT_BF16) {
-        cudaFree((void *)lw.w13_scale.data);
-        cudaFree((void *)lw.w2_scale.data);
-    }
+    layer_free_dev(&lw);
     cudaFree(dx);
     cudaFree(did);
     cudaFree(dw);
@@ -315,12 +323,12 @@ static void run_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int H, con
     float *half = malloc(sizeof(float) * (size_t)(ntok * H));
     for (int64_t i = 0; i < ntok * H; i++)
         half[i] = 0.5f;
-    CK(cudaMemcpy(dout, half, sizeof(float) * (size_t)(ntok * H), cudaMemcpyHostToDevice));
+    RW_TCK(cudaMemcpy(dout, half, sizeof(float) * (size_t)(ntok * H), cudaMemcpyHostToDevice));
     rw_err err = {0};
     RW_ASSERT_OK(
         rw_moe_experts_cuda(lw, d, H, dx, dxl, ntok, did, dw, k, dout, dws, gws, NULL, &err), &err);
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(got, dout, sizeof(float) * (size_t)(ntok * H), cudaMemcpyDeviceToHost));
+    RW_TCK(cudaDeviceSynchronize());
+    RW_TCK(cudaMemcpy(got, dout, sizeof(float) * (size_t)(ntok * H), cudaMemcpyDeviceToHost));
     free(half);
 }
 
@@ -335,14 +343,7 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
     build_rank(&c, fmt, T, r, &pl);
     if (fmt == RW_WFMT_FP8_BLOCK && pow2) fp8b_pow2_scales(&c, &pl);
     const double u_w = fmt == RW_WFMT_FP8_BLOCK && !pow2 ? 0x1p-8 : 0.0;
-    rw_layer_weights lw = pl.lw;
-    lw.w13 = dev_view(&pl.lw.w13, to_dev(pl.w13, rw_tensor_nbytes(&pl.lw.w13)));
-    lw.w2 = dev_view(&pl.lw.w2, to_dev(pl.w2, rw_tensor_nbytes(&pl.lw.w2)));
-    if (fmt != RW_WFMT_BF16) {
-        lw.w13_scale =
-            dev_view(&pl.lw.w13_scale, to_dev(pl.s13, rw_tensor_nbytes(&pl.lw.w13_scale)));
-        lw.w2_scale = dev_view(&pl.lw.w2_scale, to_dev(pl.s2, rw_tensor_nbytes(&pl.lw.w2_scale)));
-    }
+    rw_layer_weights lw = layer_to_dev(&pl);
     const size_t nx = (size_t)ntok * H;
     float *xf = malloc(sizeof(float) * nx);
     uint16_t *xh = malloc(sizeof(uint16_t) * nx), *xl = malloc(sizeof(uint16_t) * nx);
@@ -356,17 +357,7 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
         xh[i] = rw_f32_to_bf16(xf[i]);
         xl[i] = rw_bf16_split_lo(xf[i], xh[i]);
     }
-    for (int64_t i = 0; i < (int64_t)ntok * E; i++)
-        lg[i] = rw_rng_normal(&rng);
-    rw_moe_route_ref(lg, ntok, E, k, true, ids, w);
-    if (ntok > 3) ids[3 * k] = -1; /* not a local expert */
-    float *ref = calloc(nx, sizeof(float));
-    rw_err err = {0};
-    const size_t nws = rw_moe_experts_ref_workspace(E, pl.d.P, H, k);
-    void *ws = malloc(nws);
-    RW_ASSERT_OK(rw_moe_experts_ref_ws(&pl.lw, &pl.d, H, xf, ntok, ids, w, k, ref, ws, nws, &err),
-                 &err);
-    free(ws);
+    float *ref = route_and_ref(&pl, &rng, E, H, k, ntok, xf, lg, ids, w);
     double *sigma = malloc(sizeof(double) * nx);
     split_sigma(&c, &pl.d, xf, ntok, ids, w, k, U_SPLIT, u_w, sigma);
 
@@ -374,10 +365,10 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
     int32_t *did = to_dev(ids, sizeof(int32_t) * (size_t)ntok * k);
     float *dw = to_dev(w, sizeof(float) * (size_t)ntok * k);
     float *dout;
-    CK(cudaMalloc((void **)&dout, sizeof(float) * nx));
+    RW_TCK(cudaMalloc((void **)&dout, sizeof(float) * nx));
     const size_t gws = rw_moe_experts_cuda_workspace(E, pl.d.P, H, ntok, k);
     void *dws;
-    CK(cudaMalloc(&dws, gws));
+    RW_TCK(cudaMalloc(&dws, gws));
     float *got = malloc(sizeof(float) * nx), *again = malloc(sizeof(float) * nx);
     run_cuda(&lw, &pl.d, H, dx, dxl, ntok, did, dw, k, dout, dws, gws, got);
     run_cuda(&lw, &pl.d, H, dx, dxl, ntok, did, dw, k, dout, dws, gws, again);
@@ -389,9 +380,7 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
     const double qn = worst_ratio(again, ref, sigma, (int64_t)nx, &wn);
     print_message("split %s%s E=%d I=%d H=%d T=%d r=%d ntok=%d: max |err| / tol %.3g (bf16 input "
                   "%.3g), sigma at worst %.3g\n",
-                  fmt == RW_WFMT_BF16    ? "bf16"
-                  : fmt == RW_WFMT_MXFP8 ? "mxfp8"
-                                         : "fp8-block",
+                  rw_wfmt_str(fmt),
                   fmt == RW_WFMT_FP8_BLOCK ? (pow2 ? " (2^n scales)" : " (fp32 scales)") : "", E, I,
                   H, T, r, ntok, q, qn, sigma[wi]);
     if (q > 1.0)
@@ -412,12 +401,7 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
         if (t == ntok - 1) break;
     }
     free(one);
-    cudaFree((void *)lw.w13.data);
-    cudaFree((void *)lw.w2.data);
-    if (fmt != RW_WFMT_BF16) {
-        cudaFree((void *)lw.w13_scale.data);
-        cudaFree((void *)lw.w2_scale.data);
-    }
+    layer_free_dev(&lw);
     cudaFree(dx);
     cudaFree(dxl);
     cudaFree(did);

@@ -1,12 +1,12 @@
 /* test_layout_gpu.c - the CUDA layout path against its CPU reference (gpu suite; exits 77 without
  * a device): CUDA pack / unpack == rw_moe_pack_ref / rw_moe_unpack_ref byte for byte for bf16,
- * mxfp8 and fp8-block at every T and I of section 6; the fused scatter (COPY, MXQ from bf16 and
- * f32, odd offsets and unaligned sources) and the fp8 block quantizer == rw_moe_ops_run_ref; a
- * device weight set's apply_batch == a host set's apply of the same pieces (whole arena bytes),
- * for device and host pieces, trainer shards in every form, quantize on load and quantized
- * checkpoints (including fp8-block re-quantization through staging); device readback and
- * checksums == host. */
-#include "wset_util.h"
+ * mxfp8 and fp8-block at every T and I of docs/LAYOUT.md section 6; the fused scatter (COPY, MXQ
+ * from bf16 and f32, odd offsets and unaligned sources) and the fp8 block quantizer ==
+ * rw_moe_ops_run_ref; a device weight set's apply_batch == a host set's apply of the same pieces
+ * (whole arena bytes), for device and host pieces, trainer shards in every form, quantize on load
+ * and quantized checkpoints (including fp8-block re-quantization through staging); device readback
+ * and checksums == host. */
+#include "moe_wset_util.h"
 #include "moe_layout.h"
 
 static const int TPS[] = {1, 2, 4, 8};
@@ -29,12 +29,6 @@ static void *to_host(const void *d, size_t n) {
     return h;
 }
 
-static size_t logical_scale_bytes(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H) {
-    int64_t rows = m == RW_MOE_W13 ? 2 * P : H, cols = m == RW_MOE_W13 ? H : P;
-    if (f == RW_WFMT_MXFP8) return (size_t)(rows * (cols / 32));
-    return rw_moe_packed_scale_bytes(f, m, P, H);
-}
-
 /* CUDA pack == CPU pack, CUDA unpack == CPU unpack, for 3 experts at a time. */
 static void test_pack_cuda_vs_ref(void **state) {
     (void)state;
@@ -53,7 +47,7 @@ static void test_pack_cuda_vs_ref(void **state) {
                     rw_moe_mat m = mi ? RW_MOE_W2 : RW_MOE_W13;
                     size_t pb = rw_moe_packed_bytes(f, m, P, H);
                     size_t psb = rw_moe_packed_scale_bytes(f, m, P, H);
-                    size_t lsb = logical_scale_bytes(f, m, P, H);
+                    size_t lsb = moe_test_logical_scale_bytes(f, m, P, H);
                     uint8_t *x = moe_test_rand_bytes(pb * NE, seed++);
                     uint8_t *xs = moe_test_rand_bytes(lsb * NE + 1, seed++);
                     if (f == RW_WFMT_FP8_BLOCK) /* scales as finite floats */
@@ -284,8 +278,7 @@ static void check_device_apply(const rw_config *cfg, int T, int r, const plist *
     free(gd);
     free(gh);
     rw_stream_destroy(s);
-    free(dl.p);
-    free(dl.own);
+    pl_free(&dl);
     dev_free_all(dev, l->n);
     rw_wset_destroy(h);
     rw_wset_destroy(d);
@@ -298,33 +291,24 @@ static void test_device_wset_bf16_pieces(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_NONE, RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
     for (size_t mi = 0; mi < 3; mi++) {
-        rw_config c;
-        moe_test_config(&c, 256, 4, 768, 2, methods[mi], 1);
         tmodel m;
-        tm_make(&m, &c, 2000 + mi);
+        tm_random(&m, 256, 4, 768, 2, methods[mi], 1, 2000 + mi);
         tm_add_fused(&m, 0);
         tm_add_fused(&m, 1);
-        plist whole = {0};
-        pl_whole(&whole, &m);
+        plist whole = pl_whole_of(&m);
+        const rw_wname w0 = {RW_W_EXP_GATE, 0, 0, false}; /* layer 0 names the format */
         for (size_t ti = 0; ti < 4; ti++) {
             int T = TPS[ti], r = T - 1;
             check_device_apply(&m.cfg, T, r, &whole, 1, "whole tensors");
             for (int mode = TM_PLAIN; mode <= TM_FUSED_ODD; mode++) {
-                plist l = {0};
-                pl_trainer(&l, &m, TPS[3 - ti], (tmode)mode);
-                pl_shuffle(&l, 31 * ti + (uint64_t)mode);
-                char what[64];
-                snprintf(what, sizeof what, "%s trainer TP %d mode %d",
-                         methods[mi] == RW_QMETHOD_NONE    ? "bf16"
-                         : methods[mi] == RW_QMETHOD_MXFP8 ? "mxfp8"
-                                                           : "fp8",
-                         TPS[3 - ti], mode);
-                check_device_apply(&m.cfg, T, r, &l, 3, what);
-                pl_free(&l);
+                trainer_case tc;
+                tc_make(&tc, &m, TPS[3 - ti], (tmode)mode, 31 * ti + (uint64_t)mode,
+                        rw_wfmt_str(rw_quant_policy(&m.cfg, &w0)));
+                check_device_apply(&m.cfg, T, r, &tc.l, 3, tc.what);
+                pl_free(&tc.l);
             }
         }
-        free(whole.p);
-        free(whole.own);
+        pl_free(&whole);
         tm_free(&m);
     }
 }
@@ -335,13 +319,9 @@ static void test_device_wset_quantized_pieces(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
     for (size_t mi = 0; mi < 2; mi++) {
-        rw_config c;
-        moe_test_config(&c, 256, 4, 768, 2, methods[mi], 1);
         tmodel m, q;
-        tm_make(&m, &c, 2100 + mi);
-        tm_quantized(&m, &q);
-        plist whole = {0};
-        pl_whole(&whole, &q);
+        tm_random_quantized(&m, &q, 256, 4, 768, 2, methods[mi], 1, 2100 + mi);
+        plist whole = pl_whole_of(&q);
         for (size_t ti = 0; ti < 4; ti++) {
             check_device_apply(&q.cfg, TPS[ti], TPS[ti] / 2, &whole, 2, "quantized checkpoint");
             plist l = {0};
@@ -350,8 +330,7 @@ static void test_device_wset_quantized_pieces(void **state) {
             check_device_apply(&q.cfg, TPS[ti], TPS[ti] / 2, &l, 4, "quantized checkpoint shards");
             pl_free(&l);
         }
-        free(whole.p);
-        free(whole.own);
+        pl_free(&whole);
         tm_free(&m);
         tm_free(&q);
     }
@@ -361,16 +340,40 @@ static void test_device_wset_quantized_pieces(void **state) {
  * alternate and must not be overwritten before the device has read them). */
 static void test_device_many_batches(void **state) {
     (void)state;
-    rw_config c;
-    moe_test_config(&c, 256, 8, 768, 2, RW_QMETHOD_MXFP8, 1);
     tmodel m;
-    tm_make(&m, &c, 2200);
+    tm_random(&m, 256, 8, 768, 2, RW_QMETHOD_MXFP8, 1, 2200);
     plist l = {0};
     pl_trainer(&l, &m, 8, TM_PLAIN);
     pl_shuffle(&l, 9);
     check_device_apply(&m.cfg, 8, 5, &l, l.n, "one piece per batch");
     pl_free(&l);
     tm_free(&m);
+}
+
+/* A device allocation that cannot succeed is RW_E_OOM on every path of the module that allocates
+ * (a batch's stream-ordered table, the pinned table slots, the weight set's arena), and the
+ * failure is not reported again by the next CUDA call. */
+static void test_device_oom(void **state) {
+    (void)state;
+    const size_t huge = (size_t)1 << 50; /* 1 PiB: more than any device or host holds */
+    rw_err err = {0};
+    void *p = NULL;
+    assert_int_equal(rw_moe_dev_alloc_async(huge, NULL, &p, &err), RW_E_OOM);
+    assert_null(p);
+    rw_moe_host_slot sl = {0};
+    assert_int_equal(rw_moe_slot_acquire(&sl, huge, &err), RW_E_OOM);
+    assert_null(sl.host);
+    rw_moe_slot_free(&sl);
+    rw_config c; /* about 0.8 TB of experts in bf16 */
+    moe_test_config(&c, 4096, 256, 8192, 16, RW_QMETHOD_NONE, 0);
+    rw_wset *ws = NULL;
+    assert_int_equal(rw_wset_create(&c, 1, 0, RW_PLACE_DEVICE, 0, &ws, &err), RW_E_OOM);
+    assert_null(ws);
+    rw_config_free(&c);
+    /* the device still works */
+    RW_ASSERT_OK(rw_moe_dev_alloc_async(4096, NULL, &p, &err), &err);
+    rw_moe_dev_free_async(p, NULL);
+    RW_ASSERT_OK(rw_stream_sync(NULL, &err), &err);
 }
 
 int main(void) {
@@ -381,6 +384,7 @@ int main(void) {
         cmocka_unit_test(test_device_wset_bf16_pieces),
         cmocka_unit_test(test_device_wset_quantized_pieces),
         cmocka_unit_test(test_device_many_batches),
+        cmocka_unit_test(test_device_oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
-/* test_pack.c - the packed layout of spec/layout.md section 3 on the host: the row maps on the
+/* test_pack.c - the packed layout of docs/LAYOUT.md section 3 on the host: the row maps on the
  * hand-computed P = 128 example, the K-block and scale-swizzle offsets, unpack(pack(x)) == x for
- * bf16 / mxfp8 / fp8-block at every T and I of section 6, zero swizzle padding, and the CPU
- * reference of the scatter ops (copy, quantize-and-pack) against pack_ref and the quant module. */
+ * bf16 / mxfp8 / fp8-block at every T and I of docs/LAYOUT.md section 6, zero swizzle padding, and
+ * the CPU reference of the scatter ops (copy, quantize-and-pack) against pack_ref and the quant
+ * module. */
 #include "moe_util.h"
 #include "moe_layout.h"
 
@@ -61,13 +62,6 @@ static void fill_scales(rw_wfmt f, void *s, size_t bytes, uint64_t seed) {
     }
 }
 
-/* Logical scale bytes of one expert matrix: mxfp8 [rows, cols/32] u8, fp8 like the packed. */
-static size_t logical_scale_bytes(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H) {
-    int64_t rows = m == RW_MOE_W13 ? 2 * P : H, cols = m == RW_MOE_W13 ? H : P;
-    if (f == RW_WFMT_MXFP8) return (size_t)(rows * (cols / 32));
-    return rw_moe_packed_scale_bytes(f, m, P, H);
-}
-
 /* unpack(pack(x)) == x, for every format, both matrices, every T and I; mxfp8 swizzle padding
  * is zero; bf16 packed sizes match the spec's shapes. */
 static void test_roundtrip(void **state) {
@@ -82,7 +76,7 @@ static void test_roundtrip(void **state) {
                     rw_wfmt f = fmts[fi];
                     rw_moe_mat m = mi ? RW_MOE_W2 : RW_MOE_W13;
                     size_t nb = rw_moe_packed_bytes(f, m, P, H);
-                    size_t lsb = logical_scale_bytes(f, m, P, H);
+                    size_t lsb = moe_test_logical_scale_bytes(f, m, P, H);
                     size_t psb = rw_moe_packed_scale_bytes(f, m, P, H);
                     assert_int_equal(nb, (size_t)(m == RW_MOE_W13 ? 2 * P : P) * H *
                                              (f == RW_WFMT_BF16 ? 2 : 1));
@@ -132,7 +126,7 @@ static void test_copy_ops_match_pack(void **state) {
             int64_t rows = m == RW_MOE_W13 ? 2 * P : H, cols = m == RW_MOE_W13 ? H : P;
             size_t nb = rw_moe_packed_bytes(f, m, P, H),
                    psb = rw_moe_packed_scale_bytes(f, m, P, H);
-            size_t lsb = logical_scale_bytes(f, m, P, H);
+            size_t lsb = moe_test_logical_scale_bytes(f, m, P, H);
             int es = f == RW_WFMT_BF16 ? 2 : 1;
             uint8_t *x = moe_test_rand_bytes(nb, 77 + fi), *xs = malloc(lsb);
             fill_scales(f, xs, lsb, 99);
@@ -298,10 +292,6 @@ static void test_device_entry_points(void **state) {
         assert_int_equal(
             rw_moe_unpack_cuda(RW_WFMT_BF16, RW_MOE_W13, 128, 256, 1, a, NULL, b, NULL, NULL, &err),
             RW_E_NO_DEVICE);
-        rw_moe_bench_cfg bc = {
-            .H = 256, .I = 256, .E = 1, .tp = 1, .layers = 1, .bufs = 2, .reps = 1};
-        rw_moe_bench_result br;
-        assert_int_equal(rw_moe_bench_pack(&bc, &br, &err), RW_E_NO_DEVICE);
         rw_config c;
         moe_test_config(&c, 256, 2, 256, 1, RW_QMETHOD_NONE, 0);
         rw_wset *ws = NULL;

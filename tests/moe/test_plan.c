@@ -1,6 +1,6 @@
-/* test_plan.c - shard planner (spec/layout.md section 2): the seed regression, tiling of [0, I)
- * by the unpadded slices for every T and I of section 6, fused gate_up halves, attention and
- * vocab slices, and the JSON form rw-layout prints. */
+/* test_plan.c - shard planner (docs/LAYOUT.md section 2): the seed regression, tiling of [0, I)
+ * by the unpadded slices for every T and I of docs/LAYOUT.md section 6, fused gate_up halves,
+ * attention and vocab slices, and the JSON form rw-layout prints. */
 #include "moe_util.h"
 
 static const int TPS[] = {1, 2, 4, 8};

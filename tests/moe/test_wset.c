@@ -1,10 +1,10 @@
 /* test_wset.c - the weight set of one rank on the host (cpu suite): slicing from the unpadded
- * offsets for every T and I of section 6 with zero pads and exact readback, trainer pieces from
- * any trainer TP degree (plain, Megatron gate_up, expert-parallel, odd K splits) giving the
- * same bytes as whole tensors, partial updates touching only their own bytes, idempotent
- * re-application, quantize on load == offline quantization (F5), fp8-block re-quantization of
- * unaligned shards, validation before any write, completeness and checksums. */
-#include "wset_util.h"
+ * offsets for every T and I of docs/LAYOUT.md section 6 with zero pads and exact readback, trainer
+ * pieces from any trainer TP degree (plain, Megatron gate_up, expert-parallel, odd K splits) giving
+ * the same bytes as whole tensors, partial updates touching only their own bytes, idempotent
+ * re-application, quantize on load == offline quantization (docs/TARGETS.md F5), fp8-block
+ * re-quantization of unaligned shards, validation before any write, completeness and checksums. */
+#include "moe_wset_util.h"
 #include "moe_layout.h"
 
 static const int TPS[] = {1, 2, 4, 8};
@@ -91,10 +91,8 @@ static void fp8_local_quant(const float *x, int64_t rows, int64_t cols, uint8_t 
  * gate, up and down, from per-expert tensors and from the fused form. */
 static void test_seed_regression(void **state) {
     (void)state;
-    rw_config c;
-    moe_test_config(&c, 256, 4, 768, 1, RW_QMETHOD_NONE, 0);
     tmodel m;
-    tm_make(&m, &c, 11);
+    tm_random(&m, 256, 4, 768, 1, RW_QMETHOD_NONE, 0, 11);
     tm_add_fused(&m, 0);
     rw_wset *a = ws_new(&m.cfg, 8, 3), *b = ws_new(&m.cfg, 8, 3);
     plist la = {0}, lb = {0};
@@ -136,8 +134,7 @@ static void test_seed_regression(void **state) {
     free(want);
     free(ca);
     pl_free(&la);
-    free(lb.p);
-    free(lb.own);
+    pl_free(&lb);
     rw_wset_destroy(a);
     rw_wset_destroy(b);
     tm_free(&m);
@@ -193,13 +190,9 @@ static void test_slices_every_T_I(void **state) {
     const rw_qmethod methods[] = {RW_QMETHOD_NONE, RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
     for (size_t mi = 0; mi < 3; mi++)
         for (size_t ii = 0; ii < 4; ii++) {
-            rw_config c;
-            moe_test_config(&c, 256, 2, IS[ii], 1, methods[mi], 0);
             tmodel m, q;
-            tm_make(&m, &c, 100 + ii);
-            tm_quantized(&m, &q);
-            plist l = {0};
-            pl_whole(&l, &m);
+            tm_random_quantized(&m, &q, 256, 2, IS[ii], 1, methods[mi], 0, 100 + ii);
+            plist l = pl_whole_of(&m);
             for (size_t ti = 0; ti < 4; ti++) {
                 int T = TPS[ti];
                 int64_t S = IS[ii] / T;
@@ -269,6 +262,47 @@ static void test_slices_every_T_I(void **state) {
         }
 }
 
+/* Arrival orders of the trainer forms: the shuffle seed of trainer TP index ti, form `mode`,
+ * worker rank r is a * ti + b * mode + c * r + d. */
+typedef struct seed_rule {
+    uint64_t a, b, c, d;
+} seed_rule;
+
+/* For every worker TP and rank: the pieces of every trainer TP in each form of `modes`, shuffled
+ * and applied in `batches` batches, give the same arena as `whole` applied at once, and complete
+ * weights. `label` names the model in failures. */
+static void check_trainer_forms(const tmodel *m, const plist *whole, const tmode *modes,
+                                size_t nmodes, seed_rule sr, size_t batches, const char *label) {
+    for (size_t wi = 0; wi < 4; wi++) {
+        int W = TPS[wi];
+        for (int r = 0; r < W; r++) {
+            rw_wset *ref = ws_new(&m->cfg, W, r);
+            apply_list(ref, whole, 1);
+            assert_complete(ref);
+            uint8_t *want = arena_copy(ref);
+            for (size_t ti = 0; ti < 4; ti++)
+                for (size_t k = 0; k < nmodes; k++) {
+                    trainer_case tc;
+                    tc_make(&tc, m, TPS[ti], modes[k],
+                            sr.a * ti + sr.b * (uint64_t)modes[k] + sr.c * (uint64_t)r + sr.d,
+                            label);
+                    rw_wset *ws = ws_new(&m->cfg, W, r);
+                    apply_list(ws, &tc.l, batches);
+                    char what[224];
+                    snprintf(what, sizeof what, "%s -> worker TP %d rank %d", tc.what, W, r);
+                    assert_arena_eq(ws, want, what);
+                    char miss[512];
+                    if (!rw_wset_complete(ws, miss, sizeof miss))
+                        fail_msg("%s: incomplete: %s", what, miss);
+                    rw_wset_destroy(ws);
+                    pl_free(&tc.l);
+                }
+            free(want);
+            rw_wset_destroy(ref);
+        }
+    }
+}
+
 /* Trainer pieces: for trainer TP in {1,2,4,8} x worker TP in {1,2,4,8}, every rank, in every
  * piece form (Megatron TP shards, fused gate_up in the Megatron form, expert-parallel shards
  * of the fused tensors, odd splits along K, fused tensors cut across the gate / up boundary),
@@ -278,44 +312,16 @@ static void test_slices_every_T_I(void **state) {
 static void test_trainer_pieces(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_NONE, RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
+    const tmode modes[] = {TM_PLAIN, TM_GATE_UP, TM_EP, TM_ODD, TM_FUSED_ODD};
     for (size_t mi = 0; mi < 3; mi++) {
-        rw_config c;
-        moe_test_config(&c, 128, 2, 768, 1, methods[mi], 0);
         tmodel m;
-        tm_make(&m, &c, 200 + mi);
+        tm_random(&m, 128, 2, 768, 1, methods[mi], 0, 200 + mi);
         tm_add_fused(&m, 0);
-        plist whole = {0};
-        pl_whole(&whole, &m);
-        for (size_t wi = 0; wi < 4; wi++) {
-            int W = TPS[wi];
-            for (int r = 0; r < W; r++) {
-                rw_wset *ref = ws_new(&m.cfg, W, r);
-                apply_list(ref, &whole, 1);
-                uint8_t *want = arena_copy(ref);
-                for (size_t ti = 0; ti < 4; ti++)
-                    for (int mode = TM_PLAIN; mode <= TM_FUSED_ODD; mode++) {
-                        plist l = {0};
-                        pl_trainer(&l, &m, TPS[ti], (tmode)mode);
-                        pl_shuffle(&l, 1000 * ti + 10 * mode + (uint64_t)r);
-                        rw_wset *ws = ws_new(&m.cfg, W, r);
-                        apply_list(ws, &l, 3);
-                        char what[128];
-                        snprintf(what, sizeof what,
-                                 "%s: trainer TP %d mode %d -> worker TP %d rank %d",
-                                 rw_wfmt_str(rw_wset_layer(ws, 0)->moe_fmt), TPS[ti], mode, W, r);
-                        assert_arena_eq(ws, want, what);
-                        char miss[512];
-                        if (!rw_wset_complete(ws, miss, sizeof miss))
-                            fail_msg("%s: incomplete: %s", what, miss);
-                        rw_wset_destroy(ws);
-                        pl_free(&l);
-                    }
-                free(want);
-                rw_wset_destroy(ref);
-            }
-        }
-        free(whole.p);
-        free(whole.own);
+        plist whole = pl_whole_of(&m);
+        const rw_wname w0 = {RW_W_EXP_GATE, 0, 0, false};
+        check_trainer_forms(&m, &whole, modes, 5, (seed_rule){1000, 10, 1, 0}, 3,
+                            rw_wfmt_str(rw_quant_policy(&m.cfg, &w0)));
+        pl_free(&whole);
         tm_free(&m);
     }
 }
@@ -326,41 +332,15 @@ static void test_trainer_pieces(void **state) {
 static void test_quantized_checkpoint_pieces(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
+    const tmode modes[] = {TM_PLAIN, TM_ODD};
     for (size_t mi = 0; mi < 2; mi++) {
-        rw_config c;
-        moe_test_config(&c, 128, 2, 768, 1, methods[mi], 0);
         tmodel m, q;
-        tm_make(&m, &c, 300 + mi);
-        tm_quantized(&m, &q);
-        plist whole = {0};
-        pl_whole(&whole, &q);
-        for (size_t wi = 0; wi < 4; wi++)
-            for (int r = 0; r < TPS[wi]; r++) {
-                rw_wset *ref = ws_new(&q.cfg, TPS[wi], r);
-                apply_list(ref, &whole, 1);
-                assert_complete(ref);
-                uint8_t *want = arena_copy(ref);
-                for (size_t ti = 0; ti < 4; ti++)
-                    for (int mode = TM_PLAIN; mode <= TM_ODD; mode += TM_ODD) {
-                        plist l = {0};
-                        pl_trainer(&l, &q, TPS[ti], (tmode)mode);
-                        pl_shuffle(&l, 77 + ti + (uint64_t)mode);
-                        rw_wset *ws = ws_new(&q.cfg, TPS[wi], r);
-                        apply_list(ws, &l, 4);
-                        char what[128];
-                        snprintf(what, sizeof what, "%s checkpoint, trainer TP %d mode %d -> %d/%d",
-                                 methods[mi] == RW_QMETHOD_MXFP8 ? "mxfp8" : "fp8", TPS[ti], mode,
-                                 r, TPS[wi]);
-                        assert_arena_eq(ws, want, what);
-                        assert_complete(ws);
-                        rw_wset_destroy(ws);
-                        pl_free(&l);
-                    }
-                free(want);
-                rw_wset_destroy(ref);
-            }
-        free(whole.p);
-        free(whole.own);
+        tm_random_quantized(&m, &q, 128, 2, 768, 1, methods[mi], 0, 300 + mi);
+        plist whole = pl_whole_of(&q);
+        check_trainer_forms(&q, &whole, modes, 2, (seed_rule){1, 1, 0, 77}, 4,
+                            methods[mi] == RW_QMETHOD_MXFP8 ? "mxfp8 checkpoint"
+                                                            : "fp8 checkpoint");
+        pl_free(&whole);
         tm_free(&m);
         tm_free(&q);
     }
@@ -370,15 +350,12 @@ static void test_quantized_checkpoint_pieces(void **state) {
  * trainer shards) give the same packed bytes as loading the offline-quantized checkpoint; for
  * fp8-block the same holds where every local block is a canonical block (T = 1 here; at T = 2
  * the k/v rows [64, 128) already straddle a block, so the checkpoint is re-quantized). */
-static void test_quantize_on_load_f5(void **state) {
+static void test_quantize_on_load(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
     for (size_t mi = 0; mi < 2; mi++) {
-        rw_config c;
-        moe_test_config(&c, 256, 2, 768, 2, methods[mi], 1);
         tmodel m, q;
-        tm_make(&m, &c, 400 + mi);
-        tm_quantized(&m, &q);
+        tm_random_quantized(&m, &q, 256, 2, 768, 2, methods[mi], 1, 400 + mi);
         plist lb = {0}, lq = {0}, lt = {0};
         pl_whole(&lb, &m);
         pl_whole(&lq, &q);
@@ -408,10 +385,8 @@ static void test_quantize_on_load_f5(void **state) {
                 rw_wset_destroy(t);
             }
         pl_free(&lt);
-        free(lb.p);
-        free(lb.own);
-        free(lq.p);
-        free(lq.own);
+        pl_free(&lb);
+        pl_free(&lq);
         tm_free(&m);
         tm_free(&q);
     }
@@ -423,13 +398,9 @@ static void test_fp8_requantize_unaligned(void **state) {
     (void)state;
     const int64_t Is[] = {768, 160};
     for (int k = 0; k < 2; k++) {
-        rw_config c;
-        moe_test_config(&c, 256, 2, Is[k], 1, RW_QMETHOD_FP8_BLOCK, 0);
         tmodel m, q;
-        tm_make(&m, &c, 500 + k);
-        tm_quantized(&m, &q);
-        plist l = {0};
-        pl_whole(&l, &q);
+        tm_random_quantized(&m, &q, 256, 2, Is[k], 1, RW_QMETHOD_FP8_BLOCK, 0, 500 + k);
+        plist l = pl_whole_of(&q);
         int T = 8, r = 3;
         int64_t I = Is[k], S = I / T, H = 256;
         rw_wset *ws = ws_new(&q.cfg, T, r);
@@ -459,8 +430,7 @@ static void test_fp8_requantize_unaligned(void **state) {
             free(wsc);
         }
         rw_wset_destroy(ws);
-        free(l.p);
-        free(l.own);
+        pl_free(&l);
         tm_free(&m);
         tm_free(&q);
     }
@@ -560,10 +530,8 @@ static void test_partial_update(void **state) {
                 rw_wset_destroy(ws);
                 rw_wset_destroy(fresh);
             }
-        free(l1.p);
-        free(l1.own);
-        free(l2.p);
-        free(l2.own);
+        pl_free(&l1);
+        pl_free(&l2);
         pl_free(&upd);
         tm_free(&m);
         tm_free(&m2);
@@ -575,10 +543,8 @@ static void test_apply_twice(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_NONE, RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
     for (size_t mi = 0; mi < 3; mi++) {
-        rw_config c;
-        moe_test_config(&c, 256, 2, 768, 1, methods[mi], 0);
         tmodel m;
-        tm_make(&m, &c, 700);
+        tm_random(&m, 256, 2, 768, 1, methods[mi], 0, 700);
         plist l = {0}, t = {0};
         pl_whole(&l, &m);
         pl_trainer(&t, &m, 4, TM_ODD);
@@ -595,8 +561,7 @@ static void test_apply_twice(void **state) {
         assert_complete(ws);
         free(once);
         rw_wset_destroy(ws);
-        free(l.p);
-        free(l.own);
+        pl_free(&l);
         pl_free(&t);
         tm_free(&m);
     }
@@ -612,10 +577,8 @@ typedef struct vcase {
  * layouts and byte counts, with a message naming the tensor. */
 static void test_validation(void **state) {
     (void)state;
-    rw_config c;
-    moe_test_config(&c, 256, 2, 768, 2, RW_QMETHOD_MXFP8, 1);
     tmodel m;
-    tm_make(&m, &c, 800);
+    tm_random(&m, 256, 2, 768, 2, RW_QMETHOD_MXFP8, 1, 800);
     rw_wset *ws = ws_new(&m.cfg, 2, 1);
     const ttensor *g0 = tm_find(&m, "model.layers.0.mlp.experts.1.gate_proj.weight");
     const ttensor *g1 = tm_find(&m, "model.layers.1.mlp.experts.1.gate_proj.weight");
@@ -725,14 +688,10 @@ static void test_completeness(void **state) {
     (void)state;
     const rw_qmethod methods[] = {RW_QMETHOD_MXFP8, RW_QMETHOD_FP8_BLOCK};
     for (size_t mi = 0; mi < 2; mi++) {
-        rw_config c;
-        moe_test_config(&c, 256, 2, 768, 1, methods[mi], 0);
         tmodel m, q;
-        tm_make(&m, &c, 900 + mi);
-        tm_quantized(&m, &q);
+        tm_random_quantized(&m, &q, 256, 2, 768, 1, methods[mi], 0, 900 + mi);
         rw_wset *ws = ws_new(&m.cfg, 8, 3);
-        plist all = {0};
-        pl_whole(&all, &m);
+        plist all = pl_whole_of(&m);
         /* everything but expert 1's up_proj */
         const char *held = "model.layers.0.mlp.experts.1.up_proj.weight";
         rw_err err = {0};
@@ -768,12 +727,9 @@ static void test_completeness(void **state) {
         rw_wset_destroy(wq);
         free(want);
         pl_free(&parts);
-        free(all.p);
-        free(all.own);
-        free(w8.p);
-        free(w8.own);
-        free(sc.p);
-        free(sc.own);
+        pl_free(&all);
+        pl_free(&w8);
+        pl_free(&sc);
         rw_wset_destroy(ws);
         tm_free(&m);
         tm_free(&q);
@@ -810,8 +766,7 @@ static void test_stale_stage(void **state) {
         rw_wset_destroy(ref);
         pl_free(&a);
         pl_free(&b);
-        free(whole2.p);
-        free(whole2.own);
+        pl_free(&whole2);
         tm_free(&v1);
         tm_free(&v2);
     }
@@ -820,12 +775,9 @@ static void test_stale_stage(void **state) {
 /* Checksums are xxh3-64 of the canonical slice a trainer computes with the shard plan. */
 static void test_checksum(void **state) {
     (void)state;
-    rw_config c;
-    moe_test_config(&c, 256, 2, 160, 1, RW_QMETHOD_NONE, 0);
     tmodel m;
-    tm_make(&m, &c, 1000);
-    plist l = {0};
-    pl_whole(&l, &m);
+    tm_random(&m, 256, 2, 160, 1, RW_QMETHOD_NONE, 0, 1000);
+    plist l = pl_whole_of(&m);
     for (int r = 0; r < 8; r++) {
         rw_wset *ws = ws_new(&m.cfg, 8, r);
         apply_list(ws, &l, 1);
@@ -852,25 +804,84 @@ static void test_checksum(void **state) {
         }
         rw_wset_destroy(ws);
     }
-    free(l.p);
-    free(l.own);
+    pl_free(&l);
     tm_free(&m);
+}
+
+/* The fused q/k/v view rw_layer_weights documents: for a bf16 layer qkv is [(nh_l + 2 nkv_l) hd,
+ * H] over q, k, v back to back (the rows the rank's q, k and v slices read back as); for a layer
+ * whose attention is quantized, qkv has no data. */
+static void test_qkv_view(void **state) {
+    (void)state;
+    const struct {
+        rw_qmethod method;
+        int tp, rank;
+    } cases[] = {{RW_QMETHOD_NONE, 1, 0}, {RW_QMETHOD_MXFP8, 2, 1}, {RW_QMETHOD_FP8_BLOCK, 4, 3}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        rw_config c;
+        /* quantized configs keep their last layer bf16: one layer of each kind */
+        moe_test_config(&c, 256, 2, 256, 2, cases[ci].method, 1);
+        tmodel m;
+        tm_make(&m, &c, 1200 + ci);
+        plist l = pl_whole_of(&m);
+        rw_wset *ws = ws_new(&m.cfg, cases[ci].tp, cases[ci].rank);
+        apply_list(ws, &l, 1);
+        const rw_tp_dims *d = rw_wset_dims(ws);
+        const int64_t H = m.cfg.hidden_size, hd = m.cfg.head_dim;
+        const int64_t nq = (int64_t)d->nh_local * hd, nkv = (int64_t)d->nkv_local * hd;
+        int nquant = 0;
+        for (int layer = 0; layer < m.cfg.num_layers; layer++) {
+            const rw_layer_weights *lw = rw_wset_layer(ws, layer);
+            if (lw->attn_fmt != RW_WFMT_BF16) {
+                assert_true(cases[ci].method != RW_QMETHOD_NONE && layer == 0);
+                assert_null(lw->qkv.data);
+                assert_non_null(lw->q.data);
+                nquant++;
+                continue;
+            }
+            assert_int_equal(lw->qkv.dtype, RW_DTYPE_BF16);
+            assert_int_equal(lw->qkv.ndim, 2);
+            assert_int_equal(lw->qkv.shape[0], nq + 2 * nkv);
+            assert_int_equal(lw->qkv.shape[1], H);
+            const uint8_t *base = lw->qkv.data;
+            assert_ptr_equal(lw->q.data, base);
+            assert_ptr_equal(lw->k.data, base + rw_tensor_nbytes(&lw->q));
+            assert_ptr_equal(lw->v.data, (const uint8_t *)lw->k.data + rw_tensor_nbytes(&lw->k));
+            assert_int_equal(rw_tensor_nbytes(&lw->qkv), (size_t)((nq + 2 * nkv) * H) * 2);
+            /* its bytes are the rank's q, k, v slices in that order */
+            uint8_t *want = malloc(rw_tensor_nbytes(&lw->qkv));
+            size_t at = 0;
+            const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
+            for (int k = 0; k < 3; k++) {
+                char name[128];
+                snprintf(name, sizeof name, "model.layers.%d.self_attn.%s.weight", layer, proj[k]);
+                size_t len = 0;
+                rw_err err = {0};
+                RW_ASSERT_OK(rw_wset_readback(ws, name, want + at, rw_tensor_nbytes(&lw->qkv) - at,
+                                              &len, NULL, NULL, &err),
+                             &err);
+                at += len;
+            }
+            assert_int_equal(at, rw_tensor_nbytes(&lw->qkv));
+            rw_assert_bytes_equal(want, base, at, "qkv view vs q | k | v readback");
+            free(want);
+        }
+        assert_int_equal(nquant, cases[ci].method == RW_QMETHOD_NONE ? 0 : 1);
+        rw_wset_destroy(ws);
+        pl_free(&l);
+        tm_free(&m);
+    }
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_seed_regression),
-        cmocka_unit_test(test_slices_every_T_I),
-        cmocka_unit_test(test_trainer_pieces),
-        cmocka_unit_test(test_quantized_checkpoint_pieces),
-        cmocka_unit_test(test_quantize_on_load_f5),
-        cmocka_unit_test(test_fp8_requantize_unaligned),
-        cmocka_unit_test(test_partial_update),
-        cmocka_unit_test(test_apply_twice),
-        cmocka_unit_test(test_validation),
-        cmocka_unit_test(test_completeness),
-        cmocka_unit_test(test_stale_stage),
-        cmocka_unit_test(test_checksum),
+        cmocka_unit_test(test_seed_regression),  cmocka_unit_test(test_slices_every_T_I),
+        cmocka_unit_test(test_trainer_pieces),   cmocka_unit_test(test_quantized_checkpoint_pieces),
+        cmocka_unit_test(test_quantize_on_load), cmocka_unit_test(test_fp8_requantize_unaligned),
+        cmocka_unit_test(test_partial_update),   cmocka_unit_test(test_apply_twice),
+        cmocka_unit_test(test_validation),       cmocka_unit_test(test_completeness),
+        cmocka_unit_test(test_stale_stage),      cmocka_unit_test(test_checksum),
+        cmocka_unit_test(test_qkv_view),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,7 @@
  * codes equal to the CPU quantizer's, dequantized values within the per-element bound of the
  * bf16 originals, untouched tensors byte-identical; a sharded checkpoint with fused expert
  * tensors; and the refusals (usage, bad counts, non-empty or same output, already quantized). */
-#include "quant_test.h"
+#include "quant_util.h"
 #include "rw_quant.h"
 
 #include <dirent.h>

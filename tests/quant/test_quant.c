@@ -4,7 +4,7 @@
  * (modules_to_not_convert on dotted boundaries, never-quantized kinds, K % 32).
  *
  * Random inputs come from a fresh seed each run (printed; RW_TEST_SEED=N repeats a run). */
-#include "quant_test.h"
+#include "quant_util.h"
 #include "rw_quant.h"
 
 #include <float.h>
@@ -52,9 +52,7 @@ static uint8_t mx_scale_slow(float amax) {
 }
 
 static rw_rng rng_for(uint64_t salt) {
-    rw_rng r;
-    rw_rng_seed(&r, g_seed ^ (salt * 0x9e3779b97f4a7c15ull));
-    return r;
+    return qt_rng(g_seed, salt);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -619,6 +617,23 @@ static rw_wfmt pol(const rw_config *cfg, const char *name) {
                      rw_wfmt_str(want));                                                           \
     } while (0)
 
+/* A table of (name, expected format) checked in order with ASSERT_POL. */
+typedef struct pol_case {
+    const char *name;
+    rw_wfmt want;
+} pol_case;
+
+static void check_pols(const rw_config *cfg, const pol_case *c, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        ASSERT_POL(cfg, c[i].name, c[i].want);
+}
+
+#define CHECK_POLS(cfg, ...)                                                                       \
+    do {                                                                                           \
+        const pol_case pc_[] = {__VA_ARGS__};                                                      \
+        check_pols((cfg), pc_, sizeof pc_ / sizeof pc_[0]);                                        \
+    } while (0)
+
 static void test_not_convert_match(void **state) {
     (void)state;
     char *e[] = {"model.layers.4.", "model.layers.7", "model.layers.3.self_attn.q_proj", "lm_head"};
@@ -688,12 +703,11 @@ static void test_policy_tiny_mxfp8_last1(void **state) {
             ASSERT_POL(&cfg, n, RW_WFMT_BF16);
         }
     }
-    ASSERT_POL(&cfg, "model.layers.2.self_attn.q_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.2.mlp.experts.5.up_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.2.mlp.experts.gate_up_proj", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.embed_tokens.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.norm.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "lm_head.weight", RW_WFMT_BF16);
+    CHECK_POLS(&cfg, {"model.layers.2.self_attn.q_proj.weight", RW_WFMT_BF16},
+               {"model.layers.2.mlp.experts.5.up_proj.weight", RW_WFMT_BF16},
+               {"model.layers.2.mlp.experts.gate_up_proj", RW_WFMT_BF16},
+               {"model.embed_tokens.weight", RW_WFMT_BF16}, {"model.norm.weight", RW_WFMT_BF16},
+               {"lm_head.weight", RW_WFMT_BF16});
     rw_config_free(&cfg);
 }
 
@@ -706,13 +720,13 @@ static void test_policy_layer_4_vs_40(void **state) {
                  "{\"quant_method\": \"mxfp8\", \"modules_to_not_convert\": [\"%s\"]}", entries[v]);
         rw_config cfg;
         load_cfg(&cfg, 48, 128, 4, 32, 96, qj);
-        ASSERT_POL(&cfg, "model.layers.4.mlp.experts.1.gate_proj.weight", RW_WFMT_BF16);
-        ASSERT_POL(&cfg, "model.layers.4.self_attn.o_proj.weight", RW_WFMT_BF16);
-        ASSERT_POL(&cfg, "model.layers.40.mlp.experts.1.gate_proj.weight", RW_WFMT_MXFP8);
-        ASSERT_POL(&cfg, "model.layers.40.self_attn.o_proj.weight", RW_WFMT_MXFP8);
-        ASSERT_POL(&cfg, "model.layers.41.mlp.experts.down_proj", RW_WFMT_MXFP8);
-        ASSERT_POL(&cfg, "model.layers.47.self_attn.q_proj.weight", RW_WFMT_MXFP8);
-        ASSERT_POL(&cfg, "model.layers.3.self_attn.q_proj.weight", RW_WFMT_MXFP8);
+        CHECK_POLS(&cfg, {"model.layers.4.mlp.experts.1.gate_proj.weight", RW_WFMT_BF16},
+                   {"model.layers.4.self_attn.o_proj.weight", RW_WFMT_BF16},
+                   {"model.layers.40.mlp.experts.1.gate_proj.weight", RW_WFMT_MXFP8},
+                   {"model.layers.40.self_attn.o_proj.weight", RW_WFMT_MXFP8},
+                   {"model.layers.41.mlp.experts.down_proj", RW_WFMT_MXFP8},
+                   {"model.layers.47.self_attn.q_proj.weight", RW_WFMT_MXFP8},
+                   {"model.layers.3.self_attn.q_proj.weight", RW_WFMT_MXFP8});
         rw_config_free(&cfg);
     }
 }
@@ -726,18 +740,18 @@ static void test_policy_modules_and_k(void **state) {
              "\"modules_to_not_convert\": [\"model.layers.0.self_attn.q_proj\", "
              "\"model.layers.1.mlp.experts\", \"model.layers.2.mlp\", "
              "\"model.layers.3.mlp.experts.5.up_proj\"]}");
-    ASSERT_POL(&cfg, "model.layers.0.self_attn.q_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.0.self_attn.k_proj.weight", RW_WFMT_FP8_BLOCK);
-    ASSERT_POL(&cfg, "model.layers.0.mlp.experts.0.up_proj.weight", RW_WFMT_FP8_BLOCK);
-    ASSERT_POL(&cfg, "model.layers.1.mlp.experts.0.up_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.1.mlp.experts.down_proj", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.1.self_attn.v_proj.weight", RW_WFMT_FP8_BLOCK);
-    ASSERT_POL(&cfg, "model.layers.2.mlp.experts.6.down_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.2.self_attn.o_proj.weight", RW_WFMT_FP8_BLOCK);
+    CHECK_POLS(&cfg, {"model.layers.0.self_attn.q_proj.weight", RW_WFMT_BF16},
+               {"model.layers.0.self_attn.k_proj.weight", RW_WFMT_FP8_BLOCK},
+               {"model.layers.0.mlp.experts.0.up_proj.weight", RW_WFMT_FP8_BLOCK},
+               {"model.layers.1.mlp.experts.0.up_proj.weight", RW_WFMT_BF16},
+               {"model.layers.1.mlp.experts.down_proj", RW_WFMT_BF16},
+               {"model.layers.1.self_attn.v_proj.weight", RW_WFMT_FP8_BLOCK},
+               {"model.layers.2.mlp.experts.6.down_proj.weight", RW_WFMT_BF16},
+               {"model.layers.2.self_attn.o_proj.weight", RW_WFMT_FP8_BLOCK});
     /* A single-expert entry leaves the layer's experts quantized (one format per layer); the
      * name itself still matches. */
-    ASSERT_POL(&cfg, "model.layers.3.mlp.experts.5.up_proj.weight", RW_WFMT_FP8_BLOCK);
-    ASSERT_POL(&cfg, "model.layers.3.mlp.experts.4.up_proj.weight", RW_WFMT_FP8_BLOCK);
+    CHECK_POLS(&cfg, {"model.layers.3.mlp.experts.5.up_proj.weight", RW_WFMT_FP8_BLOCK},
+               {"model.layers.3.mlp.experts.4.up_proj.weight", RW_WFMT_FP8_BLOCK});
     assert_true(
         rw_quant_not_convert_match(&cfg.quant, "model.layers.3.mlp.experts.5.up_proj.weight"));
     ASSERT_POL(&cfg, "model.layers.5.mlp.experts.0.gate_proj.weight", RW_WFMT_FP8_BLOCK);
@@ -746,24 +760,24 @@ static void test_policy_modules_and_k(void **state) {
     /* K % 32 != 0: I = 80 keeps every expert of every layer in bf16 (down has K = I; gate and up
      * follow their layer); o_proj with K = nH * hd = 4 * 20 = 80 is bf16 while q (K = H) is not. */
     load_cfg(&cfg, 2, 128, 4, 20, 80, "{\"quant_method\": \"mxfp8\"}");
-    ASSERT_POL(&cfg, "model.layers.0.mlp.experts.0.down_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.0.mlp.experts.0.gate_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.1.mlp.experts.gate_up_proj", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.0.self_attn.o_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.0.self_attn.q_proj.weight", RW_WFMT_MXFP8);
+    CHECK_POLS(&cfg, {"model.layers.0.mlp.experts.0.down_proj.weight", RW_WFMT_BF16},
+               {"model.layers.0.mlp.experts.0.gate_proj.weight", RW_WFMT_BF16},
+               {"model.layers.1.mlp.experts.gate_up_proj", RW_WFMT_BF16},
+               {"model.layers.0.self_attn.o_proj.weight", RW_WFMT_BF16},
+               {"model.layers.0.self_attn.q_proj.weight", RW_WFMT_MXFP8});
     rw_config_free(&cfg);
 
     /* H % 32 != 0: nothing with K = H is quantized. */
     load_cfg(&cfg, 1, 80, 4, 32, 96, "{\"quant_method\": \"mxfp8\"}");
-    ASSERT_POL(&cfg, "model.layers.0.self_attn.q_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.0.self_attn.o_proj.weight", RW_WFMT_MXFP8); /* K = 128 */
-    ASSERT_POL(&cfg, "model.layers.0.mlp.experts.0.down_proj.weight", RW_WFMT_BF16);
+    CHECK_POLS(&cfg, {"model.layers.0.self_attn.q_proj.weight", RW_WFMT_BF16},
+               {"model.layers.0.self_attn.o_proj.weight", RW_WFMT_MXFP8}, /* K = 128 */
+               {"model.layers.0.mlp.experts.0.down_proj.weight", RW_WFMT_BF16});
     rw_config_free(&cfg);
 
     /* No quantization_config: everything bf16. */
     load_cfg(&cfg, 1, 128, 4, 32, 96, NULL);
-    ASSERT_POL(&cfg, "model.layers.0.self_attn.q_proj.weight", RW_WFMT_BF16);
-    ASSERT_POL(&cfg, "model.layers.0.mlp.experts.0.up_proj.weight", RW_WFMT_BF16);
+    CHECK_POLS(&cfg, {"model.layers.0.self_attn.q_proj.weight", RW_WFMT_BF16},
+               {"model.layers.0.mlp.experts.0.up_proj.weight", RW_WFMT_BF16});
     rw_config_free(&cfg);
 }
 

@@ -3,7 +3,7 @@
  * rounded to bf16, over random inputs (weight-like and full-range with zeros, NaN and inf), the
  * 30B-A3B expert shapes, fp8 blocks that do not divide the shape, and misaligned pointers (which
  * take the scalar kernels). Exits 77 without a device. */
-#include "quant_test.h"
+#include "quant_util.h"
 #include "rw_quant.h"
 
 static uint64_t g_seed;
@@ -16,8 +16,7 @@ static void fill(uint16_t *x, int64_t rows, int64_t cols, fill_mode m, uint64_t 
         rw_test_fill_bf16(x, n, g_seed ^ salt, 0.08f);
         return;
     }
-    rw_rng r;
-    rw_rng_seed(&r, g_seed ^ (salt * 0x9e3779b97f4a7c15ull));
+    rw_rng r = qt_rng(g_seed, salt);
     qt_fill_ranges(x, rows, cols, 32, &r);
     if (m == FILL_SPECIALS) {
         const uint16_t sp[] = {0x7fc0, 0xffc0, 0x7f80, 0xff80, 0x7f7f, 0x0001, 0x8000};
@@ -60,27 +59,44 @@ static void *xmalloc(size_t n) {
 /* Offsets (x, q, scale, out) in bytes: 0 = aligned (vector kernels); odd = scalar kernels. */
 static const size_t k_offsets[][4] = {{0, 0, 0, 0}, {2, 1, 1, 2}, {0, 4, 0, 6}};
 
-static void run_mxfp8(int64_t rows, int64_t cols, fill_mode m, const size_t off[4]) {
-    size_t n = (size_t)(rows * cols), ns = (size_t)(rows * (cols / 32));
+/* One case of one format: the CUDA quantizer == the CPU reference (scales, then codes) and the
+ * CUDA dequantizer == the CPU dequantization rounded to bf16. */
+static void run_case(rw_wfmt f, int64_t rows, int64_t cols, fill_mode m, const size_t off[4]) {
+    const bool mx = f == RW_WFMT_MXFP8;
+    size_t n = (size_t)(rows * cols);
+    /* scale bytes: mxfp8 u8 [rows, cols / 32], fp8-block f32 per 128 x 128 block */
+    size_t ns = mx ? (size_t)(rows * (cols / 32))
+                   : (size_t)(((rows + 127) / 128) * ((cols + 127) / 128)) * 4;
     char what[160];
-    snprintf(what, sizeof what, "mxfp8 [%lld, %lld] fill %d offsets %zu/%zu/%zu/%zu",
+    snprintf(what, sizeof what, "%s [%lld, %lld] fill %d offsets %zu/%zu/%zu/%zu", rw_wfmt_str(f),
              (long long)rows, (long long)cols, (int)m, off[0], off[1], off[2], off[3]);
     uint16_t *x = xmalloc(n * 2);
-    fill(x, rows, cols, m, (uint64_t)(rows * 131 + cols + m));
-    uint8_t *q_ref = xmalloc(n), *s_ref = xmalloc(ns), *q_gpu = xmalloc(n), *s_gpu = xmalloc(ns);
+    fill(x, rows, cols, m, (uint64_t)(rows * (mx ? 131 : 7919) + cols + m));
+    uint8_t *q_ref = xmalloc(n), *q_gpu = xmalloc(n), *s_ref = xmalloc(ns), *s_gpu = xmalloc(ns);
     float *d_ref = xmalloc(n * sizeof(float));
     uint16_t *b_ref = xmalloc(n * 2), *b_gpu = xmalloc(n * 2);
     rw_err err = {0};
-    RW_ASSERT_OK(rw_quant_mxfp8_ref(x, rows, cols, q_ref, s_ref, &err), &err);
-    rw_dequant_mxfp8_ref(q_ref, s_ref, rows, cols, d_ref);
+    if (mx) {
+        RW_ASSERT_OK(rw_quant_mxfp8_ref(x, rows, cols, q_ref, s_ref, &err), &err);
+        rw_dequant_mxfp8_ref(q_ref, s_ref, rows, cols, d_ref);
+    } else {
+        RW_ASSERT_OK(rw_quant_fp8_block_ref(x, rows, cols, q_ref, (float *)s_ref, &err), &err);
+        rw_dequant_fp8_block_ref(q_ref, (const float *)s_ref, rows, cols, d_ref);
+    }
     for (size_t i = 0; i < n; i++)
         b_ref[i] = rw_f32_to_bf16(d_ref[i]);
 
-    dbuf dx = dalloc(n * 2, off[0]), dq = dalloc(n, off[1]), ds = dalloc(ns, off[2]),
+    /* fp32 scales keep 4-byte alignment; the other pointers take the offsets. */
+    dbuf dx = dalloc(n * 2, off[0]), dq = dalloc(n, off[1]), ds = dalloc(ns, mx ? off[2] : 0),
          dout = dalloc(n * 2, off[3]);
     h2d(dx, x, n * 2);
-    RW_ASSERT_OK(rw_quant_mxfp8_cuda((const uint16_t *)dx.p, rows, cols, dq.p, ds.p, NULL, &err),
-                 &err);
+    if (mx)
+        RW_ASSERT_OK(
+            rw_quant_mxfp8_cuda((const uint16_t *)dx.p, rows, cols, dq.p, ds.p, NULL, &err), &err);
+    else
+        RW_ASSERT_OK(rw_quant_fp8_block_cuda((const uint16_t *)dx.p, rows, cols, dq.p,
+                                             (float *)ds.p, NULL, &err),
+                     &err);
     d2h(q_gpu, dq, n);
     d2h(s_gpu, ds, ns);
     char w2[200];
@@ -88,60 +104,13 @@ static void run_mxfp8(int64_t rows, int64_t cols, fill_mode m, const size_t off[
     rw_assert_bytes_equal(s_gpu, s_ref, ns, w2);
     snprintf(w2, sizeof w2, "%s: codes", what);
     rw_assert_bytes_equal(q_gpu, q_ref, n, w2);
-    RW_ASSERT_OK(rw_dequant_mxfp8_cuda(dq.p, ds.p, rows, cols, (uint16_t *)dout.p, NULL, &err),
-                 &err);
-    d2h(b_gpu, dout, n * 2);
-    snprintf(w2, sizeof w2, "%s: dequantized bf16", what);
-    rw_assert_bytes_equal(b_gpu, b_ref, n * 2, w2);
-
-    rw_dev_free(dx.base);
-    rw_dev_free(dq.base);
-    rw_dev_free(ds.base);
-    rw_dev_free(dout.base);
-    free(x);
-    free(q_ref);
-    free(s_ref);
-    free(q_gpu);
-    free(s_gpu);
-    free(d_ref);
-    free(b_ref);
-    free(b_gpu);
-}
-
-static void run_fp8(int64_t rows, int64_t cols, fill_mode m, const size_t off[4]) {
-    size_t n = (size_t)(rows * cols);
-    size_t ns = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128));
-    char what[160];
-    snprintf(what, sizeof what, "fp8-block [%lld, %lld] fill %d offsets %zu/%zu/%zu/%zu",
-             (long long)rows, (long long)cols, (int)m, off[0], off[1], off[2], off[3]);
-    uint16_t *x = xmalloc(n * 2);
-    fill(x, rows, cols, m, (uint64_t)(rows * 7919 + cols + m));
-    uint8_t *q_ref = xmalloc(n), *q_gpu = xmalloc(n);
-    float *s_ref = xmalloc(ns * 4), *s_gpu = xmalloc(ns * 4), *d_ref = xmalloc(n * 4);
-    uint16_t *b_ref = xmalloc(n * 2), *b_gpu = xmalloc(n * 2);
-    rw_err err = {0};
-    RW_ASSERT_OK(rw_quant_fp8_block_ref(x, rows, cols, q_ref, s_ref, &err), &err);
-    rw_dequant_fp8_block_ref(q_ref, s_ref, rows, cols, d_ref);
-    for (size_t i = 0; i < n; i++)
-        b_ref[i] = rw_f32_to_bf16(d_ref[i]);
-
-    /* fp32 scales keep 4-byte alignment; the other pointers take the offsets. */
-    dbuf dx = dalloc(n * 2, off[0]), dq = dalloc(n, off[1]), ds = dalloc(ns * 4, 0),
-         dout = dalloc(n * 2, off[3]);
-    h2d(dx, x, n * 2);
-    RW_ASSERT_OK(rw_quant_fp8_block_cuda((const uint16_t *)dx.p, rows, cols, dq.p, (float *)ds.p,
-                                         NULL, &err),
-                 &err);
-    d2h(q_gpu, dq, n);
-    d2h(s_gpu, ds, ns * 4);
-    char w2[200];
-    snprintf(w2, sizeof w2, "%s: scales", what);
-    rw_assert_bytes_equal(s_gpu, s_ref, ns * 4, w2);
-    snprintf(w2, sizeof w2, "%s: codes", what);
-    rw_assert_bytes_equal(q_gpu, q_ref, n, w2);
-    RW_ASSERT_OK(rw_dequant_fp8_block_cuda(dq.p, (const float *)ds.p, rows, cols,
-                                           (uint16_t *)dout.p, NULL, &err),
-                 &err);
+    if (mx)
+        RW_ASSERT_OK(rw_dequant_mxfp8_cuda(dq.p, ds.p, rows, cols, (uint16_t *)dout.p, NULL, &err),
+                     &err);
+    else
+        RW_ASSERT_OK(rw_dequant_fp8_block_cuda(dq.p, (const float *)ds.p, rows, cols,
+                                               (uint16_t *)dout.p, NULL, &err),
+                     &err);
     d2h(b_gpu, dout, n * 2);
     snprintf(w2, sizeof w2, "%s: dequantized bf16", what);
     rw_assert_bytes_equal(b_gpu, b_ref, n * 2, w2);
@@ -169,7 +138,7 @@ static void test_mxfp8_cuda_vs_cpu(void **state) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int m = 0; m < 3; m++)
             for (size_t o = 0; o < sizeof k_offsets / sizeof k_offsets[0]; o++)
-                run_mxfp8(shapes[i][0], shapes[i][1], (fill_mode)m, k_offsets[o]);
+                run_case(RW_WFMT_MXFP8, shapes[i][0], shapes[i][1], (fill_mode)m, k_offsets[o]);
 }
 
 static void test_fp8_block_cuda_vs_cpu(void **state) {
@@ -179,7 +148,7 @@ static void test_fp8_block_cuda_vs_cpu(void **state) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int m = 0; m < 3; m++)
             for (size_t o = 0; o < sizeof k_offsets / sizeof k_offsets[0]; o++)
-                run_fp8(shapes[i][0], shapes[i][1], (fill_mode)m, k_offsets[o]);
+                run_case(RW_WFMT_FP8_BLOCK, shapes[i][0], shapes[i][1], (fill_mode)m, k_offsets[o]);
 }
 
 static void test_cuda_bad_args_and_empty(void **state) {

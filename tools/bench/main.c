@@ -178,7 +178,7 @@ static void print_plan(const rwb_opts *o, const bool *run) {
     fprintf(stderr, "  note: built without the sync benchmark entry points (sync/disk give ceilings only)\n");
 #endif
 #ifndef RWB_HAVE_MOE_BENCH
-    fprintf(stderr, "  note: built without rw_moe_bench_pack (pack gives its ceiling only)\n");
+    fprintf(stderr, "  note: built without CUDA (pack gives its ceiling only)\n");
 #endif
 #ifndef RWB_HAVE_WORKER
     fprintf(stderr, "  note: built without the worker module (decode/prefill give ceilings only)\n");

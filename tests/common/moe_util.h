@@ -1,5 +1,5 @@
-/* moe_util.h - helpers shared by the moe layout tests: small Qwen3-MoE configs built in memory,
- * random bf16 tensors, and canonical tensor generation. */
+/* moe_util.h - helpers shared by the moe module's tests (tests/moe): small Qwen3-MoE configs built
+ * in memory, random bf16 tensors and bytes, and the logical scale sizes of the packed layout. */
 #ifndef RW_TEST_MOE_UTIL_H
 #define RW_TEST_MOE_UTIL_H
 
@@ -61,6 +61,13 @@ static inline void *moe_test_rand_bytes(size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++)
         p[i] = (uint8_t)rw_rng_u64(&r);
     return p;
+}
+
+/* Logical scale bytes of one expert matrix: mxfp8 [rows, cols/32] u8, fp8 like the packed. */
+static inline size_t moe_test_logical_scale_bytes(rw_wfmt f, rw_moe_mat m, int64_t P, int64_t H) {
+    int64_t rows = m == RW_MOE_W13 ? 2 * P : H, cols = m == RW_MOE_W13 ? H : P;
+    if (f == RW_WFMT_MXFP8) return (size_t)(rows * (cols / 32));
+    return rw_moe_packed_scale_bytes(f, m, P, H);
 }
 
 #endif

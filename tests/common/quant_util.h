@@ -1,7 +1,8 @@
-/* quant_test.h - helpers shared by the quant test programs: the run's random seed and bf16
- * inputs spread over the whole bf16 range. */
-#ifndef RW_QUANT_TEST_H
-#define RW_QUANT_TEST_H
+/* quant_util.h - helpers shared by the quant module's tests (tests/quant): the run's random seed,
+ * per-case random streams from it, bf16 inputs spread over the whole bf16 range, and the error
+ * bounds of the two formats. */
+#ifndef RW_TEST_QUANT_UTIL_H
+#define RW_TEST_QUANT_UTIL_H
 
 #include "rw_test.h"
 
@@ -14,6 +15,13 @@ static inline uint64_t qt_seed(const char *prog) {
     uint64_t s = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     fprintf(stderr, "%s: RW_TEST_SEED=%llu\n", prog, (unsigned long long)s);
     return s;
+}
+
+/* The random stream of one case: the run's seed mixed with the case's salt. */
+static inline rw_rng qt_rng(uint64_t seed, uint64_t salt) {
+    rw_rng r;
+    rw_rng_seed(&r, seed ^ (salt * 0x9e3779b97f4a7c15ull));
+    return r;
 }
 
 /* Random bf16 matrix whose runs of `run` elements along a row share a magnitude 2^k, k drawn over

@@ -1,9 +1,9 @@
-/* test_experts_util.h - shared by the expert tests (test_experts.c, test_experts_gpu.c): random
- * canonical expert weights, and one rank's packed padded layer built straight from the index maps
- * of rw_moe.h (bf16, mxfp8, fp8-block), with the canonical tensors replaced by the values the
- * packed bytes stand for. */
-#ifndef RW_TEST_EXPERTS_UTIL_H
-#define RW_TEST_EXPERTS_UTIL_H
+/* moe_experts_util.h - for the expert tests (tests/moe test_experts.c, test_experts_gpu.c): random
+ * canonical expert weights, one rank's packed padded layer built straight from the index maps of
+ * rw_moe.h (bf16, mxfp8, fp8-block), with the canonical tensors replaced by the values the packed
+ * bytes stand for, and random routing. */
+#ifndef RW_TEST_MOE_EXPERTS_UTIL_H
+#define RW_TEST_MOE_EXPERTS_UTIL_H
 
 #include <math.h>
 
@@ -32,6 +32,18 @@ static void mxfp8_quant_row(const float *x, int64_t K, uint8_t *q, uint8_t *s) {
         s[b] = rw_mxfp8_scale_from_amax(amax);
         for (int c = 0; c < 32; c++)
             q[b * 32 + c] = rw_mxfp8_quantize_elem(x[b * 32 + c], s[b]);
+    }
+}
+
+/* Quantizes logical row x [K] into packed row n of an mxfp8 matrix (codes at q + n * K, UE8M0
+ * scales at s swizzled with Kt = kt) and writes the values the codes stand for back into x. */
+static void mxfp8_pack_row(float *x, int64_t K, int64_t n, int64_t kt, uint8_t *q, uint8_t *s) {
+    uint8_t sc[64];
+    mxfp8_quant_row(x, K, q + n * K, sc);
+    for (int64_t b = 0; b < K / 32; b++) {
+        s[rw_moe_scale_swizzle(n, b, kt)] = sc[b];
+        for (int i = 0; i < 32; i++)
+            x[b * 32 + i] = rw_e4m3_to_f32(q[n * K + b * 32 + i]) * rw_ue8m0_to_f32(sc[b]);
     }
 }
 
@@ -85,27 +97,10 @@ static void build_rank(const canon *c, rw_wfmt fmt, int T, int r, packed_layer *
         } else if (fmt == RW_WFMT_MXFP8) {
             uint8_t *w13 = (uint8_t *)pl->w13 + e * 2 * P * H, *w2 = (uint8_t *)pl->w2 + e * H * P;
             uint8_t *s13 = (uint8_t *)pl->s13 + e * s13b, *s2 = (uint8_t *)pl->s2 + e * s2b;
-            uint8_t sc[64];
-            for (int64_t cr = 0; cr < 2 * P; cr++) {
-                const int64_t n = rw_moe_w13_row_map(cr, P);
-                mxfp8_quant_row(l13 + cr * H, H, w13 + n * H, sc);
-                for (int64_t b = 0; b < H / 32; b++) {
-                    s13[rw_moe_scale_swizzle(n, b, kt13)] = sc[b];
-                    for (int q = 0; q < 32; q++)
-                        l13[cr * H + b * 32 + q] =
-                            rw_e4m3_to_f32(w13[n * H + b * 32 + q]) * rw_ue8m0_to_f32(sc[b]);
-                }
-            }
-            for (int64_t h = 0; h < H; h++) {
-                const int64_t n = rw_moe_row_shuffle(h);
-                mxfp8_quant_row(l2 + h * P, P, w2 + n * P, sc);
-                for (int64_t b = 0; b < P / 32; b++) {
-                    s2[rw_moe_scale_swizzle(n, b, kt2)] = sc[b];
-                    for (int q = 0; q < 32; q++)
-                        l2[h * P + b * 32 + q] =
-                            rw_e4m3_to_f32(w2[n * P + b * 32 + q]) * rw_ue8m0_to_f32(sc[b]);
-                }
-            }
+            for (int64_t cr = 0; cr < 2 * P; cr++)
+                mxfp8_pack_row(l13 + cr * H, H, rw_moe_w13_row_map(cr, P), kt13, w13, s13);
+            for (int64_t h = 0; h < H; h++)
+                mxfp8_pack_row(l2 + h * P, P, rw_moe_row_shuffle(h), kt2, w2, s2);
         } else {
             float *mats[2] = {l13, l2};
             const int64_t rows[2] = {2 * P, H}, cols[2] = {H, P};
@@ -197,6 +192,15 @@ static void canon_random(canon *c, int E, int I, int H, uint64_t seed) {
         c->up[i] = 0.08f * rw_rng_normal(&r);
     for (size_t i = 0; i < n; i++)
         c->down[i] = 0.08f * rw_rng_normal(&r);
+}
+
+/* Random routing of ntok tokens: standard normal logits [ntok, E] from `rng`, then
+ * rw_moe_route_ref (renormalized top-k) -> ids, w [ntok, k]. */
+static void route_random(rw_rng *rng, int64_t ntok, int E, int k, float *logits, int32_t *ids,
+                         float *w) {
+    for (int64_t i = 0; i < ntok * E; i++)
+        logits[i] = rw_rng_normal(rng);
+    rw_moe_route_ref(logits, ntok, E, k, true, ids, w);
 }
 
 static void canon_free(canon *c) {

@@ -1,9 +1,10 @@
-/* wset_util.h - a random canonical model in memory and the pieces a trainer would send for it
- * (whole tensors, Megatron TP shards with a trainer TP degree of its own, fused gate_up in the
- * Megatron form, expert-parallel shards of the fused tensors, odd splits along K), plus the
- * offline-quantized form of a checkpoint. Shared by the cpu and gpu weight-set tests. */
-#ifndef RW_TEST_WSET_UTIL_H
-#define RW_TEST_WSET_UTIL_H
+/* moe_wset_util.h - for the weight-set tests (tests/moe test_wset.c, cpu; test_layout_gpu.c, gpu):
+ * a random canonical model in memory and the pieces a trainer would send for it (whole tensors,
+ * Megatron TP shards with a trainer TP degree of its own, fused gate_up in the Megatron form,
+ * expert-parallel shards of the fused tensors, odd splits along K), plus the offline-quantized
+ * form of a checkpoint. */
+#ifndef RW_TEST_MOE_WSET_UTIL_H
+#define RW_TEST_MOE_WSET_UTIL_H
 
 #include "moe_util.h"
 
@@ -76,6 +77,14 @@ static inline void tm_make(tmodel *m, const rw_config *cfg, uint64_t seed) {
     m->cfg = *cfg;
     tm_walk k = {m, seed};
     assert_int_equal(rw_config_for_each_weight(cfg, tm_add_one, &k), RW_OK);
+}
+
+/* tm_make on moe_test_config(&cfg, H, E, I, L, method, last_n_bf16): a random model in one call. */
+static inline void tm_random(tmodel *m, int64_t H, int E, int64_t I, int L, rw_qmethod method,
+                             int last_n_bf16, uint64_t seed) {
+    rw_config c;
+    moe_test_config(&c, H, E, I, L, method, last_n_bf16);
+    tm_make(m, &c, seed);
 }
 
 static inline void tm_free(tmodel *m) {
@@ -288,6 +297,13 @@ static inline void pl_whole(plist *l, const tmodel *m) {
     }
 }
 
+/* A new list of every per-tensor piece of the model, whole (pl_whole; pl_free releases it). */
+static inline plist pl_whole_of(const tmodel *m) {
+    plist l = {0};
+    pl_whole(&l, m);
+    return l;
+}
+
 /* Deterministic shuffle of a piece list (different arrival orders). */
 static inline void pl_shuffle(plist *l, uint64_t seed) {
     rw_rng r;
@@ -301,6 +317,21 @@ static inline void pl_shuffle(plist *l, uint64_t seed) {
         l->own[i - 1] = l->own[j];
         l->own[j] = to;
     }
+}
+
+/* One trainer form of a model's pieces: what trainer TP `tt` sends in form `mode` (pl_trainer),
+ * in the arrival order of `seed` (pl_shuffle), and a description naming them for failures. */
+typedef struct trainer_case {
+    plist l;
+    char what[160];
+} trainer_case;
+
+static inline void tc_make(trainer_case *c, const tmodel *m, int tt, tmode mode, uint64_t seed,
+                           const char *label) {
+    memset(c, 0, sizeof *c);
+    pl_trainer(&c->l, m, tt, mode);
+    pl_shuffle(&c->l, seed);
+    snprintf(c->what, sizeof c->what, "%s, trainer TP %d mode %d", label, tt, (int)mode);
 }
 
 /* The offline-quantized checkpoint of `m` under its config: every tensor the policy quantizes
@@ -335,6 +366,13 @@ static inline void tm_quantized(const tmodel *m, tmodel *q) {
         snprintf(sn, sizeof sn, "%s_scale_inv", t->name);
         tm_add(q, sn, f == RW_WFMT_MXFP8 ? RW_DTYPE_U8 : RW_DTYPE_F32, 2, ss, sc);
     }
+}
+
+/* tm_random and its offline-quantized checkpoint (tm_quantized) into q. */
+static inline void tm_random_quantized(tmodel *m, tmodel *q, int64_t H, int E, int64_t I, int L,
+                                       rw_qmethod method, int last_n_bf16, uint64_t seed) {
+    tm_random(m, H, E, I, L, method, last_n_bf16, seed);
+    tm_quantized(m, q);
 }
 
 #endif
