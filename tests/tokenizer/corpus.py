@@ -45,9 +45,17 @@ def corpus_files():
     return out
 
 
+# Files the generators do not draw from: unicode_edges.txt holds the characters on which the two
+# reference implementations disagree (see tests/tokenizer/README.md), kept to that one file;
+# long_runs.txt's kilobyte-long pieces would make the 1 MB text unlike any real text.
+NOT_MIXED = {"unicode_edges.txt", "long_runs.txt"}
+
+
 def valid_texts(files):
     texts = []
     for name, data in files:
+        if name in NOT_MIXED:
+            continue
         try:
             texts.append(data.decode("utf-8"))
         except UnicodeDecodeError:

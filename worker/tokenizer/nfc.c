@@ -17,15 +17,23 @@
 
 #include "internal.h"
 
-/* Inert for NFC (see above), conservatively: ASCII and Latin up to U+02FF (combining marks start
- * at U+0300), CJK ideographs, kana (not the combining voicing marks U+3099/U+309A), Hangul
- * syllables (an LV syllable composes with a following trailing jamo, which is not inert, so it
- * starts the piece that jamo lands in), fullwidth ASCII, U+FFFD, and the emoji planes. */
+/* Inert for NFC (see above), conservatively, by blocks whose every character is a stable
+ * boundary (NFC_Quick_Check=Yes, combining class 0): ASCII and Latin up to U+02FF (combining marks
+ * start at U+0300), Cyrillic without its combining marks (U+0483..U+0489), general punctuation
+ * from U+2002 (U+2000 and U+2001 decompose to U+2002 / U+2003), CJK symbols without the tone
+ * marks U+302A..U+302F, kana without the voicing marks U+3099 / U+309A, compatibility jamo, CJK
+ * ideographs, Hangul syllables, half- and fullwidth forms, U+FFFD and the emoji blocks. A
+ * character that can compose with what follows it (e, か, an LV syllable) is still inert: the
+ * mark that follows is not, and lands in the piece the inert character starts. */
 static inline bool nfc_inert(uint32_t c) {
-    return c < 0x300 || (c >= 0x4e00 && c <= 0x9fff) || (c >= 0x3400 && c <= 0x4dbf) ||
-           (c >= 0x3041 && c <= 0x3096) || (c >= 0x30a1 && c <= 0x30fa) ||
-           (c >= 0xac00 && c <= 0xd7a3) || (c >= 0xff01 && c <= 0xff5e) || c == 0xfffd ||
-           (c >= 0x1f300 && c <= 0x1faff);
+    if (c < 0x300) return true;
+    if (c < 0x2000) return (c >= 0x400 && c <= 0x482) || (c >= 0x48a && c <= 0x52f);
+    if (c < 0x3000) return c >= 0x2002 && c <= 0x206f;
+    if (c < 0x3400)
+        return c <= 0x3029 || (c >= 0x3030 && c <= 0x303f) || (c >= 0x3041 && c <= 0x3096) ||
+               (c >= 0x30a1 && c <= 0x30fa) || (c >= 0x3131 && c <= 0x318e);
+    return c <= 0x4dbf || (c >= 0x4e00 && c <= 0x9fff) || (c >= 0xac00 && c <= 0xd7a3) ||
+           (c >= 0xff01 && c <= 0xffdc) || c == 0xfffd || (c >= 0x1f300 && c <= 0x1faff);
 }
 
 static rw_status nfc_piece(tok_buf *b, const char *s, size_t n, rw_err *err) {
