@@ -46,7 +46,7 @@ def corpus_files():
 
 
 # Files the generators do not draw from: unicode_edges.txt holds the characters on which the two
-# reference implementations disagree (see tests/tokenizer/README.md), kept to that one file;
+# reference implementations disagree (docs/TOKENIZER.md), kept to that one file;
 # long_runs.txt's kilobyte-long pieces would make the 1 MB text unlike any real text.
 NOT_MIXED = {"unicode_edges.txt", "long_runs.txt"}
 

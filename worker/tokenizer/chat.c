@@ -14,7 +14,9 @@ typedef struct slice {
     size_t n;
 } slice;
 
-static slice sl(const char *s) { return (slice){s, strlen(s)}; }
+static slice sl(const char *s) {
+    return (slice){s, strlen(s)};
+}
 
 /* Python's str.find / rfind on slices; -1 when absent. */
 static long find_first(slice s, const char *pat) {
@@ -30,11 +32,13 @@ static long find_last(slice s, const char *pat) {
     return -1;
 }
 static slice lstrip_nl(slice s) {
-    while (s.n && s.p[0] == '\n') s.p++, s.n--;
+    while (s.n && s.p[0] == '\n')
+        s.p++, s.n--;
     return s;
 }
 static slice rstrip_nl(slice s) {
-    while (s.n && s.p[s.n - 1] == '\n') s.n--;
+    while (s.n && s.p[s.n - 1] == '\n')
+        s.n--;
     return s;
 }
 static bool starts_with(slice s, const char *pat) {
@@ -63,8 +67,8 @@ static const char *role_name(rw_chat_role r) {
 #define PUTS(b, s) PUT(b, s, strlen(s))
 #define PUTSL(b, x) PUT(b, (x).p, (x).n)
 
-rw_status rw_tok_chat_qwen3(const rw_chat_msg *msgs, size_t n, const rw_chat_opts *opts,
-                            char **out, size_t *out_len, rw_err *err) {
+rw_status rw_tok_chat_qwen3(const rw_chat_msg *msgs, size_t n, const rw_chat_opts *opts, char **out,
+                            size_t *out_len, rw_err *err) {
     if (!out || (!msgs && n)) RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_chat_qwen3: NULL argument");
     *out = NULL;
     if (n == 0) RW_FAIL(err, RW_E_INVALID_ARG, "chat: no messages");
@@ -118,10 +122,12 @@ rw_status rw_tok_chat_qwen3(const rw_chat_msg *msgs, size_t n, const rw_chat_opt
                 content = lstrip_nl((slice){all.p + e_last + 8, all.n - (size_t)e_last - 8});
                 slice before = rstrip_nl((slice){all.p, (size_t)e_first});
                 long s_last = find_last(before, "<think>");
-                if (s_last >= 0) before = (slice){before.p + s_last + 7, before.n - (size_t)s_last - 7};
+                if (s_last >= 0)
+                    before = (slice){before.p + s_last + 7, before.n - (size_t)s_last - 7};
                 reasoning = lstrip_nl(before);
             }
-            /* {%- if loop.index0 > ns.last_query_index %}{%- if loop.last or reasoning_content %} */
+            /* {%- if loop.index0 > ns.last_query_index %}{%- if loop.last or reasoning_content %}
+             */
             if (i > last_query && (last || reasoning.n)) {
                 PUTS(&b, "<|im_start|>assistant\n<think>\n");
                 PUTSL(&b, rstrip_nl(lstrip_nl(reasoning)));

@@ -26,8 +26,8 @@ static int classify(const rw_tok *t, int32_t id, uint32_t flags, size_t pos, rw_
     return 0;
 }
 
-rw_status rw_tok_decode(const rw_tok *t, const int32_t *ids, size_t n, uint32_t flags,
-                        char **out, size_t *out_len, rw_err *err) {
+rw_status rw_tok_decode(const rw_tok *t, const int32_t *ids, size_t n, uint32_t flags, char **out,
+                        size_t *out_len, rw_err *err) {
     if (!t || (!ids && n) || !out) RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_decode: NULL argument");
     *out = NULL;
     tok_buf b = {0}, run = {0};
@@ -70,13 +70,12 @@ struct rw_tok_stream {
     uint32_t flags;
     uint8_t pend[4]; /* incomplete character held back */
     size_t npend;
-    tok_buf in;  /* pend + the new token's bytes */
-    tok_buf out; /* what the last call yields */
+    tok_buf in;    /* pend + the new token's bytes */
+    tok_buf out;   /* what the last call yields */
     size_t pushed; /* ids fed since the last finish (for messages) */
 };
 
-rw_status rw_tok_stream_create(const rw_tok *t, uint32_t flags, rw_tok_stream **out,
-                               rw_err *err) {
+rw_status rw_tok_stream_create(const rw_tok *t, uint32_t flags, rw_tok_stream **out, rw_err *err) {
     if (!t || !out) RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_stream_create: NULL argument");
     rw_tok_stream *s = calloc(1, sizeof *s);
     if (!s) RW_FAIL(err, RW_E_OOM, "rw_tok_stream");
@@ -93,7 +92,9 @@ void rw_tok_stream_destroy(rw_tok_stream *s) {
     free(s);
 }
 
-size_t rw_tok_stream_pending(const rw_tok_stream *s) { return s ? s->npend : 0; }
+size_t rw_tok_stream_pending(const rw_tok_stream *s) {
+    return s ? s->npend : 0;
+}
 
 static rw_status yield(rw_tok_stream *s, const char **text, size_t *len, rw_err *err) {
     if (!tok_buf_reserve(&s->out, 0)) RW_FAIL(err, RW_E_OOM, "stream decode");

@@ -44,22 +44,23 @@ typedef struct enc_ctx {
     const rw_tok *t;
     uint32_t flags;
     rw_tok_ids *out;
-    tok_buf norm;                /* the NFC of the current section */
+    tok_buf norm; /* the NFC of the current section */
     pcre2_match_data *md;
-    pcre2_match_context *mctx;   /* with a heap JIT stack, made on first need */
+    pcre2_match_context *mctx; /* with a heap JIT stack, made on first need */
     pcre2_jit_stack *jstack;
-    int32_t *sym;                /* BPE work arrays for long pieces */
+    int32_t *sym; /* BPE work arrays for long pieces */
     uint32_t *rk;
     int32_t *prev, *next;
     uint64_t *heap;
-    size_t cap;                  /* of the arrays above, in elements */
+    size_t cap; /* of the arrays above, in elements */
     rw_err *err;
 } enc_ctx;
 
 static bool ids_push(rw_tok_ids *v, const int32_t *ids, size_t n) {
     if (v->n + n > v->cap) {
         size_t cap = v->cap ? v->cap : 256;
-        while (cap < v->n + n) cap *= 2;
+        while (cap < v->n + n)
+            cap *= 2;
         int32_t *p = realloc(v->ids, cap * sizeof *p);
         if (!p) return false;
         v->ids = p;
@@ -80,7 +81,8 @@ void rw_tok_ids_free(rw_tok_ids *v) {
 /* Cache                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 void tok_cache_init(rw_tok *t) {
-    for (int i = 0; i < TOK_CACHE_SHARDS; i++) pthread_mutex_init(&t->cache[i].mu, NULL);
+    for (int i = 0; i < TOK_CACHE_SHARDS; i++)
+        pthread_mutex_init(&t->cache[i].mu, NULL);
 }
 
 static void shard_clear(tok_cache_shard *sh) {
@@ -100,7 +102,9 @@ void tok_cache_free(rw_tok *t) {
     }
 }
 
-static inline const char *entry_key(const tok_cache_entry *e) { return (const char *)(e + 1); }
+static inline const char *entry_key(const tok_cache_entry *e) {
+    return (const char *)(e + 1);
+}
 static inline int32_t *entry_ids(tok_cache_entry *e) {
     return (int32_t *)((char *)(e + 1) + ((e->klen + 3u) & ~3u));
 }
@@ -189,7 +193,8 @@ static size_t bpe_scan(const rw_tok *t, int32_t *sym, size_t m) {
         m--;
         if (bi > 0 && !merge_get(t, sym[bi - 1], sym[bi], &rk[bi - 1], &nid[bi - 1]))
             rk[bi - 1] = UINT32_MAX;
-        if (bi + 1 < m && !merge_get(t, sym[bi], sym[bi + 1], &rk[bi], &nid[bi])) rk[bi] = UINT32_MAX;
+        if (bi + 1 < m && !merge_get(t, sym[bi], sym[bi + 1], &rk[bi], &nid[bi]))
+            rk[bi] = UINT32_MAX;
     }
     return m;
 }
@@ -223,7 +228,8 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 static bool enc_reserve(enc_ctx *c, size_t m) {
     if (m <= c->cap) return true;
     size_t cap = c->cap ? c->cap : 1024;
-    while (cap < m) cap *= 2;
+    while (cap < m)
+        cap *= 2;
     int32_t *sym = realloc(c->sym, cap * sizeof *sym);
     if (sym) c->sym = sym;
     int32_t *pv = realloc(c->prev, cap * sizeof *pv);
@@ -268,7 +274,8 @@ static size_t bpe_heap(const rw_tok *t, enc_ctx *c, size_t m) {
             heap_push(h, &hn, ((uint64_t)r << 32) | (uint32_t)pos);
     }
     size_t k = 0;
-    for (int32_t i = 0; i >= 0; i = next[i]) sym[k++] = sym[i];
+    for (int32_t i = 0; i >= 0; i = next[i])
+        sym[k++] = sym[i];
     return k;
 }
 
@@ -299,11 +306,13 @@ static rw_status bpe_piece(enc_ctx *c, const char *s, size_t n) {
     int32_t small[BPE_SCAN_MAX];
     int32_t *sym = small;
     if (n <= BPE_SCAN_MAX) {
-        for (size_t i = 0; i < n; i++) small[i] = t->byte_id[u[i]];
+        for (size_t i = 0; i < n; i++)
+            small[i] = t->byte_id[u[i]];
         m = bpe_scan(t, small, n);
     } else {
         if (!enc_reserve(c, n)) RW_FAIL(c->err, RW_E_OOM, "encode: BPE of a %zu-byte piece", n);
-        for (size_t i = 0; i < n; i++) c->sym[i] = t->byte_id[u[i]];
+        for (size_t i = 0; i < n; i++)
+            c->sym[i] = t->byte_id[u[i]];
         m = bpe_heap(t, c, n);
         sym = c->sym;
     }
@@ -438,7 +447,8 @@ static rw_status encode_section(enc_ctx *c, const char *s, size_t n) {
 
 rw_status rw_tok_encode(const rw_tok *t, const char *text, size_t len, uint32_t flags,
                         rw_tok_ids *out, rw_err *err) {
-    if (!t || (!text && len) || !out) RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_encode: NULL argument");
+    if (!t || (!text && len) || !out)
+        RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_encode: NULL argument");
     size_t n0 = out->n;
     enc_ctx c = {.t = t, .flags = flags, .out = out, .err = err};
     tok_buf fixed = {0};

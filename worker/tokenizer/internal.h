@@ -46,7 +46,7 @@ typedef struct tok_added {
  * A shard that fills up is emptied whole (no LRU bookkeeping on the hot path): pieces that repeat
  * come back within a few calls, and memory stays bounded for a long-running worker. */
 #define TOK_CACHE_SHARDS 64
-#define TOK_CACHE_SLOTS 4096   /* per shard, power of two */
+#define TOK_CACHE_SLOTS 4096    /* per shard, power of two */
 #define TOK_CACHE_MAX_FILL 2048 /* entries per shard before it is emptied */
 #define TOK_CACHE_MAX_PIECE 64  /* longer pieces are not cached (rarely repeat) */
 
@@ -65,9 +65,9 @@ typedef struct tok_cache_shard {
 struct rw_tok {
     /* tokens: ids 0 .. n_ids-1 */
     int32_t n_ids;
-    uint8_t *kind;    /* [n_ids] TK_* */
-    uint32_t *off;    /* [n_ids] decoded bytes in pool */
-    uint32_t *len;    /* [n_ids] */
+    uint8_t *kind; /* [n_ids] TK_* */
+    uint32_t *off; /* [n_ids] decoded bytes in pool */
+    uint32_t *len; /* [n_ids] */
     char *pool;
     size_t pool_len, pool_cap;
     int32_t byte_id[256]; /* id of each single byte (BPE's starting symbols) */
@@ -86,7 +86,7 @@ struct rw_tok {
     bool any_normalized_added;
 
     bool nfc;
-    pcre2_code *re; /* NULL: no Split (the whole section is one piece) */
+    pcre2_code *re;  /* NULL: no Split (the whole section is one piece) */
     bool re_removed; /* behavior Removed: matches are dropped, gaps kept */
     bool jit;
 
@@ -97,7 +97,9 @@ struct rw_tok {
 };
 
 /* --- hashing (xxh3 from core) ------------------------------------------------------------- */
-static inline uint64_t tok_hash(const void *p, size_t n) { return rw_checksum64(p, n, 0x746f6bull); }
+static inline uint64_t tok_hash(const void *p, size_t n) {
+    return rw_checksum64(p, n, 0x746f6bull);
+}
 
 /* id of a BPE token given by its bytes, -1 if none (load.c). */
 int32_t tok_vocab_find(const rw_tok *t, const char *s, size_t n);
@@ -120,7 +122,9 @@ typedef struct tok_buf {
 } tok_buf;
 bool tok_buf_reserve(tok_buf *b, size_t extra);
 bool tok_buf_put(tok_buf *b, const void *s, size_t n);
-static inline bool tok_buf_putc(tok_buf *b, char c) { return tok_buf_put(b, &c, 1); }
+static inline bool tok_buf_putc(tok_buf *b, char c) {
+    return tok_buf_put(b, &c, 1);
+}
 void tok_buf_free(tok_buf *b);
 
 /* Appends s[0..n) to `b` with every maximal invalid subpart replaced by U+FFFD (EF BF BD). */

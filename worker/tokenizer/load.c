@@ -35,7 +35,8 @@ typedef struct load_ctx {
 static bool pool_put(rw_tok *t, const void *s, size_t n, uint32_t *off) {
     if (t->pool_len + n + 1 > t->pool_cap) {
         size_t cap = t->pool_cap ? t->pool_cap : 1 << 20;
-        while (cap < t->pool_len + n + 1) cap *= 2;
+        while (cap < t->pool_len + n + 1)
+            cap *= 2;
         char *p = realloc(t->pool, cap);
         if (!p) return false;
         t->pool = p;
@@ -50,7 +51,8 @@ static bool pool_put(rw_tok *t, const void *s, size_t n, uint32_t *off) {
 
 static size_t pow2_at_least(size_t n) {
     size_t c = 16;
-    while (c < n) c *= 2;
+    while (c < n)
+        c *= 2;
     return c;
 }
 
@@ -72,7 +74,8 @@ static void vocab_insert(rw_tok *t, int32_t id) {
     uint64_t h = tok_hash(s, n);
     size_t mask = t->vocab_cap - 1;
     size_t i = (size_t)h & mask;
-    while (t->vocab[i].id >= 0) i = (i + 1) & mask;
+    while (t->vocab[i].id >= 0)
+        i = (i + 1) & mask;
     t->vocab[i].hash = h;
     t->vocab[i].id = id;
 }
@@ -81,7 +84,8 @@ static void merge_insert(rw_tok *t, int32_t a, int32_t b, uint32_t rank, int32_t
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     size_t mask = t->merges_cap - 1;
     size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull >> 20) & mask;
-    while (t->merges[i].key && t->merges[i].key != key) i = (i + 1) & mask;
+    while (t->merges[i].key && t->merges[i].key != key)
+        i = (i + 1) & mask;
     /* a repeated pair keeps its last rank, as both reference implementations do */
     t->merges[i].key = key;
     t->merges[i].rank = rank;
@@ -131,7 +135,8 @@ static rw_status want_null_or(load_ctx *c, json_t *o, const char *obj, const cha
 static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
     rw_tok *t = c->t;
     json_t *model = json_object_get(root, "model");
-    if (!json_is_object(model)) RW_FAIL(err, RW_E_FORMAT, "%s: model: missing or not an object", c->path);
+    if (!json_is_object(model))
+        RW_FAIL(err, RW_E_FORMAT, "%s: model: missing or not an object", c->path);
     json_t *type = json_object_get(model, "type");
     if (type && (!json_is_string(type) || strcmp(json_string_value(type), "BPE")))
         RW_FAIL(err, RW_E_UNSUPPORTED, "%s: model.type = %s: only BPE is supported", c->path,
@@ -169,10 +174,11 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
         if (!json_is_object(a) || !json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= (1 << 28))
-            RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu].id: missing or not an integer in [0, 2^28)",
-                    c->path, i);
+            RW_FAIL(err, RW_E_FORMAT,
+                    "%s: added_tokens[%zu].id: missing or not an integer in [0, 2^28)", c->path, i);
         if (!json_is_string(content) || json_string_length(content) == 0)
-            RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu].content: missing or empty", c->path, i);
+            RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu].content: missing or empty", c->path,
+                    i);
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
     }
     if (max_id < 0) RW_FAIL(err, RW_E_FORMAT, "%s: model.vocab: empty", c->path);
@@ -184,14 +190,16 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
     t->vocab_cap = pow2_at_least(nvocab * 2);
     t->vocab = malloc(t->vocab_cap * sizeof *t->vocab);
     if (!t->kind || !t->off || !t->len || !t->vocab) RW_FAIL(err, RW_E_OOM, "tokenizer tables");
-    for (size_t i = 0; i < t->vocab_cap; i++) t->vocab[i].id = -1;
+    for (size_t i = 0; i < t->vocab_cap; i++)
+        t->vocab[i].id = -1;
 
     char buf[1024];
     json_object_foreach(vocab, key, v) {
         int32_t id = (int32_t)json_integer_value(v);
         size_t klen = strlen(key), blen;
         if (klen >= sizeof buf)
-            RW_FAIL(err, RW_E_FORMAT, "%s: model.vocab: token of %zu bytes is too long", c->path, klen);
+            RW_FAIL(err, RW_E_FORMAT, "%s: model.vocab: token of %zu bytes is too long", c->path,
+                    klen);
         char field[64];
         snprintf(field, sizeof field, "model.vocab (id %d)", id);
         RW_CHECK(byte_level_decode(c, key, klen, buf, &blen, field, err));
@@ -249,9 +257,12 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
         memcpy(buf + la, bb, lb);
         int32_t ab = tok_vocab_find(t, buf, la + lb);
         if (a < 0 || b < 0 || ab < 0)
-            RW_FAIL(err, RW_E_FORMAT, "%s: model.merges[%zu]: \"%.*s\" + \"%.*s\": %s is not in model.vocab",
-                    c->path, i, (int)ll, l, (int)rl, r,
-                    a < 0 ? "the left token" : b < 0 ? "the right token" : "the merged token");
+            RW_FAIL(err, RW_E_FORMAT,
+                    "%s: model.merges[%zu]: \"%.*s\" + \"%.*s\": %s is not in model.vocab", c->path,
+                    i, (int)ll, l, (int)rl, r,
+                    a < 0   ? "the left token"
+                    : b < 0 ? "the right token"
+                            : "the merged token");
         merge_insert(t, a, b, (uint32_t)i, ab);
     }
 
@@ -265,11 +276,13 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
         const char *s = json_string_value(content);
         size_t n = json_string_length(content);
         if (!tok_utf8_is_valid((const uint8_t *)s, n) || memchr(s, 0, n))
-            RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu].content: not valid UTF-8 text", c->path, i);
+            RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu].content: not valid UTF-8 text",
+                    c->path, i);
         tok_added *ad = &t->added[t->n_added];
         for (int k = 0; k < t->n_added; k++)
             if (t->added[k].id == id)
-                RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu]: id %d appears twice", c->path, i, id);
+                RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu]: id %d appears twice", c->path, i,
+                        id);
         ad->id = id;
         ad->special = json_flag(a, "special", false);
         ad->lstrip = json_flag(a, "lstrip", false);
@@ -282,7 +295,8 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
              * (the BPE lookup tables keep working), otherwise the id would mean two things */
             if (t->len[id] != n || memcmp(t->pool + t->off[id], s, n))
                 RW_FAIL(err, RW_E_UNSUPPORTED,
-                        "%s: added_tokens[%zu]: id %d is also the BPE token of other bytes", c->path, i, id);
+                        "%s: added_tokens[%zu]: id %d is also the BPE token of other bytes",
+                        c->path, i, id);
         } else if (!pool_put(t, s, n, &t->off[id])) {
             RW_FAIL(err, RW_E_OOM, "tokenizer pool");
         }
@@ -293,7 +307,8 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
         if (ad->normalized && t->nfc) { /* matched in normalized text: normalize it too */
             tok_buf nb = {0};
             rw_status st = tok_nfc_append(&nb, s, n, err);
-            if (st == RW_OK && !pool_put(t, nb.p, nb.n, &ad->off)) st = RW_ERR(err, RW_E_OOM, "pool");
+            if (st == RW_OK && !pool_put(t, nb.p, nb.n, &ad->off))
+                st = RW_ERR(err, RW_E_OOM, "pool");
             ad->len = (uint32_t)nb.n;
             tok_buf_free(&nb);
             RW_CHECK(st);
@@ -355,11 +370,12 @@ static rw_status load_byte_level(load_ctx *c, json_t *p, const char *field, bool
     char f[96];
     snprintf(f, sizeof f, "%s", field);
     if (json_flag(p, "add_prefix_space", false))
-        RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.add_prefix_space = true is not supported", c->path, f);
+        RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.add_prefix_space = true is not supported", c->path,
+                f);
     if (json_flag(p, "use_regex", true)) {
         if (!first || c->t->re)
-            RW_FAIL(err, RW_E_UNSUPPORTED,
-                    "%s: %s.use_regex = true after a Split is not supported", c->path, f);
+            RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.use_regex = true after a Split is not supported",
+                    c->path, f);
         snprintf(f, sizeof f, "%s (GPT-2 split)", field);
         return compile_regex(c, GPT2_SPLIT, f, err);
     }
@@ -369,10 +385,11 @@ static rw_status load_byte_level(load_ctx *c, json_t *p, const char *field, bool
 static rw_status load_pre_tokenizer(load_ctx *c, json_t *root, rw_err *err) {
     json_t *p = json_object_get(root, "pre_tokenizer");
     if (!json_is_object(p))
-        RW_FAIL(err, RW_E_UNSUPPORTED, "%s: pre_tokenizer: missing (a byte-level BPE needs ByteLevel)",
-                c->path);
+        RW_FAIL(err, RW_E_UNSUPPORTED,
+                "%s: pre_tokenizer: missing (a byte-level BPE needs ByteLevel)", c->path);
     const char *type = json_string_value(json_object_get(p, "type"));
-    if (type && !strcmp(type, "ByteLevel")) return load_byte_level(c, p, "pre_tokenizer", true, err);
+    if (type && !strcmp(type, "ByteLevel"))
+        return load_byte_level(c, p, "pre_tokenizer", true, err);
     if (!type || strcmp(type, "Sequence"))
         RW_FAIL(err, RW_E_UNSUPPORTED, "%s: pre_tokenizer.type = %s is not supported", c->path,
                 type ? type : "(missing)");
@@ -391,8 +408,10 @@ static rw_status load_pre_tokenizer(load_ctx *c, json_t *root, rw_err *err) {
             have_bl = true;
         } else if (et && !strcmp(et, "Split")) {
             if (c->t->re)
-                RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s: only one Split is supported", c->path, field);
-            const char *rx = json_string_value(json_object_get(json_object_get(e, "pattern"), "Regex"));
+                RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s: only one Split is supported", c->path,
+                        field);
+            const char *rx =
+                json_string_value(json_object_get(json_object_get(e, "pattern"), "Regex"));
             if (!rx)
                 RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.pattern: only {\"Regex\": ...} is supported",
                         c->path, field);
@@ -401,7 +420,8 @@ static rw_status load_pre_tokenizer(load_ctx *c, json_t *root, rw_err *err) {
                 RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.behavior = %s: Isolated or Removed only",
                         c->path, field, beh ? beh : "(missing)");
             if (json_flag(e, "invert", false))
-                RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.invert = true is not supported", c->path, field);
+                RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.invert = true is not supported", c->path,
+                        field);
             char f2[96];
             snprintf(f2, sizeof f2, "%s.pattern.Regex", field);
             RW_CHECK(compile_regex(c, rx, f2, err));
@@ -412,8 +432,8 @@ static rw_status load_pre_tokenizer(load_ctx *c, json_t *root, rw_err *err) {
         }
     }
     if (!have_bl)
-        RW_FAIL(err, RW_E_UNSUPPORTED, "%s: pre_tokenizer: no ByteLevel step (only byte-level BPE is supported)",
-                c->path);
+        RW_FAIL(err, RW_E_UNSUPPORTED,
+                "%s: pre_tokenizer: no ByteLevel step (only byte-level BPE is supported)", c->path);
     return RW_OK;
 }
 
@@ -424,8 +444,9 @@ static rw_status load_decoder_post(load_ctx *c, json_t *root, rw_err *err) {
         if (!d || json_is_null(d)) continue;
         const char *type = json_string_value(json_object_get(d, "type"));
         if (!type || strcmp(type, "ByteLevel"))
-            RW_FAIL(err, RW_E_UNSUPPORTED, "%s: %s.type = %s: only ByteLevel (or none) is supported",
-                    c->path, keys[k], type ? type : "(missing)");
+            RW_FAIL(err, RW_E_UNSUPPORTED,
+                    "%s: %s.type = %s: only ByteLevel (or none) is supported", c->path, keys[k],
+                    type ? type : "(missing)");
     }
     return RW_OK;
 }
@@ -475,7 +496,8 @@ rw_status rw_tok_load_files(const char *tokenizer_json, const char *config_json,
     uint32_t byte_cp[256];
     byte_level_alphabet(byte_cp);
     memset(c.cp_byte, 0xff, sizeof c.cp_byte);
-    for (int b = 0; b < 256; b++) c.cp_byte[byte_cp[b]] = (int16_t)b;
+    for (int b = 0; b < 256; b++)
+        c.cp_byte[byte_cp[b]] = (int16_t)b;
 
     json_t *root = NULL, *cfg = NULL;
     rw_status st;
@@ -539,10 +561,11 @@ void rw_tok_destroy(rw_tok *t) {
     free(t);
 }
 
-int32_t rw_tok_id_end(const rw_tok *t) { return t ? t->n_ids : 0; }
+int32_t rw_tok_id_end(const rw_tok *t) {
+    return t ? t->n_ids : 0;
+}
 
-rw_status rw_tok_token(const rw_tok *t, int32_t id, const char **bytes, size_t *len,
-                       rw_err *err) {
+rw_status rw_tok_token(const rw_tok *t, int32_t id, const char **bytes, size_t *len, rw_err *err) {
     if (!t || !bytes || !len) RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_token: NULL argument");
     if (id < 0 || id >= t->n_ids || t->kind[id] == TK_NONE)
         RW_FAIL(err, RW_E_RANGE, "token id %d has no token (ids are 0..%d)", id, t->n_ids - 1);
@@ -553,7 +576,8 @@ rw_status rw_tok_token(const rw_tok *t, int32_t id, const char **bytes, size_t *
 
 rw_status rw_tok_token_id(const rw_tok *t, const char *bytes, size_t len, int32_t *id,
                           rw_err *err) {
-    if (!t || (!bytes && len) || !id) RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_token_id: NULL argument");
+    if (!t || (!bytes && len) || !id)
+        RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_token_id: NULL argument");
     for (int k = 0; k < t->n_added; k++) {
         int32_t a = t->added[k].id;
         if (t->len[a] == len && !memcmp(t->pool + t->off[a], bytes, len)) {
@@ -571,7 +595,15 @@ rw_status rw_tok_token_id(const rw_tok *t, const char *bytes, size_t len, int32_
 bool rw_tok_is_special(const rw_tok *t, int32_t id) {
     return t && id >= 0 && id < t->n_ids && t->kind[id] == TK_SPECIAL;
 }
-int32_t rw_tok_eos_id(const rw_tok *t) { return t ? t->eos_id : -1; }
-int32_t rw_tok_pad_id(const rw_tok *t) { return t ? t->pad_id : -1; }
-int32_t rw_tok_bos_id(const rw_tok *t) { return t ? t->bos_id : -1; }
-bool rw_tok_has_chat_template(const rw_tok *t) { return t && t->has_chat_template; }
+int32_t rw_tok_eos_id(const rw_tok *t) {
+    return t ? t->eos_id : -1;
+}
+int32_t rw_tok_pad_id(const rw_tok *t) {
+    return t ? t->pad_id : -1;
+}
+int32_t rw_tok_bos_id(const rw_tok *t) {
+    return t ? t->bos_id : -1;
+}
+bool rw_tok_has_chat_template(const rw_tok *t) {
+    return t && t->has_chat_template;
+}

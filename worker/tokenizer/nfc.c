@@ -111,9 +111,7 @@ bool tok_is_word_char(uint32_t c) {
     case UTF8PROC_CATEGORY_ME:
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_PC:
-        return true;
-    default:
-        return false;
+    case UTF8PROC_CATEGORY_PC: return true;
+    default: return false;
     }
 }

@@ -17,8 +17,8 @@
  *      added tokens with normalized=true;
  *   4. the remaining text is split by the pre-tokenizer's regex (PCRE2, UTF + UCP, JIT);
  *   5. each piece's UTF-8 bytes are merged by BPE rank (lowest rank first, leftmost on ties).
- * Known, documented differences between the two reference implementations (they disagree, rw
- * follows `tokenizers`): see docs in tests/tokenizer/README.md.
+ * Where the JavaScript reference (transformers.js) differs from `tokenizers`, rw follows
+ * `tokenizers`: docs/TOKENIZER.md lists the cases.
  *
  * Decoding: an added token decodes to its content; a run of model tokens decodes to the bytes
  * they stand for, read as UTF-8 with every maximal invalid subpart replaced by U+FFFD (as
@@ -68,12 +68,10 @@ int32_t rw_tok_id_end(const rw_tok *t);
 /* The bytes a token decodes to (borrowed from t; not NUL-terminated): for an added token its
  * content, for a BPE token the bytes it stands for (possibly part of a UTF-8 character).
  * RW_E_RANGE for an id that has no token. */
-rw_status rw_tok_token(const rw_tok *t, int32_t id, const char **bytes, size_t *len,
-                       rw_err *err);
+rw_status rw_tok_token(const rw_tok *t, int32_t id, const char **bytes, size_t *len, rw_err *err);
 /* The id of a token given by its content (added tokens) or by its bytes (BPE tokens);
  * RW_E_NOT_FOUND when there is none. */
-rw_status rw_tok_token_id(const rw_tok *t, const char *bytes, size_t len, int32_t *id,
-                          rw_err *err);
+rw_status rw_tok_token_id(const rw_tok *t, const char *bytes, size_t len, int32_t *id, rw_err *err);
 /* An added token with special=true (what skip-special decoding drops). */
 bool rw_tok_is_special(const rw_tok *t, int32_t id);
 /* tokenizer_config.json's eos_token / pad_token / bos_token as ids; -1 when absent (or when the
@@ -125,16 +123,15 @@ enum {
 /* Decodes ids[0..n) into a NUL-terminated, valid UTF-8 string (*out, malloc'd, caller frees;
  * *out_len excludes the NUL; out_len may be NULL). An id without a token is RW_E_RANGE naming
  * the id and its position, unless RW_TOK_DECODE_SKIP_UNKNOWN. */
-rw_status rw_tok_decode(const rw_tok *t, const int32_t *ids, size_t n, uint32_t flags,
-                        char **out, size_t *out_len, rw_err *err);
+rw_status rw_tok_decode(const rw_tok *t, const int32_t *ids, size_t n, uint32_t flags, char **out,
+                        size_t *out_len, rw_err *err);
 
 /* Incremental decoding for streaming: feed ids one at a time; each call yields only text that
  * is final (complete UTF-8 characters, or U+FFFD for bytes that can no longer become one), so
  * emitted text is never revised. The concatenation of every piece yielded by push and finish
  * equals rw_tok_decode of the same ids with the same flags, byte for byte. */
 typedef struct rw_tok_stream rw_tok_stream;
-rw_status rw_tok_stream_create(const rw_tok *t, uint32_t flags, rw_tok_stream **out,
-                               rw_err *err);
+rw_status rw_tok_stream_create(const rw_tok *t, uint32_t flags, rw_tok_stream **out, rw_err *err);
 void rw_tok_stream_destroy(rw_tok_stream *s);
 /* Feeds one id. *text / *len receive the newly final text (len may be 0, e.g. in the middle of a
  * multi-byte character); the buffer is owned by the stream and valid until its next call. An id
@@ -177,8 +174,8 @@ typedef struct rw_chat_opts {
  * as transformers' apply_chat_template(tokenize=False) does. *out is malloc'd, NUL-terminated,
  * caller frees; out_len may be NULL. Encode it with rw_tok_encode (its special tokens are then
  * matched). RW_E_INVALID_ARG for n == 0, a NULL content or an unknown role. */
-rw_status rw_tok_chat_qwen3(const rw_chat_msg *msgs, size_t n, const rw_chat_opts *opts,
-                            char **out, size_t *out_len, rw_err *err);
+rw_status rw_tok_chat_qwen3(const rw_chat_msg *msgs, size_t n, const rw_chat_opts *opts, char **out,
+                            size_t *out_len, rw_err *err);
 
 #ifdef __cplusplus
 }

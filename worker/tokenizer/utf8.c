@@ -17,9 +17,12 @@
 static inline void lead_info(uint8_t b, int *need, uint8_t *lo, uint8_t *hi) {
     *lo = 0x80;
     *hi = 0xbf;
-    if (b < 0x80) *need = 1;
-    else if (b < 0xc2) *need = 0;
-    else if (b < 0xe0) *need = 2;
+    if (b < 0x80)
+        *need = 1;
+    else if (b < 0xc2)
+        *need = 0;
+    else if (b < 0xe0)
+        *need = 2;
     else if (b < 0xf0) {
         *need = 3;
         if (b == 0xe0) *lo = 0xa0;
@@ -60,7 +63,8 @@ static int utf8_step(const uint8_t *s, size_t n, size_t *len, uint32_t *cp) {
         }
     }
     uint32_t c = s[0] & (need == 2 ? 0x1f : need == 3 ? 0x0f : 0x07);
-    for (i = 1; i < (size_t)need; i++) c = (c << 6) | (s[i] & 0x3f);
+    for (i = 1; i < (size_t)need; i++)
+        c = (c << 6) | (s[i] & 0x3f);
     *cp = c;
     *len = (size_t)need;
     return 1;
@@ -107,7 +111,8 @@ bool tok_utf8_is_valid(const uint8_t *s, size_t n) {
 bool tok_buf_reserve(tok_buf *b, size_t extra) {
     if (b->n + extra + 1 <= b->cap) return true;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + extra + 1) cap *= 2;
+    while (cap < b->n + extra + 1)
+        cap *= 2;
     char *p = realloc(b->p, cap);
     if (!p) return false;
     b->p = p;
@@ -170,8 +175,8 @@ bool tok_utf8_lossy_ex(tok_buf *b, const uint8_t *s, size_t n, bool final, size_
 
 bool tok_is_white_space(uint32_t c) {
     if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0d);
-    return c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+    return c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 uint32_t tok_utf8_last_cp(const uint8_t *s, size_t n, size_t *clen) {
@@ -180,7 +185,8 @@ uint32_t tok_utf8_last_cp(const uint8_t *s, size_t n, size_t *clen) {
         return 0;
     }
     size_t i = n - 1;
-    while (i > 0 && n - i < 4 && (s[i] & 0xc0) == 0x80) i--;
+    while (i > 0 && n - i < 4 && (s[i] & 0xc0) == 0x80)
+        i--;
     uint32_t cp = 0;
     size_t l = tok_utf8_valid_len(s + i, n - i, &cp);
     if (clen) *clen = l ? l : 1;
