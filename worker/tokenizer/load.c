@@ -163,8 +163,8 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
     const char *key;
     json_t *v;
     json_object_foreach(vocab, key, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 28))
-            RW_FAIL(err, RW_E_FORMAT, "%s: model.vocab[\"%s\"]: id must be an integer in [0, 2^28)",
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
+            RW_FAIL(err, RW_E_FORMAT, "%s: model.vocab[\"%s\"]: id must be an integer in [0, 2^24)",
                     c->path, key);
         if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
     }
@@ -173,9 +173,9 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
         json_t *a = json_array_get(added, i);
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
         if (!json_is_object(a) || !json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= (1 << 28))
+            json_integer_value(id) >= (1 << 24))
             RW_FAIL(err, RW_E_FORMAT,
-                    "%s: added_tokens[%zu].id: missing or not an integer in [0, 2^28)", c->path, i);
+                    "%s: added_tokens[%zu].id: missing or not an integer in [0, 2^24)", c->path, i);
         if (!json_is_string(content) || json_string_length(content) == 0)
             RW_FAIL(err, RW_E_FORMAT, "%s: added_tokens[%zu].content: missing or empty", c->path,
                     i);
