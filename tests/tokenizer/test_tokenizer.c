@@ -160,26 +160,32 @@ static void load_errors(void **state) {
     (void)state;
     remove_files();
     expect_load_error(RW_E_IO, "tokenizer.json", "cannot open");
-    write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
-    expect_load_error(RW_E_FORMAT, "tokenizer.json", "not valid JSON");
-    write_file("tokenizer.json", "[1, 2]");
-    expect_load_error(RW_E_FORMAT, "tokenizer.json", "top level");
-    write_file("tokenizer.json",
-               "{\"model\": {\"type\": \"BPE\", \"merges\": []}, \"pre_tokenizer\": null}");
-    expect_load_error(RW_E_FORMAT, "tokenizer.json", "model.vocab");
-    write_file("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}");
-    expect_load_error(RW_E_FORMAT, "model.merges", "missing");
-    write_file("tokenizer.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}");
-    expect_load_error(RW_E_UNSUPPORTED, "model.type", "Unigram");
-    write_file("tokenizer.json",
-               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}");
-    expect_load_error(RW_E_FORMAT, "model.vocab[\"a\"]", "id");
-    write_file("tokenizer.json",
-               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
-    expect_load_error(RW_E_FORMAT, "model.vocab", "byte 0x00");
-    write_file("tokenizer.json",
-               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a b\": 0}, \"merges\": []}}");
-    expect_load_error(RW_E_FORMAT, "model.vocab", "U+0020");
+    /* whole files that are wrong */
+    static const struct {
+        const char *json;
+        rw_status want;
+        const char *n1, *n2;
+    } files[] = {
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {", RW_E_FORMAT, "tokenizer.json",
+         "not valid JSON"},
+        {"[1, 2]", RW_E_FORMAT, "tokenizer.json", "top level"},
+        {"{\"model\": {\"type\": \"BPE\", \"merges\": []}}", RW_E_FORMAT, "tokenizer.json",
+         "model.vocab"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", RW_E_FORMAT, "model.merges",
+         "missing"},
+        {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", RW_E_UNSUPPORTED, "model.type",
+         "Unigram"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", RW_E_FORMAT,
+         "model.vocab[\"a\"]", "id"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", RW_E_FORMAT,
+         "model.vocab", "byte 0x00"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a b\": 0}, \"merges\": []}}", RW_E_FORMAT,
+         "model.vocab", "U+0020"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        write_file("tokenizer.json", files[i].json);
+        expect_load_error(files[i].want, files[i].n1, files[i].n2);
+    }
 
     /* from the valid tiny file, one field broken at a time */
     json_t *j = tiny_json();

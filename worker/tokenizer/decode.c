@@ -41,7 +41,7 @@ rw_status rw_tok_decode(const rw_tok *t, const int32_t *ids, size_t n, uint32_t 
         }
         if (k) continue;
         int32_t id = ids[i];
-        const char *p = t->pool + t->off[id];
+        const char *p = t->pool.p + t->off[id];
         if (t->kind[id] == TK_BPE) {
             if (!tok_buf_put(&run, p, t->len[id])) goto oom;
             continue;
@@ -113,7 +113,7 @@ rw_status rw_tok_stream_push(rw_tok_stream *s, int32_t id, const char **text, si
     if (k < 0) return RW_E_RANGE;
     s->pushed++;
     if (k) return yield(s, text, len, err);
-    const char *p = t->pool + t->off[id];
+    const char *p = t->pool.p + t->off[id];
     if (t->kind[id] == TK_BPE) {
         s->in.n = 0;
         if (!tok_buf_put(&s->in, s->pend, s->npend) || !tok_buf_put(&s->in, p, t->len[id]))

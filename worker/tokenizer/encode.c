@@ -386,7 +386,7 @@ static bool find_added(enc_ctx *c, const char *s, size_t n, size_t from, size_t 
             if ((a->normalized ? 2 : 1) != mask) continue;
             if (a->special && (c->flags & RW_TOK_ENCODE_SPLIT_SPECIAL)) continue;
             if (a->len > n - i || (best && a->len <= best->len)) continue;
-            if (memcmp(t->pool + a->off, s + i, a->len)) continue;
+            if (memcmp(t->pool.p + a->off, s + i, a->len)) continue;
             best = a;
         }
         if (!best) continue;

@@ -19,6 +19,12 @@
 
 #include "rw_tokenizer.h"
 
+/* A growable byte buffer. */
+typedef struct tok_buf {
+    char *p;
+    size_t n, cap;
+} tok_buf;
+
 /* token kinds (tok_kind[id]) */
 enum { TK_NONE = 0, TK_BPE = 1, TK_ADDED = 2, TK_SPECIAL = 3 };
 
@@ -65,11 +71,10 @@ typedef struct tok_cache_shard {
 struct rw_tok {
     /* tokens: ids 0 .. n_ids-1 */
     int32_t n_ids;
-    uint8_t *kind; /* [n_ids] TK_* */
-    uint32_t *off; /* [n_ids] decoded bytes in pool */
-    uint32_t *len; /* [n_ids] */
-    char *pool;
-    size_t pool_len, pool_cap;
+    uint8_t *kind;        /* [n_ids] TK_* */
+    uint32_t *off;        /* [n_ids] decoded bytes in pool */
+    uint32_t *len;        /* [n_ids] */
+    tok_buf pool;         /* every token's bytes, back to back */
     int32_t byte_id[256]; /* id of each single byte (BPE's starting symbols) */
 
     tok_str_slot *vocab; /* BPE tokens by bytes */
@@ -115,11 +120,6 @@ size_t tok_utf8_maximal_subpart(const uint8_t *s, size_t n);
 /* True when s[0..n) is valid UTF-8. */
 bool tok_utf8_is_valid(const uint8_t *s, size_t n);
 
-/* A growable byte buffer. */
-typedef struct tok_buf {
-    char *p;
-    size_t n, cap;
-} tok_buf;
 bool tok_buf_reserve(tok_buf *b, size_t extra);
 bool tok_buf_put(tok_buf *b, const void *s, size_t n);
 static inline bool tok_buf_putc(tok_buf *b, char c) {

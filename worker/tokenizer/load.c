@@ -32,21 +32,11 @@ typedef struct load_ctx {
     int16_t cp_byte[0x144]; /* inverse of the alphabet; -1 = not a byte-level character */
 } load_ctx;
 
+/* Appends s[0..n) to the pool; *off = where it starts. */
 static bool pool_put(rw_tok *t, const void *s, size_t n, uint32_t *off) {
-    if (t->pool_len + n + 1 > t->pool_cap) {
-        size_t cap = t->pool_cap ? t->pool_cap : 1 << 20;
-        while (cap < t->pool_len + n + 1)
-            cap *= 2;
-        char *p = realloc(t->pool, cap);
-        if (!p) return false;
-        t->pool = p;
-        t->pool_cap = cap;
-    }
-    memcpy(t->pool + t->pool_len, s, n);
-    *off = (uint32_t)t->pool_len;
-    t->pool_len += n;
-    t->pool[t->pool_len] = 0;
-    return true;
+    if (t->pool.n + n >= UINT32_MAX) return false;
+    *off = (uint32_t)t->pool.n;
+    return tok_buf_put(&t->pool, s, n);
 }
 
 static size_t pow2_at_least(size_t n) {
@@ -63,13 +53,13 @@ int32_t tok_vocab_find(const rw_tok *t, const char *s, size_t n) {
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
         const tok_str_slot *sl = &t->vocab[i];
         if (sl->id < 0) return -1;
-        if (sl->hash == h && t->len[sl->id] == n && !memcmp(t->pool + t->off[sl->id], s, n))
+        if (sl->hash == h && t->len[sl->id] == n && !memcmp(t->pool.p + t->off[sl->id], s, n))
             return sl->id;
     }
 }
 
 static void vocab_insert(rw_tok *t, int32_t id) {
-    const char *s = t->pool + t->off[id];
+    const char *s = t->pool.p + t->off[id];
     size_t n = t->len[id];
     uint64_t h = tok_hash(s, n);
     size_t mask = t->vocab_cap - 1;
@@ -293,7 +283,7 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
         if (t->kind[id] == TK_BPE) {
             /* an added token that is also a BPE token: fine when both decode to the same bytes
              * (the BPE lookup tables keep working), otherwise the id would mean two things */
-            if (t->len[id] != n || memcmp(t->pool + t->off[id], s, n))
+            if (t->len[id] != n || memcmp(t->pool.p + t->off[id], s, n))
                 RW_FAIL(err, RW_E_UNSUPPORTED,
                         "%s: added_tokens[%zu]: id %d is also the BPE token of other bytes",
                         c->path, i, id);
@@ -313,7 +303,7 @@ static rw_status load_model(load_ctx *c, json_t *root, rw_err *err) {
             tok_buf_free(&nb);
             RW_CHECK(st);
         }
-        t->added_first[(uint8_t)t->pool[ad->off]] |= ad->normalized ? 2 : 1;
+        t->added_first[(uint8_t)t->pool.p[ad->off]] |= ad->normalized ? 2 : 1;
         t->any_normalized_added |= ad->normalized;
         t->n_added++;
     }
@@ -553,7 +543,7 @@ void rw_tok_destroy(rw_tok *t) {
     free(t->kind);
     free(t->off);
     free(t->len);
-    free(t->pool);
+    tok_buf_free(&t->pool);
     free(t->vocab);
     free(t->merges);
     free(t->added);
@@ -569,7 +559,7 @@ rw_status rw_tok_token(const rw_tok *t, int32_t id, const char **bytes, size_t *
     if (!t || !bytes || !len) RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_token: NULL argument");
     if (id < 0 || id >= t->n_ids || t->kind[id] == TK_NONE)
         RW_FAIL(err, RW_E_RANGE, "token id %d has no token (ids are 0..%d)", id, t->n_ids - 1);
-    *bytes = t->pool + t->off[id];
+    *bytes = t->pool.p + t->off[id];
     *len = t->len[id];
     return RW_OK;
 }
@@ -580,7 +570,7 @@ rw_status rw_tok_token_id(const rw_tok *t, const char *bytes, size_t len, int32_
         RW_FAIL(err, RW_E_INVALID_ARG, "rw_tok_token_id: NULL argument");
     for (int k = 0; k < t->n_added; k++) {
         int32_t a = t->added[k].id;
-        if (t->len[a] == len && !memcmp(t->pool + t->off[a], bytes, len)) {
+        if (t->len[a] == len && !memcmp(t->pool.p + t->off[a], bytes, len)) {
             *id = a;
             return RW_OK;
         }
