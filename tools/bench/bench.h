@@ -189,6 +189,7 @@ void rwb_mode_pack(rwb_ctx *c);
 void rwb_mode_disk(rwb_ctx *c);
 void rwb_mode_decode(rwb_ctx *c);
 void rwb_mode_prefill(rwb_ctx *c);
+void rwb_mode_tokenizer(rwb_ctx *c); /* tokenizer.c: encode tokens/s vs the reference tokenizers */
 /* Releases what engine.c cached in c->engine_state. */
 void rwb_engine_release(rwb_ctx *c);
 

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  disk      S4: update from a safetensors checkpoint (page cache warm) vs pinned H2D\n"
             "  prefill   G4: 8 x 2k-token prompts, GEMM TFLOP/s vs cuBLASLt 8192^3 and model shapes\n"
             "  decode    G1 G2 G3 + generate (rw side of G5): tok/s vs the memory floor\n"
+            "  tokenizer encode tokens/s on 1 MB of text vs the reference tokenizers (CPU)\n"
             "  all       ceilings,sync,pack,disk,prefill,decode\n"
             "\n"
             "options:\n"
@@ -137,6 +138,7 @@ static const struct {
 } MODES[] = {
     {"ceilings", rwb_mode_ceilings}, {"sync", rwb_mode_sync},       {"pack", rwb_mode_pack},
     {"disk", rwb_mode_disk},         {"prefill", rwb_mode_prefill}, {"decode", rwb_mode_decode},
+    {"tokenizer", rwb_mode_tokenizer},
 };
 #define NMODES ((int)(sizeof MODES / sizeof MODES[0]))
 
