@@ -579,6 +579,23 @@ static inline float rw_dot_f32(const float *a, const float *b, int64_t n) {
         s += a[i] * b[i];
     return s;
 }
+/* Cutting a tensor that does not fit a buffer or a bucket into pieces along one dim (the
+ * checkpoint loaders of the worker and of a disk update): how many consecutive indices of `unit`
+ * bytes each one piece may hold within `limit` bytes. The most that fit, rounded down to a
+ * multiple of 128 when at least 128 fit, so that cuts fall on fp8 block (128) and mxfp8 block
+ * (32) boundaries and the weight set applies each piece without staging partial blocks. 0 when a
+ * single index does not fit. Pieces are cut at multiples of the step (rw_split_end). */
+static inline uint64_t rw_split_step(uint64_t unit, uint64_t limit) {
+    if (unit == 0 || unit > limit) return 0;
+    uint64_t n = limit / unit;
+    return n >= 128 ? n / 128 * 128 : n;
+}
+/* The end of the piece that starts at index `at` of the range ending at `end`: the next multiple
+ * of `step`, or `end`. */
+static inline uint64_t rw_split_end(uint64_t at, uint64_t end, uint64_t step) {
+    uint64_t e = (at / step + 1) * step;
+    return e < end ? e : end;
+}
 /* 64-bit checksum of bytes (xxh3-64), the same on trainer and worker. */
 uint64_t rw_checksum64(const void *bytes, size_t len, uint64_t seed);
 
