@@ -21,10 +21,10 @@
  * products are not counted, so the ratio understates the work done), against a cuBLASLt bf16
  * GEMM 8192^3 measured in the same run and against cuBLASLt on the model's own GEMM shapes.
  *
- * Beside the engine path, the worker module's own entry points (rw_worker_bench_decode and
- * rw_worker_bench_prefill: one forward pass on a synthetic KV cache, no scheduler) are run at the
- * target points and re-emitted as *_forward lines, so the engine's overhead shows as the
- * difference between the two. */
+ * Beside the engine path, the forward-level benchmarks (forward.h: rwb_fwd_decode and
+ * rwb_fwd_prefill, one forward pass on a synthetic KV cache, no scheduler) are run at the target
+ * points and re-emitted as *_forward lines, so the engine's overhead shows as the difference
+ * between the two; with RW_BENCH_BREAKDOWN=1 their per-phase times follow as "breakdown" lines. */
 #include "bench.h"
 
 #include <math.h>
@@ -32,6 +32,7 @@
 #include <string.h>
 
 #ifdef RWB_HAVE_WORKER
+#include "forward.h"
 #include "rw_worker.h"
 
 typedef struct eng_state {
@@ -297,13 +298,13 @@ static rw_status add_prompts(rwb_ctx *c, rw_engine *e, const rw_config *cfg, uin
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The worker module's entry points, re-emitted in rw-bench's line format                       */
+/* The forward-level benchmarks (forward.h), re-emitted in rw-bench's line format              */
 /* ------------------------------------------------------------------------------------------ */
-typedef rw_status (*worker_bench_fn)(const rw_bench_opts *, FILE *, rw_err *);
+typedef rw_status (*worker_bench_fn)(const rwb_fwd_opts *, FILE *, rw_err *);
 
 /* Runs an entry point with its output captured; returns the JSON objects it printed (NULL and err
  * set when it failed). */
-static json_t *capture(worker_bench_fn fn, const rw_bench_opts *bo, rw_err *err) {
+static json_t *capture(worker_bench_fn fn, const rwb_fwd_opts *bo, rw_err *err) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -329,6 +330,20 @@ static json_t *capture(worker_bench_fn fn, const rw_bench_opts *bo, rw_err *err)
     return arr;
 }
 
+/* A per-phase breakdown line of a forward-level benchmark (RW_BENCH_BREAKDOWN=1, bench
+ * "decode_breakdown" / "prefill_breakdown"), re-emitted as bench "breakdown" (which the report's
+ * tables leave out) under `what` with the object as "raw"; false for any other line. */
+static bool emit_breakdown(rwb_ctx *c, const char *bench, const char *what, json_t *o) {
+    const json_t *b = json_object_get(o, "bench");
+    char want[64];
+    snprintf(want, sizeof want, "%s_breakdown", bench);
+    if (!json_is_string(b) || strcmp(json_string_value(b), want) != 0) return false;
+    json_t *j = rwb_line(c, "breakdown", what);
+    json_object_set(j, "raw", o);
+    rwb_emit(j);
+    return true;
+}
+
 static double jnum(const json_t *o, const char *key) {
     const json_t *v = json_object_get(o, key);
     return json_is_number(v) ? json_number_value(v) : NAN;
@@ -339,16 +354,16 @@ static void worker_decode(rwb_ctx *c, bool quant, int batch, int ctx, const char
                           double *tok_s) {
     rw_err err = {0};
     const char *what = quant ? "decode_forward_mxfp8" : "decode_forward_bf16";
-    rw_bench_opts bo = rw_bench_opts_default();
+    rwb_fwd_opts bo = rwb_fwd_opts_default();
     bo.cfg = quant ? &c->cfg_q : &c->cfg;
     bo.device = c->o.gpu0;
     bo.batch = batch;
     bo.ctx = ctx;
     bo.steps = c->o.steps;
     bo.seed = c->o.seed;
-    fprintf(stderr, "rw-bench: decode: rw_worker_bench_decode %s batch %d ctx %d\n",
+    fprintf(stderr, "rw-bench: decode: rwb_fwd_decode %s batch %d ctx %d\n",
             quant ? "mxfp8" : "bf16", batch, ctx);
-    json_t *arr = capture(rw_worker_bench_decode, &bo, &err);
+    json_t *arr = capture(rwb_fwd_decode, &bo, &err);
     if (!arr) {
         rwb_emit_error(c, "decode", what, &err);
         return;
@@ -357,13 +372,16 @@ static void worker_decode(rwb_ctx *c, bool quant, int batch, int ctx, const char
     json_t *o;
     int found = 0;
     json_array_foreach(arr, i, o) {
+        if (emit_breakdown(c, "decode", quant ? "decode_forward_breakdown_mxfp8"
+                                              : "decode_forward_breakdown_bf16", o))
+            continue;
         if (!json_is_string(json_object_get(o, "bench")) ||
             strcmp(json_string_value(json_object_get(o, "bench")), "decode") != 0)
             continue;
         const double med = jnum(o, "step_ms_median") * 1e-3;
         const double ach = jnum(o, "tokens_per_s"), fl = jnum(o, "floor_tokens_per_s");
         json_t *j = rwb_line(c, "decode", what);
-        rwb_set_str(j, "source", "rw_worker_bench_decode (one forward + sample on a synthetic KV cache)");
+        rwb_set_str(j, "source", "rwb_fwd_decode (one forward + sample on a synthetic KV cache)");
         rwb_set_int(j, "batch", batch);
         rwb_set_int(j, "ctx", ctx);
         rwb_set_int(j, "tokens", (int64_t)batch * bo.steps);
@@ -394,7 +412,7 @@ static void worker_decode(rwb_ctx *c, bool quant, int batch, int ctx, const char
     }
     json_decref(arr);
     if (!found) {
-        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_decode printed no decode result line");
+        RW_ERR(&err, RW_E_FORMAT, "rwb_fwd_decode printed no decode result line");
         rwb_emit_error(c, "decode", what, &err);
     }
 }
@@ -691,17 +709,17 @@ typedef struct gemm_shape {
     int per_layer;   /* 1: once per layer; 0: once per forward */
 } gemm_shape;
 
-/* Forward-level prefill (rw_worker_bench_prefill) against the GEMM ceiling of this run. */
+/* Forward-level prefill (rwb_fwd_prefill) against the GEMM ceiling of this run. */
 static void worker_prefill(rwb_ctx *c, double ceil_8192) {
     rw_err err = {0};
-    rw_bench_opts bo = rw_bench_opts_default();
+    rwb_fwd_opts bo = rwb_fwd_opts_default();
     bo.cfg = &c->cfg;
     bo.device = c->o.gpu0;
     bo.nprompt = c->o.nprompt;
     bo.plen = c->o.plen;
     bo.seed = c->o.seed;
-    fprintf(stderr, "rw-bench: prefill: rw_worker_bench_prefill %d x %d\n", bo.nprompt, bo.plen);
-    json_t *arr = capture(rw_worker_bench_prefill, &bo, &err);
+    fprintf(stderr, "rw-bench: prefill: rwb_fwd_prefill %d x %d\n", bo.nprompt, bo.plen);
+    json_t *arr = capture(rwb_fwd_prefill, &bo, &err);
     if (!arr) {
         rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
         return;
@@ -710,12 +728,13 @@ static void worker_prefill(rwb_ctx *c, double ceil_8192) {
     json_t *o;
     int found = 0;
     json_array_foreach(arr, i, o) {
+        if (emit_breakdown(c, "prefill", "prefill_forward_breakdown_bf16", o)) continue;
         const json_t *b = json_object_get(o, "bench");
         if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
         const double fwd = jnum(o, "forward_ms") * 1e-3, tf = jnum(o, "gemm_tflop_per_forward");
         const double ach = tf / fwd;
         json_t *j = rwb_line(c, "prefill", "prefill_forward_bf16");
-        rwb_set_str(j, "source", "rw_worker_bench_prefill (one forward pass, median of 3)");
+        rwb_set_str(j, "source", "rwb_fwd_prefill (one forward pass, median of 3)");
         rwb_set_int(j, "tokens", (int64_t)bo.nprompt * bo.plen);
         rwb_set_int(j, "nprompt", bo.nprompt);
         rwb_set_int(j, "plen", bo.plen);
@@ -735,7 +754,7 @@ static void worker_prefill(rwb_ctx *c, double ceil_8192) {
     }
     json_decref(arr);
     if (!found) {
-        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_prefill printed no prefill result line");
+        RW_ERR(&err, RW_E_FORMAT, "rwb_fwd_prefill printed no prefill result line");
         rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
     }
 }
