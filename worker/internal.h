@@ -118,6 +118,26 @@ rw_status rw_model_load_random_host(rw_model *m, uint64_t seed, float std, rw_er
 rw_status rw_cpu_backend_init(rw_model *m, rw_err *err);
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err);
 
+/* The engine's paged KV block allocator (kv_blocks.c): the free blocks of a KV cache of nblocks
+ * blocks of block_size tokens, and the block tables requests grow from them. */
+typedef struct rw_kv_blocks {
+    int64_t nblocks;
+    int block_size;
+    int32_t *free; /* stack of free block ids [nfree] */
+    int64_t nfree;
+} rw_kv_blocks;
+rw_status rw_kv_blocks_init(rw_kv_blocks *p, int64_t nblocks, int block_size, rw_err *err);
+void rw_kv_blocks_fini(rw_kv_blocks *p);
+/* Every block free (a new or re-created cache). */
+void rw_kv_blocks_reset(rw_kv_blocks *p);
+/* Blocks that cover positions [0, upto). */
+int rw_kv_blocks_for(const rw_kv_blocks *p, int upto);
+/* Grows the block table (*blocks [*cap], *n in use) to cover positions [0, upto). false, with
+ * nothing taken, when too few blocks are free or the table cannot grow. */
+bool rw_kv_blocks_take(rw_kv_blocks *p, int32_t **blocks, int *n, int *cap, int upto);
+/* Gives the n blocks of a table back, last to first: blocks[0] is the next one taken. */
+void rw_kv_blocks_give(rw_kv_blocks *p, const int32_t *blocks, int n);
+
 /* The communicator: an interface over single-rank, thread-group and NCCL implementations. */
 struct rw_comm {
     int rank, size;
