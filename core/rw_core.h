@@ -178,7 +178,7 @@ RW_HD uint16_t rw_f32_to_bf16(float f) {
 
 /* The low half of v as a hi + lo bf16 pair, hi = rw_f32_to_bf16(v): lo = bf16(v - hi) (the
  * difference is exact in fp32), so hi + lo carries about 16 significant bits of v. The CUDA
- * backend feeds its GEMMs such pairs (worker/kernels.h). */
+ * backend feeds its GEMMs such pairs (worker/kernels/common.h). */
 RW_HD uint16_t rw_bf16_split_lo(float v, uint16_t hi) {
     return rw_f32_to_bf16(v - rw_bf16_to_f32(hi));
 }

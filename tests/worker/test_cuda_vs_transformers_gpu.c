@@ -75,7 +75,7 @@ static void vs_emulation(rw_model *cpu, const int32_t *tokens, int n, const floa
     free(em);
 }
 
-static void test_f2(void **state) {
+static void test_vs_reference(void **state) {
     fx *f = *state;
     const int V = f->cfg.vocab_size;
     rw_model *m = load(&f->cfg, RW_BACKEND_CUDA, f->dir);
@@ -342,8 +342,8 @@ static void test_batching(void **state) {
 int main(void) {
     rw_test_require_gpu(1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_f2),        cmocka_unit_test(test_vs_emulation),
-        cmocka_unit_test(test_quantized), cmocka_unit_test(test_random_weights),
+        cmocka_unit_test(test_vs_reference), cmocka_unit_test(test_vs_emulation),
+        cmocka_unit_test(test_quantized),    cmocka_unit_test(test_random_weights),
         cmocka_unit_test(test_batching),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -46,28 +46,29 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
     }
 }
 
-extern "C" rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t n,
-                                      int64_t H, float eps, uint16_t *out_hi, uint16_t *out_lo,
-                                      float *out_f32, rw_stream s, rw_err *err) {
+/* Both norms: every row, or the rows `rows` (out_f32 NULL then). */
+static rw_status norm_launch(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
+                             float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32,
+                             const int32_t *rows, rw_stream s, const char *what, rw_err *err) {
     if (n <= 0) return RW_OK;
     if (H > NORM_THREADS * NORM_MAXPER)
         RW_FAIL(err, RW_E_UNSUPPORTED, "rmsnorm: H = %lld > %d", (long long)H,
                 NORM_THREADS * NORM_MAXPER);
     add_rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, (cudaStream_t)s>>>(x, y, w, H, eps, out_hi,
-                                                                          out_lo, out_f32, NULL);
-    return LAUNCH_CHECK(s, "add_rmsnorm");
+                                                                          out_lo, out_f32, rows);
+    return LAUNCH_CHECK(s, what);
+}
+
+extern "C" rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t n,
+                                      int64_t H, float eps, uint16_t *out_hi, uint16_t *out_lo,
+                                      float *out_f32, rw_stream s, rw_err *err) {
+    return norm_launch(x, y, w, n, H, eps, out_hi, out_lo, out_f32, NULL, s, "add_rmsnorm", err);
 }
 
 extern "C" rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *rows, int64_t n,
                                        const uint16_t *w, int64_t H, float eps, uint16_t *out_hi,
                                        uint16_t *out_lo, rw_stream s, rw_err *err) {
-    if (n <= 0) return RW_OK;
-    if (H > NORM_THREADS * NORM_MAXPER)
-        RW_FAIL(err, RW_E_UNSUPPORTED, "rmsnorm: H = %lld > %d", (long long)H,
-                NORM_THREADS * NORM_MAXPER);
-    add_rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, (cudaStream_t)s>>>(x, y, w, H, eps, out_hi,
-                                                                          out_lo, NULL, rows);
-    return LAUNCH_CHECK(s, "rmsnorm_rows");
+    return norm_launch(x, y, w, n, H, eps, out_hi, out_lo, NULL, rows, s, "rmsnorm_rows", err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
