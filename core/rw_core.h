@@ -560,6 +560,18 @@ typedef struct rw_rng {
     uint64_t s[4];
 } rw_rng;
 void rw_rng_seed(rw_rng *r, uint64_t seed);
+/* The next 64 bits of r (xoshiro256**), inline for generators' inner loops; rw_rng_u64 is this. */
+static inline uint64_t rw_rng_next(rw_rng *r) {
+    uint64_t *s = r->s;
+    const uint64_t x = s[1] * 5, res = ((x << 7) | (x >> 57)) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return res;
+}
 uint64_t rw_rng_u64(rw_rng *r);
 double rw_rng_uniform(rw_rng *r);  /* [0, 1) */
 float rw_rng_normal(rw_rng *r);    /* standard normal */
