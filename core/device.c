@@ -32,15 +32,22 @@ rw_status rw_cuda_set_device(int dev, rw_err *err) {
     return RW_OK;
 }
 
-rw_status rw_dev_malloc(size_t bytes, void **out, rw_err *err) {
+/* Device (or pinned host) memory; a failure through rw_cuda_fail (RW_E_OOM when out of memory). */
+static rw_status cuda_alloc(bool pinned, size_t bytes, void **out, rw_err *err) {
     *out = NULL;
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    const cudaError_t e =
+        pinned ? cudaMallocHost(out, bytes ? bytes : 1) : cudaMalloc(out, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         char what[64];
-        snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+        snprintf(what, sizeof what, "%s(%zu bytes)", pinned ? "cudaMallocHost" : "cudaMalloc",
+                 bytes);
         return rw_cuda_fail(err, e, __FILE__, __LINE__, what);
     }
     return RW_OK;
+}
+
+rw_status rw_dev_malloc(size_t bytes, void **out, rw_err *err) {
+    return cuda_alloc(false, bytes, out, err);
 }
 
 void rw_dev_free(void *p) {
@@ -48,14 +55,7 @@ void rw_dev_free(void *p) {
 }
 
 rw_status rw_host_malloc_pinned(size_t bytes, void **out, rw_err *err) {
-    *out = NULL;
-    cudaError_t e = cudaMallocHost(out, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
-        char what[64];
-        snprintf(what, sizeof what, "cudaMallocHost(%zu bytes)", bytes);
-        return rw_cuda_fail(err, e, __FILE__, __LINE__, what);
-    }
-    return RW_OK;
+    return cuda_alloc(true, bytes, out, err);
 }
 
 void rw_host_free_pinned(void *p) {
