@@ -36,6 +36,16 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err);
  * the model's GEMMs alone on layer 0's shapes (cuBLASLt dense, own experts) for comparison. */
 rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err);
 
+/* rw-bench's lines of these benchmarks (forward_lines.c, rw-bench only): decode at one point,
+ * judged as target_id's forward-pass row (G1/forward, G2/forward, G3/forward; tok_s: the bf16
+ * tok/s at the G1 point, set by the bf16 call and compared by the mxfp8 one), and prefill against
+ * the GEMM ceiling of the run (TFLOP/s). Each runs its own model: the caller frees its own first.
+ */
+struct rwb_ctx;
+void rwb_fwd_decode_lines(struct rwb_ctx *c, bool quant, int batch, int ctx, const char *target_id,
+                          double *tok_s);
+void rwb_fwd_prefill_lines(struct rwb_ctx *c, double ceil_8192);
+
 /* Device kernels of these benchmarks (forward_fill.cu): e4m3 values of magnitude < 1 (no NaN
  * codes) and fp32 constants, each element from (seed, index) only; and one thread spinning `ns`
  * nanoseconds of GPU time (profile.c queues a step behind it). */
