@@ -132,15 +132,14 @@ static void idmap_del(idmap *m, uint64_t id) {
 
 /* ------------------------------------------------------------------------------------------ */
 rw_engine_opts rw_engine_opts_default(void) {
-    rw_engine_opts o;
-    memset(&o, 0, sizeof o);
-    o.max_running = 256;
-    o.max_batch_tokens = 2048;
-    o.kv_block_size = 16;
-    o.kv_bytes = 0;
-    o.kv_fraction = 0.9;
-    o.max_seq_len = 0;
-    return o;
+    return (rw_engine_opts){
+        .max_running = 256,
+        .max_batch_tokens = 2048,
+        .kv_block_size = 16,
+        .kv_bytes = 0,
+        .kv_fraction = 0.9,
+        .max_seq_len = 0,
+    };
 }
 
 const char *rw_finish_str(rw_finish f) {

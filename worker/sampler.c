@@ -9,13 +9,7 @@
 #include "kernels/sample.h"
 
 rw_sampling rw_sampling_default(void) {
-    rw_sampling s;
-    memset(&s, 0, sizeof s);
-    s.temperature = 0.0f;
-    s.top_p = 1.0f;
-    s.top_k = 0;
-    s.max_new_tokens = 16;
-    return s;
+    return (rw_sampling){.temperature = 0.0f, .top_p = 1.0f, .top_k = 0, .max_new_tokens = 16};
 }
 
 float rw_sample_uniform(uint64_t seed, int64_t position) {

@@ -8,19 +8,13 @@
 #include "forward.h"
 
 rwb_fwd_opts rwb_fwd_opts_default(void) {
-    rwb_fwd_opts o;
-    memset(&o, 0, sizeof o);
-    o.cfg = NULL;
-    o.device = 0;
-    o.batch = 256;
-    o.ctx = 1024;
-    o.nprompt = 8;
-    o.plen = 2048;
-    o.steps = 20;
-    o.graphs = true;
-    o.seed = 1;
-    o.quant = NULL;
-    return o;
+    return (rwb_fwd_opts){.batch = 256,
+                          .ctx = 1024,
+                          .nprompt = 8,
+                          .plen = 2048,
+                          .steps = 20,
+                          .graphs = true,
+                          .seed = 1};
 }
 
 #ifndef RW_HAVE_CUDA
