@@ -332,6 +332,18 @@ static rw_status make_model(const rwb_fwd_opts *o, rw_config *cfg, rw_model **m,
     return fill_model(*m, o->seed, err);
 }
 
+/* What both benchmarks build: the model, its KV cache and config, block tables, tokens and
+ * sequences. */
+static void free_run(rw_model *m, rw_kv *kv, rw_config *cfg, int32_t *blocks, int32_t *toks,
+                     rw_fwd_seq *seqs) {
+    if (kv) m->ops->kv_destroy(m, kv);
+    rw_model_destroy(m);
+    rw_config_free(cfg);
+    free(blocks);
+    free(toks);
+    free(seqs);
+}
+
 rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     rw_config cfg;
     rw_model *m = NULL;
@@ -422,12 +434,7 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     }
     st = RW_OK;
 done:
-    if (kv) m->ops->kv_destroy(m, kv);
-    rw_model_destroy(m);
-    rw_config_free(&cfg);
-    free(blocks);
-    free(toks);
-    free(seqs);
+    free_run(m, kv, &cfg, blocks, toks, seqs);
     free(req);
     free(res);
     free(times);
@@ -578,12 +585,7 @@ done:
     cudaFree(idd);
     cudaFree(mws);
     lt_destroy(&lt);
-    if (kv) m->ops->kv_destroy(m, kv);
-    rw_model_destroy(m);
-    rw_config_free(&cfg);
-    free(blocks);
-    free(toks);
-    free(seqs);
+    free_run(m, kv, &cfg, blocks, toks, seqs);
     free(ids);
     return st;
 }
