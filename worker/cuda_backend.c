@@ -8,7 +8,7 @@
  * every GEMM input (normed hidden states, attention output, expert activations, final-normed
  * rows) is a hi + lo bf16 pair (about 16 significant bits: kernels/common.h), so bf16 weights
  * meet near-fp32 activations; the KV cache is bf16. One bf16 rounding of an activation moves
- * router logits by ~1e-3 and flips near-tied experts (tests/worker/test_cuda_rounding.c measures
+ * router logits by ~1e-3 and flips near-tied experts (tests/worker/test_cuda_numerics.c measures
  * it). Quantized dense weights (mxfp8 / fp8-block q, k, v, o) are dequantized to bf16 before the
  * GEMM; quantized experts are dequantized tile by tile inside the expert kernel.
  *

@@ -1,5 +1,5 @@
 /* cuda_emul.h - the CUDA backend's forward pass emulated on the CPU, for the tests of its error
- * budget (tests/worker/test_cuda_rounding.c, cpu suite) and of the GPU against what its rounding
+ * budget (tests/worker/test_cuda_numerics.c, cpu suite) and of the GPU against what its rounding
  * points imply (tests/worker/test_cuda_vs_transformers_gpu.c). Test-only: it is built into those
  * tests, not into the worker library. Uses the kernels' plain-C references (worker/kernels/) and
  * moe's routing and expert layout. */
