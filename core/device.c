@@ -11,18 +11,10 @@ void rw_cuda_load_modules_eagerly(void) { setenv("CUDA_MODULE_LOADING", "EAGER",
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-/* A failing call is reported through rw_status; the runtime's per-thread last error is cleared
- * too, so that a later, unrelated launch check (cudaGetLastError) does not report it again as
- * its own. */
-#define CUDA_TRY(err, call)                                                                        \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            cudaGetLastError();                                                                    \
-            return rw_err_set((err), RW_E_CUDA, __FILE__, __LINE__, "%s: %s", #call,               \
-                              cudaGetErrorString(e_));                                             \
-        }                                                                                          \
-    } while (0)
+/* Failing runtime calls go through cuda_check.h: RW_E_OOM for a failed allocation, RW_E_CUDA
+ * otherwise, and the per-thread last error cleared, so that a later, unrelated launch check
+ * (cudaGetLastError) does not report it again as its own. */
+#include "cuda_check.h"
 
 bool rw_cuda_built(void) { return true; }
 
@@ -36,19 +28,26 @@ int rw_cuda_device_count(void) {
 }
 
 rw_status rw_cuda_set_device(int dev, rw_err *err) {
-    CUDA_TRY(err, cudaSetDevice(dev));
+    RW_CUDA_CHECK(err, cudaSetDevice(dev));
+    return RW_OK;
+}
+
+/* Device (or pinned host) memory; a failure through rw_cuda_fail (RW_E_OOM when out of memory). */
+static rw_status cuda_alloc(bool pinned, size_t bytes, void **out, rw_err *err) {
+    *out = NULL;
+    const cudaError_t e =
+        pinned ? cudaMallocHost(out, bytes ? bytes : 1) : cudaMalloc(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        char what[64];
+        snprintf(what, sizeof what, "%s(%zu bytes)", pinned ? "cudaMallocHost" : "cudaMalloc",
+                 bytes);
+        return rw_cuda_fail(err, e, __FILE__, __LINE__, what);
+    }
     return RW_OK;
 }
 
 rw_status rw_dev_malloc(size_t bytes, void **out, rw_err *err) {
-    *out = NULL;
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        RW_FAIL(err, e == cudaErrorMemoryAllocation ? RW_E_OOM : RW_E_CUDA,
-                "cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
-    }
-    return RW_OK;
+    return cuda_alloc(false, bytes, out, err);
 }
 
 void rw_dev_free(void *p) {
@@ -56,13 +55,7 @@ void rw_dev_free(void *p) {
 }
 
 rw_status rw_host_malloc_pinned(size_t bytes, void **out, rw_err *err) {
-    *out = NULL;
-    cudaError_t e = cudaMallocHost(out, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        RW_FAIL(err, RW_E_OOM, "cudaMallocHost(%zu bytes): %s", bytes, cudaGetErrorString(e));
-    }
-    return RW_OK;
+    return cuda_alloc(true, bytes, out, err);
 }
 
 void rw_host_free_pinned(void *p) {
@@ -99,7 +92,7 @@ rw_status rw_memcpy(void *dst, rw_place dplace, const void *src, rw_place splace
          * device's, which does not cover this copy. */
         int cur = 0;
         int own = owner_device(dplace == RW_PLACE_DEVICE ? dst : src);
-        CUDA_TRY(err, cudaGetDevice(&cur));
+        RW_CUDA_CHECK(err, cudaGetDevice(&cur));
         if (own >= 0 && own != cur) {
             cudaError_t e = cudaSetDevice(own);
             if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, k, 0);
@@ -107,20 +100,20 @@ rw_status rw_memcpy(void *dst, rw_place dplace, const void *src, rw_place splace
             cudaError_t e2 = cudaSetDevice(cur);
             if (e == cudaSuccess) e = e2;
             if (e != cudaSuccess) {
-                cudaGetLastError();
-                RW_FAIL(err, RW_E_CUDA, "cudaMemcpyAsync of %zu bytes on device %d: %s", bytes, own,
-                        cudaGetErrorString(e));
+                char what[96];
+                snprintf(what, sizeof what, "cudaMemcpyAsync of %zu bytes on device %d", bytes, own);
+                return rw_cuda_fail(err, e, __FILE__, __LINE__, what);
             }
             return RW_OK;
         }
     }
-    CUDA_TRY(err, cudaMemcpyAsync(dst, src, bytes, k, (cudaStream_t)s));
+    RW_CUDA_CHECK(err, cudaMemcpyAsync(dst, src, bytes, k, (cudaStream_t)s));
     return RW_OK;
 }
 
 rw_status rw_stream_create(rw_stream *out, rw_err *err) {
     cudaStream_t s;
-    CUDA_TRY(err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RW_CUDA_CHECK(err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     *out = (rw_stream)s;
     return RW_OK;
 }
@@ -130,7 +123,7 @@ void rw_stream_destroy(rw_stream s) {
 }
 
 rw_status rw_stream_sync(rw_stream s, rw_err *err) {
-    CUDA_TRY(err, cudaStreamSynchronize((cudaStream_t)s));
+    RW_CUDA_CHECK(err, cudaStreamSynchronize((cudaStream_t)s));
     return RW_OK;
 }
 
@@ -203,8 +196,8 @@ static rw_status vmm_map(vmm *v, rw_err *err) {
         v->release(v->h);
         RW_FAIL(err, RW_E_CUDA, "cuMemSetAccess failed (%d)", (int)r);
     }
-    CUDA_TRY(err, cudaMemset((void *)v->base, 0, v->size));
-    CUDA_TRY(err, cudaDeviceSynchronize());
+    RW_CUDA_CHECK(err, cudaMemset((void *)v->base, 0, v->size));
+    RW_CUDA_CHECK(err, cudaDeviceSynchronize());
     v->mapped = true;
     return RW_OK;
 }
@@ -216,9 +209,9 @@ rw_status rw_dev_vmm_create(int device, size_t bytes, void **base, void **handle
     /* The driver calls below act on the current context: make `device`'s primary context
      * current (cudaFree(0) creates it) and restore the caller's device afterwards. */
     int prev = 0;
-    CUDA_TRY(err, cudaGetDevice(&prev));
-    CUDA_TRY(err, cudaSetDevice(device));
-    CUDA_TRY(err, cudaFree(0));
+    RW_CUDA_CHECK(err, cudaGetDevice(&prev));
+    RW_CUDA_CHECK(err, cudaSetDevice(device));
+    RW_CUDA_CHECK(err, cudaFree(0));
     rw_status st = rw_dev_vmm_create_current(device, bytes, base, handle, err);
     cudaSetDevice(prev);
     return st;
@@ -270,7 +263,7 @@ fail:
 rw_status rw_dev_vmm_release(void *handle, rw_err *err) {
     vmm *v = handle;
     if (!v->mapped) return RW_OK;
-    CUDA_TRY(err, cudaDeviceSynchronize());
+    RW_CUDA_CHECK(err, cudaDeviceSynchronize());
     if (v->unmap(v->base, v->size) != CUDA_SUCCESS) RW_FAIL(err, RW_E_CUDA, "cuMemUnmap failed");
     v->release(v->h);
     v->mapped = false;

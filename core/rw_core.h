@@ -178,7 +178,7 @@ RW_HD uint16_t rw_f32_to_bf16(float f) {
 
 /* The low half of v as a hi + lo bf16 pair, hi = rw_f32_to_bf16(v): lo = bf16(v - hi) (the
  * difference is exact in fp32), so hi + lo carries about 16 significant bits of v. The CUDA
- * backend feeds its GEMMs such pairs (worker/kernels.h). */
+ * backend feeds its GEMMs such pairs (worker/kernels/common.h). */
 RW_HD uint16_t rw_bf16_split_lo(float v, uint16_t hi) {
     return rw_f32_to_bf16(v - rw_bf16_to_f32(hi));
 }
@@ -560,6 +560,18 @@ typedef struct rw_rng {
     uint64_t s[4];
 } rw_rng;
 void rw_rng_seed(rw_rng *r, uint64_t seed);
+/* The next 64 bits of r (xoshiro256**), inline for generators' inner loops; rw_rng_u64 is this. */
+static inline uint64_t rw_rng_next(rw_rng *r) {
+    uint64_t *s = r->s;
+    const uint64_t x = s[1] * 5, res = ((x << 7) | (x >> 57)) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return res;
+}
 uint64_t rw_rng_u64(rw_rng *r);
 double rw_rng_uniform(rw_rng *r);  /* [0, 1) */
 float rw_rng_normal(rw_rng *r);    /* standard normal */
@@ -578,6 +590,23 @@ static inline float rw_dot_f32(const float *a, const float *b, int64_t n) {
     for (; i < n; i++)
         s += a[i] * b[i];
     return s;
+}
+/* Cutting a tensor that does not fit a buffer or a bucket into pieces along one dim (the
+ * checkpoint loaders of the worker and of a disk update): how many consecutive indices of `unit`
+ * bytes each one piece may hold within `limit` bytes. The most that fit, rounded down to a
+ * multiple of 128 when at least 128 fit, so that cuts fall on fp8 block (128) and mxfp8 block
+ * (32) boundaries and the weight set applies each piece without staging partial blocks. 0 when a
+ * single index does not fit. Pieces are cut at multiples of the step (rw_split_end). */
+static inline uint64_t rw_split_step(uint64_t unit, uint64_t limit) {
+    if (unit == 0 || unit > limit) return 0;
+    uint64_t n = limit / unit;
+    return n >= 128 ? n / 128 * 128 : n;
+}
+/* The end of the piece that starts at index `at` of the range ending at `end`: the next multiple
+ * of `step`, or `end`. */
+static inline uint64_t rw_split_end(uint64_t at, uint64_t end, uint64_t step) {
+    uint64_t e = (at / step + 1) * step;
+    return e < end ? e : end;
 }
 /* 64-bit checksum of bytes (xxh3-64), the same on trainer and worker. */
 uint64_t rw_checksum64(const void *bytes, size_t len, uint64_t seed);

@@ -154,19 +154,8 @@ void rw_rng_seed(rw_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = rw_splitmix64(seed + (uint64_t)i * 0x9e3779b97f4a7c15ull);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t rw_rng_u64(rw_rng *r) { /* xoshiro256** */
-    uint64_t *s = r->s;
-    uint64_t res = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return res;
+uint64_t rw_rng_u64(rw_rng *r) {
+    return rw_rng_next(r);
 }
 
 double rw_rng_uniform(rw_rng *r) { return (double)(rw_rng_u64(r) >> 11) * 0x1.0p-53; }

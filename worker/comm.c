@@ -8,7 +8,7 @@
 #include "internal.h"
 
 #ifdef RW_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "cuda_check.h"
 #endif
 
 int rw_comm_rank(const rw_comm *c) {
@@ -55,9 +55,7 @@ static rw_status single_allgather(rw_comm *c, const void *send, void *recv, size
     /* unified addressing: the same call copies host or device buffers */
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, send) == cudaSuccess && a.type == cudaMemoryTypeDevice) {
-        cudaError_t ce = cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, (cudaStream_t)s);
-        if (ce != cudaSuccess)
-            RW_FAIL(err, RW_E_CUDA, "allgather copy: %s", cudaGetErrorString(ce));
+        RW_CUDA_CHECK(err, cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, (cudaStream_t)s));
         return RW_OK;
     }
     (void)cudaGetLastError();

@@ -12,19 +12,14 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "cuda_check.h" /* after nccl.h: RW_NCCL_CHECK */
 #include "internal.h"
-
-#define NCCL_TRY(expr, err)                                                                        \
-    do {                                                                                           \
-        ncclResult_t r_ = (expr);                                                                  \
-        if (r_ != ncclSuccess) RW_FAIL(err, RW_E_NCCL, "%s: %s", #expr, ncclGetErrorString(r_));   \
-    } while (0)
 
 _Static_assert(sizeof(ncclUniqueId) == RW_NCCL_ID_BYTES, "NCCL unique id size");
 
 rw_status rw_comm_nccl_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err) {
     ncclUniqueId u;
-    NCCL_TRY(ncclGetUniqueId(&u), err);
+    RW_NCCL_CHECK(err, ncclGetUniqueId(&u));
     memcpy(id, &u, sizeof u);
     return RW_OK;
 }
@@ -55,7 +50,7 @@ static rw_status nccl_allreduce(rw_comm *c, float *buf, size_t n, rw_stream s, r
     if (!ab) r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, k->nc, (cudaStream_t)s);
     pthread_mutex_unlock(&k->mu);
     if (ab) return aborted_err("all-reduce", err);
-    if (r != ncclSuccess) RW_FAIL(err, RW_E_NCCL, "ncclAllReduce: %s", ncclGetErrorString(r));
+    if (r != ncclSuccess) return rw_nccl_fail(err, r, __FILE__, __LINE__, "ncclAllReduce");
     return RW_OK;
 }
 
@@ -69,7 +64,7 @@ static rw_status nccl_allgather(rw_comm *c, const void *send, void *recv, size_t
     if (!ab) r = ncclAllGather(send, recv, bytes, ncclUint8, k->nc, (cudaStream_t)s);
     pthread_mutex_unlock(&k->mu);
     if (ab) return aborted_err("all-gather", err);
-    if (r != ncclSuccess) RW_FAIL(err, RW_E_NCCL, "ncclAllGather: %s", ncclGetErrorString(r));
+    if (r != ncclSuccess) return rw_nccl_fail(err, r, __FILE__, __LINE__, "ncclAllGather");
     return RW_OK;
 }
 
@@ -122,7 +117,7 @@ rw_status rw_comm_create_nccl(const uint8_t id[RW_NCCL_ID_BYTES], int size, int 
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     ncclComm_t nc = NULL;
-    NCCL_TRY(ncclCommInitRank(&nc, size, u, rank), err);
+    RW_NCCL_CHECK(err, ncclCommInitRank(&nc, size, u, rank));
     rw_comm *c = calloc(1, sizeof *c);
     nccl_comm *k = calloc(1, sizeof *k);
     if (!c || !k || pthread_mutex_init(&k->mu, NULL) != 0) {

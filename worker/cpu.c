@@ -37,18 +37,6 @@ typedef struct cpu_be {
     void *sample_scratch; /* [V] (float, int32) pairs */
 } cpu_be;
 
-static inline float dotf(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += a[i + j] * b[i + j];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
 /* Dequantizes rows [n0, n0 + nr) of a dense weight w [N, K] into out [nr, K]. bf16 is plain;
  * mxfp8 has UE8M0 scales [N, K/32] (not swizzled); fp8-block has fp32 scales [ceil(N/128),
  * ceil(K/128)]. */
@@ -86,13 +74,13 @@ static void linear(cpu_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_tensor 
         dense_rows(fmt, w, sc, n0, nr, be->rows);
         for (int64_t t = 0; t < ntok; t++)
             for (int r = 0; r < nr; r++)
-                y[t * ldy + n0 + r] = dotf(x + t * K, be->rows + r * K, K);
+                y[t * ldy + n0 + r] = rw_dot_f32(x + t * K, be->rows + r * K, K);
     }
 }
 
 /* HF Qwen3MoeRMSNorm in fp32: w * (x * rsqrt(mean(x^2) + eps)). */
 static void rmsnorm(const float *x, const uint16_t *w, int64_t n, float eps, float *out) {
-    const float r = 1.0f / sqrtf(dotf(x, x, n) / (float)n + eps);
+    const float r = 1.0f / sqrtf(rw_dot_f32(x, x, n) / (float)n + eps);
     for (int64_t i = 0; i < n; i++)
         out[i] = rw_bf16_to_f32(w[i]) * (x[i] * r);
 }
@@ -199,44 +187,6 @@ static void norm_rope(const cpu_be *be, float *x, int nheads, int64_t hd, const 
     }
 }
 
-static rw_status check_batch(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, int64_t *max_ctx,
-                             rw_err *err) {
-    if (!b || b->ntok < 1 || b->nseq < 1 || !b->tokens || !b->seq)
-        RW_FAIL(err, RW_E_INVALID_ARG, "forward: empty batch");
-    int64_t tok = 0, mc = 0;
-    int nrows_set = 0;
-    for (int s = 0; s < b->nseq; s++) {
-        const rw_fwd_seq *q = &b->seq[s];
-        if (q->tok0 != tok || q->ntok < 1 || q->pos0 < 0 || !q->blocks)
-            RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequence %d malformed (tok0 %d, ntok %d)", s,
-                    q->tok0, q->ntok);
-        tok += q->ntok;
-        const int64_t end = (int64_t)q->pos0 + q->ntok;
-        if (end > mc) mc = end;
-        for (int64_t i = 0; i < (end + kv->bs - 1) / kv->bs; i++)
-            if (q->blocks[i] < 0 || q->blocks[i] >= kv->nblocks)
-                RW_FAIL(err, RW_E_RANGE, "forward: sequence %d block %lld = %d outside [0, %lld)",
-                        s, (long long)i, q->blocks[i], (long long)kv->nblocks);
-        if (!b->all_logits && q->logits_row >= b->nlogits)
-            RW_FAIL(err, RW_E_RANGE, "forward: logits row %d of %d", q->logits_row, b->nlogits);
-        nrows_set += !b->all_logits && q->logits_row >= 0;
-    }
-    if (!b->all_logits && nrows_set != b->nlogits)
-        RW_FAIL(err, RW_E_INVALID_ARG, "forward: %d sequences ask for logits, nlogits is %d",
-                nrows_set, b->nlogits);
-    if (tok != b->ntok)
-        RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequences cover %lld of %d tokens", (long long)tok,
-                b->ntok);
-    if (b->all_logits && b->nlogits != b->ntok)
-        RW_FAIL(err, RW_E_INVALID_ARG, "forward: all_logits needs nlogits == ntok");
-    for (int32_t t = 0; t < b->ntok; t++)
-        if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
-            RW_FAIL(err, RW_E_RANGE, "forward: token %d outside [0, %d)", b->tokens[t],
-                    m->cfg.vocab_size);
-    *max_ctx = mc;
-    return RW_OK;
-}
-
 static rw_status cpu_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err *err) {
     cpu_be *be = m->be;
     const rw_config *c = &m->cfg;
@@ -247,7 +197,8 @@ static rw_status cpu_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_e
     const float scale = (float)(1.0 / sqrt((double)hd));
     const int64_t ntok = b->ntok;
     int64_t max_ctx = 0;
-    RW_CHECK(check_batch(m, kv, b, &max_ctx, err));
+    int max_blocks = 1;
+    RW_CHECK(rw_fwd_batch_check(m, b, kv->nblocks, kv->bs, &max_ctx, &max_blocks, err));
     RW_CHECK(ensure(m, be, ntok, b->nlogits, max_ctx, err));
     for (int s = 0; s < b->nseq; s++)
         for (int32_t i = 0; i < b->seq[s].ntok; i++)
@@ -305,7 +256,7 @@ static rw_status cpu_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_e
                     for (int32_t j = 0; j <= p; j++) {
                         const size_t at =
                             (((size_t)sq->blocks[j / kv->bs] * nkv + g) * kv->bs + j % kv->bs) * hd;
-                        const float sc = dotf(qh, kc + at, hd) * scale;
+                        const float sc = rw_dot_f32(qh, kc + at, hd) * scale;
                         be->scores[j] = sc;
                         mx = sc > mx ? sc : mx;
                     }
@@ -420,6 +371,7 @@ static const rw_backend_ops cpu_ops = {
     .forward = cpu_forward,
     .sample = cpu_sample,
     .logits_host = cpu_logits_host,
+    .load_random = rw_model_load_random_host,
     .destroy = cpu_destroy,
 };
 

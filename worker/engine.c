@@ -1,7 +1,8 @@
-/* engine.c - the generation engine: request queue, paged KV block allocation (block tables, free
- * list, admission control), continuous batching (requests join and leave the running batch every
- * step, decodes and chunked prefills in one forward pass), sampling through the backend, finish
- * rules, pause / resume (abort, retract, in place), KV release, weight-version stamps and stats.
+/* engine.c - the generation engine: request queue, admission control over the paged KV blocks
+ * (kv_blocks.c allocates them), continuous batching (requests join and leave the running batch
+ * every step, decodes and chunked prefills in one forward pass), sampling through the backend,
+ * finish rules, pause / resume (abort, retract, in place), KV release, weight-version stamps and
+ * stats.
  *
  * Scheduling is deterministic (it depends only on the sequence of calls), so every TP rank that
  * receives the same calls runs the same batches. A request's tokens depend only on its prompt,
@@ -44,10 +45,8 @@ struct rw_engine {
     rw_model *m;
     rw_engine_opts o;
     rw_kv *kv;
-    int64_t nblocks;
-    int32_t *free_blocks; /* stack */
-    int64_t nfree;
-    req **waiting; /* FIFO: [whead, wtail) */
+    rw_kv_blocks kvb; /* which blocks of kv are free */
+    req **waiting;    /* FIFO: [whead, wtail) */
     int64_t whead, wtail, wcap;
     req **running; /* admission order */
     int nrun, cap_run;
@@ -133,15 +132,14 @@ static void idmap_del(idmap *m, uint64_t id) {
 
 /* ------------------------------------------------------------------------------------------ */
 rw_engine_opts rw_engine_opts_default(void) {
-    rw_engine_opts o;
-    memset(&o, 0, sizeof o);
-    o.max_running = 256;
-    o.max_batch_tokens = 2048;
-    o.kv_block_size = 16;
-    o.kv_bytes = 0;
-    o.kv_fraction = 0.9;
-    o.max_seq_len = 0;
-    return o;
+    return (rw_engine_opts){
+        .max_running = 256,
+        .max_batch_tokens = 2048,
+        .kv_block_size = 16,
+        .kv_bytes = 0,
+        .kv_fraction = 0.9,
+        .max_seq_len = 0,
+    };
 }
 
 const char *rw_finish_str(rw_finish f) {
@@ -176,11 +174,8 @@ static void req_free(req *r) {
 }
 
 static rw_status kv_alloc_all(rw_engine *e, rw_err *err) {
-    RW_CHECK(e->m->ops->kv_create(e->m, e->nblocks, e->o.kv_block_size, &e->kv, err));
-    e->nfree = 0;
-    /* pushed in descending order so blocks are handed out from 0 upwards */
-    for (int64_t b = e->nblocks - 1; b >= 0; b--)
-        e->free_blocks[e->nfree++] = (int32_t)b;
+    RW_CHECK(e->m->ops->kv_create(e->m, e->kvb.nblocks, e->o.kv_block_size, &e->kv, err));
+    rw_kv_blocks_reset(&e->kvb);
     return RW_OK;
 }
 
@@ -208,18 +203,13 @@ rw_status rw_engine_create(rw_model *m, const rw_engine_opts *o, rw_engine **out
     if (!e) RW_FAIL(err, RW_E_OOM, "engine");
     e->m = m;
     e->o = opt;
-    e->nblocks = nb;
-    e->free_blocks = malloc(sizeof(int32_t) * (size_t)nb);
     rw_status st;
-    if (!e->free_blocks) {
-        st = RW_ERR(err, RW_E_OOM, "engine: free list of %lld blocks", (long long)nb);
-        goto fail;
-    }
+    RW_CHECKGOTO(rw_kv_blocks_init(&e->kvb, nb, opt.kv_block_size, err), st, fail);
     RW_CHECKGOTO(kv_alloc_all(e, err), st, fail);
     *out = e;
     return RW_OK;
 fail:
-    free(e->free_blocks);
+    rw_kv_blocks_fini(&e->kvb);
     free(e);
     return st;
 }
@@ -238,7 +228,7 @@ void rw_engine_destroy(rw_engine *e) {
     free(e->outq);
     free(e->ids.keys);
     free(e->ids.vals);
-    free(e->free_blocks);
+    rw_kv_blocks_fini(&e->kvb);
     free(e->btok);
     free(e->bseq);
     free(e->sreq);
@@ -278,33 +268,18 @@ static bool push_waiting(rw_engine *e, req *r, bool front) {
 }
 
 static void free_kv_of(rw_engine *e, req *r) {
-    for (int i = r->nblocks - 1; i >= 0; i--)
-        e->free_blocks[e->nfree++] = r->blocks[i];
+    rw_kv_blocks_give(&e->kvb, r->blocks, r->nblocks);
     r->nblocks = 0;
     r->n_cached = 0;
 }
 
 /* Blocks needed so positions [0, upto) are covered. */
 static int blocks_for(const rw_engine *e, int upto) {
-    return (upto + e->o.kv_block_size - 1) / e->o.kv_block_size;
+    return rw_kv_blocks_for(&e->kvb, upto);
 }
 
 static bool take_blocks(rw_engine *e, req *r, int upto) {
-    const int need = blocks_for(e, upto);
-    if (need <= r->nblocks) return true;
-    if (need - r->nblocks > e->nfree) return false;
-    if (need > r->cap_blocks) {
-        int nc = r->cap_blocks ? r->cap_blocks : 4;
-        while (nc < need)
-            nc *= 2;
-        int32_t *nb = realloc(r->blocks, sizeof(int32_t) * (size_t)nc);
-        if (!nb) return false;
-        r->blocks = nb;
-        r->cap_blocks = nc;
-    }
-    while (r->nblocks < need)
-        r->blocks[r->nblocks++] = e->free_blocks[--e->nfree];
-    return true;
+    return rw_kv_blocks_take(&e->kvb, &r->blocks, &r->nblocks, &r->cap_blocks, upto);
 }
 
 static bool outq_push(rw_engine *e, rw_output *o) {
@@ -396,10 +371,10 @@ rw_status rw_engine_add(rw_engine *e, uint64_t id, const int32_t *prompt, int n,
     if (total > e->o.max_seq_len)
         RW_FAIL(err, RW_E_RANGE, "add %llu: prompt %d + max_new_tokens %d > max_seq_len %d",
                 (unsigned long long)id, n, sp->max_new_tokens, e->o.max_seq_len);
-    if ((total + e->o.kv_block_size - 1) / e->o.kv_block_size > e->nblocks)
+    if ((total + e->o.kv_block_size - 1) / e->o.kv_block_size > e->kvb.nblocks)
         RW_FAIL(err, RW_E_RANGE, "add %llu: %lld tokens exceed the whole KV cache (%lld tokens)",
                 (unsigned long long)id, (long long)total,
-                (long long)e->nblocks * e->o.kv_block_size);
+                (long long)e->kvb.nblocks * e->o.kv_block_size);
     if (idmap_get(&e->ids, id))
         RW_FAIL(err, RW_E_INVALID_ARG, "add: request id %llu already exists",
                 (unsigned long long)id);
@@ -553,10 +528,10 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
         const int rem = r->ntok - r->n_cached;
         if (rem <= 1 || r->chunk) continue;
         int c = rem < budget ? rem : budget;
-        int fit = (r->nblocks + (int)e->nfree) * bs - r->n_cached;
+        int fit = (r->nblocks + (int)e->kvb.nfree) * bs - r->n_cached;
         while (fit < 1 && e->running[e->nrun - 1] != r) {
             preempt_newest(e);
-            fit = (r->nblocks + (int)e->nfree) * bs - r->n_cached;
+            fit = (r->nblocks + (int)e->kvb.nfree) * bs - r->n_cached;
         }
         if (c > fit) c = fit;
         if (c < 1) continue;
@@ -570,7 +545,7 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
     while (budget > 0 && e->nrun < e->o.max_running && e->whead < e->wtail) {
         req *r = e->waiting[e->whead];
         const int rem = r->ntok - r->n_cached;
-        if (blocks_for(e, r->ntok) - r->nblocks > e->nfree) break; /* head of line waits */
+        if (blocks_for(e, r->ntok) - r->nblocks > e->kvb.nfree) break; /* head of line waits */
         const int c = rem < budget ? rem : budget;
         if (e->nrun == e->cap_run) {
             const int nc = e->cap_run ? e->cap_run * 2 : 64;
@@ -783,10 +758,10 @@ void rw_engine_stats_get(const rw_engine *e, rw_engine_stats *out) {
     const int o = e->rate_t[oldest] > 0 ? oldest : (e->steps > 0 ? 0 : newest);
     const double dt = e->rate_t[newest] - e->rate_t[o];
     if (dt > 0) out->gen_tokens_per_s = (double)(e->rate_n[newest] - e->rate_n[o]) / dt;
-    out->kv_blocks_total = e->nblocks;
-    out->kv_blocks_used = e->kv_released ? 0 : e->nblocks - e->nfree;
+    out->kv_blocks_total = e->kvb.nblocks;
+    out->kv_blocks_used = e->kv_released ? 0 : e->kvb.nblocks - e->kvb.nfree;
     out->kv_block_size = e->o.kv_block_size;
-    out->kv_bytes = e->m->ops->kv_block_bytes(e->m, e->o.kv_block_size) * (size_t)e->nblocks;
+    out->kv_bytes = e->m->ops->kv_block_bytes(e->m, e->o.kv_block_size) * (size_t)e->kvb.nblocks;
     out->kv_released = e->kv_released;
     out->weight_version = e->version;
 }

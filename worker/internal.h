@@ -1,6 +1,7 @@
-/* internal.h - worker internals shared by the model, the backends (cpu.c, cuda_backend.c) and the
- * engine: the forward-batch description, the backend interface (a struct of function pointers)
- * and the model struct. Not part of the public contract. */
+/* internal.h - worker internals shared by the model, the backends (cpu.c, cuda_*.c) and the
+ * engine: the forward-batch description, the backend interface (a struct of function pointers),
+ * the model struct, random weights and the communicator interface. Not part of the public
+ * contract. */
 #ifndef RW_WORKER_INTERNAL_H
 #define RW_WORKER_INTERNAL_H
 
@@ -28,6 +29,14 @@ typedef struct rw_fwd_batch {
     int32_t nlogits;       /* rows of logits produced */
     bool all_logits;       /* teacher forcing: token i gets logits row i (nlogits == ntok) */
 } rw_fwd_batch;
+
+/* What every backend checks before a forward (model.c): a non-empty batch whose sequences cover
+ * tokens [0, ntok) in order, blocks of their positions inside a KV cache of nblocks blocks of bs
+ * tokens, logits rows in range and each asked once (nlogits == ntok for all_logits), token ids in
+ * [0, V). Reports the longest context (largest pos0 + ntok) and the most KV blocks one sequence
+ * spans (at least 1). */
+rw_status rw_fwd_batch_check(const rw_model *m, const rw_fwd_batch *b, int64_t nblocks, int bs,
+                             int64_t *max_ctx, int *max_blocks, rw_err *err);
 
 /* Backend-owned KV storage: nblocks blocks of bs tokens for every layer. */
 typedef struct rw_kv rw_kv;
@@ -64,6 +73,10 @@ typedef struct rw_backend_ops {
                         rw_err *err);
     /* copies logits rows [row0, row0 + nrows) to host dst [nrows, V] */
     rw_status (*logits_host)(rw_model *m, int row0, int nrows, float *dst, rw_err *err);
+    /* applies every canonical tensor of seeded random weights (rw_model_load_random; std > 0)
+     * to the weight set, generated where the backend likes: the values are rw_model_rand_params'
+     * rule whatever the backend (model_random.c) */
+    rw_status (*load_random)(rw_model *m, uint64_t seed, float std, rw_err *err);
     void (*destroy)(rw_model *m);
 } rw_backend_ops;
 
@@ -79,23 +92,51 @@ struct rw_model {
     void *be; /* backend state */
 };
 
-/* Random weights (rw_model_load_random): tensor `name` is element-wise rw_rand_bf16_at(
- * tensor_seed, i, mean, sd) with norms around 1. */
+/* Random weights (rw_model_load_random, model_random.c): tensor `name` is element-wise
+ * rw_rand_bf16_at(tensor_seed, i, mean, sd) with norms around 1. */
 void rw_model_rand_params(const rw_wname *w, const char *name, uint64_t seed, float std,
                           uint64_t *tensor_seed, float *mean, float *sd);
+/* One tensor of random weights: n elements, element i = rw_rand_bf16_at(seed, i, mean, sd). */
+typedef struct rw_rand_tensor {
+    const rw_wname *w;
+    const char *name;
+    uint64_t seed;
+    float mean, sd;
+    size_t n;
+} rw_rand_tensor;
+/* A backend's generator: puts t's values somewhere and points p->data / p->place at them (the
+ * rest of the bf16 piece is filled in); they must stay valid until rw_wset_apply, called next on
+ * stream s, has read them. */
+typedef rw_status (*rw_rand_gen)(void *ctx, const rw_rand_tensor *t, rw_piece *p, rw_err *err);
+/* Generates (gen) and applies (rw_wset_apply on stream s) every canonical tensor in
+ * rw_config_for_each_weight order. */
+rw_status rw_model_rand_apply(rw_model *m, uint64_t seed, float std, rw_rand_gen gen, void *ctx,
+                              rw_stream s, rw_err *err);
+/* ops->load_random generating on the host (the CPU backend's). */
+rw_status rw_model_load_random_host(rw_model *m, uint64_t seed, float std, rw_err *err);
 
 rw_status rw_cpu_backend_init(rw_model *m, rw_err *err);
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err);
 
-/* CUDA backend hooks for the benchmarks (cuda_backend.c; CUDA builds only). */
-rw_status rw_cuda_be_gemm(rw_model *m, const void *W, const void *X, float *Y, int64_t M, int64_t N,
-                          int64_t K, rw_err *err);
-void *rw_cuda_be_stream(rw_model *m);
-void rw_cuda_be_set_graphs(rw_model *m, bool on); /* decode graphs on / off */
-rw_status rw_cuda_be_kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err);
-/* rw_model_load_random for the CUDA backend: every canonical tensor generated on the device with
- * rw_rand_bf16_at (the CPU backend's values) and applied as a device piece. */
-rw_status rw_cuda_be_load_random(rw_model *m, uint64_t seed, float std, rw_err *err);
+/* The engine's paged KV block allocator (kv_blocks.c): the free blocks of a KV cache of nblocks
+ * blocks of block_size tokens, and the block tables requests grow from them. */
+typedef struct rw_kv_blocks {
+    int64_t nblocks;
+    int block_size;
+    int32_t *free; /* stack of free block ids [nfree] */
+    int64_t nfree;
+} rw_kv_blocks;
+rw_status rw_kv_blocks_init(rw_kv_blocks *p, int64_t nblocks, int block_size, rw_err *err);
+void rw_kv_blocks_fini(rw_kv_blocks *p);
+/* Every block free (a new or re-created cache). */
+void rw_kv_blocks_reset(rw_kv_blocks *p);
+/* Blocks that cover positions [0, upto). */
+int rw_kv_blocks_for(const rw_kv_blocks *p, int upto);
+/* Grows the block table (*blocks [*cap], *n in use) to cover positions [0, upto). false, with
+ * nothing taken, when too few blocks are free or the table cannot grow. */
+bool rw_kv_blocks_take(rw_kv_blocks *p, int32_t **blocks, int *n, int *cap, int upto);
+/* Gives the n blocks of a table back, last to first: blocks[0] is the next one taken. */
+void rw_kv_blocks_give(rw_kv_blocks *p, const int32_t *blocks, int n);
 
 /* The communicator: an interface over single-rank, thread-group and NCCL implementations. */
 struct rw_comm {

@@ -1,11 +1,11 @@
 /* model.c - the Qwen3-MoE model of one rank: config, TP dims, the weight set on the backend's
- * place, loading (checkpoint directory or seeded random weights, both through rw_wset_apply), and
- * teacher-forced scoring for tests. The forward pass itself is the backend's (cpu.c, cuda_*). */
+ * place, loading (checkpoint directory, or seeded random weights through the backend's
+ * load_random: model_random.c), the batch check every backend runs, and teacher-forced scoring for
+ * tests. The forward pass itself is the backend's (cpu.c, cuda_*.c). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "internal.h"
-#include "kernels.h"
 
 const char *rw_backend_str(rw_backend b) {
     switch (b) {
@@ -125,13 +125,13 @@ static uint64_t load_piece_bytes(void) {
     return LOAD_PIECE;
 }
 
-/* Rows of tensor e per piece: all of them when it fits in `limit` or cannot be cut. */
+/* Rows of tensor e per piece: all of them when it fits in `limit` or cannot be cut; else the cut
+ * of rw_split_step, and one row when a single row is larger than the limit. */
 static uint64_t load_rows_step(const rw_st_entry *e, uint64_t limit) {
     uint64_t bytes = e->end - e->begin;
     uint64_t rows = e->ndim >= 1 ? (uint64_t)e->shape[0] : 1;
     if (bytes <= limit || rows < 2) return rows;
-    uint64_t step = limit / (bytes / rows);
-    if (step >= 128) step = step / 128 * 128;
+    const uint64_t step = rw_split_step(bytes / rows, limit);
     return step ? step : 1;
 }
 
@@ -167,7 +167,7 @@ rw_status rw_model_load_ckpt(rw_model *m, const char *dir, rw_err *err) {
         const uint64_t row = rows ? bytes / rows : 0;
         uint64_t r = 0;
         do {
-            const uint64_t nr = whole ? rows : (rows - r < step ? rows - r : step);
+            const uint64_t nr = whole ? rows : rw_split_end(r, rows, step) - r;
             const uint64_t off = whole ? 0 : r * row, len = whole ? bytes : nr * row;
             rw_piece p;
             memset(&p, 0, sizeof p);
@@ -195,68 +195,52 @@ rw_status rw_model_load_ckpt(rw_model *m, const char *dir, rw_err *err) {
     return st;
 }
 
-typedef struct rand_ctx {
-    rw_model *m;
-    uint64_t seed;
-    float std;
-    uint16_t *buf;
-    size_t cap;
-    rw_err *err;
-} rand_ctx;
-
-void rw_model_rand_params(const rw_wname *w, const char *name, uint64_t seed, float std,
-                          uint64_t *tensor_seed, float *mean, float *sd) {
-    const bool norm = w->kind == RW_W_INPUT_NORM || w->kind == RW_W_POST_NORM ||
-                      w->kind == RW_W_FINAL_NORM || w->kind == RW_W_Q_NORM ||
-                      w->kind == RW_W_K_NORM;
-    *tensor_seed = seed ^ rw_checksum64(name, strlen(name), 0x5eed);
-    *mean = norm ? 1.0f : 0.0f;
-    *sd = norm ? 0.1f : std;
-}
-
-static rw_status rand_one(const rw_wname *w, void *vctx) {
-    rand_ctx *c = vctx;
-    rw_err *err = c->err;
-    char name[256];
-    rw_name_format(w, name, sizeof name);
-    rw_piece p;
-    memset(&p, 0, sizeof p);
-    RW_CHECK(rw_config_weight_shape(&c->m->cfg, w, &p.ndim, p.shape, err));
-    const size_t n = (size_t)rw_shape_numel(p.ndim, p.shape);
-    if (n > c->cap) {
-        uint16_t *nb = realloc(c->buf, n * sizeof(uint16_t));
-        if (!nb) RW_FAIL(err, RW_E_OOM, "random weights: %zu elements for %s", n, name);
-        c->buf = nb;
-        c->cap = n;
-    }
-    /* each tensor depends only on (seed, name): the same on every rank, TP degree and backend */
-    uint64_t ts;
-    float mean, sd;
-    rw_model_rand_params(w, name, c->seed, c->std, &ts, &mean, &sd);
-    for (size_t i = 0; i < n; i++)
-        c->buf[i] = rw_rand_bf16_at(ts, i, mean, sd);
-    p.name = name;
-    p.dtype = RW_DTYPE_BF16;
-    p.shard_dim = -1;
-    p.layout = RW_PIECE_PLAIN;
-    p.data = c->buf;
-    p.place = RW_PLACE_HOST;
-    return rw_wset_apply(c->m->ws, &p, NULL, err);
-}
-
 rw_status rw_model_load_random(rw_model *m, uint64_t seed, float std, rw_err *err) {
-    if (m->kind == RW_BACKEND_CUDA) {
-        /* same values, generated on the device (a 30B model in seconds, not minutes) */
-        rw_wset_mark_clear(m->ws);
-        RW_CHECK(rw_cuda_be_load_random(m, seed, std > 0 ? std : 0.02f, err));
-        return check_complete(m, "random weights", err);
-    }
-    rand_ctx c = {m, seed, std > 0 ? std : 0.02f, NULL, 0, err};
     rw_wset_mark_clear(m->ws);
-    rw_status st = rw_config_for_each_weight(&m->cfg, rand_one, &c);
-    free(c.buf);
-    RW_CHECK(st);
+    RW_CHECK(m->ops->load_random(m, seed, std > 0 ? std : 0.02f, err));
     return check_complete(m, "random weights", err);
+}
+
+rw_status rw_fwd_batch_check(const rw_model *m, const rw_fwd_batch *b, int64_t nblocks, int bs,
+                             int64_t *max_ctx, int *max_blocks, rw_err *err) {
+    if (!b || b->ntok < 1 || b->nseq < 1 || !b->tokens || !b->seq)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: empty batch");
+    if (b->all_logits && b->nlogits != b->ntok)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: all_logits needs nlogits == ntok");
+    int64_t tok = 0, mc = 0;
+    int maxb = 1, nrows_set = 0;
+    for (int s = 0; s < b->nseq; s++) {
+        const rw_fwd_seq *q = &b->seq[s];
+        if (q->tok0 != tok || q->ntok < 1 || q->pos0 < 0 || !q->blocks)
+            RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequence %d malformed (tok0 %d, ntok %d)", s,
+                    q->tok0, q->ntok);
+        tok += q->ntok;
+        const int64_t end = (int64_t)q->pos0 + q->ntok;
+        const int64_t nb = (end + bs - 1) / bs;
+        if (end > mc) mc = end;
+        if (nb > maxb) maxb = (int)nb;
+        for (int64_t i = 0; i < nb; i++)
+            if (q->blocks[i] < 0 || q->blocks[i] >= nblocks)
+                RW_FAIL(err, RW_E_RANGE, "forward: sequence %d block %lld = %d outside [0, %lld)",
+                        s, (long long)i, q->blocks[i], (long long)nblocks);
+        if (!b->all_logits && q->logits_row >= b->nlogits)
+            RW_FAIL(err, RW_E_RANGE, "forward: logits row %d of %d", q->logits_row, b->nlogits);
+        nrows_set += !b->all_logits && q->logits_row >= 0;
+    }
+    /* every logits row must name a token (rows are distinct by construction of the engine) */
+    if (!b->all_logits && nrows_set != b->nlogits)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: %d sequences ask for logits, nlogits is %d",
+                nrows_set, b->nlogits);
+    if (tok != b->ntok)
+        RW_FAIL(err, RW_E_INVALID_ARG, "forward: sequences cover %lld of %d tokens", (long long)tok,
+                b->ntok);
+    for (int32_t t = 0; t < b->ntok; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
+            RW_FAIL(err, RW_E_RANGE, "forward: token %d outside [0, %d)", b->tokens[t],
+                    m->cfg.vocab_size);
+    *max_ctx = mc;
+    *max_blocks = maxb;
+    return RW_OK;
 }
 
 rw_status rw_model_score(rw_model *m, const int32_t *tokens, int n, float *logits, rw_err *err) {
@@ -288,8 +272,5 @@ done:
 #ifndef RW_CUDA_BACKEND
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
     RW_FAIL(err, RW_E_NO_DEVICE, "CUDA backend: this build has no CUDA (configure with CUDA)");
-}
-rw_status rw_cuda_be_load_random(rw_model *m, uint64_t seed, float std, rw_err *err) {
-    RW_FAIL(err, RW_E_NO_DEVICE, "CUDA backend: this build has no CUDA");
 }
 #endif

@@ -3,14 +3,14 @@
  * cache, the sampler, the generation engine (continuous batching, chunked prefill, pause/resume,
  * weight-version stamps, stats) and the `--once` command-line mode.
  *
- * Semantics are those of Hugging Face transformers' Qwen3-MoE (spec/layout.md for the weights):
+ * Semantics are those of Hugging Face transformers' Qwen3-MoE (docs/LAYOUT.md for the weights):
  * embedding, per layer [RMSNorm -> q/k/v -> per-head q/k RMSNorm -> RoPE (rotate-half) -> causal
  * GQA attention (fp32 softmax) -> o_proj -> residual -> RMSNorm -> router (fp32 softmax over all
  * experts, top-k, renormalise when norm_topk_prob) -> experts silu(gate)*up -> down -> weighted
  * sum -> residual], final RMSNorm, lm_head.
  *
  * Tensor parallelism: every rank runs the same engine with the same commands; heads, expert
- * shards and vocab rows are split per spec/layout.md section 2; hidden states are all-reduced
+ * shards and vocab rows are split per docs/LAYOUT.md section 2; hidden states are all-reduced
  * after o_proj, after the experts and after the vocab-parallel embedding; logits are all-gathered.
  * Sampling is deterministic from (seed, position), so all ranks pick the same tokens.
  */
@@ -45,9 +45,9 @@ rw_status rw_comm_group_create(int size, rw_comm_group **out, rw_err *err);
 void rw_comm_group_destroy(rw_comm_group *g);
 rw_status rw_comm_create_thread(rw_comm_group *g, int rank, rw_comm **out, rw_err *err);
 
-/* NCCL (CUDA builds): rank 0 makes the unique id and hands it to the others out of band.
- * RW_E_NO_DEVICE without CUDA. `device` is made current before the communicator is created. */
-#define RW_NCCL_ID_BYTES 128
+/* NCCL (CUDA builds): rank 0 makes the unique id (RW_NCCL_ID_BYTES, rw_core.h) and hands it to
+ * the others out of band. RW_E_NO_DEVICE without CUDA. `device` is made current before the
+ * communicator is created. */
 rw_status rw_comm_nccl_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err);
 rw_status rw_comm_create_nccl(const uint8_t id[RW_NCCL_ID_BYTES], int size, int rank, int device,
                               rw_comm **out, rw_err *err);
@@ -263,31 +263,12 @@ void rw_engine_set_weight_version(rw_engine *e, uint64_t version);
 void rw_engine_stats_get(const rw_engine *e, rw_engine_stats *out);
 
 /* ------------------------------------------------------------------------------------------ */
-/* --once mode and benchmarks                                                                   */
+/* --once mode                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
 /* `rw-worker --once ...`: parses argv (after the program name), loads the model, generates one
  * request and prints {"tokens": [...], "logprobs": [...], "finish": "..."} on `out`. Returns the
  * process exit status (0 ok, 2 usage, 1 failure with a message on stderr). */
 int rw_worker_once_main(int argc, char **argv, FILE *out);
-
-/* Benchmarks on a random model built in device memory (no disk): decode at a batch size and
- * context length, and prefill of nprompt prompts of plen tokens. Print results on `out`. */
-typedef struct rw_bench_opts {
-    const rw_config *cfg; /* NULL = the Qwen3-30B-A3B shape */
-    int device;
-    int batch, ctx;    /* decode */
-    int nprompt, plen; /* prefill */
-    int steps;         /* timed decode steps (median reported) */
-    bool graphs;       /* CUDA graphs for decode */
-    uint64_t seed;
-    const char *quant; /* NULL/"none", "mxfp8", "mxfp8-last-N" (last N layers bf16), "fp8" */
-} rw_bench_opts;
-rw_bench_opts rw_bench_opts_default(void);
-rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err);
-rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err);
-/* `rw-worker --bench decode|prefill|all [--config FILE] [--quant Q] [--batch N] [--ctx N]
- * [--steps N] [--nprompt N] [--plen N] [--no-graphs] [--gpu ORDINAL]`: returns the exit status. */
-int rw_worker_bench_main(int argc, char **argv, FILE *out);
 
 #ifdef __cplusplus
 }

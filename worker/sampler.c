@@ -1,38 +1,19 @@
 /* sampler.c - the sampling rule (CPU reference): greedy, temperature, top-k, top-p, a uniform draw
  * that depends only on (seed, position), the logprob of the sampled token under the raw
  * distribution, and the top-n logprobs. The rule is documented at rw_sampling in rw_worker.h; the
- * CUDA sampler (sample.cu) implements the same one. */
+ * CUDA sampler (kernels/sample.cu) implements the same one with fixed-point masses. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "internal.h"
-#include "kernels.h"
+#include "kernels/sample.h"
 
 rw_sampling rw_sampling_default(void) {
-    rw_sampling s;
-    memset(&s, 0, sizeof s);
-    s.temperature = 0.0f;
-    s.top_p = 1.0f;
-    s.top_k = 0;
-    s.max_new_tokens = 16;
-    return s;
+    return (rw_sampling){.temperature = 0.0f, .top_p = 1.0f, .top_k = 0, .max_new_tokens = 16};
 }
 
 float rw_sample_uniform(uint64_t seed, int64_t position) {
     return rw_sample_uniform_dev(seed, position);
-}
-
-typedef struct zid {
-    float z;
-    int32_t id;
-} zid;
-
-/* descending z, ties to the lower id */
-static int zid_cmp(const void *a, const void *b) {
-    const zid *x = a, *y = b;
-    if (x->z > y->z) return -1;
-    if (x->z < y->z) return 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
 }
 
 rw_status rw_sample_row_ref(const float *logits, int V, const rw_sampling *sp, int64_t position,
@@ -58,21 +39,11 @@ rw_status rw_sample_row_ref(const float *logits, int V, const rw_sampling *sp, i
     const bool greedy = sp->temperature <= 0.0f || sp->top_k == 1;
     if (!greedy) {
         if (!scratch) RW_FAIL(err, RW_E_INVALID_ARG, "sample: NULL scratch");
-        zid *s = scratch;
+        rw_sample_zid *s = scratch;
         const float inv_t = 1.0f / sp->temperature;
-        for (int i = 0; i < V; i++) {
-            s[i].z = logits[i] * inv_t;
-            s[i].id = i;
-        }
         const float zmax = mx * inv_t;
-        qsort(s, (size_t)V, sizeof *s, zid_cmp);
-        float thr = -INFINITY;
-        int nk = V;
-        if (sp->top_k > 0 && sp->top_k < V) {
-            thr = s[sp->top_k - 1].z;
-            while (nk > 0 && s[nk - 1].z < thr)
-                nk--; /* ties at the boundary stay */
-        }
+        float thr;
+        const int nk = (int)rw_sample_sort_top_k(logits, V, inv_t, sp->top_k, s, &thr);
         if (sp->top_p < 1.0f) {
             double tot = 0.0;
             for (int i = 0; i < nk; i++)
@@ -108,23 +79,7 @@ rw_status rw_sample_row_ref(const float *logits, int V, const rw_sampling *sp, i
     if (logprob) *logprob = logits[tok] - lse;
     if (sp->top_logprobs > 0 && top_ids && top_lps) {
         const int n = sp->top_logprobs < V ? sp->top_logprobs : V;
-        /* n passes, each taking the best entry after the previous one in the order (descending
-         * logit, ascending id) */
-        float pv = INFINITY;
-        int32_t pid = -1;
-        for (int j = 0; j < n; j++) {
-            int32_t best = -1;
-            for (int i = 0; i < V; i++) {
-                const float l = logits[i];
-                if (l > pv || (l == pv && i <= pid)) continue;
-                if (best < 0 || l > logits[best]) best = i;
-            }
-            if (best < 0) best = 0;
-            top_ids[j] = best;
-            top_lps[j] = logits[best] - lse;
-            pv = logits[best];
-            pid = best;
-        }
+        rw_sample_top_n(logits, V, n, lse, top_ids, top_lps);
     }
     return RW_OK;
 }

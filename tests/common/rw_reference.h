@@ -72,4 +72,18 @@ static inline void rw_reference_free(rw_reference *fx) {
     free(fx);
 }
 
+/* cmocka group setup / teardown bodies: the fixture `rel` as *state, checked to hold nprompt
+ * prompts (0: any number) of ngen greedy tokens (0: any). */
+static inline int rw_reference_setup(void **state, const char *rel, int nprompt, int ngen) {
+    rw_reference *fx = rw_reference_load(rel);
+    if (nprompt) assert_int_equal(fx->nprompt, nprompt);
+    if (ngen) assert_int_equal(fx->ngen, ngen);
+    *state = fx;
+    return 0;
+}
+static inline int rw_reference_teardown(void **state) {
+    rw_reference_free(*state);
+    return 0;
+}
+
 #endif

@@ -19,20 +19,6 @@ static const char *rw_ckpt_path;
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-static void rm_rf(const char *dir) {
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *make_tmpdir(void) {
-    char *d = strdup("/tmp/rw_test_ckpt_XXXXXX");
-    assert_non_null(mkdtemp(d));
-    return d;
-}
-
 /* Runs rw-ckpt with `args` (NULL-terminated); returns the exit status, output (stdout + stderr)
  * in *out (caller frees). */
 static int run_tool(const char *const *args, char **out) {
@@ -245,7 +231,7 @@ static void test_inspect_broken(void **state) {
     kn->dtype = RW_DTYPE_E4M3;
     kn->shape[0] = 32;
     spec_add(&l, "model.layers.1.self_attn.o_proj.weight_scale_inv", RW_DTYPE_U8, 1, s4, NULL);
-    char *dir = make_tmpdir(), *cfg = fixture_config_text();
+    char *dir = rw_test_tmpdir("rw_test_ckpt_"), *cfg = fixture_config_text();
     write_ckpt(dir, &l, cfg);
     char *out = NULL;
     const char *args[] = {"inspect", dir, NULL};
@@ -283,7 +269,7 @@ static void test_inspect_broken(void **state) {
     free(tied);
     free(cfg);
     free(l.s);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
     rw_ckpt_close(ck);
 }
@@ -320,7 +306,7 @@ static void quantized_specs(const rw_ckpt *ck, bool mx, spec_list *l) {
 static void test_inspect_quantized(void **state) {
     (void)state;
     rw_ckpt *ck = open_fixture();
-    char *base = fixture_config_text(), *dir = make_tmpdir(), *out = NULL;
+    char *base = fixture_config_text(), *dir = rw_test_tmpdir("rw_test_ckpt_"), *out = NULL;
     const char *args[] = {"inspect", dir, NULL};
     char *mx_cfg = with_quant(base, "{\"quant_method\": \"mxfp8\", \"fmt\": \"e4m3\", "
                                     "\"weight_block_size\": [1, 32], \"scale_fmt\": \"ue8m0\", "
@@ -399,7 +385,7 @@ static void test_inspect_quantized(void **state) {
     free(mx_cfg);
     free(base);
     free(l.s);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
     rw_ckpt_close(ck);
 }
@@ -408,7 +394,7 @@ static void test_inspect_quantized(void **state) {
 static void test_inspect_fused(void **state) {
     (void)state;
     rw_ckpt *ck = open_fixture();
-    char *cfg = fixture_config_text(), *dir = make_tmpdir(), *out = NULL;
+    char *cfg = fixture_config_text(), *dir = rw_test_tmpdir("rw_test_ckpt_"), *out = NULL;
     const char *args[] = {"inspect", dir, NULL};
     spec_list l = {0};
     for (size_t i = 0; i < rw_ckpt_count(ck); i++) {
@@ -438,7 +424,7 @@ static void test_inspect_fused(void **state) {
     free(out);
     free(cfg);
     free(l.s);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
     rw_ckpt_close(ck);
 }
@@ -467,7 +453,7 @@ static void stats(const rw_st_entry *e, double *mean, double *sd) {
 
 static void test_random_small(void **state) {
     (void)state;
-    char *dir = make_tmpdir(), cfg_path[600], out1[600], out2[600], out3[600];
+    char *dir = rw_test_tmpdir("rw_test_ckpt_"), cfg_path[600], out1[600], out2[600], out3[600];
     snprintf(cfg_path, sizeof cfg_path, "%s/small.json", dir);
     snprintf(out1, sizeof out1, "%s/a", dir);
     snprintf(out2, sizeof out2, "%s/b", dir);
@@ -573,7 +559,7 @@ static void test_random_small(void **state) {
     RW_ASSERT_OK(rw_ckpt_open(out1, &ck, &e), &e);
     assert_int_equal(rw_ckpt_file_count(ck), 1);
     rw_ckpt_close(ck);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 

@@ -16,21 +16,6 @@
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void rm_rf(const char *dir) {
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *make_tmpdir(void) {
-    char *d = strdup("/tmp/rw_test_st_XXXXXX");
-    assert_non_null(mkdtemp(d));
-    return d;
-}
-
 static bool exists(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0;
@@ -144,7 +129,7 @@ static void test_round_trip(void **state) {
     uint8_t *data = malloc(total);
     assert_non_null(data);
     fill_random(data, total, 7);
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     char path[512];
     snprintf(path, sizeof path, "%s/a.safetensors", dir);
     const char *meta[] = {"format", "pt", "producer", "rw test \xc3\xa9", NULL};
@@ -194,7 +179,7 @@ static void test_round_trip(void **state) {
     assert_null(rw_st_metadata(f, "format"));
     rw_st_close(f);
     free(data);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
@@ -228,7 +213,7 @@ static void test_read_after_truncation(void **state) {
     uint8_t *data = malloc(CUT_TOTAL);
     assert_non_null(data);
     fill_random(data, CUT_TOTAL, 11);
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     char path[512];
     snprintf(path, sizeof path, "%s/cut.safetensors", dir);
     write_file(path, cut_decls, 3, NULL, data, CUT_TOTAL, 5);
@@ -307,7 +292,7 @@ static void test_read_after_truncation(void **state) {
     free(img);
     free(buf);
     free(data);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
@@ -338,7 +323,7 @@ static void test_read_pause_hook(void **state) {
     uint8_t *data = malloc(CUT_TOTAL);
     assert_non_null(data);
     fill_random(data, CUT_TOTAL, 12);
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     cutter c = {0};
     snprintf(c.path, sizeof c.path, "%s/m.safetensors", dir);
     snprintf(c.pause, sizeof c.pause, "%s/pause", dir);
@@ -378,14 +363,14 @@ static void test_read_pause_hook(void **state) {
     unlink(mark);
     free(buf);
     free(data);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
 /* The writer's bytes, exactly: header in declaration order, compact, space-padded to 8. */
 static void test_writer_exact_bytes(void **state) {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     char path[512];
     snprintf(path, sizeof path, "%s/x.safetensors", dir);
     rw_st_decl d[] = {{"z", RW_DTYPE_F32, 2, {1, 2}}, {"a", RW_DTYPE_BF16, 1, {3}}};
@@ -409,13 +394,13 @@ static void test_writer_exact_bytes(void **state) {
     assert_int_equal(len, 8 + padded + sizeof data);
     rw_assert_bytes_equal(buf, want, len, "written file");
     free(buf);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
 static void test_writer_misuse(void **state) {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     char path[512], partial[600];
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     snprintf(partial, sizeof partial, "%s.partial", path);
@@ -482,7 +467,7 @@ static void test_writer_misuse(void **state) {
     assert_int_equal(rw_st_writer_create("/nonexistent/dir/x.safetensors", d, 2, NULL, &w, &e),
                      RW_E_IO);
     assert_null(w);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
@@ -628,7 +613,7 @@ static void test_malformed_lengths(void **state) {
 
 static void test_malformed_files_on_disk(void **state) {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     char path[512];
     snprintf(path, sizeof path, "%s/t.safetensors", dir);
     rw_st_decl d[] = {{"w", RW_DTYPE_BF16, 2, {64, 64}}, {"v", RW_DTYPE_F32, 1, {100}}};
@@ -661,7 +646,7 @@ static void test_malformed_files_on_disk(void **state) {
     assert_int_equal(rw_st_open(dir, &f, &e), RW_E_IO);
     assert_non_null(strstr(e.msg, "not a regular file"));
     free(data);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
@@ -669,7 +654,7 @@ static void test_malformed_files_on_disk(void **state) {
  * whatever it accepts must lie inside the buffer and tile the data section. */
 static void test_random_corruption(void **state) {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     char path[512];
     snprintf(path, sizeof path, "%s/c.safetensors", dir);
     rw_st_decl d[] = {{"alpha", RW_DTYPE_BF16, 2, {7, 9}},
@@ -734,7 +719,7 @@ static void test_random_corruption(void **state) {
     assert_true(accepted > 0); /* flips in the data bytes or the padding are harmless */
     free(b);
     free(orig);
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
@@ -798,7 +783,7 @@ static void test_ckpt_fixture(void **state) {
 
 static void test_ckpt_sharded(void **state) {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     const char *s1[] = {"x", "y", NULL}, *s2[] = {"z", NULL};
     put_file(dir, "model-00001-of-00002.safetensors", s1, 1);
     put_file(dir, "model-00002-of-00002.safetensors", s2, 2);
@@ -871,13 +856,13 @@ static void test_ckpt_sharded(void **state) {
     /* a malformed shard: the error names the file */
     put_text(dir, "model-00002-of-00002.safetensors", "garbage!");
     expect_ckpt_error(dir, RW_E_FORMAT, "model-00002-of-00002.safetensors");
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 
 static void test_ckpt_loose_files(void **state) {
     (void)state;
-    char *dir = make_tmpdir();
+    char *dir = rw_test_tmpdir("rw_test_st_");
     expect_ckpt_error(dir, RW_E_NOT_FOUND, "no other *.safetensors file");
     put_file(dir, "b.safetensors", (const char *[]){"b1", "b2", NULL}, 1);
     put_file(dir, "a.safetensors", (const char *[]){"a1", NULL}, 2);
@@ -906,7 +891,7 @@ static void test_ckpt_loose_files(void **state) {
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     expect_ckpt_error(file, RW_E_INVALID_ARG, "is not a directory");
     expect_ckpt_error("/nonexistent/ckpt", RW_E_NOT_FOUND, "/nonexistent/ckpt");
-    rm_rf(dir);
+    rw_test_rm_rf(dir);
     free(dir);
 }
 

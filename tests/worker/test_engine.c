@@ -6,8 +6,7 @@
  *   version spans, request validation. */
 #include <math.h>
 
-#include "rw_test.h"
-#include "rw_worker.h"
+#include "worker_util.h"
 
 typedef struct ctx {
     rw_config cfg;
@@ -21,9 +20,7 @@ static int setup(void **state) {
     rw_test_path(dir, sizeof dir, RW_TEST_FIXTURE);
     snprintf(path, sizeof path, "%s/config.json", dir);
     RW_ASSERT_OK(rw_config_load(path, &c->cfg, &err), &err);
-    rw_model_opts mo = {RW_BACKEND_CPU, 0, 1, 0, NULL};
-    RW_ASSERT_OK(rw_model_create(&c->cfg, &mo, &c->m, &err), &err);
-    RW_ASSERT_OK(rw_model_load_ckpt(c->m, dir, &err), &err);
+    c->m = rw_test_load_model(&c->cfg, RW_BACKEND_CPU, dir);
     *state = c;
     return 0;
 }
@@ -34,40 +31,6 @@ static int teardown(void **state) {
     rw_config_free(&c->cfg);
     free(c);
     return 0;
-}
-
-typedef struct spec {
-    int32_t prompt[128];
-    int n;
-    rw_sampling sp;
-    int arrive; /* step at which it is added */
-} spec;
-
-static void make_specs(spec *s, int count, int V, uint64_t seed) {
-    rw_rng r;
-    rw_rng_seed(&r, seed);
-    for (int i = 0; i < count; i++) {
-        memset(&s[i], 0, sizeof s[i]);
-        /* mostly short prompts, every fifth long enough to be chunked */
-        s[i].n = i % 5 == 0 ? 60 + (int)(rw_rng_u64(&r) % 60) : 1 + (int)(rw_rng_u64(&r) % 30);
-        for (int j = 0; j < s[i].n; j++)
-            s[i].prompt[j] = (int32_t)(rw_rng_u64(&r) % (uint64_t)V);
-        s[i].sp = rw_sampling_default();
-        s[i].sp.max_new_tokens = 1 + (int)(rw_rng_u64(&r) % 32);
-        if (i % 2) {
-            s[i].sp.temperature = 0.6f + 0.1f * (float)(i % 7);
-            s[i].sp.top_p = i % 3 ? 0.9f : 1.0f;
-            s[i].sp.top_k = i % 4 == 1 ? 20 : 0;
-            s[i].sp.seed = 1000 + (uint64_t)i;
-        }
-        if (i % 8 == 3) s[i].sp.top_logprobs = 3;
-        if (i % 6 == 5) { /* a few stop ids: some requests end early */
-            s[i].sp.n_stop = 4;
-            for (int j = 0; j < 4; j++)
-                s[i].sp.stop_ids[j] = (int32_t)(rw_rng_u64(&r) % 64);
-        }
-        s[i].arrive = (int)(rw_rng_u64(&r) % 120);
-    }
 }
 
 static void same_output(const rw_output *a, const rw_output *b, int i) {
@@ -87,7 +50,7 @@ static void same_output(const rw_output *a, const rw_output *b, int i) {
     }
 }
 
-static rw_output *run_alone(rw_model *m, const spec *s, rw_err *err) {
+static rw_output *run_alone(rw_model *m, const rw_req_spec *s, rw_err *err) {
     rw_engine *e = NULL;
     rw_engine_opts o = rw_engine_opts_default();
     if (rw_engine_create(m, &o, &e, err) != RW_OK) return NULL;
@@ -102,8 +65,8 @@ static rw_output *run_alone(rw_model *m, const spec *s, rw_err *err) {
 static void test_continuous_batching(void **state) {
     ctx *c = *state;
     enum { N = 64 };
-    static spec s[N];
-    make_specs(s, N, c->cfg.vocab_size, 77);
+    static rw_req_spec s[N];
+    rw_req_specs(s, N, c->cfg.vocab_size, 77, true);
     rw_output *alone[N];
     rw_err err = {0};
     int greedy = 0, sampled = 0, stopped = 0;
@@ -179,8 +142,8 @@ static void test_continuous_batching(void **state) {
     rw_engine_destroy(e);
 }
 
-static const spec *one_spec(void) {
-    static spec s;
+static const rw_req_spec *one_spec(void) {
+    static rw_req_spec s;
     memset(&s, 0, sizeof s);
     s.n = 20;
     for (int j = 0; j < s.n; j++)
@@ -195,7 +158,7 @@ static const spec *one_spec(void) {
 static void test_pause_modes(void **state) {
     ctx *c = *state;
     rw_err err = {0};
-    const spec *s = one_spec();
+    const rw_req_spec *s = one_spec();
     rw_output *ref = run_alone(c->m, s, &err);
     assert_non_null(ref);
     for (int mode = 0; mode < 3; mode++) {
@@ -257,7 +220,7 @@ static void test_pause_modes(void **state) {
 static void test_abort_stop_versions(void **state) {
     ctx *c = *state;
     rw_err err = {0};
-    spec s = *one_spec();
+    rw_req_spec s = *one_spec();
     s.sp.temperature = 0.0f;
     rw_output *ref = run_alone(c->m, &s, &err);
     assert_non_null(ref);
@@ -294,7 +257,7 @@ static void test_abort_stop_versions(void **state) {
         if (!seen) break;
     }
     assert_true(j < 20);
-    spec t = s;
+    rw_req_spec t = s;
     t.sp.n_stop = 2;
     t.sp.stop_ids[0] = 100000; /* never sampled */
     t.sp.stop_ids[1] = ref->tokens[j];

@@ -1,19 +1,13 @@
-/* test_gemm_gpu.c - the dense GEMM of the CUDA backend (worker/gemm.h) on random inputs (gpu
- * suite): against the double-precision reference within the fp32 accumulation bound, split hi/lo
- * activations against the reference on the fp32 activations (and the unsplit product shown to miss
- * that bound), rows bit for bit the same whatever batch they are computed in, the same bits from a
- * captured graph, and the status of bad arguments. */
-#include <cuda_runtime_api.h>
+/* test_gemm_gpu.c - the dense GEMM of the CUDA backend (worker/kernels/gemm.h) on random inputs
+ * (gpu suite): against the double-precision reference within the fp32 accumulation bound, split
+ * hi/lo activations against the reference on the fp32 activations (and the unsplit product shown
+ * to miss that bound), rows bit for bit the same whatever batch they are computed in, the same
+ * bits from a captured graph, and the status of bad arguments. */
 #include <math.h>
 
 #include "rw_test.h"
-#include "gemm.h"
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #x, cudaGetErrorString(e_));                     \
-    } while (0)
+#include "rw_test_cuda.h"
+#include "kernels/gemm.h"
 
 /* Error bounds, relative to S = sum_k |w x| of the element. The products of bf16 values are exact
  * in fp32; summing n of them in fp32 errs by at most n u S, u = 2^-24 with round-to-nearest and
@@ -25,27 +19,6 @@
  * 2^-16 |a| with bf16's 8-bit significand */
 #define SPLIT_REL (1.0 / 65536.0)
 
-static void *dput(const void *h, size_t n) {
-    void *d = NULL;
-    CK(cudaMalloc(&d, n ? n : 16));
-    if (n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    return d;
-}
-static void *dalloc(size_t n) {
-    void *d = NULL;
-    CK(cudaMalloc(&d, n ? n : 16));
-    return d;
-}
-static void dget(void *h, const void *d, size_t n) {
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
-}
-static void fill_f32(float *p, size_t n, uint64_t seed, float std) {
-    rw_rng r;
-    rw_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++)
-        p[i] = std * rw_rng_normal(&r);
-}
 /* hi = bf16(a), lo = bf16(a - hi) */
 static void split(const float *a, size_t n, uint16_t *hi, uint16_t *lo) {
     for (size_t i = 0; i < n; i++) {
@@ -57,12 +30,12 @@ static void split(const float *a, size_t n, uint16_t *hi, uint16_t *lo) {
 /* Y = gemm on the device; host arrays in and out */
 static void run_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x, const uint16_t *lo,
                      int64_t M, float *Y) {
-    uint16_t *dW = dput(W, 2 * (size_t)(N * K)), *dx = dput(x, 2 * (size_t)(M * K));
-    uint16_t *dl = lo ? dput(lo, 2 * (size_t)(M * K)) : NULL;
-    float *dY = dalloc(4 * (size_t)(M * N));
+    uint16_t *dW = rw_tdev_put(W, 2 * (size_t)(N * K)), *dx = rw_tdev_put(x, 2 * (size_t)(M * K));
+    uint16_t *dl = lo ? rw_tdev_put(lo, 2 * (size_t)(M * K)) : NULL;
+    float *dY = rw_tdev_alloc(4 * (size_t)(M * N));
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
-    dget(Y, dY, 4 * (size_t)(M * N));
+    rw_tdev_get(Y, dY, 4 * (size_t)(M * N));
     cudaFree(dW);
     cudaFree(dx);
     cudaFree(dl);
@@ -89,7 +62,7 @@ static void test_nosplit(void **state) {
         float *a = malloc(4 * (size_t)(M * K));
         float *Y = malloc(4 * (size_t)(M * N)), *R = malloc(4 * (size_t)(M * N));
         rw_test_fill_bf16(W, (size_t)(N * K), 100 + si, 1.0f);
-        fill_f32(a, (size_t)(M * K), 200 + si, 1.0f);
+        rw_test_fill_f32(a, (size_t)(M * K), 200 + si, 1.0f);
         split(a, (size_t)(M * K), x, NULL);
         run_gemm(W, N, K, x, NULL, M, Y);
         rw_k_gemm_ref(W, N, K, x, NULL, M, R);
@@ -129,7 +102,7 @@ static void test_split(void **state) {
         float *a = malloc(4 * (size_t)(M * K));
         float *Y = malloc(4 * (size_t)(M * N)), *Y1 = malloc(4 * (size_t)(M * N));
         rw_test_fill_bf16(W, (size_t)(N * K), 300 + si, 1.0f);
-        fill_f32(a, (size_t)(M * K), 400 + si, 1.0f);
+        rw_test_fill_f32(a, (size_t)(M * K), 400 + si, 1.0f);
         split(a, (size_t)(M * K), hi, lo);
         run_gemm(W, N, K, hi, lo, M, Y);
         run_gemm(W, N, K, hi, NULL, M, Y1);
@@ -188,18 +161,19 @@ static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) 
     float *Y = malloc(4 * (size_t)(M * N)), *Y2 = malloc(4 * (size_t)(M * N));
     float *Yb = malloc(4 * (size_t)(maxb * N));
     rw_test_fill_bf16(W, (size_t)(N * K), seed, 1.0f);
-    fill_f32(a, (size_t)(M * K), seed + 1, 1.0f);
+    rw_test_fill_f32(a, (size_t)(M * K), seed + 1, 1.0f);
     split(a, (size_t)(M * K), hi, lo);
-    uint16_t *dW = dput(W, 2 * (size_t)(N * K)), *dx = dput(hi, 2 * (size_t)(M * K));
-    uint16_t *dl = with_lo ? dput(lo, 2 * (size_t)(M * K)) : NULL;
-    uint16_t *dxb = dalloc(2 * (size_t)(maxb * K)), *dlb = dalloc(2 * (size_t)(maxb * K));
-    float *dY = dalloc(4 * (size_t)(M * N)), *dYb = dalloc(4 * (size_t)(maxb * N));
+    uint16_t *dW = rw_tdev_put(W, 2 * (size_t)(N * K)), *dx = rw_tdev_put(hi, 2 * (size_t)(M * K));
+    uint16_t *dl = with_lo ? rw_tdev_put(lo, 2 * (size_t)(M * K)) : NULL;
+    uint16_t *dxb = rw_tdev_alloc(2 * (size_t)(maxb * K)),
+             *dlb = rw_tdev_alloc(2 * (size_t)(maxb * K));
+    float *dY = rw_tdev_alloc(4 * (size_t)(M * N)), *dYb = rw_tdev_alloc(4 * (size_t)(maxb * N));
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
-    dget(Y, dY, 4 * (size_t)(M * N));
-    CK(cudaMemset(dY, 0xff, 4 * (size_t)(M * N)));
+    rw_tdev_get(Y, dY, 4 * (size_t)(M * N));
+    RW_TCK(cudaMemset(dY, 0xff, 4 * (size_t)(M * N)));
     RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
-    dget(Y2, dY, 4 * (size_t)(M * N));
+    rw_tdev_get(Y2, dY, 4 * (size_t)(M * N));
     rw_assert_bytes_equal(Y2, Y, 4 * (size_t)(M * N), "rerun of the 300-row batch");
     int32_t src[129];
     char what[160];
@@ -209,15 +183,15 @@ static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) 
             const int64_t p = (r + mb / 2) % mb; /* where the sample row sits */
             for (int64_t j = 0; j < mb; j++) {
                 src[j] = (int32_t)(((r + (j - p) * 37) % M + M) % M);
-                CK(cudaMemcpy(dxb + j * K, dx + (int64_t)src[j] * K, 2 * (size_t)K,
-                              cudaMemcpyDeviceToDevice));
-                if (with_lo)
-                    CK(cudaMemcpy(dlb + j * K, dl + (int64_t)src[j] * K, 2 * (size_t)K,
+                RW_TCK(cudaMemcpy(dxb + j * K, dx + (int64_t)src[j] * K, 2 * (size_t)K,
                                   cudaMemcpyDeviceToDevice));
+                if (with_lo)
+                    RW_TCK(cudaMemcpy(dlb + j * K, dl + (int64_t)src[j] * K, 2 * (size_t)K,
+                                      cudaMemcpyDeviceToDevice));
             }
-            CK(cudaMemset(dYb, 0xff, 4 * (size_t)(mb * N)));
+            RW_TCK(cudaMemset(dYb, 0xff, 4 * (size_t)(mb * N)));
             RW_ASSERT_OK(rw_k_gemm(dW, N, K, dxb, with_lo ? dlb : NULL, mb, dYb, NULL, &err), &err);
-            dget(Yb, dYb, 4 * (size_t)(mb * N));
+            rw_tdev_get(Yb, dYb, 4 * (size_t)(mb * N));
             for (int64_t j = 0; j < mb; j++) {
                 snprintf(what, sizeof what,
                          "N %lld K %lld%s: row %d at %lld of a batch of %lld vs the batch of 300",
@@ -262,29 +236,30 @@ static void test_graph(void **state) {
     uint16_t *W = malloc(2 * N * K), *hi = malloc(2 * M * K), *lo = malloc(2 * M * K);
     float *a = malloc(4 * M * K), *Y = malloc(4 * M * N), *Yg = malloc(4 * M * N);
     rw_test_fill_bf16(W, (size_t)(N * K), 700, 1.0f);
-    fill_f32(a, (size_t)(M * K), 701, 1.0f);
+    rw_test_fill_f32(a, (size_t)(M * K), 701, 1.0f);
     split(a, (size_t)(M * K), hi, lo);
-    uint16_t *dW = dput(W, 2 * N * K), *dx = dput(hi, 2 * M * K), *dl = dput(lo, 2 * M * K);
-    float *dY = dalloc(4 * M * N), *dYg = dalloc(4 * M * N);
+    uint16_t *dW = rw_tdev_put(W, 2 * N * K), *dx = rw_tdev_put(hi, 2 * M * K),
+             *dl = rw_tdev_put(lo, 2 * M * K);
+    float *dY = rw_tdev_alloc(4 * M * N), *dYg = rw_tdev_alloc(4 * M * N);
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
-    dget(Y, dY, 4 * M * N);
+    rw_tdev_get(Y, dY, 4 * M * N);
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    RW_TCK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    RW_TCK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     const rw_status s1 = rw_k_gemm(dW, N, K, dx, dl, M, dYg, st, &err);
-    CK(cudaStreamEndCapture(st, &g));
+    RW_TCK(cudaStreamEndCapture(st, &g));
     RW_ASSERT_OK(s1, &err);
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaStreamSynchronize(st));
-    dget(Yg, dYg, 4 * M * N);
+    RW_TCK(cudaGraphInstantiate(&ge, g, 0));
+    RW_TCK(cudaGraphLaunch(ge, st));
+    RW_TCK(cudaStreamSynchronize(st));
+    rw_tdev_get(Yg, dYg, 4 * M * N);
     rw_assert_bytes_equal(Yg, Y, 4 * M * N, "graph replay vs direct call");
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    CK(cudaStreamDestroy(st));
+    RW_TCK(cudaGraphExecDestroy(ge));
+    RW_TCK(cudaGraphDestroy(g));
+    RW_TCK(cudaStreamDestroy(st));
     cudaFree(dW);
     cudaFree(dx);
     cudaFree(dl);
@@ -310,8 +285,8 @@ static void expect(rw_status got, rw_status want, const rw_err *err, const char 
 
 static void test_bad_args(void **state) {
     (void)state;
-    uint16_t *dW = dalloc(2 * 64 * 64), *dx = dalloc(2 * 64 * 64);
-    float *dY = dalloc(4 * 64 * 64);
+    uint16_t *dW = rw_tdev_alloc(2 * 64 * 64), *dx = rw_tdev_alloc(2 * 64 * 64);
+    float *dY = rw_tdev_alloc(4 * 64 * 64);
     rw_err err = {0};
     expect(rw_k_gemm(NULL, 0, 0, NULL, NULL, 0, NULL, NULL, &err), RW_OK, &err, NULL, "M = 0");
     expect(rw_k_gemm(dW, 64, 64, dx, NULL, -1, dY, NULL, &err), RW_E_INVALID_ARG, &err, "-1",
@@ -339,7 +314,7 @@ static void test_bad_args(void **state) {
     /* a float offset of Y (a column slice of a wider output) is fine */
     expect(rw_k_gemm(dW, 32, 64, dx, NULL, 4, dY + 1, NULL, &err), RW_OK, &err, NULL,
            "Y at a 4-byte offset");
-    CK(cudaDeviceSynchronize());
+    RW_TCK(cudaDeviceSynchronize());
     cudaFree(dW);
     cudaFree(dx);
     cudaFree(dY);

@@ -1,72 +1,19 @@
-/* test_kernels_gpu.c - every kernel of the CUDA backend (worker/kernels.h) against its plain-C
+/* test_kernels_gpu.c - every kernel of the CUDA backend (worker/kernels/) against its plain-C
  * reference on random inputs (gpu suite): embedding and logits gather byte for byte; norms (hi +
  * lo pairs), RoPE and the KV write, attention (prefill tiles, decode, key splits), router logits
  * within named tolerances; attention's batch invariance bit for bit (a token's output is the same
  * in any tiling, split or batch); sampling: greedy, logprobs and top-n exactly or within 1e-5,
  * sampled tokens equal to the reference's for nearly every row, and bit-identical reruns. */
-#include <cuda_runtime_api.h>
 #include <math.h>
 
 #include "rw_test.h"
-#include "kernels.h"
+#include "rw_test_cuda.h"
+#include "kernels/attention.h"
+#include "kernels/norm_rope.h"
+#include "kernels/router.h"
+#include "kernels/sample.h"
+#include "kernels/vocab.h"
 #include "rw_worker.h"
-
-/* bf16 outputs computed in fp32 with a different summation order: one bf16 rounding step. */
-#define TOL_BF16_REL (1.0 / 128)
-#define TOL_F32_REL 1e-5
-#define TOL_PAIR_REL (TOL_F32_REL + 2.0 / 131072)
-
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) fail_msg("%s: %s", #x, cudaGetErrorString(e_));                     \
-    } while (0)
-
-static void *dput(const void *h, size_t n) {
-    void *d = NULL;
-    CK(cudaMalloc(&d, n ? n : 16));
-    if (n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    return d;
-}
-static void dget(void *h, const void *d, size_t n) {
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
-}
-static void fill_f32(float *p, size_t n, uint64_t seed, float std) {
-    rw_rng r;
-    rw_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++)
-        p[i] = std * rw_rng_normal(&r);
-}
-
-/* max |a - b| / (|b| + floor) over bf16 arrays; fails above tol */
-static void near_bf16(const uint16_t *a, const uint16_t *b, size_t n, double tol, double floor,
-                      const char *what) {
-    for (size_t i = 0; i < n; i++) {
-        const double x = rw_bf16_to_f32(a[i]), y = rw_bf16_to_f32(b[i]);
-        if (!(fabs(x - y) <= tol * (fabs(y) + floor)))
-            fail_msg("%s: element %zu: %g vs reference %g", what, i, x, y);
-    }
-}
-static void near_f32(const float *a, const float *b, size_t n, double tol, double floor,
-                     const char *what) {
-    for (size_t i = 0; i < n; i++)
-        if (!(fabs(a[i] - b[i]) <= tol * (fabs(b[i]) + floor)))
-            fail_msg("%s: element %zu: %g vs reference %g", what, i, a[i], b[i]);
-}
-/* hi + lo bf16 pairs (kernels.h) against the reference's pairs: the values they carry, and lo
- * within one bf16 step of hi (|lo| <= 2^-8 |hi|) */
-static void near_pair(const uint16_t *hi, const uint16_t *lo, const uint16_t *rhi,
-                      const uint16_t *rlo, size_t n, double tol, double floor, const char *what) {
-    for (size_t i = 0; i < n; i++) {
-        const double h = rw_bf16_to_f32(hi[i]), l = rw_bf16_to_f32(lo[i]);
-        const double x = h + l, y = (double)rw_bf16_to_f32(rhi[i]) + rw_bf16_to_f32(rlo[i]);
-        if (!(fabs(x - y) <= tol * (fabs(y) + floor)))
-            fail_msg("%s: element %zu: %.9g vs reference %.9g", what, i, x, y);
-        if (!(fabs(l) <= fabs(h) * (1.0 / 256)))
-            fail_msg("%s: element %zu: lo %g is not below hi %g's last bit", what, i, l, h);
-    }
-}
 
 static void test_embed_gather(void **state) {
     (void)state;
@@ -78,22 +25,22 @@ static void test_embed_gather(void **state) {
     rw_test_fill_bf16(emb, (size_t)(vl * H), 1, 1.0f);
     float *x = malloc(4 * n * H), *gx = malloc(4 * n * H);
     rw_k_embed_ref(tok, n, emb, vb, vl, H, x);
-    int32_t *dt = dput(tok, sizeof tok);
-    uint16_t *de = dput(emb, 2 * vl * H);
+    int32_t *dt = rw_tdev_put(tok, sizeof tok);
+    uint16_t *de = rw_tdev_put(emb, 2 * vl * H);
     float *dx;
-    CK(cudaMalloc((void **)&dx, 4 * n * H));
+    RW_TCK(cudaMalloc((void **)&dx, 4 * n * H));
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_embed(dt, n, de, vb, vl, H, dx, NULL, &err), &err);
-    dget(gx, dx, 4 * n * H);
+    rw_tdev_get(gx, dx, 4 * n * H);
     rw_assert_bytes_equal(gx, x, 4 * n * H, "embed");
     /* logits gather: [T=3, rows 5, vl 40] -> [5, 100] */
     float g[3 * 5 * 40], o[5 * 100], go[5 * 100];
-    fill_f32(g, 600, 2, 1.0f);
+    rw_test_fill_f32(g, 600, 2, 1.0f);
     rw_k_logits_gather_ref(g, 3, 5, 40, 100, o);
-    float *dg = dput(g, sizeof g), *dgo;
-    CK(cudaMalloc((void **)&dgo, sizeof go));
+    float *dg = rw_tdev_put(g, sizeof g), *dgo;
+    RW_TCK(cudaMalloc((void **)&dgo, sizeof go));
     RW_ASSERT_OK(rw_k_logits_gather(dg, 3, 5, 40, 100, dgo, NULL, &err), &err);
-    dget(go, dgo, sizeof go);
+    rw_tdev_get(go, dgo, sizeof go);
     rw_assert_bytes_equal(go, o, sizeof o, "logits gather");
     cudaFree(dt);
     cudaFree(de);
@@ -112,32 +59,33 @@ static void test_norms(void **state) {
     uint16_t *w = malloc(2 * H), *ob = malloc(2 * n * H), *gob = malloc(2 * n * H);
     uint16_t *ol = malloc(2 * n * H), *gol = malloc(2 * n * H);
     float *of = malloc(4 * n * H), *gof = malloc(4 * n * H);
-    fill_f32(x, (size_t)(n * H), 3, 1.0f);
-    fill_f32(y, (size_t)(n * H), 4, 0.5f);
+    rw_test_fill_f32(x, (size_t)(n * H), 3, 1.0f);
+    rw_test_fill_f32(y, (size_t)(n * H), 4, 0.5f);
     rw_rng r;
     rw_rng_seed(&r, 5);
     for (int i = 0; i < H; i++)
         w[i] = rw_f32_to_bf16(1.0f + 0.1f * rw_rng_normal(&r));
-    float *dx = dput(x, 4 * n * H), *dy = dput(y, 4 * n * H), *dof;
-    uint16_t *dw = dput(w, 2 * H), *dob, *dol;
-    CK(cudaMalloc((void **)&dob, 2 * n * H));
-    CK(cudaMalloc((void **)&dol, 2 * n * H));
-    CK(cudaMalloc((void **)&dof, 4 * n * H));
+    float *dx = rw_tdev_put(x, 4 * n * H), *dy = rw_tdev_put(y, 4 * n * H), *dof;
+    uint16_t *dw = rw_tdev_put(w, 2 * H), *dob, *dol;
+    RW_TCK(cudaMalloc((void **)&dob, 2 * n * H));
+    RW_TCK(cudaMalloc((void **)&dol, 2 * n * H));
+    RW_TCK(cudaMalloc((void **)&dof, 4 * n * H));
     rw_err err = {0};
     memcpy(x2, x, 4 * n * H);
     rw_k_add_rmsnorm_ref(x2, y, w, n, H, 1e-6f, ob, ol, of);
     RW_ASSERT_OK(rw_k_add_rmsnorm(dx, dy, dw, n, H, 1e-6f, dob, dol, dof, NULL, &err), &err);
     float *gx = malloc(4 * n * H);
-    dget(gx, dx, 4 * n * H);
+    rw_tdev_get(gx, dx, 4 * n * H);
     rw_assert_bytes_equal(gx, x2, 4 * n * H, "residual add");
-    dget(gob, dob, 2 * n * H);
-    dget(gol, dol, 2 * n * H);
-    dget(gof, dof, 4 * n * H);
-    near_bf16(gob, ob, (size_t)(n * H), TOL_BF16_REL, 1e-3, "add_rmsnorm hi");
-    /* two pairs that split fp32 values within TOL_F32_REL of each other: each pair is within
-     * 2^-17 of its value */
-    near_pair(gob, gol, ob, ol, (size_t)(n * H), TOL_PAIR_REL, 1e-3, "add_rmsnorm hi + lo");
-    near_f32(gof, of, (size_t)(n * H), TOL_F32_REL, 1e-3, "add_rmsnorm f32");
+    rw_tdev_get(gob, dob, 2 * n * H);
+    rw_tdev_get(gol, dol, 2 * n * H);
+    rw_tdev_get(gof, dof, 4 * n * H);
+    rw_assert_close(gob, ob, (size_t)(n * H), RW_TOL_BF16_ROUND, "add_rmsnorm hi");
+    /* two pairs that split fp32 values within RW_TOL_F32_REORDER of each other: each pair is
+     * within 2^-17 of its value */
+    rw_assert_close_pair(gob, gol, ob, ol, (size_t)(n * H), RW_TOL_BF16_PAIR,
+                         "add_rmsnorm hi + lo");
+    rw_assert_close(gof, of, (size_t)(n * H), RW_TOL_F32_REORDER, "add_rmsnorm f32");
     /* the pair is the fp32 value split: hi + lo within 2^-16 of it */
     for (int64_t i = 0; i < n * H; i++) {
         const double v = (double)rw_bf16_to_f32(gob[i]) + rw_bf16_to_f32(gol[i]);
@@ -149,12 +97,12 @@ static void test_norms(void **state) {
     int32_t rows[4] = {7, 0, 32, 15};
     memcpy(x2, x, 4 * n * H);
     rw_k_rmsnorm_rows_ref(x2, y, rows, 4, w, H, 1e-6f, ob, ol);
-    CK(cudaMemcpy(dx, x, 4 * n * H, cudaMemcpyHostToDevice));
-    int32_t *dr = dput(rows, sizeof rows);
+    RW_TCK(cudaMemcpy(dx, x, 4 * n * H, cudaMemcpyHostToDevice));
+    int32_t *dr = rw_tdev_put(rows, sizeof rows);
     RW_ASSERT_OK(rw_k_rmsnorm_rows(dx, dy, dr, 4, dw, H, 1e-6f, dob, dol, NULL, &err), &err);
-    dget(gob, dob, 2 * 4 * H);
-    dget(gol, dol, 2 * 4 * H);
-    near_pair(gob, gol, ob, ol, (size_t)(4 * H), TOL_PAIR_REL, 1e-3, "rmsnorm rows");
+    rw_tdev_get(gob, dob, 2 * 4 * H);
+    rw_tdev_get(gol, dol, 2 * 4 * H);
+    rw_assert_close_pair(gob, gol, ob, ol, (size_t)(4 * H), RW_TOL_BF16_PAIR, "rmsnorm rows");
     cudaFree(dx);
     cudaFree(dy);
     cudaFree(dw);
@@ -182,7 +130,7 @@ static void rope_case(int n, int nh, int nkv, int hd) {
     const size_t qe = (size_t)n * nh * hd, fe = (size_t)n * ld;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
     float *qkv = malloc(4 * fe), inv[512];
-    fill_f32(qkv, fe, 6, 1.0f);
+    rw_test_fill_f32(qkv, fe, 6, 1.0f);
     for (int i = 0; i < hd / 2; i++)
         inv[i] = (float)(1.0 / pow(1e6, 2.0 * i / hd));
     uint16_t qn[1024], kn[1024];
@@ -199,13 +147,13 @@ static void rope_case(int n, int nh, int nkv, int hd) {
              *gvc = malloc(2 * ce);
     for (size_t i = 0; i < ce; i++)
         kc[i] = vc[i] = 0x3f80; /* 1.0: untouched slots stay */
-    float *dqkv = dput(qkv, 4 * fe), *di = dput(inv, sizeof(float) * (size_t)(hd / 2));
-    uint16_t *dqn = dput(qn, 2 * (size_t)hd), *dkn = dput(kn, 2 * (size_t)hd);
+    float *dqkv = rw_tdev_put(qkv, 4 * fe), *di = rw_tdev_put(inv, sizeof(float) * (size_t)(hd / 2));
+    uint16_t *dqn = rw_tdev_put(qn, 2 * (size_t)hd), *dkn = rw_tdev_put(kn, 2 * (size_t)hd);
     float *dqo;
-    uint16_t *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce);
-    int32_t *dp = dput(pos, sizeof(int32_t) * (size_t)n),
-            *ds = dput(slot, sizeof(int32_t) * (size_t)n);
-    CK(cudaMalloc((void **)&dqo, 4 * qe));
+    uint16_t *dkc = rw_tdev_put(kc, 2 * ce), *dvc = rw_tdev_put(vc, 2 * ce);
+    int32_t *dp = rw_tdev_put(pos, sizeof(int32_t) * (size_t)n),
+            *ds = rw_tdev_put(slot, sizeof(int32_t) * (size_t)n);
+    RW_TCK(cudaMalloc((void **)&dqo, 4 * qe));
     rw_err err = {0};
     const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
     rw_k_qk_rope_kv_ref(qkv, qkv + qd, qkv + qd + kd, ld, ld, qn, kn, pos, slot, n, nh, nkv, hd, bs,
@@ -213,12 +161,12 @@ static void rope_case(int n, int nh, int nkv, int hd) {
     RW_ASSERT_OK(rw_k_qk_rope_kv(dqkv, dqkv + qd, dqkv + qd + kd, ld, ld, dqn, dkn, dp, ds, n, nh,
                                  nkv, hd, bs, di, 1e-6f, dqo, dkc, dvc, NULL, &err),
                  &err);
-    dget(gqo, dqo, 4 * qe);
-    dget(gkc, dkc, 2 * ce);
-    dget(gvc, dvc, 2 * ce);
+    rw_tdev_get(gqo, dqo, 4 * qe);
+    rw_tdev_get(gkc, dkc, 2 * ce);
+    rw_tdev_get(gvc, dvc, 2 * ce);
     /* sincos at angles ~1e3 differs from the host libm by a few ulps of the angle */
-    near_f32(gqo, qo, qe, 1e-3, 0.05, "rope q (fp32)");
-    near_bf16(gkc, kc, ce, 2 * TOL_BF16_REL, 0.05, "rope k cache");
+    rw_assert_close(gqo, qo, qe, RW_TOL_ROPE_F32, "rope q (fp32)");
+    rw_assert_close(gkc, kc, ce, RW_TOL_ROPE_BF16, "rope k cache");
     rw_assert_bytes_equal(gvc, vc, 2 * ce, "v cache");
     cudaFree(dqkv);
     cudaFree(di);
@@ -277,32 +225,32 @@ static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q,
              *gol = malloc(2 * qe);
     rw_k_attention_ref(q, kc, vc, tiles, ntiles, pos, bt, stride, nh, nkv, hd, bs, o, ol);
     attn_dev d = {0};
-    d.q = dput(q, 4 * qe);
-    d.kc = dput(kc, 2 * ce);
-    d.vc = dput(vc, 2 * ce);
-    d.pos = dput(pos, sizeof(int32_t) * (size_t)ntok);
-    d.bt = dput(bt, sizeof(int32_t) * (size_t)nbt);
-    d.tiles = dput(tiles, sizeof(rw_attn_tile) * (size_t)ntiles);
-    CK(cudaMalloc((void **)&d.hi, 2 * qe));
-    CK(cudaMalloc((void **)&d.lo, 2 * qe));
+    d.q = rw_tdev_put(q, 4 * qe);
+    d.kc = rw_tdev_put(kc, 2 * ce);
+    d.vc = rw_tdev_put(vc, 2 * ce);
+    d.pos = rw_tdev_put(pos, sizeof(int32_t) * (size_t)ntok);
+    d.bt = rw_tdev_put(bt, sizeof(int32_t) * (size_t)nbt);
+    d.tiles = rw_tdev_put(tiles, sizeof(rw_attn_tile) * (size_t)ntiles);
+    RW_TCK(cudaMalloc((void **)&d.hi, 2 * qe));
+    RW_TCK(cudaMalloc((void **)&d.lo, 2 * qe));
     int qt = 1, maxp = 0;
     for (int i = 0; i < ntiles; i++)
         qt = tiles[i].ntok > qt ? tiles[i].ntok : qt;
     for (int64_t t = 0; t < ntok; t++)
         maxp = pos[t] > maxp ? pos[t] : maxp;
     d.part_bytes = rw_k_attention_part_bytes(ntok, nh, hd, maxp / RW_ATTN_SEG + 1);
-    if (nsplit) CK(cudaMalloc(&d.part, d.part_bytes));
+    if (nsplit) RW_TCK(cudaMalloc(&d.part, d.part_bytes));
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_attention(d.q, d.kc, d.vc, d.tiles, ntiles, qt, d.pos, d.bt, stride, ntok, nh,
                                 nkv, hd, bs, nsplit, d.part, d.part_bytes, d.hi, d.lo, NULL, &err),
                  &err);
-    dget(go, d.hi, 2 * qe);
-    dget(gol, d.lo, 2 * qe);
+    rw_tdev_get(go, d.hi, 2 * qe);
+    rw_tdev_get(gol, d.lo, 2 * qe);
     /* outputs are averages of O(1) values, computed in fp32 in another order: absolute 1e-5 */
     char what[128];
     snprintf(what, sizeof what, "attention %s nh %d nkv %d hd %d split %d", label, nh, nkv, hd,
              nsplit);
-    near_pair(go, gol, o, ol, qe, 4e-5, 0.25, what);
+    rw_assert_close_pair(go, gol, o, ol, qe, RW_TOL_ATTN_PAIR, what);
     attn_dev_free(&d);
     free(o);
     free(ol);
@@ -332,7 +280,7 @@ static void attention_case(int nh, int nkv, int hd, int nsplit) {
         {0, 0, 8, 0}, {0, 8, 8, 0}, {0, 16, 3, 0}, {1, 19, 1, 0}, {2, 20, 3, 0}};
     const size_t qe = (size_t)ntok * nh * hd;
     float *q = malloc(4 * qe);
-    fill_f32(q, qe, 13, 1.0f);
+    rw_test_fill_f32(q, qe, 13, 1.0f);
     attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, ntok, bt, 3 * stride, stride,
                     tiles, 5, "prefill");
     free(kc);
@@ -358,7 +306,7 @@ static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
         tiles[i] = (rw_attn_tile){i, i, 1, 0};
     const size_t qe = (size_t)NS * nh * hd;
     float *q = malloc(4 * qe);
-    fill_f32(q, qe, 23, 1.0f);
+    rw_test_fill_f32(q, qe, 23, 1.0f);
     attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, NS, bt, NS * stride, stride, tiles,
                     NS, "decode");
     free(kc);
@@ -400,22 +348,22 @@ static void invariance_case(int nh, int nkv, int hd) {
     /* batch layout A: [the 40 tokens]; layout B: [OTHER tokens of sequence 1 | the 40 tokens] */
     const size_t row = (size_t)nh * hd;
     float *q = malloc(4 * row * (N + OTHER));
-    fill_f32(q, row * (N + OTHER), 33, 1.0f);
+    rw_test_fill_f32(q, row * (N + OTHER), 33, 1.0f);
     int32_t pos[N + OTHER];
     for (int i = 0; i < OTHER; i++)
         pos[i] = 100 + i;
     for (int i = 0; i < N; i++)
         pos[OTHER + i] = P0 + i;
-    float *dq = dput(q, 4 * row * (N + OTHER));
-    int32_t *dpos = dput(pos, sizeof pos), *dbt = dput(bt, sizeof bt);
-    uint16_t *dkc = dput(kc, 2 * ce), *dvc = dput(vc, 2 * ce), *dhi, *dlo;
-    CK(cudaMalloc((void **)&dhi, 2 * row * (N + OTHER)));
-    CK(cudaMalloc((void **)&dlo, 2 * row * (N + OTHER)));
+    float *dq = rw_tdev_put(q, 4 * row * (N + OTHER));
+    int32_t *dpos = rw_tdev_put(pos, sizeof pos), *dbt = rw_tdev_put(bt, sizeof bt);
+    uint16_t *dkc = rw_tdev_put(kc, 2 * ce), *dvc = rw_tdev_put(vc, 2 * ce), *dhi, *dlo;
+    RW_TCK(cudaMalloc((void **)&dhi, 2 * row * (N + OTHER)));
+    RW_TCK(cudaMalloc((void **)&dlo, 2 * row * (N + OTHER)));
     const size_t pb = rw_k_attention_part_bytes(N + OTHER, nh, hd, (P0 + N) / RW_ATTN_SEG + 1);
     void *part;
-    CK(cudaMalloc(&part, pb));
+    RW_TCK(cudaMalloc(&part, pb));
     rw_attn_tile *dt;
-    CK(cudaMalloc((void **)&dt, sizeof(rw_attn_tile) * (N + OTHER)));
+    RW_TCK(cudaMalloc((void **)&dt, sizeof(rw_attn_tile) * (N + OTHER)));
     uint16_t *first = malloc(4 * row * N), *got = malloc(4 * row * N);
     rw_err err = {0};
     static const int splits[] = {0, 1, 2, 7};
@@ -444,12 +392,12 @@ static void invariance_case(int nh, int nkv, int hd) {
             const float *qp = layout == 1 ? dq : dq + row * OTHER;
             const int32_t *pp = layout == 1 ? dpos : dpos + OTHER;
             /* sequence 0's block table is row 0, sequence 1's row 1 */
-            CK(cudaMemcpy(dt, tiles, sizeof(rw_attn_tile) * (size_t)nt, cudaMemcpyHostToDevice));
+            RW_TCK(cudaMemcpy(dt, tiles, sizeof(rw_attn_tile) * (size_t)nt, cudaMemcpyHostToDevice));
             RW_ASSERT_OK(rw_k_attention(qp, dkc, dvc, dt, nt, qt, pp, dbt, stride, ntok, nh, nkv,
                                         hd, bs, splits[si], part, pb, dhi, dlo, NULL, &err),
                          &err);
-            dget(got, dhi + row * base, 2 * row * N);
-            dget(got + row * N, dlo + row * base, 2 * row * N);
+            rw_tdev_get(got, dhi + row * base, 2 * row * N);
+            rw_tdev_get(got + row * N, dlo + row * base, 2 * row * N);
             if (runs++ == 0) {
                 memcpy(first, got, 4 * row * N);
             } else {
@@ -488,22 +436,22 @@ static void router_case(int64_t n, int64_t E, int64_t H, uint64_t seed) {
     float *x = malloc(4 * n * H), *y = malloc(4 * n * E), *gy = malloc(4 * n * E);
     float *one = malloc(4 * E);
     uint16_t *w = malloc(2 * E * H);
-    fill_f32(x, (size_t)(n * H), seed, 1.0f);
+    rw_test_fill_f32(x, (size_t)(n * H), seed, 1.0f);
     rw_test_fill_bf16(w, (size_t)(E * H), seed + 1, 0.05f);
     rw_k_router_ref(x, w, n, E, H, y);
-    float *dx = dput(x, 4 * n * H), *dy;
-    uint16_t *dw = dput(w, 2 * E * H);
-    CK(cudaMalloc((void **)&dy, 4 * n * E));
+    float *dx = rw_tdev_put(x, 4 * n * H), *dy;
+    uint16_t *dw = rw_tdev_put(w, 2 * E * H);
+    RW_TCK(cudaMalloc((void **)&dy, 4 * n * E));
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_router(dx, dw, n, E, H, dy, NULL, &err), &err);
-    dget(gy, dy, 4 * n * E);
+    rw_tdev_get(gy, dy, 4 * n * E);
     char what[64];
     snprintf(what, sizeof what, "router n %lld E %lld H %lld", (long long)n, (long long)E,
              (long long)H);
-    near_f32(gy, y, (size_t)(n * E), 1e-4, 1.0, what);
+    rw_assert_close(gy, y, (size_t)(n * E), RW_TOL_F32_DOT, what);
     for (int64_t t = 0; t < n; t += n / 3 + 1) {
         RW_ASSERT_OK(rw_k_router(dx + t * H, dw, 1, E, H, dy, NULL, &err), &err);
-        dget(one, dy, 4 * E);
+        rw_tdev_get(one, dy, 4 * E);
         rw_assert_bytes_equal(one, gy + t * E, 4 * E, "router: a token alone vs in the batch");
     }
     cudaFree(dx);
@@ -528,7 +476,7 @@ static void test_sample(void **state) {
     (void)state;
     const int64_t n = 240, V = 5003;
     float *l = malloc(4 * n * V);
-    fill_f32(l, (size_t)(n * V), 16, 3.0f);
+    rw_test_fill_f32(l, (size_t)(n * V), 16, 3.0f);
     rw_k_sample_param *p = calloc((size_t)n, sizeof *p);
     for (int i = 0; i < n; i++) {
         p[i].row = (int32_t)(n - 1 - i); /* rows in another order than requests */
@@ -553,15 +501,15 @@ static void test_sample(void **state) {
     rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got),
                     *again = calloc((size_t)n, sizeof *again);
     rw_k_sample_ref(l, n, V, p, ref);
-    float *dl = dput(l, 4 * n * V);
-    rw_k_sample_param *dp = dput(p, sizeof *p * n);
+    float *dl = rw_tdev_put(l, 4 * n * V);
+    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
     rw_k_sample_out *dout;
-    CK(cudaMalloc((void **)&dout, sizeof *dout * n));
+    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    dget(got, dout, sizeof *got * n);
+    rw_tdev_get(got, dout, sizeof *got * n);
     RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    dget(again, dout, sizeof *again * n);
+    rw_tdev_get(again, dout, sizeof *again * n);
     rw_assert_bytes_equal(got, again, sizeof *got * n, "sampling rerun");
     int same = 0, sampled = 0;
     for (int i = 0; i < n; i++) {

@@ -164,8 +164,8 @@ rw_status rwb_gemm_run(rwb_gemm *g, int64_t m, int64_t n, int64_t k, int batch, 
 
 /* Device name and count, e.g. "2x NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)". */
 void rwb_device_desc(char *buf, size_t cap);
-/* Random bf16 values on the device: mean + std * N(0,1) approximately (sum of 4 uniforms,
- * scaled), hashed from (seed, index); no zeros except by rounding. `s` is a cudaStream_t. */
+/* Random bf16 values on the device: element i = rw_rand_bf16_at(seed, i, mean, std) (core/rand.h,
+ * mean + std * N(0,1) approximately); no zeros except by rounding. `s` is a cudaStream_t. */
 rw_status rwb_fill_bf16(void *dst, uint64_t n, uint64_t seed, float mean, float std, void *s,
                         rw_err *err);
 rw_status rwb_device_sync(int dev, rw_err *err);

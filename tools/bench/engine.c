@@ -21,10 +21,10 @@
  * products are not counted, so the ratio understates the work done), against a cuBLASLt bf16
  * GEMM 8192^3 measured in the same run and against cuBLASLt on the model's own GEMM shapes.
  *
- * Beside the engine path, the worker module's own entry points (rw_worker_bench_decode and
- * rw_worker_bench_prefill: one forward pass on a synthetic KV cache, no scheduler) are run at the
- * target points and re-emitted as *_forward lines, so the engine's overhead shows as the
- * difference between the two. */
+ * Beside the engine path, the forward-level benchmarks (forward.h: rwb_fwd_decode and
+ * rwb_fwd_prefill, one forward pass on a synthetic KV cache, no scheduler) are run at the target
+ * points and re-emitted as *_forward lines (forward_lines.c), so the engine's overhead shows as
+ * the difference between the two. */
 #include "bench.h"
 
 #include <math.h>
@@ -32,6 +32,7 @@
 #include <string.h>
 
 #ifdef RWB_HAVE_WORKER
+#include "forward.h"
 #include "rw_worker.h"
 
 typedef struct eng_state {
@@ -294,109 +295,6 @@ static rw_status add_prompts(rwb_ctx *c, rw_engine *e, const rw_config *cfg, uin
     }
     free(toks);
     return st;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The worker module's entry points, re-emitted in rw-bench's line format                       */
-/* ------------------------------------------------------------------------------------------ */
-typedef rw_status (*worker_bench_fn)(const rw_bench_opts *, FILE *, rw_err *);
-
-/* Runs an entry point with its output captured; returns the JSON objects it printed (NULL and err
- * set when it failed). */
-static json_t *capture(worker_bench_fn fn, const rw_bench_opts *bo, rw_err *err) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
-        RW_ERR(err, RW_E_OOM, "open_memstream failed");
-        return NULL;
-    }
-    rw_status st = fn(bo, f, err);
-    fclose(f);
-    json_t *arr = json_array();
-    for (char *save = NULL, *ln = strtok_r(buf, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
-        json_t *o = json_loads(ln, 0, NULL);
-        if (json_is_object(o))
-            json_array_append_new(arr, o);
-        else
-            json_decref(o);
-    }
-    free(buf);
-    if (st != RW_OK) {
-        json_decref(arr);
-        return NULL;
-    }
-    return arr;
-}
-
-static double jnum(const json_t *o, const char *key) {
-    const json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-/* Forward-level decode at one point (its own model, built and freed inside the call). */
-static void worker_decode(rwb_ctx *c, bool quant, int batch, int ctx, const char *target_id,
-                          double *tok_s) {
-    rw_err err = {0};
-    const char *what = quant ? "decode_forward_mxfp8" : "decode_forward_bf16";
-    rw_bench_opts bo = rw_bench_opts_default();
-    bo.cfg = quant ? &c->cfg_q : &c->cfg;
-    bo.device = c->o.gpu0;
-    bo.batch = batch;
-    bo.ctx = ctx;
-    bo.steps = c->o.steps;
-    bo.seed = c->o.seed;
-    fprintf(stderr, "rw-bench: decode: rw_worker_bench_decode %s batch %d ctx %d\n",
-            quant ? "mxfp8" : "bf16", batch, ctx);
-    json_t *arr = capture(rw_worker_bench_decode, &bo, &err);
-    if (!arr) {
-        rwb_emit_error(c, "decode", what, &err);
-        return;
-    }
-    size_t i;
-    json_t *o;
-    int found = 0;
-    json_array_foreach(arr, i, o) {
-        if (!json_is_string(json_object_get(o, "bench")) ||
-            strcmp(json_string_value(json_object_get(o, "bench")), "decode") != 0)
-            continue;
-        const double med = jnum(o, "step_ms_median") * 1e-3;
-        const double ach = jnum(o, "tokens_per_s"), fl = jnum(o, "floor_tokens_per_s");
-        json_t *j = rwb_line(c, "decode", what);
-        rwb_set_str(j, "source", "rw_worker_bench_decode (one forward + sample on a synthetic KV cache)");
-        rwb_set_int(j, "batch", batch);
-        rwb_set_int(j, "ctx", ctx);
-        rwb_set_int(j, "tokens", (int64_t)batch * bo.steps);
-        rwb_set_num(j, "median_s", med);
-        json_object_set_new(j, "p10_s", json_null());
-        json_object_set_new(j, "p90_s", json_null());
-        rwb_set_num(j, "min_s", jnum(o, "step_ms_min") * 1e-3);
-        rwb_set_num(j, "max_s", jnum(o, "step_ms_max") * 1e-3);
-        rwb_set_int(j, "reps", bo.steps);
-        rwb_set_num(j, "ms_per_step", jnum(o, "step_ms_median"));
-        rwb_line_rate(j, ach, "tok/s", fl,
-                      "memory floor computed inside the entry point (HBM copy in the same call)");
-        rwb_set_num(j, "floor_s", jnum(o, "floor_ms") * 1e-3);
-        rwb_set_num(j, "hbm_gbps", jnum(o, "hbm_gbs_measured"));
-        json_object_set(j, "raw", o);
-        int met = -1;
-        if (target_id && !strcmp(target_id, "G1/forward")) met = isfinite(ach / fl) ? ach >= 0.6 * fl : -1;
-        if (target_id && !strcmp(target_id, "G2/forward")) met = isfinite(med) ? med <= 2.5e-3 : -1;
-        if (target_id && !strcmp(target_id, "G3/forward") && tok_s && *tok_s > 0) {
-            rwb_set_num(j, "vs_bf16", ach / *tok_s);
-            met = ach >= 1.5 * *tok_s;
-        }
-        rwb_line_target(j, target_id, target_id ? "forward pass only, see the target row above" : NULL,
-                        met);
-        if (tok_s && !quant) *tok_s = ach;
-        rwb_emit(j);
-        found++;
-    }
-    json_decref(arr);
-    if (!found) {
-        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_decode printed no decode result line");
-        rwb_emit_error(c, "decode", what, &err);
-    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -676,9 +574,9 @@ void rwb_mode_decode(rwb_ctx *c) {
         rwb_emit_skip(c, "decode", "decode_forward_bf16", "time limit reached", NULL);
         return;
     }
-    worker_decode(c, false, c->o.g1_batch, c->o.g1_ctx, "G1/forward", &g1_fwd);
-    worker_decode(c, false, 1, c->o.g1_ctx, "G2/forward", NULL);
-    if (!c->o.no_quant) worker_decode(c, true, c->o.g1_batch, c->o.g1_ctx, "G3/forward", &g1_fwd);
+    rwb_fwd_decode_lines(c, false, c->o.g1_batch, c->o.g1_ctx, "G1/forward", &g1_fwd);
+    rwb_fwd_decode_lines(c, false, 1, c->o.g1_ctx, "G2/forward", NULL);
+    if (!c->o.no_quant) rwb_fwd_decode_lines(c, true, c->o.g1_batch, c->o.g1_ctx, "G3/forward", &g1_fwd);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -690,55 +588,6 @@ typedef struct gemm_shape {
     int batch;
     int per_layer;   /* 1: once per layer; 0: once per forward */
 } gemm_shape;
-
-/* Forward-level prefill (rw_worker_bench_prefill) against the GEMM ceiling of this run. */
-static void worker_prefill(rwb_ctx *c, double ceil_8192) {
-    rw_err err = {0};
-    rw_bench_opts bo = rw_bench_opts_default();
-    bo.cfg = &c->cfg;
-    bo.device = c->o.gpu0;
-    bo.nprompt = c->o.nprompt;
-    bo.plen = c->o.plen;
-    bo.seed = c->o.seed;
-    fprintf(stderr, "rw-bench: prefill: rw_worker_bench_prefill %d x %d\n", bo.nprompt, bo.plen);
-    json_t *arr = capture(rw_worker_bench_prefill, &bo, &err);
-    if (!arr) {
-        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
-        return;
-    }
-    size_t i;
-    json_t *o;
-    int found = 0;
-    json_array_foreach(arr, i, o) {
-        const json_t *b = json_object_get(o, "bench");
-        if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
-        const double fwd = jnum(o, "forward_ms") * 1e-3, tf = jnum(o, "gemm_tflop_per_forward");
-        const double ach = tf / fwd;
-        json_t *j = rwb_line(c, "prefill", "prefill_forward_bf16");
-        rwb_set_str(j, "source", "rw_worker_bench_prefill (one forward pass, median of 3)");
-        rwb_set_int(j, "tokens", (int64_t)bo.nprompt * bo.plen);
-        rwb_set_int(j, "nprompt", bo.nprompt);
-        rwb_set_int(j, "plen", bo.plen);
-        rwb_set_num(j, "gemm_flops", tf * 1e12);
-        rwb_set_num(j, "median_s", fwd);
-        json_object_set_new(j, "p10_s", json_null());
-        json_object_set_new(j, "p90_s", json_null());
-        rwb_set_int(j, "reps", 3);
-        rwb_line_rate(j, ach, "TFLOP/s", ceil_8192,
-                      "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs only");
-        rwb_set_num(j, "tok_per_s", jnum(o, "tokens_per_s"));
-        json_object_set(j, "raw", o);
-        rwb_line_target(j, "G4/forward", "forward pass only, see the target row above",
-                        ceil_8192 > 0 && isfinite(ach) ? ach >= 0.5 * ceil_8192 : -1);
-        rwb_emit(j);
-        found++;
-    }
-    json_decref(arr);
-    if (!found) {
-        RW_ERR(&err, RW_E_FORMAT, "rw_worker_bench_prefill printed no prefill result line");
-        rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
-    }
-}
 
 void rwb_mode_prefill(rwb_ctx *c) {
     rw_err err = {0};
@@ -793,7 +642,7 @@ void rwb_mode_prefill(rwb_ctx *c) {
 
     /* 2. the worker's forward-level entry point (its own model: ours must not be resident) */
     rwb_engine_release(c);
-    worker_prefill(c, ceil_8192);
+    rwb_fwd_prefill_lines(c, ceil_8192);
 
     /* 3. the engine's prefill */
     rw_model *m = NULL;

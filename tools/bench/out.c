@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "bench_version.h"
+#include "rand.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Statistics                                                                                   */
@@ -220,10 +221,6 @@ rw_status rwb_config_mxfp8_last(const rw_config *src, int last_n, rw_config *out
 }
 
 int32_t rwb_prompt_token(uint64_t seed, int seq, int pos, int vocab) {
-    uint64_t z = seed ^ ((uint64_t)(uint32_t)seq << 32) ^ (uint64_t)(uint32_t)pos;
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (int32_t)(z % (uint64_t)vocab);
+    const uint64_t z = seed ^ ((uint64_t)(uint32_t)seq << 32) ^ (uint64_t)(uint32_t)pos;
+    return (int32_t)(rw_splitmix64(z) % (uint64_t)vocab);
 }

@@ -1,5 +1,5 @@
 /* quantize.c - `rw-ckpt quantize --format mxfp8|fp8-block [--last-n-bf16 N] IN_DIR OUT_DIR`:
- * writes a quantized copy of a bf16 Qwen3-MoE checkpoint (spec/layout.md section 5).
+ * writes a quantized copy of a bf16 Qwen3-MoE checkpoint (docs/LAYOUT.md section 5).
  *
  * What OUT_DIR holds:
  * - config.json: the input's config.json with every field kept, plus quantization_config in the

@@ -146,50 +146,31 @@ static bool is_norm(rw_wkind k) {
            k == RW_W_Q_NORM || k == RW_W_K_NORM;
 }
 
-/* xoshiro256** over an rw_rng state, inlined here: the generator is the inner loop. */
-static inline uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-static inline uint64_t next(uint64_t *s) {
-    uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return res;
-}
+/* Fills n elements of type T from table t (one 16-bit draw per element, rw_rng_next inline: the
+ * generator is the inner loop); n is a multiple of 4 except at a tensor's end. */
+#define GENERATE(T)                                                                                \
+    do {                                                                                           \
+        const T *t = tab;                                                                          \
+        T *o = out;                                                                                \
+        size_t i = 0;                                                                              \
+        for (; i + 4 <= n; i += 4) {                                                               \
+            uint64_t x = rw_rng_next(r);                                                           \
+            o[i] = t[x & 0xffff];                                                                  \
+            o[i + 1] = t[(x >> 16) & 0xffff];                                                      \
+            o[i + 2] = t[(x >> 32) & 0xffff];                                                      \
+            o[i + 3] = t[x >> 48];                                                                 \
+        }                                                                                          \
+        for (uint64_t x = rw_rng_next(r); i < n; i++, x >>= 16)                                    \
+            o[i] = t[x & 0xffff];                                                                  \
+    } while (0)
 
-/* Fills n elements; n is a multiple of 4 except at a tensor's end. */
-static void generate(const void *tab, size_t esize, uint64_t *s, void *out, size_t n) {
-    size_t i = 0;
-    if (esize == 2) {
-        const uint16_t *t = tab;
-        uint16_t *o = out;
-        for (; i + 4 <= n; i += 4) {
-            uint64_t x = next(s);
-            o[i] = t[x & 0xffff];
-            o[i + 1] = t[(x >> 16) & 0xffff];
-            o[i + 2] = t[(x >> 32) & 0xffff];
-            o[i + 3] = t[x >> 48];
-        }
-        for (uint64_t x = next(s); i < n; i++, x >>= 16)
-            o[i] = t[x & 0xffff];
-    } else {
-        const uint32_t *t = tab;
-        uint32_t *o = out;
-        for (; i + 4 <= n; i += 4) {
-            uint64_t x = next(s);
-            o[i] = t[x & 0xffff];
-            o[i + 1] = t[(x >> 16) & 0xffff];
-            o[i + 2] = t[(x >> 32) & 0xffff];
-            o[i + 3] = t[x >> 48];
-        }
-        for (uint64_t x = next(s); i < n; i++, x >>= 16)
-            o[i] = t[x & 0xffff];
-    }
+static void generate(const void *tab, size_t esize, rw_rng *r, void *out, size_t n) {
+    if (esize == 2)
+        GENERATE(uint16_t);
+    else
+        GENERATE(uint32_t);
 }
+#undef GENERATE
 
 /* ---- output ---------------------------------------------------------------------------------- */
 
@@ -293,7 +274,7 @@ static rw_status write_files(const char *dir, const plan *p, int nfiles, const t
             uint64_t left = t->bytes;
             while (left && st == RW_OK) {
                 size_t nb = left < CHUNK ? (size_t)left : CHUNK;
-                generate(vt, tab->esize, r.s, buf, nb / tab->esize);
+                generate(vt, tab->esize, &r, buf, nb / tab->esize);
                 st = rw_st_writer_write(w, buf, nb, err);
                 left -= nb;
                 pr->done += nb;

@@ -1,5 +1,6 @@
-/* test_f4_gpu.c - F4 (spec/targets.md): tensor parallelism over NCCL on two GPUs, one process per
- * rank (spec/architecture.md), gives the same greedy tokens as one GPU on the fixture prompts.
+/* test_cuda_tp2_vs_tp1_gpu.c - tensor parallelism over NCCL on two GPUs, one process per rank as
+ * the daemon runs them, gives the same greedy tokens as one GPU on the fixture prompts (target F4,
+ * docs/TARGETS.md).
  * The test re-executes itself as the two ranks ("rank R IDHEX"), so the ranks start from a clean
  * CUDA state; each prints its tokens, the parent compares them with its own TP1 run. */
 #include <unistd.h>

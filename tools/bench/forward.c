@@ -1,47 +1,39 @@
-/* bench.c - decode and prefill benchmarks on a random model built in device memory (no disk),
- * for targets G1-G4 of spec/targets.md: `rw-worker --bench ...` or rw_worker_bench_*(). */
-#include <errno.h>
+/* forward.c - rw-bench's forward-level benchmarks of the worker (forward.h): decode and prefill
+ * on a random model built in device memory (no disk), for targets G1-G4 (docs/TARGETS.md). They
+ * drive the CUDA backend's ops directly through the worker's benchmark-facing interface
+ * (worker/bench_iface.h). */
 #include <math.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "forward.h"
 
-rw_bench_opts rw_bench_opts_default(void) {
-    rw_bench_opts o;
-    memset(&o, 0, sizeof o);
-    o.cfg = NULL;
-    o.device = 0;
-    o.batch = 256;
-    o.ctx = 1024;
-    o.nprompt = 8;
-    o.plen = 2048;
-    o.steps = 20;
-    o.graphs = true;
-    o.seed = 1;
-    o.quant = NULL;
-    return o;
+rwb_fwd_opts rwb_fwd_opts_default(void) {
+    return (rwb_fwd_opts){.batch = 256,
+                          .ctx = 1024,
+                          .nprompt = 8,
+                          .plen = 2048,
+                          .steps = 20,
+                          .graphs = true,
+                          .seed = 1};
 }
 
-#ifndef RW_CUDA_BACKEND
-rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err) {
+#ifndef RW_HAVE_CUDA
+rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
+    (void)o, (void)out;
     RW_FAIL(err, RW_E_NO_DEVICE, "bench: built without the CUDA backend");
 }
-rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err) {
+rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
+    (void)o, (void)out;
     RW_FAIL(err, RW_E_NO_DEVICE, "bench: built without the CUDA backend");
 }
 #else
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include "cuda_profile.h"
-#include "kernels.h"
+#include "cuda_check.h" /* after cublasLt.h: RW_CUBLAS_CHECK */
+#include "profile.h"
 
-#define CU(expr)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (expr);                                                                   \
-        if (e_ != cudaSuccess) RW_FAIL(err, RW_E_CUDA, "%s: %s", #expr, cudaGetErrorString(e_));   \
-    } while (0)
-
-/* The Qwen3-30B-A3B shape of spec/targets.md. */
+/* The Qwen3-30B-A3B shape of docs/TARGETS.md. */
 static void qwen3_30b(rw_config *c) {
     memset(c, 0, sizeof *c);
     c->vocab_size = 151936;
@@ -66,14 +58,14 @@ static rw_status fill_t(const rw_tensor *t, rw_wfmt fmt, bool is_scale, float me
     const int64_t n = rw_tensor_numel(t);
     if (t->dtype == RW_DTYPE_BF16) return rw_k_fill_bf16(t->data, n, seed, mean, std, s, err);
     if (t->dtype == RW_DTYPE_F32) /* fp8-block scales: e4m3 values in (-1, 1) times this */
-        return rw_k_fill_f32(t->data, n, std, s, err);
+        return rwb_k_fill_f32(t->data, n, std, s, err);
     if (is_scale || t->dtype == RW_DTYPE_UE8M0 ||
         (t->dtype == RW_DTYPE_U8 && fmt == RW_WFMT_MXFP8)) {
         /* UE8M0 2^-6: e4m3 values below 1 become weights below 1/64 */
-        CU(cudaMemsetAsync(t->data, 121, (size_t)n, (cudaStream_t)s));
+        RW_CUDA_CHECK(err, cudaMemsetAsync(t->data, 121, (size_t)n, (cudaStream_t)s));
         return RW_OK;
     }
-    return rw_k_fill_e4m3(t->data, n, seed, s, err);
+    return rwb_k_fill_e4m3(t->data, n, seed, s, err);
 }
 
 /* Random weights straight into the device weight set (no host round trip). */
@@ -107,7 +99,113 @@ static rw_status fill_model(rw_model *m, uint64_t seed, rw_err *err) {
     RW_CHECK(fill_t(&e, RW_WFMT_BF16, false, 0.0f, 1.0f, ++k, s, err));
     RW_CHECK(fill_t(&h, RW_WFMT_BF16, false, 0.0f, std, ++k, s, err));
     RW_CHECK(fill_t(&f, RW_WFMT_BF16, false, 1.0f, 0.05f, ++k, s, err));
-    CU(cudaStreamSynchronize((cudaStream_t)s));
+    RW_CUDA_CHECK(err, cudaStreamSynchronize((cudaStream_t)s));
+    return RW_OK;
+}
+
+/* The cuBLASLt comparison of the prefill benchmark on the model's dense GEMM shapes: bf16 in, fp32
+ * out, the heuristic's first algorithm per shape (cached), a 32 MiB workspace. */
+#define GEMM_CACHE 128
+typedef struct gemm_algo {
+    int64_t m, n, k;
+    cublasLtMatmulAlgo_t algo;
+} gemm_algo;
+
+typedef struct lt_gemm {
+    cudaStream_t st;
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t mm;
+    void *lt_ws;
+    size_t lt_ws_bytes;
+    gemm_algo cache[GEMM_CACHE];
+    int ncache;
+} lt_gemm;
+
+static void lt_destroy(lt_gemm *g) {
+    cudaFree(g->lt_ws);
+    if (g->mm) cublasLtMatmulDescDestroy(g->mm);
+    if (g->lt) cublasLtDestroy(g->lt);
+    memset(g, 0, sizeof *g);
+}
+
+static rw_status lt_create(lt_gemm *g, cudaStream_t st, rw_err *err) {
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    g->st = st;
+    g->lt_ws_bytes = (size_t)32 << 20;
+    RW_CUBLAS_CHECK(err, cublasLtCreate(&g->lt));
+    RW_CUBLAS_CHECK(err, cublasLtMatmulDescCreate(&g->mm, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    RW_CUBLAS_CHECK(
+        err, cublasLtMatmulDescSetAttribute(g->mm, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    RW_CUBLAS_CHECK(
+        err, cublasLtMatmulDescSetAttribute(g->mm, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    RW_CUDA_CHECK(err, cudaMalloc(&g->lt_ws, g->lt_ws_bytes));
+    return RW_OK;
+}
+
+static rw_status lt_run(lt_gemm *be, const void *W, const void *X, float *Y, int64_t M, int64_t N,
+                        int64_t K, rw_err *err) {
+    if (M <= 0) return RW_OK;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
+    rw_status st = RW_OK;
+    cublasStatus_t cs;
+    if ((cs = cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K)) ||
+        (cs = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, (uint64_t)K, (uint64_t)M, K)) ||
+        (cs = cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N))) {
+        st = RW_ERR(err, RW_E_CUDA, "cublasLtMatrixLayoutCreate: status %d", (int)cs);
+        goto done;
+    }
+    gemm_algo *ga = NULL;
+    for (int i = 0; i < be->ncache; i++)
+        if (be->cache[i].m == M && be->cache[i].n == N && be->cache[i].k == K) ga = &be->cache[i];
+    cublasLtMatmulAlgo_t algo;
+    if (ga) {
+        algo = ga->algo;
+    } else {
+        cublasLtMatmulPreference_t pref = NULL;
+        cublasLtMatmulHeuristicResult_t res;
+        int nres = 0;
+        cs = cublasLtMatmulPreferenceCreate(&pref);
+        if (!cs)
+            cs =
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &be->lt_ws_bytes, sizeof be->lt_ws_bytes);
+        if (!cs)
+            cs = cublasLtMatmulAlgoGetHeuristic(be->lt, be->mm, a, b, c, c, pref, 1, &res, &nres);
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (cs || nres < 1) {
+            st = RW_ERR(err, RW_E_CUDA, "cuBLASLt: no algorithm for %lldx%lldx%lld (status %d)",
+                        (long long)M, (long long)N, (long long)K, (int)cs);
+            goto done;
+        }
+        algo = res.algo;
+        gemm_algo *slot = &be->cache[be->ncache < GEMM_CACHE ? be->ncache++ : 0];
+        slot->m = M;
+        slot->n = N;
+        slot->k = K;
+        slot->algo = algo;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cs = cublasLtMatmul(be->lt, be->mm, &one, W, a, X, b, &zero, Y, c, Y, c, &algo, be->lt_ws,
+                        be->lt_ws_bytes, be->st);
+    if (cs)
+        st = RW_ERR(err, RW_E_CUDA, "cublasLtMatmul %lldx%lldx%lld: status %d", (long long)M,
+                    (long long)N, (long long)K, (int)cs);
+done:
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    return st;
+}
+
+/* Fills a KV cache with random bf16 (benchmarks must not time zeros). */
+static rw_status kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err) {
+    cudaStream_t st = (cudaStream_t)rw_cuda_be_stream(m);
+    uint16_t *k, *v;
+    size_t n;
+    rw_cuda_be_kv_buffers(m, kv, &k, &v, &n);
+    RW_CHECK(rw_k_fill_bf16(k, (int64_t)n, seed, 0.0f, 1.0f, st, err));
+    RW_CHECK(rw_k_fill_bf16(v, (int64_t)n, seed + 1, 0.0f, 1.0f, st, err));
+    RW_CUDA_CHECK(err, cudaStreamSynchronize(st));
     return RW_OK;
 }
 
@@ -116,20 +214,20 @@ static bool want_breakdown(void) {
     return v && v[0] == '1';
 }
 
-/* RW_BENCH_BREAKDOWN=1: per-phase GPU time of the benchmarked step (cuda_profile.h), as one JSON
+/* RW_BENCH_BREAKDOWN=1: per-phase GPU time of the benchmarked step (profile.h), as one JSON
  * line on `out` and a readable line on stderr. step_ms is the benchmark's own median step. */
 static rw_status print_breakdown(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, int nreq,
                                  const rw_sample_req *req, int steps, const char *what,
                                  const char *experts, int batch, int ctx, double step_ms, FILE *out,
                                  rw_err *err) {
-    rw_cuda_prof_result r;
-    RW_CHECK(rw_cuda_be_profile(m, kv, b, nreq, req, steps > 1 ? 2 : 0, steps, &r, err));
+    rwb_prof_result r;
+    RW_CHECK(rwb_profile(m, kv, b, nreq, req, steps > 1 ? 2 : 0, steps, &r, err));
     char ph[1024];
     size_t o = 0;
     double sum = 0;
-    for (int i = 0; i < RW_PROF_NPHASE; i++) {
+    for (int i = 0; i < RW_PHASE_COUNT; i++) {
         o += (size_t)snprintf(ph + o, sizeof ph - o, "%s\"%s\": %.4f", i ? ", " : "",
-                              rw_cuda_prof_phase_name(i), r.phase_ms[i]);
+                              rwb_phase_name(i), r.phase_ms[i]);
         sum += r.phase_ms[i];
     }
     fprintf(out,
@@ -139,13 +237,13 @@ static rw_status print_breakdown(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, 
             what, experts, batch, ctx, r.graph ? "graph" : "eager", steps, step_ms, r.forward_ms,
             r.sample_ms, step_ms - r.forward_ms - r.sample_ms, ph);
     fprintf(stderr,
-            "rw-worker: breakdown %s batch %d ctx %d (%s): step %.3f ms = forward %.3f + "
+            "rw-bench: breakdown %s batch %d ctx %d (%s): step %.3f ms = forward %.3f + "
             "sample %.3f + other %.3f;",
             what, batch, ctx, r.graph ? "graph" : "eager", step_ms, r.forward_ms, r.sample_ms,
             step_ms - r.forward_ms - r.sample_ms);
-    for (int i = 0; i < RW_PROF_NPHASE; i++)
+    for (int i = 0; i < RW_PHASE_COUNT; i++)
         if (r.phase_ms[i] > 0)
-            fprintf(stderr, " %s %.3f (%.0f%%)", rw_cuda_prof_phase_name(i), r.phase_ms[i],
+            fprintf(stderr, " %s %.3f (%.0f%%)", rwb_phase_name(i), r.phase_ms[i],
                     sum > 0 ? 100.0 * r.phase_ms[i] / sum : 0.0);
     fprintf(stderr, "\n");
     return RW_OK;
@@ -160,11 +258,11 @@ static int cmp_d(const void *a, const void *b) {
 static rw_status measure_hbm(double *gbs, rw_err *err) {
     const size_t bytes = (size_t)2 << 30;
     void *a = NULL, *b = NULL;
-    CU(cudaMalloc(&a, bytes));
+    RW_CUDA_CHECK(err, cudaMalloc(&a, bytes));
     cudaError_t ce = cudaMalloc(&b, bytes);
     if (ce != cudaSuccess) {
         cudaFree(a);
-        RW_FAIL(err, RW_E_OOM, "bench: 2 GiB copy buffer: %s", cudaGetErrorString(ce));
+        return rw_cuda_fail(err, ce, __FILE__, __LINE__, "bench: 2 GiB copy buffer");
     }
     cudaMemset(a, 1, bytes);
     double t[7];
@@ -222,7 +320,7 @@ static rw_status apply_quant(rw_config *c, const char *q, rw_err *err) {
     return RW_OK;
 }
 
-static rw_status make_model(const rw_bench_opts *o, rw_config *cfg, rw_model **m, rw_err *err) {
+static rw_status make_model(const rwb_fwd_opts *o, rw_config *cfg, rw_model **m, rw_err *err) {
     if (o->cfg)
         RW_CHECK(rw_config_copy(o->cfg, cfg, err));
     else
@@ -234,7 +332,19 @@ static rw_status make_model(const rw_bench_opts *o, rw_config *cfg, rw_model **m
     return fill_model(*m, o->seed, err);
 }
 
-rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err) {
+/* What both benchmarks build: the model, its KV cache and config, block tables, tokens and
+ * sequences. */
+static void free_run(rw_model *m, rw_kv *kv, rw_config *cfg, int32_t *blocks, int32_t *toks,
+                     rw_fwd_seq *seqs) {
+    if (kv) m->ops->kv_destroy(m, kv);
+    rw_model_destroy(m);
+    rw_config_free(cfg);
+    free(blocks);
+    free(toks);
+    free(seqs);
+}
+
+rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     rw_config cfg;
     rw_model *m = NULL;
     rw_kv *kv = NULL;
@@ -253,7 +363,7 @@ rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err)
     const int bs = 16, bps = (ctx + 1 + bs - 1) / bs;
     RW_CHECKGOTO(m->ops->reserve(m, B, B, err), st, done);
     RW_CHECKGOTO(m->ops->kv_create(m, (int64_t)B * bps, bs, &kv, err), st, done);
-    RW_CHECKGOTO(rw_cuda_be_kv_randomize(m, kv, o->seed + 7, err), st, done);
+    RW_CHECKGOTO(kv_randomize(m, kv, o->seed + 7, err), st, done);
     blocks = malloc(sizeof(int32_t) * (size_t)B * bps);
     toks = malloc(sizeof(int32_t) * (size_t)B);
     seqs = calloc((size_t)B, sizeof *seqs);
@@ -279,7 +389,7 @@ rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err)
         for (int s = 0; s < B; s++)
             toks[s] = (int32_t)(rw_rng_u64(&r) % (uint64_t)cfg.vocab_size);
         rw_fwd_batch b = {B, seqs, B, toks, B, false};
-        CU(cudaDeviceSynchronize());
+        RW_CUDA_CHECKGOTO(err, cudaDeviceSynchronize(), st, done);
         const double t0 = rw_now();
         RW_CHECKGOTO(m->ops->forward(m, kv, &b, err), st, done);
         RW_CHECKGOTO(m->ops->sample(m, B, req, res, err), st, done); /* synchronizes */
@@ -324,19 +434,14 @@ rw_status rw_worker_bench_decode(const rw_bench_opts *o, FILE *out, rw_err *err)
     }
     st = RW_OK;
 done:
-    if (kv) m->ops->kv_destroy(m, kv);
-    rw_model_destroy(m);
-    rw_config_free(&cfg);
-    free(blocks);
-    free(toks);
-    free(seqs);
+    free_run(m, kv, &cfg, blocks, toks, seqs);
     free(req);
     free(res);
     free(times);
     return st;
 }
 
-rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err) {
+rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     rw_config cfg;
     rw_model *m = NULL;
     rw_kv *kv = NULL;
@@ -346,6 +451,8 @@ rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err
     float *yd = NULL, *wd = NULL;
     int32_t *idd = NULL;
     void *mws = NULL;
+    lt_gemm lt;
+    memset(&lt, 0, sizeof lt);
     rw_status st;
     memset(&cfg, 0, sizeof cfg);
     const int NP = o->nprompt, L = o->plen;
@@ -374,10 +481,10 @@ rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err
     rw_fwd_batch b = {NP, seqs, (int32_t)T, toks, NP, false};
     double t[4];
     for (int it = 0; it < 4; it++) {
-        CU(cudaDeviceSynchronize());
+        RW_CUDA_CHECKGOTO(err, cudaDeviceSynchronize(), st, done);
         const double t0 = rw_now();
         RW_CHECKGOTO(m->ops->forward(m, kv, &b, err), st, done);
-        CU(cudaStreamSynchronize((cudaStream_t)rw_cuda_be_stream(m)));
+        RW_CUDA_CHECKGOTO(err, cudaStreamSynchronize((cudaStream_t)rw_cuda_be_stream(m)), st, done);
         t[it] = rw_now() - t0;
     }
     qsort(t + 1, 3, sizeof t[0], cmp_d);
@@ -393,13 +500,15 @@ rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err
                   kd = (int64_t)m->d.nkv_local * cfg.head_dim, P = m->d.P;
     const int K = cfg.top_k;
     rw_stream s = rw_cuda_be_stream(m);
-    CU(cudaMalloc((void **)&xd, (size_t)T * (size_t)(qd > H ? qd : H) * 2));
-    CU(cudaMalloc((void **)&yd, (size_t)T * (size_t)(qd > H ? qd : H) * 4));
-    CU(cudaMalloc((void **)&wd, (size_t)T * K * 4));
-    CU(cudaMalloc((void **)&idd, (size_t)T * K * 4));
+    RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&xd, (size_t)T * (size_t)(qd > H ? qd : H) * 2), st,
+                      done);
+    RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&yd, (size_t)T * (size_t)(qd > H ? qd : H) * 4), st,
+                      done);
+    RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&wd, (size_t)T * K * 4), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&idd, (size_t)T * K * 4), st, done);
     RW_CHECKGOTO(rw_k_fill_bf16(xd, T * (qd > H ? qd : H), o->seed + 3, 0.0f, 1.0f, s, err), st,
                  done);
-    RW_CHECKGOTO(rw_k_fill_f32(wd, T * K, 1.0f / K, s, err), st, done);
+    RW_CHECKGOTO(rwb_k_fill_f32(wd, T * K, 1.0f / K, s, err), st, done);
     ids = malloc(sizeof(int32_t) * (size_t)T * K);
     if (!ids) {
         st = RW_ERR(err, RW_E_OOM, "ids");
@@ -417,28 +526,32 @@ rw_status rw_worker_bench_prefill(const rw_bench_opts *o, FILE *out, rw_err *err
             } while (dup);
             ids[i * K + j] = e;
         }
-    CU(cudaMemcpy(idd, ids, sizeof(int32_t) * (size_t)T * K, cudaMemcpyHostToDevice));
+    RW_CUDA_CHECKGOTO(err,
+                      cudaMemcpy(idd, ids, sizeof(int32_t) * (size_t)T * K, cudaMemcpyHostToDevice),
+                      st, done);
     const size_t mwsb = rw_moe_experts_cuda_workspace(cfg.num_experts, P, H, T, K);
-    CU(cudaMalloc(&mws, mwsb));
+    RW_CUDA_CHECKGOTO(err, cudaMalloc(&mws, mwsb), st, done);
+    RW_CHECKGOTO(lt_create(&lt, (cudaStream_t)s, err), st, done);
     if (w->attn_fmt != RW_WFMT_BF16 || w->moe_fmt != RW_WFMT_BF16)
         fprintf(out, "{\"note\": \"layer 0 is quantized: GEMM timing uses its formats\"}\n");
     double tg_dense = 0, tg_moe = 0;
     for (int it = 0; it < 4; it++) {
-        CU(cudaStreamSynchronize((cudaStream_t)s));
+        RW_CUDA_CHECKGOTO(err, cudaStreamSynchronize((cudaStream_t)s), st, done);
         double t0 = rw_now();
         if (w->attn_fmt == RW_WFMT_BF16) {
-            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->q.data, xd, yd, T, qd, H, err), st, done);
-            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->k.data, xd, yd, T, kd, H, err), st, done);
-            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->v.data, xd, yd, T, kd, H, err), st, done);
-            RW_CHECKGOTO(rw_cuda_be_gemm(m, w->o.data, xd, yd, T, H, qd, err), st, done);
+            RW_CHECKGOTO(lt_run(&lt, w->q.data, xd, yd, T, qd, H, err), st, done);
+            RW_CHECKGOTO(lt_run(&lt, w->k.data, xd, yd, T, kd, H, err), st, done);
+            RW_CHECKGOTO(lt_run(&lt, w->v.data, xd, yd, T, kd, H, err), st, done);
+            RW_CHECKGOTO(lt_run(&lt, w->o.data, xd, yd, T, H, qd, err), st, done);
         }
-        CU(cudaStreamSynchronize((cudaStream_t)s));
+        RW_CUDA_CHECKGOTO(err, cudaStreamSynchronize((cudaStream_t)s), st, done);
         double t1 = rw_now();
-        CU(cudaMemsetAsync(yd, 0, (size_t)T * H * 4, (cudaStream_t)s));
+        RW_CUDA_CHECKGOTO(err, cudaMemsetAsync(yd, 0, (size_t)T * H * 4, (cudaStream_t)s), st,
+                          done);
         RW_CHECKGOTO(
             rw_moe_experts_cuda(w, &m->d, H, xd, NULL, T, idd, wd, K, yd, mws, mwsb, s, err), st,
             done);
-        CU(cudaStreamSynchronize((cudaStream_t)s));
+        RW_CUDA_CHECKGOTO(err, cudaStreamSynchronize((cudaStream_t)s), st, done);
         double t2 = rw_now();
         if (it) { /* first round warms up */
             tg_dense += (t1 - t0) / 3;
@@ -471,95 +584,9 @@ done:
     cudaFree(wd);
     cudaFree(idd);
     cudaFree(mws);
-    if (kv) m->ops->kv_destroy(m, kv);
-    rw_model_destroy(m);
-    rw_config_free(&cfg);
-    free(blocks);
-    free(toks);
-    free(seqs);
+    lt_destroy(&lt);
+    free_run(m, kv, &cfg, blocks, toks, seqs);
     free(ids);
     return st;
 }
 #endif
-
-int rw_worker_bench_main(int argc, char **argv, FILE *out) {
-    rw_bench_opts o = rw_bench_opts_default();
-    const char *what = NULL, *config = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--bench") == 0 && i + 1 < argc) {
-            what = argv[++i];
-            continue;
-        }
-        if (strcmp(a, "--no-graphs") == 0) {
-            o.graphs = false;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "rw-worker: %s needs a value\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (strcmp(a, "--config") == 0) {
-            config = v;
-            continue;
-        }
-        if (strcmp(a, "--quant") == 0) {
-            o.quant = v;
-            continue;
-        }
-        char *end;
-        errno = 0;
-        long x = strtol(v, &end, 10);
-        if (end == v || *end || errno || x < 0 || x > (1L << 30)) {
-            fprintf(stderr, "rw-worker: bad value '%s' for %s\n", v, a);
-            return 2;
-        }
-        if (strcmp(a, "--batch") == 0)
-            o.batch = (int)x;
-        else if (strcmp(a, "--ctx") == 0)
-            o.ctx = (int)x;
-        else if (strcmp(a, "--steps") == 0)
-            o.steps = (int)x;
-        else if (strcmp(a, "--nprompt") == 0)
-            o.nprompt = (int)x;
-        else if (strcmp(a, "--plen") == 0)
-            o.plen = (int)x;
-        else if (strcmp(a, "--gpu") == 0)
-            o.device = (int)x;
-        else if (strcmp(a, "--seed") == 0)
-            o.seed = (uint64_t)x;
-        else {
-            fprintf(stderr, "rw-worker: unknown bench option '%s'\n", a);
-            return 2;
-        }
-    }
-    if (!what || (strcmp(what, "decode") && strcmp(what, "prefill") && strcmp(what, "all"))) {
-        fprintf(stderr,
-                "usage: rw-worker --bench decode|prefill|all [--config FILE] [--quant none|mxfp8|"
-                "mxfp8-last-N|fp8] [--batch N] [--ctx N] [--steps N] [--nprompt N] [--plen N] "
-                "[--no-graphs] [--gpu N]  (RW_BENCH_BREAKDOWN=1: per-phase GPU times)\n");
-        return 2;
-    }
-    rw_err err = {0};
-    rw_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    if (config) {
-        if (rw_config_load(config, &cfg, &err) != RW_OK) {
-            fprintf(stderr, "rw-worker: %s\n", err.msg);
-            return 1;
-        }
-        o.cfg = &cfg;
-    }
-    rw_status st = RW_OK;
-    if (strcmp(what, "prefill") != 0) st = rw_worker_bench_decode(&o, out, &err);
-    if (st == RW_OK && strcmp(what, "all") == 0 && o.batch != 1) { /* G2: batch-1 latency */
-        rw_bench_opts one = o;
-        one.batch = 1;
-        st = rw_worker_bench_decode(&one, out, &err);
-    }
-    if (st == RW_OK && strcmp(what, "decode") != 0) st = rw_worker_bench_prefill(&o, out, &err);
-    if (st != RW_OK) fprintf(stderr, "rw-worker: bench: %s: %s\n", rw_status_str(st), err.msg);
-    if (config) rw_config_free(&cfg);
-    return st == RW_OK ? 0 : 1;
-}

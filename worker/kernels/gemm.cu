@@ -27,45 +27,9 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "cuda_check.h"
 #include "gemm.h"
-
-/* ------------------------------------------------------------------------------------------ */
-/* tensor-core helpers                                                                          */
-/* ------------------------------------------------------------------------------------------ */
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
-                                        const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x2(uint32_t &r0, uint32_t &r1, const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r0), "=r"(r1)
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* byte offset of 16-byte chunk c of row r in a swizzled [rows][128 B] block */
-__device__ __forceinline__ int swz(int r, int c) {
-    return r * 128 + ((c ^ (r & 7)) << 4);
-}
+#include "mma.cuh"
 
 /* ------------------------------------------------------------------------------------------ */
 /* tile configuration                                                                           */
@@ -126,8 +90,8 @@ __global__ void __launch_bounds__(32 * WM * WN)
             const int r = q / (C::KC * 8), cc = q % (C::KC * 8);
             const int64_t n = n0 + r, k = k0 + cc * 8;
             const bool ok = n < N && k < K;
-            cp_async16(sa + (cc >> 3) * (BN * 128) + swz(r, cc & 7), ok ? W + n * K + k : W,
-                       ok ? 16 : 0);
+            rw_cp_async16(sa + (cc >> 3) * (BN * 128) + rw_swz128(r, cc & 7),
+                          ok ? W + n * K + k : W, ok ? 16 : 0);
         }
 #pragma unroll
         for (int i = 0; i < (C::B_BYTES / 16 + C::THREADS - 1) / C::THREADS; i++) {
@@ -136,9 +100,10 @@ __global__ void __launch_bounds__(32 * WM * WN)
             const int r = q / (C::KC * 8), cc = q % (C::KC * 8);
             const int64_t m = m0 + r, k = k0 + cc * 8;
             const bool ok = m < M && k < K;
-            const int off = (cc >> 3) * (TN * 128) + swz(r, cc & 7);
-            cp_async16(sb + off, ok ? x + m * K + k : x, ok ? 16 : 0);
-            if (SPLIT) cp_async16(sb + C::B_BYTES + off, ok ? xlo + m * K + k : xlo, ok ? 16 : 0);
+            const int off = (cc >> 3) * (TN * 128) + rw_swz128(r, cc & 7);
+            rw_cp_async16(sb + off, ok ? x + m * K + k : x, ok ? 16 : 0);
+            if (SPLIT)
+                rw_cp_async16(sb + C::B_BYTES + off, ok ? xlo + m * K + k : xlo, ok ? 16 : 0);
         }
     };
 
@@ -154,15 +119,15 @@ __global__ void __launch_bounds__(32 * WM * WN)
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; s++) {
         if (s < nkb) load_stage(s, s);
-        cp_commit();
+        rw_cp_async_commit();
     }
     for (int kb = 0; kb < nkb; kb++) {
-        cp_wait<C::STAGES - 2>();
+        rw_cp_async_wait<C::STAGES - 2>();
         __syncthreads(); /* stage kb landed for everyone; stage kb - 1 is no longer read */
         {
             const int nk = kb + C::STAGES - 1;
             if (nk < nkb) load_stage(nk % C::STAGES, nk);
-            cp_commit();
+            rw_cp_async_commit();
         }
         const uint8_t *sa = smem + (kb % C::STAGES) * C::STAGE;
         const uint8_t *sb = sa + C::A_BYTES;
@@ -180,18 +145,18 @@ __global__ void __launch_bounds__(32 * WM * WN)
                 for (int mt = 0; mt < C::MT; mt++) {
                     const int r = (wm * C::MT + mt) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                     const int c = ks * 2 + (lane >> 4);
-                    ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], ab + swz(r, c));
+                    rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], ab + rw_swz128(r, c));
                 }
                 if constexpr (C::NT == 1) {
                     const int r = wn * 8 + (lane & 7);
                     const int c = ks * 2 + ((lane >> 3) & 1);
                     uint32_t b0, b1, l0 = 0, l1 = 0;
-                    ldsm_x2(b0, b1, bb + swz(r, c));
-                    if (SPLIT) ldsm_x2(l0, l1, bb + C::B_BYTES + swz(r, c));
+                    rw_ldsm_x2(b0, b1, bb + rw_swz128(r, c));
+                    if (SPLIT) rw_ldsm_x2(l0, l1, bb + C::B_BYTES + rw_swz128(r, c));
 #pragma unroll
                     for (int mt = 0; mt < C::MT; mt++) {
-                        mma_bf16(acc[mt][0], a[mt], b0, b1);
-                        if (SPLIT) mma_bf16(acc[mt][0], a[mt], l0, l1);
+                        rw_mma_bf16_16816(acc[mt][0], a[mt], b0, b1);
+                        if (SPLIT) rw_mma_bf16_16816(acc[mt][0], a[mt], l0, l1);
                     }
                 } else {
 #pragma unroll
@@ -199,21 +164,21 @@ __global__ void __launch_bounds__(32 * WM * WN)
                         const int r = (wn * C::NT + nt) * 8 + ((lane >> 4) << 3) + (lane & 7);
                         const int c = ks * 2 + ((lane >> 3) & 1);
                         uint32_t b0, b1, b2, b3, l0 = 0, l1 = 0, l2 = 0, l3 = 0;
-                        ldsm_x4(b0, b1, b2, b3, bb + swz(r, c));
-                        if (SPLIT) ldsm_x4(l0, l1, l2, l3, bb + C::B_BYTES + swz(r, c));
+                        rw_ldsm_x4(b0, b1, b2, b3, bb + rw_swz128(r, c));
+                        if (SPLIT) rw_ldsm_x4(l0, l1, l2, l3, bb + C::B_BYTES + rw_swz128(r, c));
 #pragma unroll
                         for (int mt = 0; mt < C::MT; mt++) {
-                            mma_bf16(acc[mt][nt], a[mt], b0, b1);
-                            if (SPLIT) mma_bf16(acc[mt][nt], a[mt], l0, l1);
-                            mma_bf16(acc[mt][nt + 1], a[mt], b2, b3);
-                            if (SPLIT) mma_bf16(acc[mt][nt + 1], a[mt], l2, l3);
+                            rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
+                            if (SPLIT) rw_mma_bf16_16816(acc[mt][nt], a[mt], l0, l1);
+                            rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
+                            if (SPLIT) rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], l2, l3);
                         }
                     }
                 }
             }
         }
     }
-    cp_wait<0>();
+    rw_cp_async_wait<0>();
 
     /* C fragment: rows gq, gq + 8 (weight rows n), columns 2 cq, 2 cq + 1 (tokens m); a warp's
      * store covers 8 consecutive floats of 4 token rows */
@@ -237,14 +202,6 @@ __global__ void __launch_bounds__(32 * WM * WN)
 /* ------------------------------------------------------------------------------------------ */
 /* launcher                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-#define CUDA_TRY(expr, err)                                                                        \
-    do {                                                                                           \
-        cudaError_t ce_ = (expr);                                                                  \
-        if (ce_ != cudaSuccess)                                                                    \
-            return rw_err_set((err), RW_E_CUDA, __FILE__, __LINE__, "%s: %s", #expr,               \
-                              cudaGetErrorString(ce_));                                            \
-    } while (0)
-
 template <int BN, int TN, int WM, int WN, bool SPLIT>
 static rw_status launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
                         const uint16_t *xlo, int64_t M, float *Y, int64_t ctas, rw_stream s,
@@ -252,9 +209,8 @@ static rw_status launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t 
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT> C;
     /* a configuration's shared memory does not depend on the shape: the attribute set here is
      * the most any call of this kernel needs, so captured graphs stay launchable */
-    CUDA_TRY(cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM),
-             err);
+    RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
     gemm_kernel<BN, TN, WM, WN, SPLIT>
         <<<(unsigned)ctas, C::THREADS, C::SMEM, (cudaStream_t)s>>>(W, N, K, x, xlo, M, Y);
     return RW_LAUNCH_CHECK(s, "gemm", err);
@@ -327,8 +283,8 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
         RW_FAIL(err, RW_E_INVALID_ARG, "gemm: Y = %p is not 4-byte aligned", (void *)Y);
 
     int dev = 0, sms = 0;
-    CUDA_TRY(cudaGetDevice(&dev), err);
-    CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    RW_CUDA_CHECK(err, cudaGetDevice(&dev));
+    RW_CUDA_CHECK(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const gemm_tile t = pick_tile(N, M, sms);
     const int64_t ctas = ((N + t.bn - 1) / t.bn) * ((M + t.tn - 1) / t.tn);
     if (ctas > INT_MAX)

@@ -1,0 +1,60 @@
+/* forward.h - rw-bench's forward-level benchmarks of the worker (forward.c): decode steps and
+ * prefill passes of the CUDA backend driven directly (one forward pass, and sampling, on a
+ * synthetic batch and KV cache, no scheduler) on a random model built in device memory (no disk).
+ * `rw-bench decode` and `rw-bench prefill` (engine.c) run them at the target points beside the
+ * engine-level measurements and re-emit their lines, so the engine's overhead shows as the
+ * difference. Each prints one JSON object per result on `out`; RW_BENCH_BREAKDOWN=1 adds the
+ * per-phase GPU times of the step (profile.c). CUDA builds; elsewhere RW_E_NO_DEVICE. */
+#ifndef RW_BENCH_FORWARD_H
+#define RW_BENCH_FORWARD_H
+
+#include <stdio.h>
+
+#include "rw_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rwb_fwd_opts {
+    const rw_config *cfg; /* NULL = the Qwen3-30B-A3B shape */
+    int device;
+    int batch, ctx;    /* decode */
+    int nprompt, plen; /* prefill */
+    int steps;         /* timed decode steps (median reported) */
+    bool graphs;       /* CUDA graphs for decode */
+    uint64_t seed;
+    const char *quant; /* NULL/"none", "mxfp8", "mxfp8-last-N" (last N layers bf16), "fp8" */
+} rwb_fwd_opts;
+rwb_fwd_opts rwb_fwd_opts_default(void);
+
+/* decode: `batch` sequences at context `ctx` (a random KV cache), `steps` timed steps of forward +
+ * sampling (temperature 1) after 3 warm-up ones; the line has the median step, tokens per second
+ * and the memory floor against the HBM copy bandwidth measured in the same call. */
+rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err);
+/* prefill: nprompt prompts of plen tokens in one forward pass (median of 3 after a warm-up), and
+ * the model's GEMMs alone on layer 0's shapes (cuBLASLt dense, own experts) for comparison. */
+rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err);
+
+/* rw-bench's lines of these benchmarks (forward_lines.c, rw-bench only): decode at one point,
+ * judged as target_id's forward-pass row (G1/forward, G2/forward, G3/forward; tok_s: the bf16
+ * tok/s at the G1 point, set by the bf16 call and compared by the mxfp8 one), and prefill against
+ * the GEMM ceiling of the run (TFLOP/s). Each runs its own model: the caller frees its own first.
+ */
+struct rwb_ctx;
+void rwb_fwd_decode_lines(struct rwb_ctx *c, bool quant, int batch, int ctx, const char *target_id,
+                          double *tok_s);
+void rwb_fwd_prefill_lines(struct rwb_ctx *c, double ceil_8192);
+
+/* Device kernels of these benchmarks (forward_fill.cu): e4m3 values of magnitude < 1 (no NaN
+ * codes) and fp32 constants, each element from (seed, index) only; and one thread spinning `ns`
+ * nanoseconds of GPU time (profile.c queues a step behind it). */
+rw_status rwb_k_fill_e4m3(uint8_t *p, int64_t n, uint64_t seed, rw_stream s, rw_err *err);
+rw_status rwb_k_fill_f32(float *p, int64_t n, float value, rw_stream s, rw_err *err);
+rw_status rwb_k_spin(uint64_t ns, rw_stream s, rw_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

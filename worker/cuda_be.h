@@ -1,0 +1,126 @@
+/* cuda_be.h - the CUDA backend's state and the functions its files share (CUDA builds only).
+ *
+ *   cuda_backend.c  what the backend computes and why (precision, batch invariance); init,
+ *                   destroy, the ops table, the benchmark-facing setters (bench_iface.h)
+ *   cuda_scratch.c  activation and per-step metadata buffers, sized for a batch
+ *   cuda_kv.c       the paged KV cache
+ *   cuda_forward.c  the model on one batch whose metadata is on the device (run_model), the
+ *                   attention split
+ *   cuda_step.c     ops->forward: batch checks, metadata upload, then an eager run or a decode
+ * graph cuda_graphs.c   decode graphs (capture, cache, replay) and the hooked run of bench_iface.h
+ *   cuda_sample.c   ops->sample and ops->logits_host
+ *   cuda_random.c   ops->load_random: random weights generated on the device
+ *
+ * Shapes: x, y [T, H] fp32; h, h_lo [T, H] bf16; h32 [T, H] fp32; q [T, nh*hd], k, v [T, nkv*hd]
+ * fp32 (GEMM outputs); qf [T, nh*hd] fp32 (normed, rotated); att, att_lo [T, nh*hd] bf16; KV per
+ * layer [nblocks + 1, nkv, bs, hd] bf16 (block nblocks is a scratch block the padding rows of a
+ * decode graph write to); logits [rows, V] fp32. */
+#ifndef RW_WORKER_CUDA_BE_H
+#define RW_WORKER_CUDA_BE_H
+
+#include <cuda_runtime_api.h>
+
+#include "bench_iface.h"
+#include "cuda_check.h"
+#include "internal.h"
+#include "kernels/attention.h"
+#include "kernels/sample.h"
+
+struct rw_kv {
+    int64_t nblocks;
+    int bs;
+    uint16_t *k, *v;    /* [L, nblocks + 1, nkv, bs, hd] */
+    size_t layer_elems; /* (nblocks + 1) * nkv * bs * hd */
+};
+
+/* A captured decode step: B rows (the batch padded up to a graph bucket), the block-table stride
+ * and attention split it was captured with, on one KV cache. */
+#define MAX_GRAPHS 64
+typedef struct dgraph {
+    int B, bt_stride, nsplit;
+    const rw_kv *kv;
+    cudaGraphExec_t exec;
+} dgraph;
+
+/* Attention splits (attention.h): batches of at most SPLIT_MAX_TOK tokens spread each token's key
+ * segments over up to SPLIT_MAX CTAs; the partials buffer holds SPLIT_SEGS segments of
+ * SPLIT_MAX_TOK tokens (smaller batches: proportionally more segments, i.e. longer contexts). */
+#define SPLIT_MAX_TOK 256
+#define SPLIT_MAX 16
+#define SPLIT_SEGS 16
+
+typedef struct cuda_be {
+    cudaStream_t st;
+    int nsm;
+    /* capacities of the scratch below */
+    int64_t cap_tok, cap_log;
+    int cap_seq, cap_bt;
+    float *x, *y, *q, *k, *v, *h32, *rl, *wts, *lg_local, *gath, *logits, *qf;
+    uint16_t *h, *h_lo, *att, *att_lo, *hl, *hl_lo, *wdeq;
+    int32_t *ids;
+    void *attn_part;
+    size_t attn_part_bytes;
+    void *moe_ws;
+    size_t moe_ws_bytes;
+    float *inv_freq;
+    /* metadata: device buffer and its pinned host mirror, layout fixed by the capacities */
+    uint8_t *meta_d, *meta_h;
+    size_t meta_bytes;
+    size_t off_pos, off_slot, off_rows, off_tiles, off_bt;
+    rw_k_sample_param *sp_d, *sp_h;
+    rw_k_sample_out *so_d, *so_h;
+    int cap_smp;
+    int64_t nlogits;
+    bool use_graphs;
+    dgraph graphs[MAX_GRAPHS];
+    int ngraphs;
+    /* the phase hook (bench_iface.h): NULL in the product */
+    rw_cuda_fwd_hook *hook;
+    bool capturing;   /* run_model is being captured for the hook */
+    bool hook_failed; /* a mark failed during that capture */
+} cuda_be;
+
+/* Decode batch sizes that get a graph (a batch is padded up to the next one). */
+extern const int rw_cuda_graph_buckets[];
+extern const int rw_cuda_graph_nbuckets;
+
+/* cuda_scratch.c */
+rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int nbt, rw_err *err);
+rw_status rw_cuda_reserve(rw_model *m, int64_t max_tokens, int max_seqs, rw_err *err);
+void rw_cuda_free_scratch(cuda_be *be);
+
+/* cuda_kv.c */
+size_t rw_cuda_kv_block_bytes(rw_model *m, int bs);
+rw_status rw_cuda_kv_budget(rw_model *m, double fraction, size_t *bytes, rw_err *err);
+rw_status rw_cuda_kv_create(rw_model *m, int64_t nblocks, int bs, rw_kv **out, rw_err *err);
+void rw_cuda_kv_destroy(rw_model *m, rw_kv *kv);
+
+/* cuda_forward.c */
+rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int qt, int64_t nlog,
+                            int bt_stride, int nsplit, rw_err *err);
+int rw_cuda_pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int nh, int hd,
+                       int64_t max_ctx);
+int rw_cuda_graph_split(const rw_model *m, int B, int64_t max_ctx);
+/* Tells the hook (if any) that `phase` ended (bench_iface.h). */
+void rw_cuda_mark(cuda_be *be, int phase);
+
+/* cuda_step.c */
+rw_status rw_cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err *err);
+
+/* cuda_graphs.c: the decode step of B rows (metadata on the device) from the graph cache,
+ * captured on first use; hooked: the same step run for the hook (bench_iface.h) */
+rw_status rw_cuda_run_graph(rw_model *m, rw_kv *kv, int B, int stride, int64_t max_ctx,
+                            rw_err *err);
+rw_status rw_cuda_run_hooked(rw_model *m, rw_kv *kv, int B, int64_t ntok, int ntiles, int qt,
+                             int64_t nlog, int stride, int64_t max_ctx, rw_err *err);
+void rw_cuda_drop_graphs(cuda_be *be);
+
+/* cuda_sample.c */
+rw_status rw_cuda_sample(rw_model *m, int n, const rw_sample_req *req, rw_sample_res *res,
+                         rw_err *err);
+rw_status rw_cuda_logits_host(rw_model *m, int row0, int nrows, float *dst, rw_err *err);
+
+/* cuda_random.c */
+rw_status rw_cuda_load_random(rw_model *m, uint64_t seed, float std, rw_err *err);
+
+#endif

@@ -1,0 +1,191 @@
+/* cuda_forward.c - the CUDA backend's forward pass over one batch whose metadata is already on
+ * the device (run_model): embedding, per layer norms, q/k/v, RoPE + KV write, attention, o_proj,
+ * router, experts, and the lm_head, each a kernel of worker/kernels/ or moe, with TP all-reduces
+ * through rw_comm; and the choice of the attention split. What it computes and why: the top of
+ * cuda_backend.c. */
+#include <stdlib.h>
+
+#include "cuda_be.h"
+#include "kernels/gemm.h"
+#include "kernels/norm_rope.h"
+#include "kernels/router.h"
+#include "kernels/vocab.h"
+
+void rw_cuda_mark(cuda_be *be, int phase) {
+    if (be->hook && !be->hook->mark(be->hook->ctx, phase, be->st, be->capturing))
+        be->hook_failed = true;
+}
+
+/* A dense weight [N, K] in any format times X + X_lo (gemm.h): quantized weights are dequantized to
+ * bf16 first. */
+static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
+                       const uint16_t *X, const uint16_t *X_lo, float *Y, int64_t M, rw_err *err) {
+    const int64_t N = w->shape[0], K = w->shape[1];
+    const void *W = w->data;
+    if (w->dtype != RW_DTYPE_BF16) {
+        if (fmt == RW_WFMT_MXFP8)
+            RW_CHECK(rw_dequant_mxfp8_cuda(w->data, sc->data, N, K, be->wdeq, be->st, err));
+        else
+            RW_CHECK(rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, be->wdeq, be->st, err));
+        W = be->wdeq;
+    }
+    return rw_k_gemm(W, N, K, X, X_lo, M, Y, be->st, err);
+}
+
+/* The bf16 view of a layer's q, k and v rows back to back ([q; k; v] rows, [qd + 2 kd, H]) when
+ * the weight set stores them so, or NULL: one GEMM then serves all three. Today this reads the
+ * allocation order of moe/wset.c (q, k, v allocated one after the other for bf16 attention);
+ * it becomes `lw->qkv` (rw_layer_weights' fused view: data NULL unless attention is bf16) when
+ * the weight set carries that view. */
+static const void *qkv_fused(const rw_layer_weights *lw) {
+    if (lw->q.dtype != RW_DTYPE_BF16) return NULL;
+    const uint8_t *q = lw->q.data, *k = lw->k.data, *v = lw->v.data;
+    return k == q + rw_tensor_nbytes(&lw->q) && v == k + rw_tensor_nbytes(&lw->k) ? q : NULL;
+}
+
+/* The model on the metadata already on the device. */
+rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int qt, int64_t nlog,
+                            int bt_stride, int nsplit, rw_err *err) {
+    cuda_be *be = m->be;
+    const rw_config *c = &m->cfg;
+    const rw_tp_dims *d = &m->d;
+    const int64_t H = c->hidden_size, hd = c->head_dim, E = c->num_experts;
+    const int K = c->top_k, nh = d->nh_local, nkv = d->nkv_local;
+    const float eps = (float)c->rms_eps;
+    rw_stream s = be->st;
+    const int32_t *tok = (const int32_t *)be->meta_d;
+    const int32_t *pos = (const int32_t *)(be->meta_d + be->off_pos);
+    const int32_t *slot = (const int32_t *)(be->meta_d + be->off_slot);
+    const int32_t *rows = (const int32_t *)(be->meta_d + be->off_rows);
+    const rw_attn_tile *tiles = (const rw_attn_tile *)(be->meta_d + be->off_tiles);
+    const int32_t *bt = (const int32_t *)(be->meta_d + be->off_bt);
+    const bool tp = d->tp > 1;
+
+    rw_cuda_mark(be, RW_PHASE_START);
+    const rw_tensor emb = rw_wset_embed(m->ws);
+    RW_CHECK(rw_k_embed(tok, ntok, emb.data, d->v_begin, d->v_local, H, be->x, s, err));
+    rw_cuda_mark(be, RW_PHASE_EMBED);
+    if (tp) {
+        RW_CHECK(rw_comm_allreduce_f32(m->comm, be->x, (size_t)(ntok * H), s, err));
+        rw_cuda_mark(be, RW_PHASE_COMM);
+    }
+    /* One rank: the experts accumulate straight into the residual x (no zeroed y, no add); with
+     * TP their partial sums go to y, are all-reduced and added by the next norm. The same bits:
+     * x + (0 + s) == x + s. */
+    float *moe_out = tp ? be->y : be->x;
+    for (int l = 0; l < c->num_layers; l++) {
+        const rw_layer_weights *lw = rw_wset_layer(m->ws, l);
+        RW_CHECK(rw_k_add_rmsnorm(be->x, l && tp ? be->y : NULL, lw->input_norm.data, ntok, H, eps,
+                                  be->h, be->h_lo, NULL, s, err));
+        rw_cuda_mark(be, RW_PHASE_NORM);
+        const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
+        const float *qp, *kp, *vp;
+        int64_t ldq, ldkv;
+        const void *qkv = qkv_fused(lw);
+        if (qkv) {
+            /* one GEMM, output rows [q | k | v] */
+            RW_CHECK(rw_k_gemm(qkv, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, s, err));
+            qp = be->q;
+            kp = be->q + qd;
+            vp = be->q + qd + kd;
+            ldq = ldkv = qd + 2 * kd;
+        } else {
+            RW_CHECK(
+                dense(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->h, be->h_lo, be->q, ntok, err));
+            RW_CHECK(
+                dense(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->h, be->h_lo, be->k, ntok, err));
+            RW_CHECK(
+                dense(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->h, be->h_lo, be->v, ntok, err));
+            qp = be->q;
+            kp = be->k;
+            vp = be->v;
+            ldq = qd;
+            ldkv = kd;
+        }
+        rw_cuda_mark(be, RW_PHASE_QKV);
+        uint16_t *kc = kv->k + (size_t)l * kv->layer_elems,
+                 *vc = kv->v + (size_t)l * kv->layer_elems;
+        RW_CHECK(rw_k_qk_rope_kv(qp, kp, vp, ldq, ldkv, lw->q_norm.data, lw->k_norm.data, pos, slot,
+                                 ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qf, kc, vc,
+                                 s, err));
+        rw_cuda_mark(be, RW_PHASE_ROPE);
+        RW_CHECK(rw_k_attention(be->qf, kc, vc, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                                nkv, (int)hd, kv->bs, nsplit, be->attn_part, be->attn_part_bytes,
+                                be->att, be->att_lo, s, err));
+        rw_cuda_mark(be, RW_PHASE_ATTN);
+        RW_CHECK(
+            dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->att_lo, be->y, ntok, err));
+        rw_cuda_mark(be, RW_PHASE_OPROJ);
+        if (tp) {
+            RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+            rw_cuda_mark(be, RW_PHASE_COMM);
+        }
+        RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h, be->h_lo,
+                                  be->h32, s, err));
+        rw_cuda_mark(be, RW_PHASE_NORM);
+        RW_CHECK(rw_k_router(be->h32, lw->router.data, ntok, E, H, be->rl, s, err));
+        RW_CHECK(rw_moe_route_cuda(be->rl, ntok, (int)E, K, c->norm_topk_prob, be->ids, be->wts, s,
+                                   err));
+        rw_cuda_mark(be, RW_PHASE_ROUTER);
+        if (tp) RW_CUDA_CHECK(err, cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
+        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, ntok, be->ids, be->wts, K, moe_out,
+                                     be->moe_ws, be->moe_ws_bytes, s, err));
+        rw_cuda_mark(be, RW_PHASE_EXPERTS);
+        if (tp) {
+            RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
+            rw_cuda_mark(be, RW_PHASE_COMM);
+        }
+    }
+    const rw_tensor fn = rw_wset_final_norm(m->ws), lm = rw_wset_lm_head(m->ws);
+    RW_CHECK(rw_k_rmsnorm_rows(be->x, tp ? be->y : NULL, rows, nlog, fn.data, H, eps, be->hl,
+                               be->hl_lo, s, err));
+    /* one rank whose vocabulary needs no padding: the lm_head writes the logits in place */
+    const bool direct = !tp && d->v_local == c->vocab_size;
+    RW_CHECK(rw_k_gemm(lm.data, d->v_local, H, be->hl, be->hl_lo, nlog,
+                       direct ? be->logits : be->lg_local, s, err));
+    const float *g = be->lg_local;
+    if (tp) {
+        rw_cuda_mark(be, RW_PHASE_LMHEAD);
+        RW_CHECK(rw_comm_allgather(m->comm, be->lg_local, be->gath,
+                                   sizeof(float) * (size_t)(nlog * d->v_local), s, err));
+        rw_cuda_mark(be, RW_PHASE_COMM);
+        g = be->gath;
+    }
+    if (!direct)
+        RW_CHECK(rw_k_logits_gather(g, d->tp, nlog, d->v_local, c->vocab_size, be->logits, s, err));
+    rw_cuda_mark(be, RW_PHASE_LMHEAD);
+    return RW_OK;
+}
+
+/* Attention CTAs per (tile, kv head) for a batch (rw_k_attention's nsplit): 0 (one CTA walks
+ * every key segment) when the tiles alone fill the GPU or the partials of max_ctx's segments do
+ * not fit the scratch. max_ctx is the longest context of the batch (the largest position + 1);
+ * decode graphs are captured with max_ctx 0 (any context) and checked per step
+ * (rw_cuda_graph_split).
+ * Results do not depend on the choice (attention.h), only the speed does. */
+int rw_cuda_pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int nh, int hd,
+                       int64_t max_ctx) {
+    if (ntok > SPLIT_MAX_TOK) return 0;
+    /* enough CTAs for 16 per SM (128 threads each): a CTA walks its key tiles one after the
+     * other, so latency hides behind the other CTAs of its SM */
+    const int cta = ntiles * nkv > 0 ? ntiles * nkv : 1;
+    int ns = (16 * be->nsm + cta - 1) / cta;
+    if (max_ctx > 0) {
+        const int64_t segs = (max_ctx - 1) / RW_ATTN_SEG + 1;
+        if (ns > segs) ns = (int)segs;
+        if (rw_k_attention_part_bytes(ntok, nh, hd, (int)segs) > be->attn_part_bytes) return 0;
+    }
+    if (ns > SPLIT_MAX) ns = SPLIT_MAX;
+    return ns < 2 ? 0 : ns;
+}
+
+/* The split a decode graph of B rows uses for a step whose longest context is max_ctx: the
+ * batch-size choice when the partials of every segment fit, else 0. */
+int rw_cuda_graph_split(const rw_model *m, int B, int64_t max_ctx) {
+    const cuda_be *be = m->be;
+    const int nh = m->d.nh_local, hd = m->cfg.head_dim;
+    const int ns = rw_cuda_pick_split(be, B, B, m->d.nkv_local, nh, hd, 0);
+    if (ns == 0) return 0;
+    const int64_t segs = max_ctx > 0 ? (max_ctx - 1) / RW_ATTN_SEG + 1 : 1;
+    return rw_k_attention_part_bytes(B, nh, hd, (int)segs) <= be->attn_part_bytes ? ns : 0;
+}

@@ -1,0 +1,76 @@
+/* cuda_kv.c - the CUDA backend's paged KV cache: per layer K and V bf16 [nblocks + 1, nkv, bs, hd]
+ * in two device allocations (block nblocks is the scratch block that the padding rows of a decode
+ * graph write to), its size per block, and the budget the engine sizes it from. */
+#include <stdlib.h>
+
+#include "cuda_be.h"
+
+size_t rw_cuda_kv_block_bytes(rw_model *m, int bs) {
+    return (size_t)m->cfg.num_layers * 2 * (size_t)m->d.nkv_local * (size_t)bs *
+           (size_t)m->cfg.head_dim * 2;
+}
+
+rw_status rw_cuda_kv_budget(rw_model *m, double fraction, size_t *bytes, rw_err *err) {
+    size_t fr = 0, tot = 0;
+    RW_CUDA_CHECK(err, cudaMemGetInfo(&fr, &tot));
+    /* headroom for NCCL buffers, graphs, cuBLAS and the allocator */
+    const size_t reserve = (size_t)768 << 20;
+    const double b = (double)fr * fraction - (double)reserve;
+    *bytes = b > 0 ? (size_t)b : 0;
+    return RW_OK;
+}
+
+rw_status rw_cuda_kv_create(rw_model *m, int64_t nblocks, int bs, rw_kv **out, rw_err *err) {
+    if (nblocks < 1 || bs < 16 || bs % 16)
+        RW_FAIL(err, RW_E_INVALID_ARG, "kv cache (cuda): %lld blocks of %d (bs %% 16 == 0)",
+                (long long)nblocks, bs);
+    rw_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) RW_FAIL(err, RW_E_OOM, "kv cache");
+    kv->nblocks = nblocks;
+    kv->bs = bs;
+    kv->layer_elems = (size_t)(nblocks + 1) * m->d.nkv_local * bs * m->cfg.head_dim;
+    const size_t bytes = kv->layer_elems * 2 * (size_t)m->cfg.num_layers;
+    cudaStream_t st = ((cuda_be *)m->be)->st;
+    cudaError_t ce = cudaMalloc((void **)&kv->k, bytes);
+    if (ce == cudaSuccess) ce = cudaMalloc((void **)&kv->v, bytes);
+    /* zeroed: keys past a sequence's end are masked, and zeros keep 0 * value finite */
+    if (ce == cudaSuccess) ce = cudaMemsetAsync(kv->k, 0, bytes, st);
+    if (ce == cudaSuccess) ce = cudaMemsetAsync(kv->v, 0, bytes, st);
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(st);
+    if (ce != cudaSuccess) {
+        cudaFree(kv->k);
+        cudaFree(kv->v);
+        free(kv);
+        /* the size is the useful context; a failed allocation is RW_E_OOM, anything else
+         * RW_E_CUDA (cuda_check.h) */
+        char what[96];
+        snprintf(what, sizeof what, "kv cache (cuda): %zu bytes", 2 * bytes);
+        return rw_cuda_fail(err, ce, __FILE__, __LINE__, what);
+    }
+    *out = kv;
+    return RW_OK;
+}
+
+void rw_cuda_kv_destroy(rw_model *m, rw_kv *kv) {
+    if (!kv) return;
+    cuda_be *be = m->be;
+    cudaStreamSynchronize(be->st);
+    /* graphs captured against this cache point into it */
+    int j = 0;
+    for (int i = 0; i < be->ngraphs; i++) {
+        if (be->graphs[i].kv == kv)
+            cudaGraphExecDestroy(be->graphs[i].exec);
+        else
+            be->graphs[j++] = be->graphs[i];
+    }
+    be->ngraphs = j;
+    cudaFree(kv->k);
+    cudaFree(kv->v);
+    free(kv);
+}
+
+void rw_cuda_be_kv_buffers(rw_model *m, rw_kv *kv, uint16_t **k, uint16_t **v, size_t *elems) {
+    *k = kv->k;
+    *v = kv->v;
+    *elems = kv->layer_elems * (size_t)m->cfg.num_layers;
+}

@@ -1,0 +1,50 @@
+/* attention.h - paged causal attention for prefill and decode (one arithmetic for both), with an
+ * optional split of a token's keys over CTAs for batches of few sequences. Launcher in
+ * attention.cu, reference in attention_ref.c; conventions and the hi + lo pair in common.h. */
+#ifndef RW_WORKER_KERNELS_ATTENTION_H
+#define RW_WORKER_KERNELS_ATTENTION_H
+
+#include "common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Paged causal attention. A tile is up to RW_ATTN_QT consecutive tokens of one sequence:
+ * tiles[i] = {seq, first token, count, 0}; qt is the largest count of any tile (a decode batch:
+ * 1), which sizes the kernel's registers and shared memory. Token t of the batch has position
+ * pos[t] and attends keys 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride
+ * ...]. q [ntok, nh, hd] fp32 -> out_hi / out_lo [ntok, nh, hd] (a hi + lo pair); fp32 math,
+ * softmax scale 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
+ *
+ * Batch invariance: a query row's keys are cut into fixed segments of RW_ATTN_SEG positions
+ * (0..127, 128..255, ...); each segment is reduced in one order (16-key tiles in sequence, online
+ * softmax), and the segments' (max, sum, output) are merged in segment order by one function. So
+ * a token's output bits depend on its q, its keys and its position only: not on the batch, the
+ * tiles, qt, or how the segments are spread over CTAs:
+ * - nsplit 0: one CTA per (tile, kv head) walks every segment and merges as it goes;
+ * - nsplit >= 1: CTA z of nsplit takes segments z, z + nsplit, ... and writes each segment's
+ *   partial to `part`, then a combine kernel merges them per (token, head). `part` must hold
+ *   rw_k_attention_part_bytes(ntok, nh, hd, segments) with segments >= pos / RW_ATTN_SEG + 1 for
+ *   every token (part_bytes says how much it holds; segments past it are not written). */
+#define RW_ATTN_QT 8
+#define RW_ATTN_SEG 128
+typedef struct rw_attn_tile {
+    int32_t seq, tok0, ntok, pad;
+} rw_attn_tile;
+void rw_k_attention_ref(const float *q, const uint16_t *kcache, const uint16_t *vcache,
+                        const rw_attn_tile *tiles, int ntiles, const int32_t *pos,
+                        const int32_t *bt, int bt_stride, int nh, int nkv, int hd, int bs,
+                        uint16_t *out_hi, uint16_t *out_lo);
+size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments);
+rw_status rw_k_attention(const float *q, const uint16_t *kcache, const uint16_t *vcache,
+                         const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
+                         const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv, int hd,
+                         int bs, int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
+                         uint16_t *out_lo, rw_stream s, rw_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

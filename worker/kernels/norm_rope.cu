@@ -1,0 +1,157 @@
+/* norm_rope.cu - RMSNorm fused with the residual add, and the per-head q/k norm + RoPE + paged KV
+ * write (norm_rope.h); references in norm_rope_ref.c. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "device.cuh"
+#include "norm_rope.h"
+
+/* One CTA per row; each thread keeps its elements (H <= 256 * 32) in registers between the two
+ * passes. */
+#define NORM_THREADS 256
+#define NORM_MAXPER 32
+
+__global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, int64_t H,
+                                   float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32,
+                                   const int32_t *rows) {
+    __shared__ float sh[33];
+    const int64_t t = blockIdx.x;
+    const int64_t src = rows ? rows[t] : t;
+    float *xt = x + src * H;
+    float v[NORM_MAXPER];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NORM_MAXPER; j++) {
+        const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
+        v[j] = 0.0f;
+        if (i < H) {
+            float a = xt[i];
+            if (y) {
+                a += y[src * H + i];
+                xt[i] = a;
+            }
+            v[j] = a;
+            ss += a * a;
+        }
+    }
+    const float r = rsqrtf(block_sum(ss, sh) / (float)H + eps);
+#pragma unroll
+    for (int j = 0; j < NORM_MAXPER; j++) {
+        const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
+        if (i < H) {
+            const float o = b2f(w[i]) * (v[j] * r);
+            rw_k_store_split(o, out_hi, out_lo, t * H + i);
+            if (out_f32) out_f32[t * H + i] = o;
+        }
+    }
+}
+
+/* Both norms: every row, or the rows `rows` (out_f32 NULL then). */
+static rw_status norm_launch(float *x, const float *y, const uint16_t *w, int64_t n, int64_t H,
+                             float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32,
+                             const int32_t *rows, rw_stream s, const char *what, rw_err *err) {
+    if (n <= 0) return RW_OK;
+    if (H > NORM_THREADS * NORM_MAXPER)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "rmsnorm: H = %lld > %d", (long long)H,
+                NORM_THREADS * NORM_MAXPER);
+    add_rmsnorm_kernel<<<(unsigned)n, NORM_THREADS, 0, (cudaStream_t)s>>>(x, y, w, H, eps, out_hi,
+                                                                          out_lo, out_f32, rows);
+    return LAUNCH_CHECK(s, what);
+}
+
+extern "C" rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t n,
+                                      int64_t H, float eps, uint16_t *out_hi, uint16_t *out_lo,
+                                      float *out_f32, rw_stream s, rw_err *err) {
+    return norm_launch(x, y, w, n, H, eps, out_hi, out_lo, out_f32, NULL, s, "add_rmsnorm", err);
+}
+
+extern "C" rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *rows, int64_t n,
+                                       const uint16_t *w, int64_t H, float eps, uint16_t *out_hi,
+                                       uint16_t *out_lo, rw_stream s, rw_err *err) {
+    return norm_launch(x, y, w, n, H, eps, out_hi, out_lo, NULL, rows, s, "rmsnorm_rows", err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One warp per (token, head), q heads then k heads of a token in consecutive warps: every head
+ * of a decode batch runs at once. The head goes through shared memory so any even hd <= 1024
+ * works. */
+#define ROPE_WARPS 8
+
+__global__ void __launch_bounds__(ROPE_WARPS * 32)
+    qk_rope_kv_kernel(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                      const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
+                      const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
+                      const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
+                      uint16_t *vcache) {
+    extern __shared__ float hbuf[]; /* [warps][hd] */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int nhk = nh + nkv;
+    const int64_t gw = (int64_t)blockIdx.x * ROPE_WARPS + w;
+    if (gw >= n * nhk) return; /* whole warps; the kernel has no block-wide barrier */
+    const int64_t t = gw / nhk;
+    const int h = (int)(gw % nhk);
+    float *buf = hbuf + (int64_t)w * hd;
+    const int32_t p = pos[t];
+    const int32_t sl = slot[t];
+    const int half = hd / 2;
+    const bool isq = h < nh;
+    if (!isq && sl < 0) return;
+    const int g = h - nh;
+    const float *src = isq ? q + t * ldq + (int64_t)h * hd : k + t * ldkv + (int64_t)g * hd;
+    const uint16_t *nwt = isq ? qn : kn;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) {
+        const float a = src[i];
+        buf[i] = a;
+        ss += a * a;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = rsqrtf(ss / (float)hd + eps);
+    __syncwarp();
+    /* q stays fp32 (the attention reads it so); k goes to the bf16 cache */
+    float *qdst = isq ? q_out + (t * nh + h) * hd : NULL;
+    uint16_t *kdst = NULL;
+    if (!isq) {
+        const int64_t blk = sl / bs, off = sl % bs;
+        kdst = kcache + ((blk * nkv + g) * bs + off) * hd;
+    }
+    for (int i = lane; i < half; i += 32) {
+        const float a = b2f(nwt[i]) * (buf[i] * r);
+        const float b = b2f(nwt[i + half]) * (buf[i + half] * r);
+        float sn, cs;
+        sincosf((float)p * inv_freq[i], &sn, &cs);
+        const float o0 = a * cs - b * sn, o1 = b * cs + a * sn;
+        if (isq) {
+            qdst[i] = o0;
+            qdst[i + half] = o1;
+        } else {
+            kdst[i] = f2b(o0);
+            kdst[i + half] = f2b(o1);
+        }
+    }
+    if (!isq) {
+        const int64_t blk = sl / bs, off = sl % bs;
+        uint16_t *vd = vcache + ((blk * nkv + g) * bs + off) * hd;
+        const float *vs = v + t * ldkv + (int64_t)g * hd;
+        for (int i = lane; i < hd; i += 32)
+            vd[i] = f2b(vs[i]);
+    }
+}
+
+extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_t ldq,
+                                     int64_t ldkv, const uint16_t *qn, const uint16_t *kn,
+                                     const int32_t *pos, const int32_t *slot, int64_t n, int nh,
+                                     int nkv, int hd, int bs, const float *inv_freq, float eps,
+                                     float *q_out, uint16_t *kcache, uint16_t *vcache, rw_stream s,
+                                     rw_err *err) {
+    if (n <= 0) return RW_OK;
+    if (hd % 2 || hd > 1024) RW_FAIL(err, RW_E_UNSUPPORTED, "rope: head_dim %d", hd);
+    const int64_t warps = n * (nh + nkv);
+    qk_rope_kv_kernel<<<(unsigned)((warps + ROPE_WARPS - 1) / ROPE_WARPS), ROPE_WARPS * 32,
+                        sizeof(float) * ROPE_WARPS * hd, (cudaStream_t)s>>>(
+        q, k, v, ldq, ldkv, qn, kn, pos, slot, n, nh, nkv, hd, bs, inv_freq, eps, q_out, kcache,
+        vcache);
+    return LAUNCH_CHECK(s, "qk_rope_kv");
+}

@@ -1,0 +1,66 @@
+/* sample.h - sampling on the device: n rows of logits -> token, logprob and top-n logprobs per
+ * request, by the rule of rw_sampling (rw_worker.h) with fixed-point masses. Launcher in
+ * sample.cu, reference in sample_ref.c (the CPU backend's own sampler is sampler.c). */
+#ifndef RW_WORKER_KERNELS_SAMPLE_H
+#define RW_WORKER_KERNELS_SAMPLE_H
+
+#include <math.h>
+
+#include "common.h"
+#include "rand.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The sampler's uniform draw, shared by host and device: rw_rand_unit_at(seed, position) (rand.h).
+ * rw_sample_uniform (rw_worker.h) is this function. */
+RW_HD float rw_sample_uniform_dev(uint64_t seed, int64_t position) {
+    return rw_rand_unit_at(seed, (uint64_t)position);
+}
+
+/* Sampling of n rows of logits [n, V] fp32 on the device, one CTA per row, the rule of
+ * rw_sampling (rw_worker.h) with one documented difference: probability masses are summed as
+ * 32.32 fixed point (exp(z - zmax) * 2^32, truncated) in uint64, which makes the sums exact and
+ * independent of the reduction order (so reruns give the same tokens); an id whose mass rounds
+ * to zero is never drawn. */
+typedef struct rw_k_sample_param {
+    float temperature, top_p;
+    int32_t top_k, top_n;
+    uint64_t seed;
+    int64_t position;
+    int32_t row; /* row of `logits` this request samples from */
+    int32_t pad;
+} rw_k_sample_param;
+typedef struct rw_k_sample_out {
+    int32_t token;
+    float logprob;
+    int32_t top_ids[20];
+    float top_lps[20];
+} rw_k_sample_out;
+/* n requests; request i samples row p[i].row of logits [rows, V] into out[i]. */
+void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
+                     rw_k_sample_out *out);
+rw_status rw_k_sample(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
+                      rw_k_sample_out *out, rw_stream s, rw_err *err);
+
+/* The CPU side shared by both sampling rules (sampler.c and sample_ref.c):
+ * - (z, id) pairs ordered by descending z, ties to the lower id (a qsort comparator);
+ * - s[0..V) = (logits[i] * inv_t, i) in that order, *thr = the top_k-th largest z (-inf when
+ *   top_k is 0 or >= V), and the count of leading entries >= *thr (ties at the boundary kept);
+ * - the top-n logprobs of a row: n passes, each taking the best entry after the previous one in
+ *   the order (descending logit, ascending id); ids[j] and lps[j] = logits[id] - lse. */
+typedef struct rw_sample_zid {
+    float z;
+    int32_t id;
+} rw_sample_zid;
+int rw_sample_zid_cmp(const void *a, const void *b);
+int64_t rw_sample_sort_top_k(const float *logits, int64_t V, float inv_t, int top_k,
+                             rw_sample_zid *s, float *thr);
+void rw_sample_top_n(const float *logits, int64_t V, int n, float lse, int32_t *ids, float *lps);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
