@@ -32,17 +32,6 @@ static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_te
     return rw_k_gemm(W, N, K, X, X_lo, M, Y, be->st, err);
 }
 
-/* The bf16 view of a layer's q, k and v rows back to back ([q; k; v] rows, [qd + 2 kd, H]) when
- * the weight set stores them so, or NULL: one GEMM then serves all three. Today this reads the
- * allocation order of moe/wset.c (q, k, v allocated one after the other for bf16 attention);
- * it becomes `lw->qkv` (rw_layer_weights' fused view: data NULL unless attention is bf16) when
- * the weight set carries that view. */
-static const void *qkv_fused(const rw_layer_weights *lw) {
-    if (lw->q.dtype != RW_DTYPE_BF16) return NULL;
-    const uint8_t *q = lw->q.data, *k = lw->k.data, *v = lw->v.data;
-    return k == q + rw_tensor_nbytes(&lw->q) && v == k + rw_tensor_nbytes(&lw->k) ? q : NULL;
-}
-
 /* The model on the metadata already on the device. */
 rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int qt, int64_t nlog,
                             int bt_stride, int nsplit, rw_err *err) {
@@ -81,10 +70,9 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
         const float *qp, *kp, *vp;
         int64_t ldq, ldkv;
-        const void *qkv = qkv_fused(lw);
-        if (qkv) {
-            /* one GEMM, output rows [q | k | v] */
-            RW_CHECK(rw_k_gemm(qkv, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, s, err));
+        if (lw->qkv.data) {
+            /* bf16 attention: one GEMM over the weight set's fused view, output rows [q | k | v] */
+            RW_CHECK(rw_k_gemm(lw->qkv.data, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, s, err));
             qp = be->q;
             kp = be->q + qd;
             vp = be->q + qd + kd;
