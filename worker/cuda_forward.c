@@ -154,10 +154,12 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
 int rw_cuda_pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int nh, int hd,
                        int64_t max_ctx) {
     if (ntok > SPLIT_MAX_TOK) return 0;
-    /* enough CTAs for 16 per SM (128 threads each): a CTA walks its key tiles one after the
-     * other, so latency hides behind the other CTAs of its SM */
+    /* about one wave: a decode-tile CTA holds 170 KB of shared memory (one per SM) and streams
+     * its segments with four warps; measured on an H200, a second wave of split CTAs and the
+     * combine cost more than they hide (32 sequences x 8k keys: split 0 at 0.75 of copy
+     * bandwidth, split 4 at 0.66) */
     const int cta = ntiles * nkv > 0 ? ntiles * nkv : 1;
-    int ns = (16 * be->nsm + cta - 1) / cta;
+    int ns = (be->nsm + cta - 1) / cta;
     if (max_ctx > 0) {
         const int64_t segs = (max_ctx - 1) / RW_ATTN_SEG + 1;
         if (ns > segs) ns = (int)segs;

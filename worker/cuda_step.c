@@ -1,5 +1,5 @@
 /* cuda_step.c - ops->forward of the CUDA backend: checks the batch, lays its metadata out in the
- * pinned mirror (tokens, positions, KV slots, logits rows, attention tiles of up to RW_ATTN_QT
+ * pinned mirror (tokens, positions, KV slots, logits rows, attention tiles of up to rw_k_attention_tile_tokens
  * tokens, block tables), uploads it in one copy, then runs the model eagerly, from a decode graph
  * (cuda_graphs.c) or for the phase hook (bench_iface.h). Decode batches (one token per sequence,
  * one logits row each) are padded up to a graph bucket: the padding rows are token 0 at position
@@ -40,6 +40,7 @@ rw_status rw_cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err 
     int32_t *h_bt = (int32_t *)(be->meta_h + be->off_bt);
     const int stride = be->cap_bt;
     int ntiles = 0, qt = 1;
+    const int tt = rw_k_attention_tile_tokens(m->d.nh_local, m->d.nkv_local);
     for (int s = 0; s < b->nseq; s++) {
         const rw_fwd_seq *q = &b->seq[s];
         for (int32_t i = 0; i < q->ntok; i++) {
@@ -51,8 +52,8 @@ rw_status rw_cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err 
             if (b->all_logits) h_rows[t] = (int32_t)t;
         }
         if (!b->all_logits && q->logits_row >= 0) h_rows[q->logits_row] = q->tok0 + q->ntok - 1;
-        for (int32_t i = 0; i < q->ntok; i += RW_ATTN_QT) {
-            const int32_t n = q->ntok - i < RW_ATTN_QT ? q->ntok - i : RW_ATTN_QT;
+        for (int32_t i = 0; i < q->ntok; i += tt) {
+            const int32_t n = q->ntok - i < tt ? q->ntok - i : tt;
             h_tiles[ntiles++] = (rw_attn_tile){s, q->tok0 + i, n, 0};
             if (n > qt) qt = n;
         }

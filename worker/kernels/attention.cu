@@ -1,276 +1,624 @@
-/* attention.cu - paged causal attention (attention.h): the segment kernel, the combine kernel of
- * the key split and their launcher; reference in attention_ref.c. */
+/* attention.cu - paged causal attention on tensor cores (attention.h): one per-row arithmetic for
+ * prefill and decode, two ways of spreading the work (row fragments over warps for prefill tiles,
+ * key segments over warps for decode tiles), the combine kernel of the key split, and the
+ * launcher; reference in attention_ref.c.
+ *
+ * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
+ * of consecutive tokens of one sequence and that tile's rows, cut into 16-row MMA fragments. Keys
+ * are staged in shared memory and reduced in softmax blocks of ATC_SB = 32 aligned positions, four
+ * to a segment of RW_ATTN_SEG = 128.
+ *
+ * The arithmetic of one row (atc_block; the same instructions for every row, wherever it sits):
+ *   q' = q * (1/sqrt(hd)) * log2(e) in fp32, as a bf16 pair qh = bf16(q'), ql = bf16(q' - qh);
+ *   per segment s, from (m, l, o) = (-inf, 0, 0), per softmax block of 32 keys in order:
+ *     S = fl(qh.K^T) + fl(ql.K^T) (mma.sync m16n8k16, fp32 accumulate, head-dim k16 steps in
+ *         order); keys after the row's position -> -inf;
+ *     mn = max(m, the row's 32 scores); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: c = p = 0);
+ *     l = l*c + sum(p) (a fixed shuffle tree); o = o*c + ph.V + pl.V (P as the pair bf16(p),
+ *         bf16(p - bf16(p)), key k16 steps in order);
+ *   segments merged in segment order by rw_attn_merge_ml (in the kernel, or in the combine kernel
+ *   when segments are spread over CTAs: the same function, so the same bits); out = o / l.
+ * An MMA computes each output element from its own row of A and column of B, so a row's result
+ * does not depend on the other rows of its fragment (other tokens of a prefill tile, padding rows
+ * of a decode tile) nor on which warp or CTA computes it. A key block past a row's position
+ * leaves (m, l, o) unchanged exactly (c = 1, p = 0); keys past the tile's last position are
+ * loaded as zeros, never read, so no stale non-finite value can reach a product. The q/p pairs
+ * keep the scores and weights to ~2^-16 relative (near-fp32); they double the tensor-core work,
+ * which decode (memory-bound) does not notice and prefill pays (docs/BENCHMARKS.md). */
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "attention.h"
+#include "cuda_check.h"
 #include "device.cuh"
 #include "mma.cuh"
 
-/* Paged attention. CTA = (tile, kv head, split); 4 warps = 8 half-warps; query row r = (token i
- * of the tile, q head h of the group) goes to half-warp r % 8. Keys in tiles of 16 positions
- * (inside one KV block since bs % 16 == 0), double-buffered in shared memory with cp.async.
- * For one row and one key tile, lane j of the half-warp scores key j (full dot product over hd
- * from shared memory), the half-warp shares max and sum, and lane j accumulates output dims
- * [j*hd/16, (j+1)*hd/16) with online softmax.
- *
- * Segments (attention.h): key tiles [T s, T s + T), T = RW_ATTN_SEG / 16, form segment s.
- * Every segment starts from (max -inf, sum 0, output 0) and walks its key tiles in order;
- * segments are merged in order by seg_merge, here (nsplit 0) or in attn_combine_kernel
- * (nsplit >= 1), with the same arithmetic (no fused multiply-adds: __fmul_rn / __fadd_rn), so
- * both give the same bits. A key tile past
- * a row's position (the tile's last token is further on) is fully masked for that row and
- * leaves its (max, sum, output) unchanged exactly: correction exp(0) = 1, weight exp(-inf) = 0. */
-#define ATT_THREADS 128
-#define ATT_KT 16
-#define ATT_SEG_TILES (RW_ATTN_SEG / ATT_KT)
+#define ATC_THREADS 128
+#define ATC_ROWS 64 /* rows per CTA: 4 warps x 16 */
+#define ATC_KB 64   /* keys per staged block (shared memory) */
+#define ATC_SB 32   /* keys per softmax block */
+#define ATC_SEG RW_ATTN_SEG
 
-/* PER consecutive bf16 of shared memory (PER * 2 bytes, aligned to that) to fp32. */
-template <int PER> __device__ __forceinline__ void lds_bf16(const uint16_t *p, float *f) {
-    if constexpr (PER == 8) {
-        const uint4 u = *(const uint4 *)p;
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+/* Byte offset of 16-byte chunk c of key row r in a [64][HD] bf16 block, swizzled so that the 8
+ * rows an ldmatrix reads at one chunk fall in 8 different bank groups. */
+template <int HD> __device__ __forceinline__ int atc_swz(int r, int c) {
+    constexpr int RB = HD * 2;
+    if constexpr (HD == 32)
+        return r * RB + ((c ^ ((r >> 1) & 3)) << 4);
+    else
+        return r * RB + ((c ^ (r & 7)) << 4);
+}
+
+
+/* 2^x in one instruction (ex2.approx.ftz: results below 2^-126 flush to zero); exact at 0
+ * (1.0) and -inf (+0.0), the two values the masking and merging rules rely on. */
+__device__ __forceinline__ float atc_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* (x0, x1) as the bf16 pair registers hi = (bf16(x0), bf16(x1)), lo = (bf16(x0 - hi0),
+ * bf16(x1 - hi1)), round to nearest even (the differences are exact in fp32). */
+__device__ __forceinline__ void atc_split2(float x0, float x1, uint32_t &hi, uint32_t &lo) {
+    hi = rw_pack_bf16x2(x0, x1);
+    lo = rw_pack_bf16x2(__fsub_rn(x0, __uint_as_float(hi << 16)),
+                        __fsub_rn(x1, __uint_as_float(hi & 0xffff0000u)));
+}
+
+/* (M, L, O) <- (M, L, O) merged with a segment's (m, l, o), log2 domain; a segment without keys
+ * for the row (l == 0) is skipped. From (-inf, 0, 0) the first merge is an exact copy. No fused
+ * multiply-adds, so every caller gets the same bits. */
+__device__ __forceinline__ bool rw_attn_merge_ml(float &M, float &L, float m, float l, float &a,
+                                                 float &b) {
+    if (!(l > 0.0f)) return false;
+    const float mn = fmaxf(M, m);
+    a = atc_exp2(__fsub_rn(M, mn));
+    b = atc_exp2(__fsub_rn(m, mn));
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+    M = mn;
+    return true;
+}
+
+/* A warp's q fragments for rows r0 = base + lane / 4 and r1 = r0 + 8 of the tile (zeros past
+ * nrows), head-dim columns 16 ks + 2 (lane % 4) + {0, 1} (+ 8): q' = q * qscale as a bf16 pair
+ * (qh, ql), and the rows' positions (INT_MAX past nrows: padding rows mask nothing, so they never
+ * force the mask test; their results are never stored). */
+template <int HD>
+__device__ __forceinline__ void atc_load_q(const float *__restrict__ q,
+                                           const int32_t *__restrict__ pos, const rw_attn_tile &tl,
+                                           int g, int group, int nh, int nrows, int r0, int r1,
+                                           float qscale, uint32_t (&qh)[HD / 16][4],
+                                           uint32_t (&ql)[HD / 16][4], int32_t &qp0,
+                                           int32_t &qp1) {
+    const int lane = threadIdx.x & 31, c0 = 2 * (lane & 3);
+    const float *q0 = nullptr, *q1 = nullptr;
+    qp0 = qp1 = 0x7fffffff;
+    if (r0 < nrows) {
+        q0 = q + ((int64_t)(tl.tok0 + r0 / group) * nh + g * group + r0 % group) * HD;
+        qp0 = pos[tl.tok0 + r0 / group];
+    }
+    if (r1 < nrows) {
+        q1 = q + ((int64_t)(tl.tok0 + r1 / group) * nh + g * group + r1 % group) * HD;
+        qp1 = pos[tl.tok0 + r1 / group];
+    }
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(w[i] << 16);
-            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            const float *qr = (i & 1) ? q1 : q0;
+            const int col = ks * 16 + c0 + ((i & 2) ? 8 : 0);
+            float v0 = 0.0f, v1 = 0.0f;
+            if (qr) {
+                const float2 v = *(const float2 *)(qr + col);
+                v0 = __fmul_rn(v.x, qscale);
+                v1 = __fmul_rn(v.y, qscale);
+            }
+            atc_split2(v0, v1, qh[ks][i], ql[ks][i]);
         }
-    } else if constexpr (PER == 4) {
-        const uint2 u = *(const uint2 *)p;
-        f[0] = __uint_as_float(u.x << 16);
-        f[1] = __uint_as_float(u.x & 0xffff0000u);
-        f[2] = __uint_as_float(u.y << 16);
-        f[3] = __uint_as_float(u.y & 0xffff0000u);
-    } else {
-        static_assert(PER == 2, "head_dim 32, 64 or 128");
-        const uint32_t u = *(const uint32_t *)p;
-        f[0] = __uint_as_float(u << 16);
-        f[1] = __uint_as_float(u & 0xffff0000u);
     }
 }
 
-/* (M, L, O[N]) <- (M, L, O) merged with one segment's (m, l, o[N]); a segment without keys for
- * the row (l == 0) is skipped. From (-inf, 0, 0) the first merge gives (m, l, o) exactly. */
-template <int N>
-__device__ __forceinline__ void seg_merge(float &M, float &L, float *O, float m, float l,
-                                          const float *o) {
-    if (!(l > 0.0f)) return;
-    const float mn = fmaxf(M, m);
-    const float a = expf(M - mn), b = expf(m - mn);
-    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+/* Writes a warp's segment partial (m, l, o of rows r0, r1) for segment sg to part_o / part_ml
+ * ([segment][token][head] (x hd)), the combine kernel's input. */
+template <int HD>
+__device__ __forceinline__ void atc_write_part(float *__restrict__ part_o,
+                                               float2 *__restrict__ part_ml, const rw_attn_tile &tl,
+                                               int g, int group, int nh, int nrows, int r0,
+                                               int r1, int sg, int64_t ntok, float m0, float m1,
+                                               float l0, float l1, const float (&o)[HD / 8][4]) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int d = 0; d < N; d++)
-        O[d] = __fadd_rn(__fmul_rn(O[d], a), __fmul_rn(o[d], b));
-    M = mn;
-}
-
-template <int HD, int ROWS>
-__global__ void __launch_bounds__(ATT_THREADS)
-    attn_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
-                const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
-                const int32_t *__restrict__ pos, const int32_t *__restrict__ bt, int bt_stride,
-                int nh, int nkv, int bs, int nsplit, int qt, float scale,
-                uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
-                float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
-                int seg_cap) {
-    constexpr int KROW = HD * 2 + 16; /* padded smem row (bytes) against bank conflicts */
-    constexpr int PER = HD / 16;      /* output dims per lane */
-    extern __shared__ __align__(16) uint8_t sm[];
-    float *qs = (float *)sm; /* [qt * group][HD] scaled q */
-    const int group = nh / nkv;
-    uint8_t *kvs = sm + (size_t)qt * group * HD * 4; /* 2 x (K, V) [16][KROW] */
-    const rw_attn_tile tl = tiles[blockIdx.x];
-    if (tl.ntok > qt) __trap(); /* the launch sized shared memory and ROWS for qt tokens */
-    const int g = blockIdx.y, split = blockIdx.z;
-    const int nrows = tl.ntok * group;
-    const int tid = threadIdx.x, lane = tid & 31, hw = tid >> 4, j = lane & 15;
-    const unsigned hmask = (lane < 16) ? 0x0000ffffu : 0xffff0000u;
-
-    for (int idx = tid; idx < nrows * HD; idx += ATT_THREADS) {
-        const int r = idx / HD, d = idx % HD;
-        const int i = r / group, h = g * group + r % group;
-        qs[idx] = q[((int64_t)(tl.tok0 + i) * nh + h) * HD + d] * scale;
-    }
-    const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
-    const int nkt = plast / ATT_KT + 1; /* key tiles the last query needs */
-    const int nseg = (nkt + ATT_SEG_TILES - 1) / ATT_SEG_TILES;
-    const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
-
-    auto load = [&](int buf, int kt) {
-        const int p0 = kt * ATT_KT;
-        const int64_t blk = blocks[p0 / bs], off = p0 % bs;
-        const uint16_t *ks = kc + ((blk * nkv + g) * bs + off) * HD;
-        const uint16_t *vs = vc + ((blk * nkv + g) * bs + off) * HD;
-        uint8_t *kd = kvs + (size_t)buf * 2 * ATT_KT * KROW;
-        uint8_t *vd = kd + ATT_KT * KROW;
-        constexpr int CH = HD * 2 / 16; /* 16-byte chunks per row */
-        for (int c = tid; c < ATT_KT * CH; c += ATT_THREADS) {
-            const int r = c / CH, cc = c % CH;
-            rw_cp_async16_full(kd + r * KROW + cc * 16,
-                               (const uint8_t *)ks + (size_t)r * HD * 2 + cc * 16);
-            rw_cp_async16_full(vd + r * KROW + cc * 16,
-                               (const uint8_t *)vs + (size_t)r * HD * 2 + cc * 16);
-        }
-    };
-
-    int32_t qp[ROWS];
-    float M[ROWS], L[ROWS], O[ROWS][PER]; /* the merged segments (nsplit 0) */
-#pragma unroll
-    for (int a = 0; a < ROWS; a++) {
-        const int r = hw + a * 8;
-        qp[a] = r < nrows ? pos[tl.tok0 + r / group] : -1;
-        M[a] = -INFINITY;
-        L[a] = 0.0f;
-#pragma unroll
-        for (int d = 0; d < PER; d++)
-            O[a][d] = 0.0f;
-    }
-    const int sstep = nsplit > 0 ? nsplit : 1;
-    for (int sg = nsplit > 0 ? split : 0; sg < nseg; sg += sstep) {
-        const int kt0 = sg * ATT_SEG_TILES;
-        const int kt1 = min(nkt, kt0 + ATT_SEG_TILES);
-        float m[ROWS], l[ROWS], o[ROWS][PER];
-#pragma unroll
-        for (int a = 0; a < ROWS; a++) {
-            m[a] = -INFINITY;
-            l[a] = 0.0f;
-#pragma unroll
-            for (int d = 0; d < PER; d++)
-                o[a][d] = 0.0f;
-        }
-        __syncthreads(); /* q in shared memory; the previous segment's buffers are free */
-        load(0, kt0);
-        rw_cp_async_commit();
-        for (int kt = kt0; kt < kt1; kt++) {
-            const int buf = (kt - kt0) & 1;
-            if (kt + 1 < kt1) load(buf ^ 1, kt + 1);
-            rw_cp_async_commit();
-            rw_cp_async_wait<1>();
-            __syncthreads();
-            const uint8_t *kd = kvs + (size_t)buf * 2 * ATT_KT * KROW;
-            const uint8_t *vd = kd + ATT_KT * KROW;
-            const int kp = kt * ATT_KT + j; /* this lane's key position */
-#pragma unroll
-            for (int a = 0; a < ROWS; a++) {
-                const int r = hw + a * 8;
-                if (r >= nrows) continue; /* uniform within the half-warp */
-                const float *qr = qs + r * HD;
-                float sc = 0.0f;
-                const uint4 *kr = (const uint4 *)(kd + j * KROW);
-#pragma unroll
-                for (int c = 0; c < HD / 8; c++) {
-                    const uint4 kk = kr[c];
-                    const float4 q0 = *(const float4 *)(qr + c * 8);
-                    const float4 q1 = *(const float4 *)(qr + c * 8 + 4);
-                    sc += q0.x * __uint_as_float(kk.x << 16) +
-                          q0.y * __uint_as_float(kk.x & 0xffff0000u);
-                    sc += q0.z * __uint_as_float(kk.y << 16) +
-                          q0.w * __uint_as_float(kk.y & 0xffff0000u);
-                    sc += q1.x * __uint_as_float(kk.z << 16) +
-                          q1.y * __uint_as_float(kk.z & 0xffff0000u);
-                    sc += q1.z * __uint_as_float(kk.w << 16) +
-                          q1.w * __uint_as_float(kk.w & 0xffff0000u);
-                }
-                if (kp > qp[a]) sc = -INFINITY;
-                float tmax = sc;
-#pragma unroll
-                for (int off = 8; off > 0; off >>= 1)
-                    tmax = fmaxf(tmax, __shfl_xor_sync(hmask, tmax, off, 16));
-                const float mnew = fmaxf(m[a], tmax);
-                if (mnew == -INFINITY) continue; /* every key so far masked for this row */
-                const float corr = expf(m[a] - mnew);
-                const float pj = expf(sc - mnew);
-                float ps = pj;
-#pragma unroll
-                for (int off = 8; off > 0; off >>= 1)
-                    ps += __shfl_xor_sync(hmask, ps, off, 16);
-                l[a] = l[a] * corr + ps;
-                m[a] = mnew;
-#pragma unroll
-                for (int d = 0; d < PER; d++)
-                    o[a][d] *= corr;
-#pragma unroll
-                for (int jj = 0; jj < ATT_KT; jj++) {
-                    const float pjj = __shfl_sync(hmask, pj, jj, 16);
-                    float vf[PER];
-                    lds_bf16<PER>((const uint16_t *)(vd + jj * KROW) + j * PER, vf);
-#pragma unroll
-                    for (int d = 0; d < PER; d++)
-                        o[a][d] += pjj * vf[d];
-                }
-            }
-            __syncthreads(); /* the buffer is reloaded two iterations later */
-        }
-        rw_cp_async_wait<0>();
-#pragma unroll
-        for (int a = 0; a < ROWS; a++) {
-            const int r = hw + a * 8;
-            if (r >= nrows) continue;
-            if (nsplit == 0) {
-                seg_merge<PER>(M[a], L[a], O[a], m[a], l[a], o[a]);
-            } else if (sg < seg_cap) {
-                const int64_t t = tl.tok0 + r / group;
-                const int h = g * group + r % group;
-                const int64_t base = ((int64_t)sg * ntok + t) * nh + h;
-#pragma unroll
-                for (int d = 0; d < PER; d++)
-                    part_o[base * HD + j * PER + d] = o[a][d];
-                if (j == 0) part_ml[base] = make_float2(m[a], l[a]);
-            }
-        }
-    }
-    if (nsplit != 0) return;
-#pragma unroll
-    for (int a = 0; a < ROWS; a++) {
-        const int r = hw + a * 8;
+    for (int rr = 0; rr < 2; rr++) {
+        const int r = rr ? r1 : r0;
         if (r >= nrows) continue;
         const int64_t t = tl.tok0 + r / group;
         const int h = g * group + r % group;
+        const int64_t base = ((int64_t)sg * ntok + t) * nh + h;
 #pragma unroll
-        for (int d = 0; d < PER; d++)
-            rw_k_store_split(__fdiv_rn(O[a][d], L[a]), out_hi, out_lo,
-                             (t * nh + h) * HD + j * PER + d);
+        for (int d = 0; d < HD / 8; d++) {
+            const int col = d * 8 + 2 * (lane & 3);
+            *(float2 *)(part_o + base * HD + col) = make_float2(o[d][2 * rr], o[d][2 * rr + 1]);
+        }
+        if ((lane & 3) == 0) part_ml[base] = rr ? make_float2(m1, l1) : make_float2(m0, l0);
     }
 }
 
-/* Merges the segments of every (token, head) in order, as attn_kernel does with nsplit 0. */
-__global__ void attn_combine_kernel(const float *__restrict__ part_o,
-                                    const float2 *__restrict__ part_ml,
-                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
-                                    uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo) {
+/* out = o / l of the element at fragment register i (0..HD/2-1, = 4 * n8 fragment + c) of this
+ * lane, rows r0 / r1, as a hi + lo pair. */
+template <int HD>
+__device__ __forceinline__ void atc_store_out(uint16_t *__restrict__ out_hi,
+                                              uint16_t *__restrict__ out_lo, const rw_attn_tile &tl,
+                                              int g, int group, int nh, int nrows, int r0, int r1,
+                                              int i, float o, float L0, float L1) {
+    const int lane = threadIdx.x & 31;
+    const int rr = (i & 2) ? 1 : 0;
+    const int r = rr ? r1 : r0;
+    if (r >= nrows) return;
+    const int64_t t = tl.tok0 + r / group;
+    const int h = g * group + r % group;
+    const float v = __fdiv_rn(o, rr ? L1 : L0);
+    const int64_t at = (t * nh + h) * HD + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+    const uint16_t hv = rw_f32_to_bf16(v);
+    out_hi[at] = hv;
+    if (out_lo) out_lo[at] = rw_bf16_split_lo(v, hv);
+}
+
+/* One softmax block of ATC_SB keys for a warp's 16 rows: kd / vd point at the block's first key
+ * row in shared memory (ATC_SB rows, swizzled as atc_swz), key_abs is its first position. Updates
+ * the rows' segment state (m, l, o). The one place the per-row arithmetic is written:
+ *   S = fl(qh.K^T) + fl(ql.K^T), each product accumulated over the head dimension in k16 steps in
+ *     order (two accumulators, so the tensor cores get independent chains);
+ *   keys past the row's position -> -inf (a block with no such key for any row skips the test:
+ *     masking a key at or before the position changes nothing);
+ *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
+ *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
+ *   o = o*c (skipped when every row's c is 1: exact) + ph.V + pl.V in key k16 steps. */
+template <int HD>
+__device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int key_abs,
+                                          const uint32_t (&qh)[HD / 16][4],
+                                          const uint32_t (&ql)[HD / 16][4], int32_t qp0,
+                                          int32_t qp1, float &m0, float &m1, float &l0, float &l1,
+                                          float (&o)[HD / 8][4]) {
+    constexpr int KS = HD / 16, DN = HD / 8;
+    const int lane = threadIdx.x & 31;
+    float sh[4][4], sl[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            sh[n][i] = sl[n][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            /* keys 16j..16j+15 of the block, head-dim chunks 2ks, 2ks+1 */
+            const int kr = 16 * j + (lane & 7) + ((lane & 16) ? 8 : 0);
+            const int kcidx = 2 * ks + ((lane & 8) ? 1 : 0);
+            uint32_t b0, b1, b2, b3;
+            rw_ldsm_x4(b0, b1, b2, b3, kd + atc_swz<HD>(kr, kcidx));
+            rw_mma_bf16_16816(sh[2 * j], qh[ks], b0, b1);
+            rw_mma_bf16_16816(sh[2 * j + 1], qh[ks], b2, b3);
+            rw_mma_bf16_16816(sl[2 * j], ql[ks], b0, b1);
+            rw_mma_bf16_16816(sl[2 * j + 1], ql[ks], b2, b3);
+        }
+    }
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            s[n][i] = __fadd_rn(sh[n][i], sl[n][i]);
+    /* mask */
+    const int kbase = key_abs + 2 * (lane & 3);
+    if (__any_sync(0xffffffffu, key_abs + ATC_SB - 1 > min(qp0, qp1))) {
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (kbase + n * 8 + (i & 1) > ((i & 2) ? qp1 : qp0)) s[n][i] = -INFINITY;
+    }
+    /* block max */
+    float bm0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    float bm1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+    bm0 = fmaxf(bm0, fmaxf(fmaxf(s[2][0], s[2][1]), fmaxf(s[3][0], s[3][1])));
+    bm1 = fmaxf(bm1, fmaxf(fmaxf(s[2][2], s[2][3]), fmaxf(s[3][2], s[3][3])));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+    const float mn0 = fmaxf(m0, bm0), mn1 = fmaxf(m1, bm1);
+    const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
+    const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float c0 = atc_exp2(__fsub_rn(m0, mu0)), c1 = atc_exp2(__fsub_rn(m1, mu1));
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float pv = atc_exp2(__fsub_rn(s[n][i], (i & 2) ? mu1 : mu0));
+            s[n][i] = pv;
+            if (i & 2)
+                ps1 = __fadd_rn(ps1, pv);
+            else
+                ps0 = __fadd_rn(ps0, pv);
+        }
+    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 1));
+    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 2));
+    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 1));
+    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 2));
+    l0 = __fadd_rn(__fmul_rn(l0, c0), ps0);
+    l1 = __fadd_rn(__fmul_rn(l1, c1), ps1);
+    m0 = mn0;
+    m1 = mn1;
+    if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+        for (int d = 0; d < DN; d++) {
+            o[d][0] = __fmul_rn(o[d][0], c0);
+            o[d][1] = __fmul_rn(o[d][1], c0);
+            o[d][2] = __fmul_rn(o[d][2], c1);
+            o[d][3] = __fmul_rn(o[d][3], c1);
+        }
+    }
+    /* o += P.V, keys in k16 steps: A fragment regs (row r0 keys +0..7, row r1 keys +0..7, row r0
+     * keys +8..15, row r1 keys +8..15) = s[2j][0,1], s[2j][2,3], s[2j+1][0,1], s[2j+1][2,3] */
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        uint32_t ph[4], pl[4];
+        atc_split2(s[2 * j][0], s[2 * j][1], ph[0], pl[0]);
+        atc_split2(s[2 * j][2], s[2 * j][3], ph[1], pl[1]);
+        atc_split2(s[2 * j + 1][0], s[2 * j + 1][1], ph[2], pl[2]);
+        atc_split2(s[2 * j + 1][2], s[2 * j + 1][3], ph[3], pl[3]);
+#pragma unroll
+        for (int dn = 0; dn < DN / 2; dn++) {
+            const int vr = 16 * j + (lane & 7) + ((lane & 8) ? 8 : 0);
+            const int vcidx = 2 * dn + ((lane & 16) ? 1 : 0);
+            uint32_t b0, b1, b2, b3;
+            rw_ldsm_x4_trans(b0, b1, b2, b3, vd + atc_swz<HD>(vr, vcidx));
+            rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
+            rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
+            rw_mma_bf16_16816(o[2 * dn], pl, b0, b1);
+            rw_mma_bf16_16816(o[2 * dn + 1], pl, b2, b3);
+        }
+    }
+}
+
+/* Stages keys [key0, key0 + nkeys) of one sequence and KV head into kd / vd (rows 0.., swizzled
+ * as atc_swz): NT threads, this one number t. Keys come in 16-position groups, each inside one KV
+ * block (bs % 16 == 0), so the block table is read once per group; keys past plast are written
+ * as zeros without a read. */
+template <int HD, int NT>
+__device__ __forceinline__ void atc_load_keys(uint8_t *kd, uint8_t *vd,
+                                              const uint16_t *__restrict__ kc,
+                                              const uint16_t *__restrict__ vc,
+                                              const int32_t *__restrict__ blocks, int key0,
+                                              int nkeys, int plast, int nkv, int g, int bs, int t) {
+    constexpr int CH = HD / 8;
+    for (int gi = 0; gi < nkeys / 16; gi++) {
+        const int kp0 = key0 + 16 * gi;
+        int64_t base = 0;
+        if (kp0 <= plast) base = (((int64_t)blocks[kp0 / bs] * nkv + g) * bs + kp0 % bs) * HD;
+#pragma unroll
+        for (int c = t; c < 16 * CH; c += NT) {
+            const int r = c / CH, cc = c % CH;
+            const bool ok = kp0 + r <= plast;
+            const int64_t at = ok ? base + (int64_t)r * HD + cc * 8 : 0;
+            const int dst = atc_swz<HD>(16 * gi + r, cc);
+            rw_cp_async16(kd + dst, kc + at, ok ? 16 : 0);
+            rw_cp_async16(vd + dst, vc + at, ok ? 16 : 0);
+        }
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATC_THREADS, 2)
+    atc_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
+               const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
+               const int32_t *__restrict__ pos, const int32_t *__restrict__ bt, int bt_stride,
+               int nh, int nkv, int bs, int nsplit, float qscale, uint16_t *__restrict__ out_hi,
+               uint16_t *__restrict__ out_lo, float *__restrict__ part_o,
+               float2 *__restrict__ part_ml, int64_t ntok, int seg_cap) {
+    constexpr int BLK = ATC_KB * HD * 2;       /* bytes of K (or V) per block */
+    constexpr int KS = HD / 16;                /* head-dim k16 steps */
+    constexpr int DN = HD / 8;                 /* output n8 fragments */
+    extern __shared__ __align__(128) uint8_t sm[];
+    uint8_t *stage = sm;                                     /* 2 x (K, V) blocks */
+    float *oacc = (float *)(sm + 4 * BLK);                   /* [4 warps][HD/2][32] merged o */
+
+    const rw_attn_tile tl = tiles[blockIdx.x];
+    const int g = blockIdx.y, split = blockIdx.z;
+    const int group = nh / nkv;
+    const int nrows = tl.ntok * group;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8; /* this lane's two rows */
+    const bool active = warp * 16 < nrows;
+    const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
+    const int nblk = plast / ATC_KB + 1;
+    const int nseg = plast / ATC_SEG + 1;
+    const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
+
+    uint32_t qh[KS][4], ql[KS][4];
+    int32_t qp0, qp1;
+    atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+
+    /* the blocks this CTA walks: segments split, split + nsplit, ..., two blocks each */
+    const int sstep = nsplit > 0 ? nsplit : 1;
+    const int sfirst = nsplit > 0 ? split : 0;
+    auto block_of = [&](int idx) -> int { /* idx-th block of this CTA, or -1 */
+        const int sg = sfirst + (idx >> 1) * sstep;
+        const int b = sg * 2 + (idx & 1);
+        return (sg < nseg && b < nblk) ? b : -1;
+    };
+    auto load = [&](int buf, int b) {
+        uint8_t *kd = stage + (size_t)buf * 2 * BLK;
+        atc_load_keys<HD, ATC_THREADS>(kd, kd + BLK, kc, vc, blocks, b * ATC_KB, ATC_KB, plast,
+                                       nkv, g, bs, tid);
+    };
+
+    /* merged result (nsplit 0) */
+    float Mt0 = -INFINITY, Mt1 = -INFINITY, Lt0 = 0.0f, Lt1 = 0.0f;
+    float *oa = oacc + (size_t)warp * (HD / 2) * 32;
+    if (nsplit == 0 && active)
+        for (int i = 0; i < HD / 2; i++)
+            oa[i * 32 + lane] = 0.0f;
+
+    /* per-segment state */
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float o[DN][4];
+#pragma unroll
+    for (int d = 0; d < DN; d++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o[d][i] = 0.0f;
+
+    int cur = block_of(0);
+    if (cur >= 0) load(0, cur);
+    rw_cp_async_commit();
+    for (int idx = 0; cur >= 0; idx++) {
+        const int nxt = block_of(idx + 1);
+        if (nxt >= 0) load((idx + 1) & 1, nxt);
+        rw_cp_async_commit();
+        rw_cp_async_wait<1>();
+        __syncthreads();
+        const uint8_t *kd = stage + (size_t)(idx & 1) * 2 * BLK;
+        const uint8_t *vd = kd + BLK;
+        if (active) {
+#pragma unroll 1
+            for (int sub = 0; sub < ATC_KB / ATC_SB; sub++)
+                atc_block<HD>(kd + sub * ATC_SB * HD * 2, vd + sub * ATC_SB * HD * 2,
+                              cur * ATC_KB + sub * ATC_SB, qh, ql, qp0, qp1, m0, m1, l0, l1, o);
+        }
+        /* end of a segment: merge (nsplit 0) or write the partial */
+        const int nb = block_of(idx + 1);
+        const bool seg_end = nb < 0 || (nb >> 1) != (cur >> 1);
+        if (seg_end && active) {
+            const int sg = cur >> 1;
+            if (nsplit == 0) {
+                float a0 = 0.0f, b0 = 0.0f, a1 = 0.0f, b1 = 0.0f;
+                const bool u0 = rw_attn_merge_ml(Mt0, Lt0, m0, l0, a0, b0);
+                const bool u1 = rw_attn_merge_ml(Mt1, Lt1, m1, l1, a1, b1);
+#pragma unroll
+                for (int d = 0; d < DN; d++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const bool hi = i & 2;
+                        if (hi ? !u1 : !u0) continue;
+                        float &O = oa[(d * 4 + i) * 32 + lane];
+                        O = __fadd_rn(__fmul_rn(O, hi ? a1 : a0), __fmul_rn(o[d][i], hi ? b1 : b0));
+                    }
+            } else if (sg < seg_cap) {
+                atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok, m0,
+                                   m1, l0, l1, o);
+            }
+            m0 = m1 = -INFINITY;
+            l0 = l1 = 0.0f;
+#pragma unroll
+            for (int d = 0; d < DN; d++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    o[d][i] = 0.0f;
+        }
+        __syncthreads(); /* the buffer is reloaded by the next iteration's prefetch */
+        cur = nb;
+    }
+    rw_cp_async_wait<0>();
+    if (nsplit != 0 || !active) return;
+    for (int i = 0; i < HD / 2; i++)
+        atc_store_out<HD>(out_hi, out_lo, tl, g, group, nh, nrows, r0, r1, i, oa[i * 32 + lane],
+                          Lt0, Lt1);
+}
+
+/* Decode tiles (at most 16 rows: one token of a group of <= 16 heads): one fragment, so the 4
+ * warps take 4 segments at a time instead of 4 row fragments. Each warp streams its segment's
+ * 32-key blocks through its own two shared-memory stages; after each round of 4 segments the
+ * partials are merged in segment order (nsplit 0) with the same merge as everywhere else, or
+ * written for the combine kernel. Same per-row arithmetic as atc_kernel (atc_block). */
+template <int HD>
+__global__ void __launch_bounds__(ATC_THREADS, 1)
+    atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
+                      const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
+                      const int32_t *__restrict__ pos, const int32_t *__restrict__ bt,
+                      int bt_stride, int nh, int nkv, int bs, int nsplit, float qscale,
+                      uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
+                      float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
+                      int seg_cap) {
+    constexpr int SBLK = ATC_SB * HD * 2;   /* bytes of K (or V) per softmax block */
+    constexpr int NR = HD / 2;              /* fragment registers of o per lane */
+    extern __shared__ __align__(128) uint8_t sm[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    uint8_t *stage = sm + (size_t)warp * 4 * SBLK;          /* this warp's 2 x (K, V) */
+    float *parts = (float *)(sm + 16 * SBLK);              /* [4 warps][NR][32] */
+    float *pml = parts + 4 * NR * 32;                      /* [4 warps][4][32]: m0 m1 l0 l1 */
+    float *oacc = pml + 4 * 4 * 32;                        /* [NR][32] merged o */
+
+    const rw_attn_tile tl = tiles[blockIdx.x];
+    const int g = blockIdx.y, split = blockIdx.z;
+    const int group = nh / nkv;
+    const int nrows = tl.ntok * group;
+    if (nrows > 16) __trap(); /* the launcher sends only tiles of one fragment here */
+    const int r0 = lane >> 2, r1 = r0 + 8;
+    const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
+    const int nseg = plast / ATC_SEG + 1;
+    const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
+    uint32_t qh[HD / 16][4], ql[HD / 16][4];
+    int32_t qp0, qp1;
+    atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+
+    /* CTA-local segment li is global segment sfirst + li * sstep; warp w takes li = 4 r + w */
+    const int sstep = nsplit > 0 ? nsplit : 1;
+    const int sfirst = nsplit > 0 ? split : 0;
+    const int nloc = sfirst < nseg ? (nseg - sfirst + sstep - 1) / sstep : 0;
+    const int nround = (nloc + 3) / 4;
+    auto seg_of = [&](int round) -> int {
+        const int li = round * 4 + warp;
+        return li < nloc ? sfirst + li * sstep : -1;
+    };
+    auto nblocks_of = [&](int sg) -> int { /* 32-key blocks of segment sg up to plast */
+        const int left = plast - sg * ATC_SEG;
+        return min(ATC_SEG / ATC_SB, left / ATC_SB + 1);
+    };
+    auto load = [&](int buf, int sg, int j) {
+        uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
+        atc_load_keys<HD, 32>(kd, kd + SBLK, kc, vc, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB,
+                              plast, nkv, g, bs, lane);
+    };
+
+    float Mt0 = -INFINITY, Mt1 = -INFINITY, Lt0 = 0.0f, Lt1 = 0.0f;
+    /* this thread's share of the merged o: registers [warp * NR / 4, (warp + 1) * NR / 4) of its
+     * lane (every warp's lane holds the same rows and columns) */
+    const int i0 = warp * (NR / 4), i1 = i0 + NR / 4;
+    if (nsplit == 0)
+        for (int i = i0; i < i1; i++)
+            oacc[i * 32 + lane] = 0.0f;
+
+    int buf = 0;
+    {
+        const int sg = seg_of(0);
+        if (sg >= 0) load(0, sg, 0);
+        rw_cp_async_commit();
+    }
+    for (int round = 0; round < nround; round++) {
+        const int sg = seg_of(round);
+        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+        float o[HD / 8][4];
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                o[d][i] = 0.0f;
+        if (sg >= 0) {
+            const int nb = nblocks_of(sg);
+            for (int j = 0; j < nb; j++) {
+                if (j + 1 < nb) {
+                    load(buf ^ 1, sg, j + 1);
+                } else {
+                    const int sn = seg_of(round + 1);
+                    if (sn >= 0) load(buf ^ 1, sn, 0);
+                }
+                rw_cp_async_commit();
+                rw_cp_async_wait<1>();
+                __syncwarp();
+                const uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
+                atc_block<HD>(kd, kd + SBLK, sg * ATC_SEG + j * ATC_SB, qh, ql, qp0, qp1, m0, m1,
+                              l0, l1, o);
+                __syncwarp(); /* the stage is refilled by the next prefetch */
+                buf ^= 1;
+            }
+        }
+        if (nsplit > 0) {
+            if (sg >= 0 && sg < seg_cap)
+                atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok, m0,
+                                   m1, l0, l1, o);
+            continue;
+        }
+        /* merge the round's segments in order */
+        float *pw = parts + (size_t)warp * NR * 32;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                pw[(d * 4 + i) * 32 + lane] = o[d][i];
+        float *mw = pml + (size_t)warp * 4 * 32;
+        mw[0 * 32 + lane] = m0;
+        mw[1 * 32 + lane] = m1;
+        mw[2 * 32 + lane] = l0;
+        mw[3 * 32 + lane] = l1;
+        __syncthreads();
+        for (int w = 0; w < 4 && round * 4 + w < nloc; w++) {
+            const float *mv = pml + (size_t)w * 4 * 32;
+            float a0 = 0.0f, b0 = 0.0f, a1 = 0.0f, b1 = 0.0f;
+            const bool u0 = rw_attn_merge_ml(Mt0, Lt0, mv[lane], mv[2 * 32 + lane], a0, b0);
+            const bool u1 = rw_attn_merge_ml(Mt1, Lt1, mv[32 + lane], mv[3 * 32 + lane], a1, b1);
+            const float *pv = parts + (size_t)w * NR * 32;
+            for (int i = i0; i < i1; i++) {
+                const bool hi = i & 2;
+                if (hi ? !u1 : !u0) continue;
+                float &O = oacc[i * 32 + lane];
+                O = __fadd_rn(__fmul_rn(O, hi ? a1 : a0), __fmul_rn(pv[i * 32 + lane], hi ? b1 : b0));
+            }
+        }
+        __syncthreads(); /* the partial slots are rewritten next round */
+    }
+    rw_cp_async_wait<0>();
+    if (nsplit != 0) return;
+    for (int i = i0; i < i1; i++)
+        atc_store_out<HD>(out_hi, out_lo, tl, g, group, nh, nrows, r0, r1, i, oacc[i * 32 + lane],
+                          Lt0, Lt1);
+}
+
+/* Merges the segments of every (token, head) in order, with the kernel's merge. */
+__global__ void atc_combine_kernel(const float *__restrict__ part_o,
+                                   const float2 *__restrict__ part_ml,
+                                   const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
+                                   uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo) {
     const int64_t th = blockIdx.x; /* token * nh + head */
-    const int nseg = pos[th / nh] / RW_ATTN_SEG + 1;
+    const int nseg = pos[th / nh] / ATC_SEG + 1;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float M = -INFINITY, L = 0.0f, O = 0.0f;
         for (int s = 0; s < nseg; s++) {
             const int64_t b = (int64_t)s * ntok * nh + th;
             const float2 ml = part_ml[b];
-            const float o = part_o[b * hd + d];
-            seg_merge<1>(M, L, &O, ml.x, ml.y, &o);
+            float a, bb;
+            if (!rw_attn_merge_ml(M, L, ml.x, ml.y, a, bb)) continue;
+            O = __fadd_rn(__fmul_rn(O, a), __fmul_rn(part_o[b * hd + d], bb));
         }
-        rw_k_store_split(__fdiv_rn(O, L), out_hi, out_lo, th * hd + d);
+        const float v = __fdiv_rn(O, L);
+        const uint16_t hv = rw_f32_to_bf16(v);
+        out_hi[th * hd + d] = hv;
+        if (out_lo) out_lo[th * hd + d] = rw_bf16_split_lo(v, hv);
     }
 }
 
+template <int HD> static constexpr size_t atc_smem() {
+    return (size_t)4 * ATC_KB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4;
+}
+template <int HD> static constexpr size_t atc_decode_smem() {
+    return (size_t)16 * ATC_SB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4 + 4 * 4 * 32 * 4 +
+           (size_t)(HD / 2) * 32 * 4;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* launcher                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
 extern "C" size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments) {
     if (segments < 1 || ntok < 1) return 0;
     return (size_t)segments * (size_t)ntok * (size_t)nh * ((size_t)hd * 4 + 8) + 256;
 }
 
+extern "C" int rw_k_attention_tile_tokens(int nh, int nkv) {
+    const int group = nkv > 0 ? nh / nkv : 1;
+    const int t = group > 0 ? ATC_ROWS / group : 1;
+    return t < 1 ? 1 : t > RW_ATTN_QT ? RW_ATTN_QT : t;
+}
+
 template <int HD>
-static rw_status attn_launch(const float *q, const uint16_t *kc, const uint16_t *vc,
-                             const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
-                             const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv,
-                             int bs, int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
-                             uint16_t *out_lo, rw_stream s, rw_err *err) {
+static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *vc,
+                            const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
+                            const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv,
+                            int bs, int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
+                            uint16_t *out_lo, rw_stream s, rw_err *err) {
     const int group = nh / nkv;
-    /* rows per half-warp and the q buffer for tiles of at most qt tokens: a decode batch (qt 1)
-     * keeps 1/8 of the registers and shared memory of a prefill one, so more CTAs fit an SM */
-    const int rows = (qt * group + 7) / 8;
-    const size_t sm = (size_t)qt * group * HD * 4 + 2 * 2 * ATT_KT * (HD * 2 + 16);
-    /* the attribute allows the largest qt, so a graph captured with a smaller launch stays valid
-     * whatever is launched eagerly in between */
-    const size_t sm_max = (size_t)RW_ATTN_QT * group * HD * 4 + 2 * 2 * ATT_KT * (HD * 2 + 16);
     float *po = NULL;
     float2 *pml = NULL;
     int seg_cap = 0;
@@ -284,54 +632,65 @@ static rw_status attn_launch(const float *q, const uint16_t *kc, const uint16_t 
         pml = (float2 *)((uint8_t *)part + (size_t)seg_cap * ntok * nh * HD * 4);
     }
     dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)(nsplit > 0 ? nsplit : 1));
-    const float scale = 1.0f / sqrtf((float)HD);
+    const float qscale = (float)(1.4426950408889634 / sqrt((double)HD));
     cudaStream_t st = (cudaStream_t)s;
-#define ATT_CASE(R)                                                                                \
-    if (rows <= R) {                                                                               \
-        cudaFuncSetAttribute(attn_kernel<HD, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                             (int)sm_max);                                                         \
-        attn_kernel<HD, R><<<grid, ATT_THREADS, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride,    \
-                                                          nh, nkv, bs, nsplit, qt, scale, out_hi,  \
-                                                          out_lo, po, pml, ntok, seg_cap);         \
-    } else
-    ATT_CASE(1) ATT_CASE(2) ATT_CASE(4) ATT_CASE(8) ATT_CASE(16) {
-        RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d q heads per kv head (at most 16)", group);
+    /* tiles of one fragment (decode) spread key segments over the warps; larger tiles spread
+     * their row fragments; the smem attributes are the kernels' fixed needs, so captured graphs
+     * stay launchable whatever is launched in between */
+    if (qt * group <= 16) {
+        const size_t sm = atc_decode_smem<HD>();
+        RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_decode_kernel<HD>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)sm));
+        atc_decode_kernel<HD><<<grid, ATC_THREADS, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride,
+                                                             nh, nkv, bs, nsplit, qscale, out_hi,
+                                                             out_lo, po, pml, ntok, seg_cap);
+    } else {
+        const size_t sm = atc_smem<HD>();
+        RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_kernel<HD>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)sm));
+        atc_kernel<HD><<<grid, ATC_THREADS, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride, nh,
+                                                      nkv, bs, nsplit, qscale, out_hi, out_lo, po,
+                                                      pml, ntok, seg_cap);
     }
-#undef ATT_CASE
     RW_CHECK(LAUNCH_CHECK(s, "attention"));
     if (nsplit > 0) {
-        attn_combine_kernel<<<(unsigned)(ntok * nh), 128, 0, st>>>(po, pml, pos, ntok, nh, HD,
-                                                                   out_hi, out_lo);
+        atc_combine_kernel<<<(unsigned)(ntok * nh), 128, 0, st>>>(po, pml, pos, ntok, nh, HD,
+                                                                  out_hi, out_lo);
         RW_CHECK(LAUNCH_CHECK(s, "attention combine"));
     }
     return RW_OK;
 }
 
-extern "C" rw_status rw_k_attention(const float *q, const uint16_t *kcache, const uint16_t *vcache,
-                                    const rw_attn_tile *tiles, int ntiles, int qt,
-                                    const int32_t *pos, const int32_t *bt, int bt_stride,
+extern "C" rw_status rw_k_attention(const float *q, const uint16_t *kcache,
+                                    const uint16_t *vcache, const rw_attn_tile *tiles, int ntiles,
+                                    int qt, const int32_t *pos, const int32_t *bt, int bt_stride,
                                     int64_t ntok, int nh, int nkv, int hd, int bs, int nsplit,
                                     void *part, size_t part_bytes, uint16_t *out_hi,
                                     uint16_t *out_lo, rw_stream s, rw_err *err) {
     if (ntiles <= 0) return RW_OK;
-    if (qt < 1 || qt > RW_ATTN_QT)
-        RW_FAIL(err, RW_E_INVALID_ARG, "attention: tiles of up to %d tokens (1..%d)", qt,
-                RW_ATTN_QT);
-    if (bs % ATT_KT != 0) RW_FAIL(err, RW_E_UNSUPPORTED, "attention: block size %d %% 16", bs);
-    if (nsplit < 0 || (nsplit > 0 && !part))
-        RW_FAIL(err, RW_E_INVALID_ARG, "attention: nsplit %d without scratch", nsplit);
     if (nkv < 1 || nh % nkv)
         RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d heads over %d kv heads", nh, nkv);
+    if (nh / nkv > 16)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "attention: %d q heads per kv head (at most 16)", nh / nkv);
+    if (qt < 1 || qt > RW_ATTN_QT || qt * (nh / nkv) > ATC_ROWS)
+        RW_FAIL(err, RW_E_INVALID_ARG,
+                "attention: tiles of up to %d tokens of %d heads (1..%d tokens, at most %d rows)",
+                qt, nh / nkv, RW_ATTN_QT, ATC_ROWS);
+    if (bs % 16 != 0) RW_FAIL(err, RW_E_UNSUPPORTED, "attention: block size %d %% 16", bs);
+    if (nsplit < 0 || (nsplit > 0 && !part))
+        RW_FAIL(err, RW_E_INVALID_ARG, "attention: nsplit %d without scratch", nsplit);
     switch (hd) {
     case 32:
-        return attn_launch<32>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                               nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
+        return atc_launch<32>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                              nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
     case 64:
-        return attn_launch<64>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                               nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
+        return atc_launch<64>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                              nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
     case 128:
-        return attn_launch<128>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                                nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
+        return atc_launch<128>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
+                               nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
     default: RW_FAIL(err, RW_E_UNSUPPORTED, "attention: head_dim %d (32, 64 or 128)", hd);
     }
 }

@@ -10,24 +10,31 @@
 extern "C" {
 #endif
 
-/* Paged causal attention. A tile is up to RW_ATTN_QT consecutive tokens of one sequence:
+/* Paged causal attention on tensor cores. A tile is consecutive tokens of one sequence:
  * tiles[i] = {seq, first token, count, 0}; qt is the largest count of any tile (a decode batch:
- * 1), which sizes the kernel's registers and shared memory. Token t of the batch has position
- * pos[t] and attends keys 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride
- * ...]. q [ntok, nh, hd] fp32 -> out_hi / out_lo [ntok, nh, hd] (a hi + lo pair); fp32 math,
- * softmax scale 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
+ * 1); a tile holds at most 64 rows (count x nh / nkv): rw_k_attention_tile_tokens gives the
+ * largest count for a head layout. Token t of the batch has position pos[t] and attends keys
+ * 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride ...]; every KV slot up to
+ * the largest position of a tile must be written (the step writes its tokens' KV first).
+ * q [ntok, nh, hd] fp32 -> out_hi / out_lo [ntok, nh, hd] (a hi + lo pair); softmax scale
+ * 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
+ *
+ * Numerics: scores and weights travel to the tensor cores as hi + lo bf16 pairs (about 16
+ * significant bits), products accumulate in fp32: within ~1e-5 of an fp32 computation on O(1)
+ * values (attention.cu has the exact per-row sequence).
  *
  * Batch invariance: a query row's keys are cut into fixed segments of RW_ATTN_SEG positions
- * (0..127, 128..255, ...); each segment is reduced in one order (16-key tiles in sequence, online
- * softmax), and the segments' (max, sum, output) are merged in segment order by one function. So
- * a token's output bits depend on its q, its keys and its position only: not on the batch, the
- * tiles, qt, or how the segments are spread over CTAs:
+ * (0..127, 128..255, ...), each reduced in one order (softmax blocks of 32 keys in sequence), and
+ * the segments' (max, sum, output) are merged in segment order by one function. So a token's
+ * output bits depend on its q, its keys and its position only: not on the batch, the tiles, qt,
+ * which kernel runs (tiles of at most 16 rows spread segments over warps, larger ones spread row
+ * fragments), or how the segments are spread over CTAs:
  * - nsplit 0: one CTA per (tile, kv head) walks every segment and merges as it goes;
  * - nsplit >= 1: CTA z of nsplit takes segments z, z + nsplit, ... and writes each segment's
  *   partial to `part`, then a combine kernel merges them per (token, head). `part` must hold
  *   rw_k_attention_part_bytes(ntok, nh, hd, segments) with segments >= pos / RW_ATTN_SEG + 1 for
  *   every token (part_bytes says how much it holds; segments past it are not written). */
-#define RW_ATTN_QT 8
+#define RW_ATTN_QT 64
 #define RW_ATTN_SEG 128
 typedef struct rw_attn_tile {
     int32_t seq, tok0, ntok, pad;
@@ -37,6 +44,8 @@ void rw_k_attention_ref(const float *q, const uint16_t *kcache, const uint16_t *
                         const int32_t *bt, int bt_stride, int nh, int nkv, int hd, int bs,
                         uint16_t *out_hi, uint16_t *out_lo);
 size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments);
+/* Tokens per tile that fill a CTA's 64 rows for nh q heads over nkv kv heads (1..RW_ATTN_QT). */
+int rw_k_attention_tile_tokens(int nh, int nkv);
 rw_status rw_k_attention(const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
                          const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv, int hd,
