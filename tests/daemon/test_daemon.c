@@ -6,7 +6,7 @@
 #include <math.h>
 #include <zmq.h>
 
-#include "daemon_test.h"
+#include "daemon_util.h"
 
 #define LONG_TOKENS 400 /* a request long enough to be caught in flight (prompt 0 + 400 < 512) */
 

@@ -8,7 +8,7 @@
  * version of each token span across an update; a CPU TP2 worker. */
 #include <regex.h>
 
-#include "daemon_test.h"
+#include "daemon_util.h"
 
 #define LONG_TOKENS 400
 

@@ -6,7 +6,7 @@
  * worker on GPUs 1 and 2. Skips (77) without 2 CUDA devices. */
 #include <regex.h>
 
-#include "daemon_test.h"
+#include "daemon_util.h"
 
 typedef struct st {
     dt_ref ref;

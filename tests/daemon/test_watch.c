@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "daemon_internal.h"
+#include "watch.h"
 #include "internal.h"
 #include "rw_test.h"
 

@@ -22,7 +22,7 @@
  *   whole bf16 tensor in it reads back bit for bit;
  * - commit of an accepted bucket succeeds and serves the new version; abort after a write
  *   leaves the weights incomplete. */
-#include "fuzz.h"
+#include "fuzz_util.h"
 
 #include <string.h>
 
@@ -91,10 +91,11 @@ static rw_status handle(rw_sync_session *s, const void *env, size_t env_len,
     }
     rw_mw *reply;
     FUZZ_CHECK(rw_mw_create(&reply, NULL) == RW_OK, "writer");
-    rw_sync_out_frame out;
+    rw_sync_outcome out;
     st = rw_sync_handle(s, 0, &rq, fr, reply, &out, e);
     if (st != RW_OK) FUZZ_CHECK_REFUSAL(st, *e);
-    FUZZ_CHECK(out.data == NULL, "%s returned a data frame", rq.cmd);
+    FUZZ_CHECK(out.frame.data == NULL, "%s returned a data frame", rq.cmd);
+    rw_sync_outcome_free(&out);
     const void *rb;
     size_t rl;
     FUZZ_CHECK(rw_mw_finish(reply, &rb, &rl, NULL) == RW_OK, "reply writer failed");

@@ -14,7 +14,7 @@
  *   JSON conversion, when it succeeds, is stable through rw_mw_json and back;
  * - an accepted request / reply rebuilt with the writer decodes to the same id, command, status
  *   and message. */
-#include "fuzz.h"
+#include "fuzz_util.h"
 
 #include <math.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * client that carries it (rw_client_set_auth, or RW_AUTH_TOKEN in the client's environment) is
  * served: health, generate with the fixture's greedy tokens, and a full weight push through the
  * client library. The worker also takes its token from RW_AUTH_TOKEN. */
-#include "rel_util.h"
+#include "reliability_util.h"
 
 #define TOKEN "c0ntrol-Plane-Secret-4242"
 

@@ -9,7 +9,7 @@
  * tokens. */
 #include <math.h>
 
-#include "rel_util.h"
+#include "reliability_util.h"
 
 typedef enum pre {
     PRE_NONE = 0,

@@ -26,7 +26,7 @@
 #include <inttypes.h>
 #include <sys/stat.h>
 
-#include "rel_util.h"
+#include "reliability_util.h"
 
 typedef struct fx {
     dt_worker w;

@@ -11,7 +11,7 @@
  *   and the request is answered (an error naming the dead rank, or its output when it finished
  *   first); the worker exits, all within a bound (no hang).
  * Every worker gets a small KV cache (dt_start), so these tests can share the GPUs with others. */
-#include "rel_util.h"
+#include "reliability_util.h"
 
 #define BOUND_S 60.0
 

@@ -8,7 +8,7 @@
  * one reply; nothing is left in flight or holding KV afterwards; no reply arrives after the
  * last; the worker shuts down with exit status 0 (in a sanitizer build: no leak report). And a
  * client that reads 3000 replies only after all of them were produced still gets every one. */
-#include "rel_util.h"
+#include "reliability_util.h"
 
 #define NCLIENT 2
 #define PER_CLIENT 1000

@@ -395,7 +395,7 @@ typedef struct call_out {
     rw_status st;
     rw_msg *msg;
     rw_reply rep;
-    rw_sync_out_frame frame;
+    rw_sync_outcome out; /* out.frame: a readback */
 } call_out;
 
 static call_out call(fx *f, const char *cmd, const char *args_json, const void *frame,
@@ -415,7 +415,7 @@ static call_out call(fx *f, const char *cmd, const char *args_json, const void *
     rw_sync_frames in = {.n = frame ? 1 : 0, .data = {frame}, .len = {flen}};
     call_out o;
     memset(&o, 0, sizeof o);
-    o.st = rw_sync_handle(f->s, 0, &req, &in, r, &o.frame, &e);
+    o.st = rw_sync_handle(f->s, 0, &req, &in, r, &o.out, &e);
     RW_ASSERT_OK(rw_mw_finish(r, &p, &n, &e), &e);
     RW_ASSERT_OK(rw_msg_decode_reply(p, n, &o.msg, &o.rep, &e), &e);
     assert_int_equal(o.rep.id, 99);
@@ -429,7 +429,7 @@ static call_out call(fx *f, const char *cmd, const char *args_json, const void *
 
 static void done(call_out *o) {
     rw_msg_free(o->msg);
-    free(o->frame.data);
+    rw_sync_outcome_free(&o->out);
 }
 
 static void test_handlers(void **state) {
@@ -539,8 +539,8 @@ static void test_handlers(void **state) {
     RW_ASSERT_OK(rw_wset_readback(f->ws, "model.layers.2.self_attn.o_proj.weight", rb, len, &len,
                                   NULL, NULL, &e),
                  &e);
-    assert_int_equal(o.frame.len, len);
-    rw_assert_bytes_equal(rb, o.frame.data, len, "get_weights frame");
+    assert_int_equal(o.out.frame.len, len);
+    rw_assert_bytes_equal(rb, o.out.frame.data, len, "get_weights frame");
     RW_ASSERT_OK(rw_mobj_strcpy(rw_mobj_get(o.rep.result, "dtype"), "dtype", v, sizeof v, &e), &e);
     assert_string_equal(v, "bf16");
     free(rb);

@@ -3,7 +3,7 @@
  * (safetensors files written, then read with pread through rw_sync_bucket_from_entries' file
  * sources); the ROUTER's frame limits; and the parallel host copier that moves host bucket bytes
  * (memcpy from a frame, pread from a file) into pinned staging on the device path. */
-#include "conformance.h"
+#include "sync_conformance.h"
 
 #include "sync_internal.h"
 

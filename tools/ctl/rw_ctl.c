@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rw_sync.h"
+#include "rw_client.h"
 
 enum { EXIT_OK = 0, EXIT_ERR_REPLY = 1, EXIT_USAGE = 2, EXIT_NO_REPLY = 3 };
 

@@ -65,15 +65,15 @@ def _newest(paths):
 
 
 def find_library(path=None):
-    """librw_client.so: `path`, $RW_CLIENT_LIB, $RW_BUILD_ROOT/sync, or the newest build*/sync of
-    this repository."""
+    """librw_client.so: `path`, $RW_CLIENT_LIB, $RW_BUILD_ROOT/sync/client, or the newest
+    build*/sync/client of this repository."""
     cands = [path, os.environ.get("RW_CLIENT_LIB")]
     if os.environ.get("RW_BUILD_ROOT"):
-        cands.append(os.path.join(os.environ["RW_BUILD_ROOT"], "sync", "librw_client.so"))
+        cands.append(os.path.join(os.environ["RW_BUILD_ROOT"], "sync", "client", "librw_client.so"))
     for c in cands:
         if c and os.path.isfile(c):
             return c
-    found = _newest(glob.glob(os.path.join(_REPO, "build*", "sync", "librw_client.so")))
+    found = _newest(glob.glob(os.path.join(_REPO, "build*", "sync", "client", "librw_client.so")))
     if not found:
         raise FileNotFoundError("librw_client.so not found: build rw (tools/build.sh) or set "
                                 "RW_CLIENT_LIB")

@@ -1,8 +1,8 @@
-/* daemon_test.h - helpers for the daemon tests: start rw-worker processes on loopback (a free
+/* daemon_util.h - helpers for the daemon tests: start rw-worker processes on loopback (a free
  * port, read back from the ready line), call commands through the client library with JSON
  * results, run the command-line tools, and read the fixture's greedy reference. */
-#ifndef RW_DAEMON_TEST_H
-#define RW_DAEMON_TEST_H
+#ifndef RW_DAEMON_UTIL_H
+#define RW_DAEMON_UTIL_H
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "rw_sync.h"
+#include "rw_client.h"
 #include "rw_test.h"
 
 #define DT_TIMEOUT_MS 60000
