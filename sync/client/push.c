@@ -71,7 +71,7 @@ rw_status rw_sync_expected_checksum(const rw_config *cfg, int tp, int rank, cons
             *out = rw_checksum64(buf, (size_t)n * 2, 0);
     } else if (fmt == RW_WFMT_MXFP8) {
         /* per-row blocks of 32 along K: quantizing the slice equals slicing the quantized
-         * canonical tensor (K slices start at multiples of 32, spec/layout.md section 5) */
+         * canonical tensor (K slices start at multiples of 32, docs/LAYOUT.md section 5) */
         int64_t cols = sl[p.ndim - 1], rows = n / cols;
         uint8_t *q = malloc((size_t)n), *sc = malloc((size_t)(rows * (cols / 32) + 1));
         if (!q || !sc)

@@ -62,7 +62,7 @@ static void push_zmq(const char *ep, const char *dir, const char *version) {
 
 /* Generation after the fixture's weights arrived: the first token of every reference prompt
  * is the reference's (a teacher-forced position; the bf16 backend may flip a later near-tie,
- * spec/targets.md F2), the version is the pushed one. Returns the tokens of prompt 0. */
+ * docs/TARGETS.md F2), the version is the pushed one. Returns the tokens of prompt 0. */
 static void check_generation(st *s, rw_client *c, const char *version, int32_t *tok0) {
     for (int i = 0; i < DT_NREF; i++) {
         char p[1024], a[1200];

@@ -10,7 +10,7 @@
  * 4 MiB: small inputs then reach whole tensors); bytes 1-4 are the manifest's length L (little
  * endian, clamped); then L bytes of msgpack spliced in as args.manifest; then the frame bytes.
  *
- * Contract checked (rw_sync.h, spec/protocol.md):
+ * Contract checked (rw_sync.h, docs/PROTOCOL.md):
  * - the reply decodes, is ok exactly when the handler returned RW_OK, and an error reply carries
  *   the handler's status and message;
  * - every failed update_weights ends the session; a bucket that is refused says "nothing was
