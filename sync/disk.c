@@ -245,18 +245,16 @@ rw_status rw_sync_load_ckpt(rw_wset *ws, const char *dir, uint64_t piece_bytes, 
         do {
             const uint64_t nr = whole ? rows : (rows - r < step ? rows - r : step);
             const uint64_t off = whole ? 0 : r * row, len = whole ? bytes : nr * row;
-            rw_piece p;
-            memset(&p, 0, sizeof p);
-            p.name = e->name;
-            p.dtype = e->dtype;
-            p.ndim = e->ndim;
+            rw_piece p = {.name = e->name,
+                          .dtype = e->dtype,
+                          .ndim = e->ndim,
+                          .shard_dim = whole ? -1 : 0,
+                          .shard_begin = whole ? 0 : (int64_t)r,
+                          .shard_len = whole ? 0 : (int64_t)nr,
+                          .layout = RW_PIECE_PLAIN,
+                          .data = buf,
+                          .place = RW_PLACE_HOST};
             memcpy(p.shape, e->shape, sizeof p.shape);
-            p.shard_dim = whole ? -1 : 0;
-            p.shard_begin = whole ? 0 : (int64_t)r;
-            p.shard_len = whole ? 0 : (int64_t)nr;
-            p.layout = RW_PIECE_PLAIN;
-            p.data = buf;
-            p.place = RW_PLACE_HOST;
             st = rw_st_read(f, e->begin + off, buf, (size_t)len, err);
             /* host pieces are copied before rw_wset_apply returns: buf is free again after it */
             if (st == RW_OK) st = rw_wset_apply(ws, &p, NULL, err);

@@ -94,26 +94,18 @@ void rw_mw_obj(rw_mw *w, const rw_mobj *o) {
     MW(w, msgpack_pack_object(&w->pk, *o));
 }
 
-void rw_mw_kv_str(rw_mw *w, const char *key, const char *v) {
-    rw_mw_str(w, key);
-    rw_mw_str(w, v);
-}
-void rw_mw_kv_u64(rw_mw *w, const char *key, uint64_t v) {
-    rw_mw_str(w, key);
-    rw_mw_u64(w, v);
-}
-void rw_mw_kv_i64(rw_mw *w, const char *key, int64_t v) {
-    rw_mw_str(w, key);
-    rw_mw_i64(w, v);
-}
-void rw_mw_kv_f64(rw_mw *w, const char *key, double v) {
-    rw_mw_str(w, key);
-    rw_mw_f64(w, v);
-}
-void rw_mw_kv_bool(rw_mw *w, const char *key, bool v) {
-    rw_mw_str(w, key);
-    rw_mw_bool(w, v);
-}
+/* The key / value writers: the key as a string, then the value. */
+#define KV(name, type, write)                                                                      \
+    void rw_mw_kv_##name(rw_mw *w, const char *key, type v) {                                      \
+        rw_mw_str(w, key);                                                                         \
+        write(w, v);                                                                               \
+    }
+KV(str, const char *, rw_mw_str)
+KV(u64, uint64_t, rw_mw_u64)
+KV(i64, int64_t, rw_mw_i64)
+KV(f64, double, rw_mw_f64)
+KV(bool, bool, rw_mw_bool)
+#undef KV
 
 void rw_mw_request(rw_mw *w, uint64_t id, const char *cmd) {
     rw_mw_map(w, 4);

@@ -36,7 +36,7 @@ struct rw_sync_group {
     cudaStream_t own; /* used when a caller passes no stream */
 };
 
-/* rw_nccl_fail / rw_cuda_fail with a message of our own: "<context>: <library error string>". */
+/* rw_nccl_fail with a message of our own: "<context>: <NCCL error string>". */
 static rw_status nccl_fail_ctx(rw_err *err, ncclResult_t r, int line, const char *fmt, ...) {
     char what[256];
     va_list ap;
@@ -44,19 +44,6 @@ static rw_status nccl_fail_ctx(rw_err *err, ncclResult_t r, int line, const char
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     return rw_nccl_fail(err, r, __FILE__, line, what);
-}
-static rw_status cuda_fail_ctx(rw_err *err, cudaError_t e, int line, const char *fmt, ...) {
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return rw_cuda_fail(err, e, __FILE__, line, what);
-}
-
-static void nap(void) {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
 }
 
 rw_status rw_sync_group_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err) {
@@ -87,7 +74,7 @@ static rw_status settle(rw_sync_group *g, double deadline, const char *what, rw_
                     "aborted, create the group again",
                     g->name, g->rank, g->world, what);
         }
-        nap();
+        rw_sync_nap();
     }
 }
 
@@ -274,7 +261,8 @@ static rw_status wait_stream(rw_sync_group *g, cudaStream_t st, double timeout_s
         ce = cudaEventQuery(ev);
         if (ce == cudaSuccess) break;
         if (ce != cudaErrorNotReady) {
-            ret = cuda_fail_ctx(err, ce, __LINE__, "NCCL group '%s': stream failed", g->name);
+            ret = rw_sync_cuda_fail(err, ce, __FILE__, __LINE__, "NCCL group '%s': stream failed",
+                                    g->name);
             break;
         }
         if (g->ok && (ret = rw_sync_group_check(g, err)) != RW_OK) {
@@ -290,7 +278,7 @@ static rw_status wait_stream(rw_sync_group *g, cudaStream_t st, double timeout_s
                          g->name, g->rank, timeout_s);
             break;
         }
-        nap();
+        rw_sync_nap();
     }
     cudaEventDestroy(ev);
     return ret;

@@ -48,20 +48,14 @@
 #define NFLIGHT RW_SYNC_NFLIGHT
 #define UP_NBUF RW_SYNC_UP_NBUF
 
-/* A failed CUDA call with context of our own ("<context>: <CUDA error string>"), mapped as
- * RW_CUDA_CHECK maps it. */
-static rw_status cuda_fail_ctx(rw_err *err, cudaError_t e, int line, const char *fmt, ...) {
+rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
+                            ...) {
     char what[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return rw_cuda_fail(err, e, __FILE__, line, what);
-}
-
-static void nap(void) {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
+    return rw_cuda_fail(err, e, file, line, what);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -100,10 +94,10 @@ rw_status rw_sync_pipe_reserve(rw_sync_session *s, uint64_t bucket_bytes, rw_err
         if (e != cudaSuccess) {
             s->staging[i] = NULL;
             staging_free(s);
-            return cuda_fail_ctx(err, e, __LINE__,
-                                 "sync session: two staging buffers of %" PRIu64
-                                 " bytes on device %d",
-                                 bucket_bytes, s->device);
+            return rw_sync_cuda_fail(err, e, __FILE__, __LINE__,
+                                     "sync session: two staging buffers of %" PRIu64
+                                     " bytes on device %d",
+                                     bucket_bytes, s->device);
         }
     }
     s->staging_bytes = bucket_bytes;
@@ -139,7 +133,8 @@ rw_status rw_sync_pipe_table_reserve(rw_sync_session *s, rw_sync_flight *f, size
     if (e != cudaSuccess) {
         if (f->htab) cudaFreeHost(f->htab);
         f->htab = f->dtab = NULL;
-        return cuda_fail_ctx(err, e, __LINE__, "sync session: op table buffers of %zu bytes", cap);
+        return rw_sync_cuda_fail(err, e, __FILE__, __LINE__,
+                                 "sync session: op table buffers of %zu bytes", cap);
     }
     f->tab_cap = cap;
     (void)s;
@@ -157,8 +152,9 @@ static rw_status wait_flight(rw_sync_session *s, rw_sync_flight *f, rw_err *err)
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) {
             f->busy = false;
-            return cuda_fail_ctx(err, e, __LINE__,
-                                 "sync session: bucket %" PRIu64 " failed on the device", f->index);
+            return rw_sync_cuda_fail(err, e, __FILE__, __LINE__,
+                                     "sync session: bucket %" PRIu64 " failed on the device",
+                                     f->index);
         }
         if (f->nccl && s->group) {
             rw_status st = rw_sync_group_check(s->group, err);
@@ -184,7 +180,7 @@ static rw_status wait_flight(rw_sync_session *s, rw_sync_flight *f, rw_err *err)
                     "sync session: device work of bucket %" PRIu64 " did not finish within %.1f s",
                     f->index, s->timeout_s);
         }
-        nap();
+        rw_sync_nap();
     }
     if (!f->deferred) f->busy = false;
     return RW_OK;
@@ -231,8 +227,9 @@ rw_status rw_sync_pipe_pin_reserve(rw_sync_session *s, size_t chunk_bytes, rw_er
         if (e != cudaSuccess) {
             s->pin[i] = NULL;
             pin_free_all(s);
-            return cuda_fail_ctx(err, e, __LINE__,
-                                 "sync session: pinned staging chunk of %zu bytes", s->pin_bytes);
+            return rw_sync_cuda_fail(err, e, __FILE__, __LINE__,
+                                     "sync session: pinned staging chunk of %zu bytes",
+                                     s->pin_bytes);
         }
     }
     return RW_OK;
@@ -246,7 +243,8 @@ static rw_status wait_comm(rw_sync_session *s, cudaEvent_t ev, rw_err *err) {
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return RW_OK;
         if (e != cudaErrorNotReady)
-            return cuda_fail_ctx(err, e, __LINE__, "sync session: host -> device copy failed");
+            return rw_sync_cuda_fail(err, e, __FILE__, __LINE__,
+                                     "sync session: host -> device copy failed");
         if (s->group && rw_sync_group_ok(s->group)) {
             rw_status st = rw_sync_group_check(s->group, err);
             if (st != RW_OK) {
@@ -262,7 +260,7 @@ static rw_status wait_comm(rw_sync_session *s, cudaEvent_t ev, rw_err *err) {
             RW_FAIL(err, RW_E_TIMEOUT,
                     "sync session: host -> device copy did not finish within %.1f s", s->timeout_s);
         }
-        nap();
+        rw_sync_nap();
     }
 }
 
@@ -345,7 +343,8 @@ static rw_status launch_flight(rw_sync_session *s, rw_sync_flight *f, rw_err *er
     cudaError_t ce = cudaEventRecord(f->done, s->compute);
     f->deferred = false;
     if (st != RW_OK) return st;
-    if (ce != cudaSuccess) return cuda_fail_ctx(err, ce, __LINE__, "sync session: cudaEventRecord");
+    if (ce != cudaSuccess)
+        return rw_sync_cuda_fail(err, ce, __FILE__, __LINE__, "sync session: cudaEventRecord");
     return RW_OK;
 }
 
@@ -464,8 +463,9 @@ rw_status rw_sync_pipe_poll(rw_sync_session *s, bool *active, rw_err *err) {
         rw_status st = RW_OK;
         if (e != cudaErrorNotReady) {
             f->busy = false;
-            st = cuda_fail_ctx(err, e, __LINE__,
-                               "sync session: bucket %" PRIu64 " failed on the device", f->index);
+            st = rw_sync_cuda_fail(err, e, __FILE__, __LINE__,
+                                   "sync session: bucket %" PRIu64 " failed on the device",
+                                   f->index);
         } else if (f->nccl && s->group) {
             st = rw_sync_group_check(s->group, err);
         }

@@ -21,13 +21,14 @@ extern "C" {
 /* Envelope and limits                                                                          */
 /* ------------------------------------------------------------------------------------------ */
 #define RW_PROTOCOL_VERSION 1
-#define RW_MSG_MAX_BYTES (64u << 20) /* one msgpack envelope (bulk bytes travel in other frames)   \
-                                      */
-#define RW_MSG_MAX_DEPTH 16          /* nesting of arrays / maps */
-#define RW_MSG_MAX_STR (1u << 20)    /* one string or bin value */
-#define RW_MSG_MAX_CMD 63            /* command name length */
-#define RW_MSG_MAX_KEYS 256          /* keys in one map read through rw_mfields */
-#define RW_MSG_MAX_FRAMES 4          /* data frames after one envelope */
+#define RW_MSG_MAX_BYTES                                                                           \
+    (64u << 20)                   /* one msgpack envelope (bulk bytes travel in other frames)      \
+                                   */
+#define RW_MSG_MAX_DEPTH 16       /* nesting of arrays / maps */
+#define RW_MSG_MAX_STR (1u << 20) /* one string or bin value */
+#define RW_MSG_MAX_CMD 63         /* command name length */
+#define RW_MSG_MAX_KEYS 256       /* keys in one map read through rw_mfields */
+#define RW_MSG_MAX_FRAMES 4       /* data frames after one envelope */
 
 /* A read-only msgpack value inside a decoded message (msgpack-c's msgpack_object; include
  * <msgpack.h> to look inside, or use the rw_mobj_* accessors). Borrowed from its rw_msg. */

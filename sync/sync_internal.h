@@ -10,6 +10,11 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+#ifdef RW_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 /* Maps a failing ZeroMQ call (which returned -1 and set errno) to RW_E_ZMQ, or RW_E_TIMEOUT for
  * EAGAIN. */
@@ -25,6 +30,20 @@ static inline void rw_sync_strlcpy(char *dst, const char *src, size_t cap) {
     if (n) memcpy(dst, src, n);
     dst[n] = 0;
 }
+
+/* The pause of the polling loops that wait for device work, a peer or a reply (20 us). */
+static inline void rw_sync_nap(void) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
+#ifdef RW_HAVE_CUDA
+/* A failed CUDA call with context of our own, "<context>: <CUDA error string>", mapped by
+ * core/cuda_check.h's rule (rw_cuda_fail: RW_E_OOM for a failed allocation, else RW_E_CUDA; the
+ * last error cleared). `fmt` formats the context. */
+rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
+                            ...);
+#endif
 
 /* After a failed update command: aborts the session if it is still open (appending the outcome
  * to err's message); returns st. */

@@ -385,48 +385,50 @@ rw_status rw_client_call(rw_client *c, const char *cmd, rw_mw *args, int timeout
 /* ------------------------------------------------------------------------------------------ */
 /* Typed calls                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
+/* rw_client_call for a command whose result the caller does not need; destroys the writer. */
+static rw_status call_args(rw_client *c, const char *cmd, rw_mw *a, int timeout_ms, rw_err *err) {
+    rw_msg *m = NULL;
+    rw_reply r;
+    rw_status st = rw_client_call(c, cmd, a, timeout_ms, &m, &r, err);
+    rw_msg_free(m);
+    rw_mw_destroy(a);
+    return st;
+}
+
 rw_status rw_client_begin_update(rw_client *c, const char *version, bool flush_cache,
                                  uint64_t bucket_bytes, double timeout_s, int timeout_ms,
                                  rw_err *err) {
     rw_mw *a;
     RW_CHECK(rw_mw_create(&a, err));
     rw_mw_map(a, 2 + (bucket_bytes ? 1 : 0) + (timeout_s > 0 ? 1 : 0));
-    rw_mw_str(a, "version");
-    rw_mw_str(a, version);
-    rw_mw_str(a, "flush_cache");
-    rw_mw_bool(a, flush_cache);
-    if (bucket_bytes) {
-        rw_mw_str(a, "bucket_bytes");
-        rw_mw_u64(a, bucket_bytes);
-    }
-    if (timeout_s > 0) {
-        rw_mw_str(a, "timeout_s");
-        rw_mw_f64(a, timeout_s);
-    }
-    rw_msg *m = NULL;
-    rw_reply r;
-    rw_status st = rw_client_call(c, "begin_update", a, timeout_ms, &m, &r, err);
-    rw_msg_free(m);
+    rw_mw_kv_str(a, "version", version);
+    rw_mw_kv_bool(a, "flush_cache", flush_cache);
+    if (bucket_bytes) rw_mw_kv_u64(a, "bucket_bytes", bucket_bytes);
+    if (timeout_s > 0) rw_mw_kv_f64(a, "timeout_s", timeout_s);
+    return call_args(c, "begin_update", a, timeout_ms, err);
+}
+
+rw_status rw_client_send_bucket(rw_client *c, const rw_sync_manifest *man, const void *data,
+                                size_t len, bool zero_copy, uint64_t *id, rw_err *err) {
+    rw_mw *a;
+    RW_CHECK(rw_mw_create(&a, err));
+    rw_mw_map(a, 2);
+    rw_mw_kv_str(a, "transport", "zmq");
+    rw_mw_str(a, "manifest");
+    rw_sync_manifest_write(man, a);
+    /* a zero-byte frame still needs a valid pointer */
+    static const char empty = 0;
+    rw_status st =
+        rw_client_send(c, "update_weights", a, data ? data : &empty, len, zero_copy, id, err);
     rw_mw_destroy(a);
     return st;
 }
 
 rw_status rw_client_update_weights_zmq(rw_client *c, const rw_sync_manifest *man, const void *data,
                                        int timeout_ms, rw_err *err) {
-    rw_mw *a;
-    RW_CHECK(rw_mw_create(&a, err));
-    rw_mw_map(a, 2);
-    rw_mw_str(a, "transport");
-    rw_mw_str(a, "zmq");
-    rw_mw_str(a, "manifest");
-    rw_sync_manifest_write(man, a);
     uint64_t id, nb = rw_sync_manifest_bytes(man);
     uint64_t target = c->zc_sent + 1;
-    /* a zero-byte frame still needs a valid pointer */
-    static const char empty = 0;
-    rw_status st = rw_client_send(c, "update_weights", a, data ? data : &empty, nb, true, &id, err);
-    rw_mw_destroy(a);
-    if (st != RW_OK) return st;
+    RW_CHECK(rw_client_send_bucket(c, man, data, nb, true, &id, err));
     rw_msg *m = NULL;
     rw_reply r;
     rw_err werr;
@@ -486,18 +488,9 @@ rw_status rw_client_update_from_disk(rw_client *c, const char *dir, const char *
     rw_mw *a;
     RW_CHECK(rw_mw_create(&a, err));
     rw_mw_map(a, version && version[0] ? 2 : 1);
-    rw_mw_str(a, "path");
-    rw_mw_str(a, dir);
-    if (version && version[0]) {
-        rw_mw_str(a, "version");
-        rw_mw_str(a, version);
-    }
-    rw_msg *m = NULL;
-    rw_reply r;
-    rw_status st = rw_client_call(c, "update_weights_from_disk", a, timeout_ms, &m, &r, err);
-    rw_msg_free(m);
-    rw_mw_destroy(a);
-    return st;
+    rw_mw_kv_str(a, "path", dir);
+    if (version && version[0]) rw_mw_kv_str(a, "version", version);
+    return call_args(c, "update_weights_from_disk", a, timeout_ms, err);
 }
 
 rw_status rw_client_get_weight_version(rw_client *c, int timeout_ms, char *version, size_t cap,

@@ -339,8 +339,7 @@ static rw_status tstage_send(tstage *t, rw_client_group *g, int slot, const void
             rw_sync_group_abort(rw_client_group_comm(g));
             RW_FAIL(err, RW_E_TIMEOUT, "push: trainer staging copy stalled (broadcast stuck?)");
         }
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
+        rw_sync_nap();
     }
     RW_CUDA_CHECK(err, cudaStreamWaitEvent(bs, t->copied[slot], 0));
     RW_CHECK(rw_client_update_weights_nccl(g, m, t->dev[slot], bs, timeout_ms, err));

@@ -56,6 +56,11 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
 rw_status rw_client_begin_update(rw_client *c, const char *version, bool flush_cache,
                                  uint64_t bucket_bytes, double timeout_s, int timeout_ms,
                                  rw_err *err);
+/* Sends one bucket over ZeroMQ without waiting for the reply (rw_client_wait on *id): the manifest
+ * in the envelope, `len` bytes at `data` as its frame (len is normally the manifest's byte count),
+ * sent zero-copy when asked (then `data` must stay valid until ZeroMQ releases it). */
+rw_status rw_client_send_bucket(rw_client *c, const rw_sync_manifest *m, const void *data,
+                                size_t len, bool zero_copy, uint64_t *id, rw_err *err);
 /* One bucket over ZeroMQ: the manifest in the envelope, `data` (nbytes) as one frame sent
  * zero-copy (zmq_msg_init_data). Returns after the worker's reply, and once ZeroMQ has
  * released `data` (so the caller may reuse it); if that does not happen within timeout_ms the

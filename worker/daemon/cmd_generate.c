@@ -45,15 +45,21 @@ int64_t rw_srv_requests_in_flight(const rw_server *s) {
     return n;
 }
 
-/* The final reply of a generate command. */
-static void gen_reply(rw_server *s, rw_gen *g) {
+/* The head of a generate reply in s->w, up to its array of n outputs: {stream, outputs: [...]}. */
+static rw_mw *gen_head(rw_server *s, const rw_gen *g, bool stream, uint32_t n) {
     rw_mw *w = s->w;
     rw_mw_reset(w);
     rw_mw_reply_ok(w, g->req_id);
     rw_mw_map(w, 2);
-    rw_mw_kv_bool(w, "stream", false);
+    rw_mw_kv_bool(w, "stream", stream);
     rw_mw_str(w, "outputs");
-    rw_mw_array(w, (uint32_t)g->n);
+    rw_mw_array(w, n);
+    return w;
+}
+
+/* The final reply of a generate command. */
+static void gen_reply(rw_server *s, rw_gen *g) {
+    rw_mw *w = gen_head(s, g, false, (uint32_t)g->n);
     for (int k = 0; k < g->n; k++) {
         const rw_output *o = g->outs[k];
         const bool top = o->top_n > 0;
@@ -141,13 +147,7 @@ void rw_srv_stream_partials(rw_server *s) {
             if (p > g->sent[k]) nchunks++;
         }
         if (!nchunks) continue;
-        rw_mw *w = s->w;
-        rw_mw_reset(w);
-        rw_mw_reply_ok(w, g->req_id);
-        rw_mw_map(w, 2);
-        rw_mw_kv_bool(w, "stream", true);
-        rw_mw_str(w, "outputs");
-        rw_mw_array(w, (uint32_t)nchunks);
+        rw_mw *w = gen_head(s, g, true, (uint32_t)nchunks);
         for (int k = 0; k < g->n; k++) {
             if (g->outs[k]) continue;
             const uint64_t eid = g->base + (uint64_t)k;
