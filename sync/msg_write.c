@@ -63,11 +63,13 @@ void rw_mw_i64(rw_mw *w, int64_t v) {
 void rw_mw_f64(rw_mw *w, double v) {
     MW(w, msgpack_pack_double(&w->pk, v));
 }
+/* msgpack lengths are 32-bit: a longer value fails the writer. */
+static bool length_ok(rw_mw *w, size_t n) {
+    if (n > UINT32_MAX) w->failed = true;
+    return n <= UINT32_MAX;
+}
 void rw_mw_strn(rw_mw *w, const char *s, size_t n) {
-    if (n > UINT32_MAX) {
-        w->failed = true;
-        return;
-    }
+    if (!length_ok(w, n)) return;
     MW(w, msgpack_pack_str(&w->pk, n));
     MW(w, msgpack_pack_str_body(&w->pk, s, n));
 }
@@ -75,10 +77,7 @@ void rw_mw_str(rw_mw *w, const char *s) {
     rw_mw_strn(w, s ? s : "", s ? strlen(s) : 0);
 }
 void rw_mw_bin(rw_mw *w, const void *p, size_t n) {
-    if (n > UINT32_MAX) {
-        w->failed = true;
-        return;
-    }
+    if (!length_ok(w, n)) return;
     MW(w, msgpack_pack_bin(&w->pk, n));
     MW(w, msgpack_pack_bin_body(&w->pk, p, n));
 }

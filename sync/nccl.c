@@ -38,12 +38,7 @@ struct rw_sync_group {
 
 /* rw_nccl_fail with a message of our own: "<context>: <NCCL error string>". */
 static rw_status nccl_fail_ctx(rw_err *err, ncclResult_t r, int line, const char *fmt, ...) {
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return rw_nccl_fail(err, r, __FILE__, line, what);
+    RW_SYNC_FAIL_CTX(rw_nccl_fail, err, r, __FILE__, line, fmt);
 }
 
 rw_status rw_sync_group_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err) {

@@ -8,6 +8,7 @@
 #include "rw_sync.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>

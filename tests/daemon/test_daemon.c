@@ -41,9 +41,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     st *s = *state;
-    json_decref(dt_ok(s->c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&s->w, 30), 0);
-    rw_client_close(s->c);
+    dt_shutdown(&s->w, s->c, 30);
     free(s);
     return 0;
 }

@@ -23,15 +23,7 @@ typedef struct st {
 
 /* ------------------------------------------------------------------------------------------ */
 static int run_tool(const char *rel, const char *const *args, char *out, size_t cap) {
-    char exe[4096];
-    dt_exe(exe, sizeof exe, rel);
-    const char *av[32];
-    int k = 0;
-    av[k++] = exe;
-    for (int i = 0; args[i] && k < 31; i++)
-        av[k++] = args[i];
-    av[k] = NULL;
-    return dt_run(av, out, cap, 120);
+    return dt_run_tool(rel, args, out, cap, 120);
 }
 
 /* rw-trainer push of `dir` to the worker at `ep` with extra options; returns the summary. */
@@ -54,12 +46,7 @@ static json_t *push_to(const char *ep, const char *dir, const char *version,
     char out[8192];
     int rc = run_tool("tools/trainer/rw-trainer", args, out, sizeof out);
     if (rc != 0) fail_msg("rw-trainer push %s (%s) exited %d: %s", dir, version, rc, out);
-    json_error_t je;
-    json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, &je);
-    if (!j) fail_msg("rw-trainer output is not JSON: %s", out);
-    assert_true(json_is_true(json_object_get(j, "verified")));
-    assert_int_equal(dt_int(j, "mismatches", NULL), 0);
-    return j;
+    return dt_push_verified(out);
 }
 
 static json_t *push(st *s, const char *dir, const char *version, const char *const *extra) {
@@ -136,9 +123,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     st *s = *state;
-    json_decref(dt_ok(s->c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&s->w, 30), 0);
-    rw_client_close(s->c);
+    dt_shutdown(&s->w, s->c, 30);
     rw_ckpt_close(s->fix);
     rw_ckpt_close(s->rnd);
     char cmd[600];
@@ -291,12 +276,9 @@ static void test_partial_only(void **state) {
 
 /* A trainer that opens a session (and, with `write`, sends one bucket) and then is killed. */
 static void dying_trainer(const char *ep, rw_ckpt *src, bool send_bucket) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    int report;
+    pid_t pid = dt_fork_reporter(&report);
     if (pid == 0) {
-        close(p[0]);
         rw_client *c = NULL;
         rw_err e;
         int ok = rw_client_connect(ep, NULL, &c, &e) == RW_OK &&
@@ -316,17 +298,11 @@ static void dying_trainer(const char *ep, rw_ckpt *src, bool send_bucket) {
                 ok = 0;
             }
         }
-        if (write(p[1], ok ? "y" : "n", 1) != 1) _exit(3);
+        if (write(report, ok ? "y" : "n", 1) != 1) _exit(3);
         for (;;)
             pause(); /* until killed */
     }
-    close(p[1]);
-    char ch = 0;
-    assert_int_equal(read(p[0], &ch, 1), 1);
-    close(p[0]);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    assert_int_equal(ch, 'y');
+    dt_reporter_done(pid, report, true);
 }
 
 static void wait_not_updating(rw_client *c, char *state, size_t cap) {
@@ -473,9 +449,7 @@ static void test_tp2_worker(void **state) {
     json_decref(r);
     rw_client_free(res);
     rw_client_free(frame);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 30);
 }
 
 /* A worker started from a config alone has no weights: generate is refused until the first
@@ -500,9 +474,7 @@ static void test_start_without_weights(void **state) {
     dt_refused(c, "generate", "{\"prompt\":[1,2,3]}", RW_E_WEIGHTS_INCOMPLETE, NULL, 0);
     json_decref(push_to(w.ep, s->fixture, "first", NULL));
     assert_reference(s, c, "first");
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 30);
 }
 
 int main(void) {

@@ -16,15 +16,7 @@ typedef struct st {
 } st;
 
 static int run_tool(const char *rel, const char *const *args, char *out, size_t cap) {
-    char exe[4096];
-    dt_exe(exe, sizeof exe, rel);
-    const char *av[40];
-    int k = 0;
-    av[k++] = exe;
-    for (int i = 0; args[i] && k < 39; i++)
-        av[k++] = args[i];
-    av[k] = NULL;
-    return dt_run(av, out, cap, 300);
+    return dt_run_tool(rel, args, out, cap, 300);
 }
 
 /* rw-trainer push over NCCL from GPU 0 (--verify); extra options appended. */
@@ -43,12 +35,7 @@ static void push_nccl(const char *ep, const char *dir, const char *version, cons
     char out[8192];
     int rc = run_tool("tools/trainer/rw-trainer", args, out, sizeof out);
     if (rc != 0) fail_msg("rw-trainer push --transport nccl exited %d: %s", rc, out);
-    json_error_t je;
-    json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, &je);
-    if (!j) fail_msg("rw-trainer output: %s", out);
-    assert_true(json_is_true(json_object_get(j, "verified")));
-    assert_int_equal(dt_int(j, "mismatches", NULL), 0);
-    json_decref(j);
+    json_decref(dt_push_verified(out));
 }
 
 static void push_zmq(const char *ep, const char *dir, const char *version) {
@@ -171,9 +158,7 @@ static void test_nccl_tp1(void **state) {
     }
     rw_client_sums_free(sums);
     regfree(&rx);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 60);
 }
 
 /* A TP2 worker: two rank processes on GPUs 0 and 1 with NCCL tensor parallelism. */
@@ -188,9 +173,7 @@ static void test_tp2_worker_zmq(void **state) {
     push_zmq(w.ep, s->fixture, "tp2-zmq");
     assert_int_equal(mismatches(c, s->fix, s->config), 0);
     check_generation(s, c, "tp2-zmq", NULL);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 60);
 }
 
 /* NCCL push into a TP2 worker (GPUs 1, 2; the trainer on GPU 0): needs 3 GPUs. */
@@ -210,9 +193,7 @@ static void test_nccl_tp2(void **state) {
     push_nccl(w.ep, s->fixture, "nccl-tp2", "2", NULL);
     assert_int_equal(mismatches(c, s->fix, s->config), 0);
     check_generation(s, c, "nccl-tp2", NULL);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 60);
 }
 
 int main(void) {

@@ -13,10 +13,7 @@ static dt_worker W; /* killed by the teardown when a failed check left it runnin
 
 static int teardown(void **state) {
     (void)state;
-    if (W.pid > 0) {
-        kill(W.pid, SIGKILL);
-        dt_wait_exit(&W, 10);
-    }
+    dt_kill(&W);
     return 0;
 }
 
@@ -149,9 +146,7 @@ static void test_token_required_and_accepted(void **state) {
     json_decref(dt_ok(env_client, "health", NULL));
     rw_client_close(env_client);
 
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&W, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&W, c, 30);
 }
 
 static void test_worker_token_from_env(void **state) {
@@ -166,9 +161,7 @@ static void test_worker_token_from_env(void **state) {
     rw_client_close(anon);
     rw_client *c = connect_to(addr, TOKEN);
     json_decref(dt_ok(c, "health", NULL));
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&W, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&W, c, 30);
 }
 
 int main(void) {

@@ -218,12 +218,9 @@ typedef enum trainer_end {
 
 /* Runs the trainer; returns once it is gone. */
 static void trainer(fx *f, trainer_end how) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    int report;
+    pid_t pid = dt_fork_reporter(&report);
     if (pid == 0) {
-        close(p[0]);
         void *ctx = zmq_ctx_new();
         void *sock = zmq_socket(ctx, ZMQ_DEALER);
         int linger = how == CLOSED_AFTER_BUCKET ? 2000 : 0;
@@ -249,7 +246,7 @@ static void trainer(fx *f, trainer_end how) {
                                   "256}]}}",
                                   256, 0x3f, true);
         }
-        if (write(p[1], ok ? "y" : "n", 1) != 1) _exit(3);
+        if (write(report, ok ? "y" : "n", 1) != 1) _exit(3);
         if (how == KILLED_MID_BUCKET)
             for (;;)
                 pause(); /* until killed */
@@ -257,14 +254,7 @@ static void trainer(fx *f, trainer_end how) {
         zmq_ctx_term(ctx);
         _exit(ok ? 0 : 1);
     }
-    close(p[1]);
-    char ch = 0;
-    assert_int_equal(read(p[0], &ch, 1), 1);
-    close(p[0]);
-    if (how == KILLED_MID_BUCKET) kill(pid, SIGKILL);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_int_equal(ch, 'y');
+    dt_reporter_done(pid, report, how == KILLED_MID_BUCKET);
 }
 
 /* ---- tests
