@@ -408,18 +408,36 @@ rw_status rw_client_begin_update(rw_client *c, const char *version, bool flush_c
     return call_args(c, "begin_update", a, timeout_ms, err);
 }
 
+/* The args of update_weights: {transport, [group_name,] manifest}. */
+static rw_status bucket_args(const char *transport, const char *group, const rw_sync_manifest *m,
+                             rw_mw **out, rw_err *err) {
+    RW_CHECK(rw_mw_create(out, err));
+    rw_mw *a = *out;
+    rw_mw_map(a, group ? 3 : 2);
+    rw_mw_kv_str(a, "transport", transport);
+    if (group) rw_mw_kv_str(a, "group_name", group);
+    rw_mw_str(a, "manifest");
+    rw_sync_manifest_write(m, a);
+    return RW_OK;
+}
+
 rw_status rw_client_send_bucket(rw_client *c, const rw_sync_manifest *man, const void *data,
                                 size_t len, bool zero_copy, uint64_t *id, rw_err *err) {
     rw_mw *a;
-    RW_CHECK(rw_mw_create(&a, err));
-    rw_mw_map(a, 2);
-    rw_mw_kv_str(a, "transport", "zmq");
-    rw_mw_str(a, "manifest");
-    rw_sync_manifest_write(man, a);
+    RW_CHECK(bucket_args("zmq", NULL, man, &a, err));
     /* a zero-byte frame still needs a valid pointer */
     static const char empty = 0;
     rw_status st =
         rw_client_send(c, "update_weights", a, data ? data : &empty, len, zero_copy, id, err);
+    rw_mw_destroy(a);
+    return st;
+}
+
+rw_status rw_client_send_bucket_nccl(rw_client *c, const rw_sync_manifest *man, const char *group,
+                                     uint64_t *id, rw_err *err) {
+    rw_mw *a;
+    RW_CHECK(bucket_args("nccl", group, man, &a, err));
+    rw_status st = rw_client_send(c, "update_weights", a, NULL, 0, false, id, err);
     rw_mw_destroy(a);
     return st;
 }

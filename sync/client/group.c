@@ -113,23 +113,12 @@ rw_status rw_client_update_weights_nccl(rw_client_group *g, const rw_sync_manife
                                         rw_err *err) {
     uint64_t ids[64], *idp = g->n <= 64 ? ids : calloc((size_t)g->n, sizeof *idp);
     if (!idp) RW_FAIL(err, RW_E_OOM, "group: out of memory");
-    rw_mw *a;
-    rw_status st = rw_mw_create(&a, err);
-    if (st == RW_OK) {
-        rw_mw_map(a, 3);
-        rw_mw_str(a, "transport");
-        rw_mw_str(a, "nccl");
-        rw_mw_str(a, "group_name");
-        rw_mw_str(a, g->name);
-        rw_mw_str(a, "manifest");
-        rw_sync_manifest_write(man, a);
-    }
+    rw_status st = RW_OK;
     int sent = 0;
     for (int i = 0; st == RW_OK && i < g->n; i++) {
-        st = rw_client_send(g->w[i], "update_weights", a, NULL, 0, false, &idp[i], err);
+        st = rw_client_send_bucket_nccl(g->w[i], man, g->name, &idp[i], err);
         if (st == RW_OK) sent++;
     }
-    rw_mw_destroy(a);
     /* every worker must have posted its receive before rank 0 broadcasts */
     for (int i = 0; i < sent; i++) {
         rw_msg *m = NULL;

@@ -61,6 +61,11 @@ rw_status rw_client_begin_update(rw_client *c, const char *version, bool flush_c
  * sent zero-copy when asked (then `data` must stay valid until ZeroMQ releases it). */
 rw_status rw_client_send_bucket(rw_client *c, const rw_sync_manifest *m, const void *data,
                                 size_t len, bool zero_copy, uint64_t *id, rw_err *err);
+/* Sends the update_weights request of one bucket that group `group` will broadcast, without
+ * waiting for the reply (the worker replies once its receive is posted). The trainer broadcasts
+ * separately (rw_client_update_weights_nccl does both for a whole group). */
+rw_status rw_client_send_bucket_nccl(rw_client *c, const rw_sync_manifest *m, const char *group,
+                                     uint64_t *id, rw_err *err);
 /* One bucket over ZeroMQ: the manifest in the envelope, `data` (nbytes) as one frame sent
  * zero-copy (zmq_msg_init_data). Returns after the worker's reply, and once ZeroMQ has
  * released `data` (so the caller may reuse it); if that does not happen within timeout_ms the

@@ -69,20 +69,11 @@ static _Noreturn void trainer_child(const char *ep, int out_fd) {
     ok = ok && rw_sync_manifest_create(&m, &e) == RW_OK &&
          rw_sync_manifest_add(m, "model.norm.weight", RW_DTYPE_BF16, 1, shape, -1, 0, 0,
                               RW_PIECE_PLAIN, NULL, &e) == RW_OK;
-    rw_mw *a = NULL;
-    ok = ok && rw_mw_create(&a, &e) == RW_OK;
     if (ok) {
-        rw_mw_map(a, 3);
-        rw_mw_str(a, "transport");
-        rw_mw_str(a, "nccl");
-        rw_mw_str(a, "group_name");
-        rw_mw_str(a, "weights");
-        rw_mw_str(a, "manifest");
-        rw_sync_manifest_write(m, a);
         uint64_t id;
         rw_msg *msg = NULL;
         rw_reply r;
-        ok = rw_client_send(c, "update_weights", a, NULL, 0, false, &id, &e) == RW_OK &&
+        ok = rw_client_send_bucket_nccl(c, m, "weights", &id, &e) == RW_OK &&
              rw_client_wait(c, id, 30000, &msg, &r, NULL, NULL, &e) == RW_OK;
         rw_msg_free(msg);
     }

@@ -404,17 +404,8 @@ static void test_push_nccl(void **state) {
     RW_ASSERT_OK(rw_sync_manifest_add(m, "model.norm.weight", RW_DTYPE_BF16, 1, shape, -1, 0, 0,
                                       RW_PIECE_PLAIN, NULL, &e),
                  &e);
-    rw_mw *a;
-    RW_ASSERT_OK(rw_mw_create(&a, &e), &e);
-    rw_mw_map(a, 3);
-    rw_mw_str(a, "transport");
-    rw_mw_str(a, "nccl");
-    rw_mw_str(a, "group_name");
-    rw_mw_str(a, "weights");
-    rw_mw_str(a, "manifest");
-    rw_sync_manifest_write(m, a);
     uint64_t id;
-    RW_ASSERT_OK(rw_client_send(w.c, "update_weights", a, NULL, 0, false, &id, &e), &e);
+    RW_ASSERT_OK(rw_client_send_bucket_nccl(w.c, m, "weights", &id, &e), &e);
     rw_msg *msg;
     rw_reply r;
     RW_ASSERT_OK(rw_client_wait(w.c, id, 10000, &msg, &r, NULL, NULL, &e), &e);
@@ -442,7 +433,6 @@ static void test_push_nccl(void **state) {
     assert_int_equal(st, RW_SYNC_READY);
     assert_string_equal(v, "after");
     assert_same_weights(w.ws, ref, &cfg, "after recovery");
-    rw_mw_destroy(a);
     rw_sync_manifest_destroy(m);
     rw_client_group_destroy(g);
     dworker_stop(&w);
