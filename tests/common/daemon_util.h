@@ -404,4 +404,36 @@ static inline void dt_shutdown(dt_worker *w, rw_client *c, double timeout_s) {
     rw_client_close(c);
 }
 
+/* The fixture checkpoint and a random checkpoint of its config (rw-ckpt random --seed 7) in a
+ * temporary directory, both open. */
+typedef struct dt_ckpts {
+    char fixture[4096], config[4096];
+    char tmp[256], random_dir[512];
+    rw_ckpt *fix, *rnd;
+} dt_ckpts;
+
+/* `tmp_pattern` is a mkdtemp pattern (".../name-XXXXXX"). */
+static inline void dt_ckpts_make(dt_ckpts *k, const char *tmp_pattern) {
+    rw_test_path(k->fixture, sizeof k->fixture, RW_TEST_FIXTURE);
+    snprintf(k->config, sizeof k->config, "%s/config.json", k->fixture);
+    snprintf(k->tmp, sizeof k->tmp, "%s", tmp_pattern);
+    assert_non_null(mkdtemp(k->tmp));
+    snprintf(k->random_dir, sizeof k->random_dir, "%s/random", k->tmp);
+    const char *args[] = {"random",      "--config", k->config, "--out",
+                          k->random_dir, "--seed",   "7",       NULL};
+    char out[4096];
+    assert_int_equal(dt_run_tool("tools/ckpt/rw-ckpt", args, out, sizeof out, 120), 0);
+    rw_err e;
+    RW_ASSERT_OK(rw_ckpt_open(k->fixture, &k->fix, &e), &e);
+    RW_ASSERT_OK(rw_ckpt_open(k->random_dir, &k->rnd, &e), &e);
+}
+
+static inline void dt_ckpts_free(dt_ckpts *k) {
+    rw_ckpt_close(k->fix);
+    rw_ckpt_close(k->rnd);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", k->tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", k->tmp);
+}
+
 #endif

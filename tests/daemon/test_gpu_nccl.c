@@ -10,9 +10,7 @@
 
 typedef struct st {
     dt_ref ref;
-    char fixture[4096], config[4096];
-    char tmp[256], random_dir[512];
-    rw_ckpt *fix, *rnd;
+    dt_ckpts k; /* the fixture and a random checkpoint of its config */
 } st;
 
 static int run_tool(const char *rel, const char *const *args, char *out, size_t cap) {
@@ -93,17 +91,7 @@ static int setup(void **state) {
     rw_test_require_gpu(2);
     st *s = calloc(1, sizeof *s);
     dt_ref_load(&s->ref);
-    rw_test_path(s->fixture, sizeof s->fixture, RW_TEST_FIXTURE);
-    snprintf(s->config, sizeof s->config, "%s/config.json", s->fixture);
-    snprintf(s->tmp, sizeof s->tmp, "/tmp/rw-gpu-e2e-XXXXXX");
-    assert_non_null(mkdtemp(s->tmp));
-    snprintf(s->random_dir, sizeof s->random_dir, "%s/random", s->tmp);
-    const char *args[] = {"random",      "--config", s->config, "--out",
-                          s->random_dir, "--seed",   "7",       NULL};
-    assert_int_equal(run_tool("tools/ckpt/rw-ckpt", args, NULL, 0), 0);
-    rw_err e;
-    RW_ASSERT_OK(rw_ckpt_open(s->fixture, &s->fix, &e), &e);
-    RW_ASSERT_OK(rw_ckpt_open(s->random_dir, &s->rnd, &e), &e);
+    dt_ckpts_make(&s->k, "/tmp/rw-gpu-e2e-XXXXXX");
     *state = s;
     return 0;
 }
@@ -111,11 +99,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     st *s = *state;
     if (!s) return 0;
-    rw_ckpt_close(s->fix);
-    rw_ckpt_close(s->rnd);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->tmp);
+    dt_ckpts_free(&s->k);
     free(s);
     return 0;
 }
@@ -124,31 +108,31 @@ static int teardown(void **state) {
 static void test_nccl_tp1(void **state) {
     st *s = *state;
     dt_worker w;
-    const char *wargs[] = {"--config", s->config, "--random-weights", "--device",          "cuda",
-                           "--gpu",    "1",       "--control",        "tcp://127.0.0.1:*", NULL};
+    const char *wargs[] = {"--config", s->k.config, "--random-weights", "--device",          "cuda",
+                           "--gpu",    "1",         "--control",        "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     rw_client *c = dt_connect(&w);
-    assert_true(mismatches(c, s->fix, s->config) > 0);
-    push_nccl(w.ep, s->fixture, "nccl-1", "1", NULL);
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    assert_true(mismatches(c, s->k.fix, s->k.config) > 0);
+    push_nccl(w.ep, s->k.fixture, "nccl-1", "1", NULL);
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     int32_t t1[DT_REF_TOKENS], t2[DT_REF_TOKENS];
     check_generation(s, c, "nccl-1", t1);
     /* F3: the same weights again change no checksum and no token */
-    push_nccl(w.ep, s->fixture, "nccl-2", "1", NULL);
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    push_nccl(w.ep, s->k.fixture, "nccl-2", "1", NULL);
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     check_generation(s, c, "nccl-2", t2);
     assert_memory_equal(t1, t2, sizeof t1);
     /* a partial push changes exactly its tensors */
     const char *re = "^model\\.layers\\.2\\.mlp\\.experts\\.";
-    push_nccl(w.ep, s->random_dir, "nccl-partial", "1", re);
+    push_nccl(w.ep, s->k.random_dir, "nccl-partial", "1", re);
     regex_t rx;
     assert_int_equal(regcomp(&rx, re, REG_EXTENDED | REG_NOSUB), 0);
     rw_client_sums *sums = NULL;
     rw_err e;
     RW_ASSERT_OK(rw_client_checksum(c, NULL, 0, DT_TIMEOUT_MS, &sums, &e), &e);
-    for (size_t i = 0; i < rw_ckpt_count(s->fix); i++) {
-        const rw_st_entry *f = rw_ckpt_at(s->fix, i);
-        const rw_st_entry *r = rw_ckpt_find(s->rnd, f->name);
+    for (size_t i = 0; i < rw_ckpt_count(s->k.fix); i++) {
+        const rw_st_entry *f = rw_ckpt_at(s->k.fix, i);
+        const rw_st_entry *r = rw_ckpt_find(s->k.rnd, f->name);
         const bool sel = regexec(&rx, f->name, 0, NULL, 0) == 0;
         const rw_st_entry *src = sel ? r : f;
         uint64_t got;
@@ -166,12 +150,12 @@ static void test_tp2_worker_zmq(void **state) {
     st *s = *state;
     dt_worker w;
     const char *wargs[] = {
-        "--config", s->config, "--random-weights", "--device",          "cuda", "--tp", "2",
-        "--gpu",    "0",       "--control",        "tcp://127.0.0.1:*", NULL};
+        "--config", s->k.config, "--random-weights", "--device",          "cuda", "--tp", "2",
+        "--gpu",    "0",         "--control",        "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     rw_client *c = dt_connect(&w);
-    push_zmq(w.ep, s->fixture, "tp2-zmq");
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    push_zmq(w.ep, s->k.fixture, "tp2-zmq");
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     check_generation(s, c, "tp2-zmq", NULL);
     dt_shutdown(&w, c, 60);
 }
@@ -186,12 +170,12 @@ static void test_nccl_tp2(void **state) {
     }
     dt_worker w;
     const char *wargs[] = {
-        "--config", s->config, "--random-weights", "--device",          "cuda", "--tp", "2",
-        "--gpu",    "1",       "--control",        "tcp://127.0.0.1:*", NULL};
+        "--config", s->k.config, "--random-weights", "--device",          "cuda", "--tp", "2",
+        "--gpu",    "1",         "--control",        "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     rw_client *c = dt_connect(&w);
-    push_nccl(w.ep, s->fixture, "nccl-tp2", "2", NULL);
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    push_nccl(w.ep, s->k.fixture, "nccl-tp2", "2", NULL);
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     check_generation(s, c, "nccl-tp2", NULL);
     dt_shutdown(&w, c, 60);
 }

@@ -469,18 +469,25 @@ static void disk_cut(fx *f, const char *dir, const char *file, const char *tenso
     printf("cut while loading: %s\n", msg);
 }
 
+/* Tensors in the fixture's model.safetensors. */
+static size_t fixture_tensors(fx *f) {
+    char file[4300];
+    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
+    rw_st_file *st;
+    rw_err e;
+    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
+    const size_t n = rw_st_count(st);
+    rw_st_close(st);
+    return n;
+}
+
 static void test_disk_cut_while_loading(void **state) {
     fx *f = *state;
     const pid_t pid = f->w.pid;
     char v0[RW_SYNC_MAX_VERSION + 1], dir[4200], file[4300], msg[512];
     uint64_t cut;
     wstate(f, v0, sizeof v0);
-    rw_st_file *st;
-    rw_err e;
-    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
-    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
-    const size_t n = rw_st_count(st);
-    rw_st_close(st);
+    const size_t n = fixture_tensors(f);
 
     /* an implicit session: the fixture is one bucket, cut before a byte of it was written */
     const char *t = cut_setup(f, "cut1", n / 2, dir, sizeof dir, file, sizeof file, &cut);
@@ -521,12 +528,8 @@ static void test_startup_cut_while_loading(void **state) {
     fx *f = *state;
     char dir[4200], file[4300], log[400], exe[4096];
     uint64_t cut;
-    rw_st_file *st;
     rw_err e;
-    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
-    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
-    const size_t n = rw_st_count(st);
-    rw_st_close(st);
+    const size_t n = fixture_tensors(f);
     const char *t = cut_setup(f, "cut_start", n / 3, dir, sizeof dir, file, sizeof file, &cut);
     snprintf(log, sizeof log, "%s/start.log", f->tmp);
     dt_exe(exe, sizeof exe, "worker/rw-worker");
