@@ -50,12 +50,7 @@
 
 rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
                             ...) {
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return rw_cuda_fail(err, e, file, line, what);
+    RW_SYNC_FAIL_CTX(rw_cuda_fail, err, e, file, line, fmt);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -38,10 +38,22 @@ static inline void rw_sync_nap(void) {
     nanosleep(&ts, NULL);
 }
 
+/* The body of a variadic wrapper that maps a library failure with a context of its own: formats
+ * `fmt` and the wrapper's arguments after it, then returns fail(err, code, file, line, context)
+ * (rw_cuda_fail / rw_nccl_fail of core/cuda_check.h: "<context>: <library error string>"). */
+#define RW_SYNC_FAIL_CTX(fail, err, code, file, line, fmt)                                         \
+    do {                                                                                           \
+        char what_[256];                                                                           \
+        va_list ap_;                                                                               \
+        va_start(ap_, fmt);                                                                        \
+        vsnprintf(what_, sizeof what_, fmt, ap_);                                                  \
+        va_end(ap_);                                                                               \
+        return fail(err, code, file, line, what_);                                                 \
+    } while (0)
+
 #ifdef RW_HAVE_CUDA
-/* A failed CUDA call with context of our own, "<context>: <CUDA error string>", mapped by
- * core/cuda_check.h's rule (rw_cuda_fail: RW_E_OOM for a failed allocation, else RW_E_CUDA; the
- * last error cleared). `fmt` formats the context. */
+/* A failed CUDA call with context of our own, mapped by core/cuda_check.h's rule (RW_E_OOM for a
+ * failed allocation, else RW_E_CUDA; the last error cleared). `fmt` formats the context. */
 rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
                             ...);
 #endif
