@@ -41,6 +41,13 @@ static rw_status nccl_fail_ctx(rw_err *err, ncclResult_t r, int line, const char
     RW_SYNC_FAIL_CTX(rw_nccl_fail, err, r, __FILE__, line, fmt);
 }
 
+/* Defined here, in the part of the module the trainer-side library shares (pipeline.c uses it
+ * too). */
+rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
+                            ...) {
+    RW_SYNC_FAIL_CTX(rw_cuda_fail, err, e, file, line, fmt);
+}
+
 rw_status rw_sync_group_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err) {
     ncclUniqueId u;
     _Static_assert(sizeof u == RW_NCCL_ID_BYTES, "ncclUniqueId size");

@@ -37,7 +37,6 @@
 #include "session_internal.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,10 +47,6 @@
 #define NFLIGHT RW_SYNC_NFLIGHT
 #define UP_NBUF RW_SYNC_UP_NBUF
 
-rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
-                            ...) {
-    RW_SYNC_FAIL_CTX(rw_cuda_fail, err, e, file, line, fmt);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Device resources                                                                             */

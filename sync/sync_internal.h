@@ -53,7 +53,8 @@ static inline void rw_sync_nap(void) {
 
 #ifdef RW_HAVE_CUDA
 /* A failed CUDA call with context of our own, mapped by core/cuda_check.h's rule (RW_E_OOM for a
- * failed allocation, else RW_E_CUDA; the last error cleared). `fmt` formats the context. */
+ * failed allocation, else RW_E_CUDA; the last error cleared). `fmt` formats the context. (nccl.c:
+ * CUDA builds only.) */
 rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
                             ...);
 #endif
