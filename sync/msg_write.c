@@ -106,34 +106,29 @@ KV(f64, double, rw_mw_f64)
 KV(bool, bool, rw_mw_bool)
 #undef KV
 
-void rw_mw_request(rw_mw *w, uint64_t id, const char *cmd) {
+/* The start of every envelope: a map of four whose first fields are protocol and id. */
+static void envelope_head(rw_mw *w, uint64_t id) {
     rw_mw_map(w, 4);
-    rw_mw_str(w, "protocol");
-    rw_mw_u64(w, RW_PROTOCOL_VERSION);
-    rw_mw_str(w, "id");
-    rw_mw_u64(w, id);
+    rw_mw_kv_u64(w, "protocol", RW_PROTOCOL_VERSION);
+    rw_mw_kv_u64(w, "id", id);
+}
+
+void rw_mw_request(rw_mw *w, uint64_t id, const char *cmd) {
+    envelope_head(w, id);
     rw_mw_str(w, "cmd");
     rw_mw_str(w, cmd);
     rw_mw_str(w, "args");
 }
 
 void rw_mw_reply_ok(rw_mw *w, uint64_t id) {
-    rw_mw_map(w, 4);
-    rw_mw_str(w, "protocol");
-    rw_mw_u64(w, RW_PROTOCOL_VERSION);
-    rw_mw_str(w, "id");
-    rw_mw_u64(w, id);
+    envelope_head(w, id);
     rw_mw_str(w, "ok");
     rw_mw_bool(w, true);
     rw_mw_str(w, "result");
 }
 
 void rw_mw_reply_err(rw_mw *w, uint64_t id, rw_status st, const char *message) {
-    rw_mw_map(w, 4);
-    rw_mw_str(w, "protocol");
-    rw_mw_u64(w, RW_PROTOCOL_VERSION);
-    rw_mw_str(w, "id");
-    rw_mw_u64(w, id);
+    envelope_head(w, id);
     rw_mw_str(w, "ok");
     rw_mw_bool(w, false);
     rw_mw_str(w, "error");
