@@ -1,21 +1,10 @@
 /* handlers.c - the worker side of the sync commands over decoded requests: argument parsing with
- * unknown-field refusal, the session calls, and the reply bodies (docs/PROTOCOL.md). */
+ * unknown-field refusal, the session calls, the reply bodies (docs/PROTOCOL.md), and the typed
+ * outcome the serving daemon acts on (rw_sync_outcome). */
 #include "sync_internal.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
-
-static const char *const sync_cmds[] = {
-    "init_weights_update_group", "begin_update",  "update_weights",
-    "update_weights_from_disk",  "commit_update", "abort_update",
-    "get_weight_version",        "get_weights",   "checksum",
-};
-
-bool rw_sync_is_command(const char *cmd) {
-    for (size_t i = 0; i < sizeof sync_cmds / sizeof *sync_cmds; i++)
-        if (!strcmp(cmd, sync_cmds[i])) return true;
-    return false;
-}
 
 typedef struct hctx {
     rw_sync_session *s;
@@ -23,17 +12,8 @@ typedef struct hctx {
     const rw_request *req;
     const rw_sync_frames *in;
     rw_mw *w;
-    rw_sync_out_frame *out;
+    rw_sync_outcome *out;
 } hctx;
-
-static void kv_str(rw_mw *w, const char *k, const char *v) {
-    rw_mw_str(w, k);
-    rw_mw_str(w, v);
-}
-static void kv_u64(rw_mw *w, const char *k, uint64_t v) {
-    rw_mw_str(w, k);
-    rw_mw_u64(w, v);
-}
 
 static rw_status no_frames(const hctx *h, rw_err *err) {
     if (h->in && h->in->n)
@@ -74,9 +54,9 @@ static rw_status h_init_group(hctx *h, rw_err *err) {
     RW_CHECK(rw_sync_session_init_group(h->s, id, (int)world, (int)rank, name, timeout, err));
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 3);
-    kv_str(h->w, "group_name", name);
-    kv_u64(h->w, "rank", rank);
-    kv_u64(h->w, "world_size", world);
+    rw_mw_kv_str(h->w, "group_name", name);
+    rw_mw_kv_u64(h->w, "rank", rank);
+    rw_mw_kv_u64(h->w, "world_size", world);
     return RW_OK;
 }
 
@@ -113,10 +93,10 @@ static rw_status h_begin(hctx *h, rw_err *err) {
     rw_sync_session_info(h->s, &info);
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 4);
-    kv_str(h->w, "version", b.version);
-    kv_str(h->w, "previous_version", info.version);
-    kv_str(h->w, "state", rw_sync_wstate_str(info.state));
-    kv_u64(h->w, "bucket_bytes", b.bucket_bytes);
+    rw_mw_kv_str(h->w, "version", b.version);
+    rw_mw_kv_str(h->w, "previous_version", info.version);
+    rw_mw_kv_str(h->w, "state", rw_sync_wstate_str(info.state));
+    rw_mw_kv_u64(h->w, "bucket_bytes", b.bucket_bytes);
     return RW_OK;
 }
 
@@ -159,11 +139,10 @@ static rw_status h_update(hctx *h, rw_sync_manifest *m, rw_err *err) {
     RW_CHECK(rw_sync_session_apply(h->s, m, &src, &r, err));
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 4);
-    kv_u64(h->w, "bucket", r.index);
-    kv_u64(h->w, "tensors", r.tensors);
-    kv_u64(h->w, "bytes", r.bytes);
-    rw_mw_str(h->w, "applied");
-    rw_mw_bool(h->w, r.applied);
+    rw_mw_kv_u64(h->w, "bucket", r.index);
+    rw_mw_kv_u64(h->w, "tensors", r.tensors);
+    rw_mw_kv_u64(h->w, "bytes", r.bytes);
+    rw_mw_kv_bool(h->w, "applied", r.applied);
     return RW_OK;
 }
 
@@ -188,40 +167,39 @@ static rw_status h_disk(hctx *h, rw_err *err) {
     RW_CHECK(rw_sync_session_apply_disk(h->s, path, only[0] ? only : NULL, &b, &nt, &nb, err));
     rw_sync_info info;
     rw_sync_session_info(h->s, &info);
+    if (implicit) {
+        h->out->committed = true;
+        h->out->flush_cache = info.flush_cache;
+    }
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 4);
-    kv_u64(h->w, "tensors", nt);
-    kv_u64(h->w, "bytes", nb);
-    rw_mw_str(h->w, "committed");
-    rw_mw_bool(h->w, implicit);
-    kv_str(h->w, "version", implicit ? info.version : info.new_version);
+    rw_mw_kv_u64(h->w, "tensors", nt);
+    rw_mw_kv_u64(h->w, "bytes", nb);
+    rw_mw_kv_bool(h->w, "committed", implicit);
+    rw_mw_kv_str(h->w, "version", implicit ? info.version : info.new_version);
     return RW_OK;
 }
 
 /* --- commit / abort / version -------------------------------------------------------------- */
 static rw_status h_commit(hctx *h, rw_err *err) {
-    rw_mfields f;
-    RW_CHECK(rw_mfields_init(&f, h->req->args, "args", err));
-    RW_CHECK(rw_mfields_done(&f, err));
+    RW_CHECK(rw_mfields_none(h->req->args, "args", err));
     RW_CHECK(no_frames(h, err));
     rw_sync_commit_result r;
     RW_CHECK(rw_sync_session_commit(h->s, &r, err));
+    h->out->committed = true;
+    h->out->flush_cache = r.flush_cache;
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 5);
-    kv_str(h->w, "version", r.version);
-    rw_mw_str(h->w, "flush_cache");
-    rw_mw_bool(h->w, r.flush_cache);
-    kv_u64(h->w, "buckets", r.buckets);
-    kv_u64(h->w, "bytes", r.bytes);
-    rw_mw_str(h->w, "seconds");
-    rw_mw_f64(h->w, r.seconds);
+    rw_mw_kv_str(h->w, "version", r.version);
+    rw_mw_kv_bool(h->w, "flush_cache", r.flush_cache);
+    rw_mw_kv_u64(h->w, "buckets", r.buckets);
+    rw_mw_kv_u64(h->w, "bytes", r.bytes);
+    rw_mw_kv_f64(h->w, "seconds", r.seconds);
     return RW_OK;
 }
 
 static rw_status h_abort(hctx *h, rw_err *err) {
-    rw_mfields f;
-    RW_CHECK(rw_mfields_init(&f, h->req->args, "args", err));
-    RW_CHECK(rw_mfields_done(&f, err));
+    RW_CHECK(rw_mfields_none(h->req->args, "args", err));
     RW_CHECK(no_frames(h, err));
     bool intact;
     RW_CHECK(rw_sync_session_abort(h->s, &intact, err));
@@ -229,30 +207,25 @@ static rw_status h_abort(hctx *h, rw_err *err) {
     rw_sync_session_info(h->s, &info);
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 3);
-    rw_mw_str(h->w, "intact");
-    rw_mw_bool(h->w, intact);
-    kv_str(h->w, "state", rw_sync_wstate_str(info.state));
-    kv_str(h->w, "version", info.version);
+    rw_mw_kv_bool(h->w, "intact", intact);
+    rw_mw_kv_str(h->w, "state", rw_sync_wstate_str(info.state));
+    rw_mw_kv_str(h->w, "version", info.version);
     return RW_OK;
 }
 
 static rw_status h_version(hctx *h, rw_err *err) {
-    rw_mfields f;
-    RW_CHECK(rw_mfields_init(&f, h->req->args, "args", err));
-    RW_CHECK(rw_mfields_done(&f, err));
+    RW_CHECK(rw_mfields_none(h->req->args, "args", err));
     RW_CHECK(no_frames(h, err));
     rw_sync_info i;
     rw_sync_session_info(h->s, &i);
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 6);
-    kv_str(h->w, "version", i.version);
-    kv_str(h->w, "state", rw_sync_wstate_str(i.state));
-    kv_str(h->w, "updating_to", i.new_version);
-    kv_u64(h->w, "updates", i.sessions_committed);
-    rw_mw_str(h->w, "last_update_s");
-    rw_mw_f64(h->w, i.last_update_s);
-    rw_mw_str(h->w, "last_update_gbps");
-    rw_mw_f64(h->w, i.last_update_gbps);
+    rw_mw_kv_str(h->w, "version", i.version);
+    rw_mw_kv_str(h->w, "state", rw_sync_wstate_str(i.state));
+    rw_mw_kv_str(h->w, "updating_to", i.new_version);
+    rw_mw_kv_u64(h->w, "updates", i.sessions_committed);
+    rw_mw_kv_f64(h->w, "last_update_s", i.last_update_s);
+    rw_mw_kv_f64(h->w, "last_update_gbps", i.last_update_gbps);
     return RW_OK;
 }
 
@@ -288,19 +261,19 @@ static rw_status h_get_weights(hctx *h, rw_err *err) {
         else if (fmt != RW_WFMT_BF16)
             dt = RW_DTYPE_E4M3;
     }
-    h->out->data = buf;
-    h->out->len = len;
+    h->out->frame.data = buf;
+    h->out->frame.len = len;
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 6);
-    kv_str(h->w, "name", name);
-    kv_str(h->w, "dtype", rw_dtype_name(dt));
+    rw_mw_kv_str(h->w, "name", name);
+    rw_mw_kv_str(h->w, "dtype", rw_dtype_name(dt));
     rw_mw_str(h->w, "shape");
     rw_mw_array(h->w, (uint32_t)nd);
     for (int i = 0; i < nd; i++)
         rw_mw_i64(h->w, shape[i]);
-    kv_u64(h->w, "tp", (uint64_t)d->tp);
-    kv_u64(h->w, "rank", (uint64_t)d->rank);
-    kv_u64(h->w, "nbytes", len);
+    rw_mw_kv_u64(h->w, "tp", (uint64_t)d->tp);
+    rw_mw_kv_u64(h->w, "rank", (uint64_t)d->rank);
+    rw_mw_kv_u64(h->w, "nbytes", len);
     return RW_OK;
 }
 
@@ -332,6 +305,49 @@ static rw_status weight_cb(const rw_wname *w, void *ctx) {
     return add_name(ctx, w);
 }
 
+/* The checksum reply: this rank's entry, then other ranks' entries copied as they are. */
+static void write_checksums(rw_mw *w, uint64_t id, const rw_config *cfg, const rw_sync_sums *mine,
+                            const rw_reply *others, size_t n) {
+    size_t total = 1;
+    for (size_t r = 0; r < n; r++)
+        total += rw_mobj_len(rw_mobj_get(others[r].result, "ranks"));
+    rw_mw_reply_ok(w, id);
+    rw_mw_map(w, 3);
+    rw_mw_kv_u64(w, "tp", (uint64_t)mine->tp);
+    rw_mw_str(w, "quant");
+    rw_mw_map(w, 2);
+    rw_mw_kv_str(w, "method",
+                 cfg->quant.method == RW_QMETHOD_MXFP8       ? "mxfp8"
+                 : cfg->quant.method == RW_QMETHOD_FP8_BLOCK ? "fp8"
+                                                             : "none");
+    rw_mw_str(w, "not_convert");
+    rw_mw_array(w, (uint32_t)cfg->quant.n_not_convert);
+    for (int i = 0; i < cfg->quant.n_not_convert; i++)
+        rw_mw_str(w, cfg->quant.not_convert[i]);
+    rw_mw_str(w, "ranks");
+    rw_mw_array(w, (uint32_t)total);
+    rw_mw_map(w, 2);
+    rw_mw_kv_u64(w, "rank", (uint64_t)mine->rank);
+    rw_mw_str(w, "checksums");
+    rw_mw_map(w, (uint32_t)mine->n);
+    for (size_t i = 0; i < mine->n; i++) {
+        rw_mw_str(w, mine->names[i]);
+        rw_mw_hex64(w, mine->values[i]);
+    }
+    for (size_t r = 0; r < n; r++) {
+        const rw_mobj *ra = rw_mobj_get(others[r].result, "ranks");
+        for (size_t j = 0; j < rw_mobj_len(ra); j++)
+            rw_mw_obj(w, rw_mobj_at(ra, j));
+    }
+}
+
+static void sums_free(rw_sync_sums *s) {
+    if (!s) return;
+    free(s->names);
+    free(s->values);
+    free(s);
+}
+
 static rw_status h_checksum(hctx *h, rw_err *err) {
     rw_mfields f;
     RW_CHECK(rw_mfields_init(&f, h->req->args, "args", err));
@@ -354,104 +370,99 @@ static rw_status h_checksum(hctx *h, rw_err *err) {
             char w[48];
             snprintf(w, sizeof w, "args.names[%zu]", i);
             RW_CHECKGOTO(rw_mobj_strcpy(rw_mobj_at(names, i), w, l.names[i], RW_SYNC_MAX_NAME, err),
-                         st, out);
+                         st, fail);
         }
         l.n = n;
     } else {
         st = rw_config_for_each_weight(cfg, weight_cb, &l);
         if (st != RW_OK) {
             RW_ERR(err, st, "checksum: listing the model's tensors failed");
-            goto out;
+            goto fail;
         }
     }
     /* checksums first (any failure is reported before the reply is started) */
+    rw_sync_sums *s = calloc(1, sizeof *s);
     uint64_t *sums = malloc((l.n ? l.n : 1) * sizeof *sums);
-    if (!sums) {
+    if (!s || !sums) {
+        free(s);
+        free(sums);
         st = RW_ERR(err, RW_E_OOM, "checksum: out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < l.n; i++) {
-        st = rw_wset_checksum(ws, l.names[i], &sums[i], err);
-        if (st != RW_OK) {
-            free(sums);
-            goto out;
-        }
+        goto fail;
     }
     const rw_tp_dims *d = rw_wset_dims(ws);
-    rw_mw_reply_ok(h->w, h->req->id);
-    rw_mw_map(h->w, 3);
-    kv_u64(h->w, "tp", (uint64_t)d->tp);
-    rw_mw_str(h->w, "quant");
-    rw_mw_map(h->w, 2);
-    kv_str(h->w, "method",
-           cfg->quant.method == RW_QMETHOD_MXFP8       ? "mxfp8"
-           : cfg->quant.method == RW_QMETHOD_FP8_BLOCK ? "fp8"
-                                                       : "none");
-    rw_mw_str(h->w, "not_convert");
-    rw_mw_array(h->w, (uint32_t)cfg->quant.n_not_convert);
-    for (int i = 0; i < cfg->quant.n_not_convert; i++)
-        rw_mw_str(h->w, cfg->quant.not_convert[i]);
-    rw_mw_str(h->w, "ranks");
-    rw_mw_array(h->w, 1);
-    rw_mw_map(h->w, 2);
-    kv_u64(h->w, "rank", (uint64_t)d->rank);
-    rw_mw_str(h->w, "checksums");
-    rw_mw_map(h->w, (uint32_t)l.n);
-    for (size_t i = 0; i < l.n; i++) {
-        rw_mw_str(h->w, l.names[i]);
-        rw_mw_hex64(h->w, sums[i]);
-    }
-    free(sums);
-out:
+    *s = (rw_sync_sums){.tp = d->tp, .rank = d->rank, .n = l.n, .names = l.names, .values = sums};
+    h->out->sums = s; /* owns the names from here */
+    for (size_t i = 0; i < l.n; i++)
+        RW_CHECK(rw_wset_checksum(ws, l.names[i], &sums[i], err));
+    write_checksums(h->w, h->req->id, cfg, s, NULL, 0);
+    return RW_OK;
+fail:
     free(l.names);
     return st;
 }
 
+rw_status rw_sync_checksum_reply(rw_sync_session *s, uint64_t id, const rw_sync_outcome *mine,
+                                 const rw_reply *others, size_t n, rw_mw *w, rw_err *err) {
+    if (!mine->sums)
+        RW_FAIL(err, RW_E_INVALID_ARG, "checksum reply: this rank's outcome holds no checksums");
+    rw_mw_reset(w);
+    write_checksums(w, id, rw_wset_config(rw_sync_session_wset(s)), mine->sums, others, n);
+    return RW_OK;
+}
+
+void rw_sync_outcome_free(rw_sync_outcome *o) {
+    if (!o) return;
+    free(o->frame.data);
+    sums_free(o->sums);
+    memset(o, 0, sizeof *o);
+}
+
 rw_status rw_sync_handle(rw_sync_session *s, int local_rank, const rw_request *req,
-                         const rw_sync_frames *in, rw_mw *reply, rw_sync_out_frame *out,
+                         const rw_sync_frames *in, rw_mw *reply, rw_sync_outcome *out,
                          rw_err *err) {
-    rw_sync_out_frame dummy;
-    if (!out) out = &dummy;
+    rw_sync_outcome mine;
+    if (!out) out = &mine;
     memset(out, 0, sizeof *out);
+    const rw_cmd cmd = rw_cmd_parse(req->cmd);
+    out->cmd = cmd;
     hctx h = {.s = s, .local_rank = local_rank, .req = req, .in = in, .w = reply, .out = out};
     rw_mw_reset(reply);
     rw_status st;
-    const char *c = req->cmd;
     rw_sync_manifest *m = NULL;
-    if (!strcmp(c, "init_weights_update_group"))
-        st = h_init_group(&h, err);
-    else if (!strcmp(c, "begin_update"))
-        st = h_begin(&h, err);
-    else if (!strcmp(c, "update_weights")) {
+    switch (cmd) {
+    case RW_CMD_INIT_WEIGHTS_UPDATE_GROUP: st = h_init_group(&h, err); break;
+    case RW_CMD_BEGIN_UPDATE: st = h_begin(&h, err); break;
+    case RW_CMD_UPDATE_WEIGHTS:
         st = rw_sync_manifest_create(&m, err);
         if (st == RW_OK) st = h_update(&h, m, err);
         rw_sync_manifest_destroy(m);
         /* a bucket refused before the session saw it (bad args, bad manifest) ends the open
          * session all the same: every failed update_weights aborts */
         st = rw_sync_session_fail(s, st, err);
-    } else if (!strcmp(c, "update_weights_from_disk")) {
+        break;
+    case RW_CMD_UPDATE_WEIGHTS_FROM_DISK:
         st = h_disk(&h, err);
         /* inside an open session too, a refused checkpoint (unreadable, truncated) ends it */
         st = rw_sync_session_fail(s, st, err);
-    } else if (!strcmp(c, "commit_update"))
-        st = h_commit(&h, err);
-    else if (!strcmp(c, "abort_update"))
-        st = h_abort(&h, err);
-    else if (!strcmp(c, "get_weight_version"))
-        st = h_version(&h, err);
-    else if (!strcmp(c, "get_weights"))
-        st = h_get_weights(&h, err);
-    else if (!strcmp(c, "checksum"))
-        st = h_checksum(&h, err);
-    else
-        st = RW_ERR(err, RW_E_NOT_FOUND, "unknown command '%s'", c);
+        break;
+    case RW_CMD_COMMIT_UPDATE: st = h_commit(&h, err); break;
+    case RW_CMD_ABORT_UPDATE: st = h_abort(&h, err); break;
+    case RW_CMD_GET_WEIGHT_VERSION: st = h_version(&h, err); break;
+    case RW_CMD_GET_WEIGHTS: st = h_get_weights(&h, err); break;
+    case RW_CMD_CHECKSUM: st = h_checksum(&h, err); break;
+    default: st = RW_ERR(err, RW_E_NOT_FOUND, "unknown command '%s'", req->cmd); break;
+    }
     if (st != RW_OK) {
-        /* a handler may have started an ok reply before failing: replace it */
+        /* a handler may have started an ok reply (or a result) before failing: replace it */
         rw_mw_reset(reply);
-        free(out->data);
-        out->data = NULL;
-        out->len = 0;
+        rw_sync_outcome_free(out);
+        out->cmd = cmd;
         rw_mw_reply_err(reply, req->id, st, err ? err->msg : rw_status_str(st));
     }
+    rw_sync_info info;
+    rw_sync_session_info(s, &info);
+    out->state = info.state;
+    memcpy(out->version, info.version, sizeof out->version);
+    if (out == &mine) rw_sync_outcome_free(&mine);
     return st;
 }

@@ -357,3 +357,19 @@ rw_status rw_sync_manifest_read(const rw_mobj *o, const char *what, rw_sync_mani
     }
     return rw_sync_manifest_check(m, err);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Version tags                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+rw_status rw_sync_check_version_tag(const char *v, rw_err *err) {
+    if (!v || !v[0]) RW_FAIL(err, RW_E_INVALID_ARG, "version: empty tag");
+    size_t n = strlen(v);
+    if (n > RW_SYNC_MAX_VERSION)
+        RW_FAIL(err, RW_E_RANGE, "version: tag of %zu characters (limit %d)", n,
+                RW_SYNC_MAX_VERSION);
+    for (size_t i = 0; i < n; i++)
+        if (v[i] < 0x20 || v[i] > 0x7e)
+            RW_FAIL(err, RW_E_INVALID_ARG, "version: character %zu (0x%02x) is not printable ASCII",
+                    i, (unsigned char)v[i]);
+    return RW_OK;
+}

@@ -18,8 +18,11 @@
 
 #include <inttypes.h>
 #include <nccl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "cuda_check.h" /* after nccl.h: RW_NCCL_CHECK and rw_nccl_fail */
 
 /* Lower bound on the wait for a communicator's first collective (connection setup). */
 #define FIRST_TIMEOUT_S 60.0
@@ -33,16 +36,23 @@ struct rw_sync_group {
     cudaStream_t own; /* used when a caller passes no stream */
 };
 
-static void nap(void) {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
+/* rw_nccl_fail with a message of our own: "<context>: <NCCL error string>". */
+static rw_status nccl_fail_ctx(rw_err *err, ncclResult_t r, int line, const char *fmt, ...) {
+    RW_SYNC_FAIL_CTX(rw_nccl_fail, err, r, __FILE__, line, fmt);
+}
+
+/* Defined here, in the part of the module the trainer-side library shares (pipeline.c uses it
+ * too). */
+rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int line, const char *fmt,
+                            ...) {
+    RW_SYNC_FAIL_CTX(rw_cuda_fail, err, e, file, line, fmt);
 }
 
 rw_status rw_sync_group_unique_id(uint8_t id[RW_NCCL_ID_BYTES], rw_err *err) {
     ncclUniqueId u;
     _Static_assert(sizeof u == RW_NCCL_ID_BYTES, "ncclUniqueId size");
     ncclResult_t r = ncclGetUniqueId(&u);
-    if (r != ncclSuccess) RW_FAIL(err, RW_E_NCCL, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+    if (r != ncclSuccess) return rw_nccl_fail(err, r, __FILE__, __LINE__, "ncclGetUniqueId");
     memcpy(id, &u, sizeof u);
     return RW_OK;
 }
@@ -56,8 +66,8 @@ static rw_status settle(rw_sync_group *g, double deadline, const char *what, rw_
         if (state == ncclSuccess) return RW_OK;
         if (state != ncclInProgress) {
             rw_sync_group_abort(g);
-            RW_FAIL(err, RW_E_NCCL, "NCCL group '%s' (rank %d of %d): %s: %s", g->name, g->rank,
-                    g->world, what, ncclGetErrorString(state));
+            return nccl_fail_ctx(err, state, __LINE__, "NCCL group '%s' (rank %d of %d): %s",
+                                 g->name, g->rank, g->world, what);
         }
         if (rw_now() > deadline) {
             rw_sync_group_abort(g);
@@ -66,7 +76,7 @@ static rw_status settle(rw_sync_group *g, double deadline, const char *what, rw_
                     "aborted, create the group again",
                     g->name, g->rank, g->world, what);
         }
-        nap();
+        rw_sync_nap();
     }
 }
 
@@ -81,16 +91,17 @@ static rw_status warm_up(rw_sync_group *g, double timeout_s, rw_err *err) {
     const uint8_t magic = 0x5a;
     const size_t sizes[2] = {16, WARM_BIG};
     uint8_t *d = NULL, h[32];
-    RW_CUDA_TRY(err, cudaMalloc((void **)&d, WARM_BIG));
+    RW_CUDA_CHECK(err, cudaMalloc((void **)&d, WARM_BIG));
     rw_status st = RW_OK;
-    RW_CUDA_TRYGOTO(err, cudaMemsetAsync(d, g->rank == 0 ? magic : 0, WARM_BIG, g->own), st, out);
+    RW_CUDA_CHECKGOTO(err, cudaMemsetAsync(d, g->rank == 0 ? magic : 0, WARM_BIG, g->own), st, out);
     double deadline = rw_now() + timeout_s;
     for (int k = 0; k < 2; k++) {
         ncclResult_t r = ncclBroadcast(d, d, sizes[k], ncclUint8, 0, g->comm, g->own);
         if (r != ncclSuccess && r != ncclInProgress) {
             rw_sync_group_abort(g);
-            st = RW_ERR(err, RW_E_NCCL, "NCCL group '%s' (rank %d of %d): first broadcasts: %s",
-                        g->name, g->rank, g->world, ncclGetErrorString(r));
+            st =
+                nccl_fail_ctx(err, r, __LINE__, "NCCL group '%s' (rank %d of %d): first broadcasts",
+                              g->name, g->rank, g->world);
             goto out;
         }
         if (r == ncclInProgress)
@@ -98,9 +109,9 @@ static rw_status warm_up(rw_sync_group *g, double timeout_s, rw_err *err) {
     }
     double left = deadline - rw_now();
     RW_CHECKGOTO(wait_stream(g, g->own, left > 0.001 ? left : 0.001, err), st, out);
-    RW_CUDA_TRYGOTO(err, cudaMemcpy(h, d, 16, cudaMemcpyDeviceToHost), st, out);
-    RW_CUDA_TRYGOTO(err, cudaMemcpy(h + 16, d + WARM_BIG - 16, 16, cudaMemcpyDeviceToHost), st,
-                    out);
+    RW_CUDA_CHECKGOTO(err, cudaMemcpy(h, d, 16, cudaMemcpyDeviceToHost), st, out);
+    RW_CUDA_CHECKGOTO(err, cudaMemcpy(h + 16, d + WARM_BIG - 16, 16, cudaMemcpyDeviceToHost), st,
+                      out);
     for (size_t i = 0; i < sizeof h; i++)
         if (h[i] != magic) {
             rw_sync_group_abort(g);
@@ -124,7 +135,7 @@ rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, in
     if (!name || !name[0] || strlen(name) >= 64)
         RW_FAIL(err, RW_E_INVALID_ARG, "NCCL group: name empty or longer than 63 characters");
     if (timeout_s <= 0) timeout_s = 120;
-    RW_CUDA_TRY(err, cudaSetDevice(device));
+    RW_CUDA_CHECK(err, cudaSetDevice(device));
     rw_sync_group *g = calloc(1, sizeof *g);
     if (!g) RW_FAIL(err, RW_E_OOM, "NCCL group: out of memory");
     rw_sync_strlcpy(g->name, name, sizeof g->name);
@@ -145,8 +156,9 @@ rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, in
     ncclResult_t r = ncclCommInitRankConfig(&g->comm, world, u, rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
         free(g);
-        RW_FAIL(err, RW_E_NCCL, "NCCL group '%s': ncclCommInitRankConfig (rank %d of %d): %s", name,
-                rank, world, ncclGetErrorString(r));
+        return nccl_fail_ctx(err, r, __LINE__,
+                             "NCCL group '%s': ncclCommInitRankConfig (rank %d of %d)", name, rank,
+                             world);
     }
     g->ok = true;
     rw_status st = settle(g, rw_now() + timeout_s, "joining", err);
@@ -156,9 +168,8 @@ rw_status rw_sync_group_create(const uint8_t id[RW_NCCL_ID_BYTES], int world, in
     }
     cudaError_t ce = cudaStreamCreateWithFlags(&g->own, cudaStreamNonBlocking);
     if (ce != cudaSuccess) {
-        cudaGetLastError();
         rw_sync_group_destroy(g);
-        RW_FAIL(err, RW_E_CUDA, "NCCL group: cudaStreamCreate: %s", cudaGetErrorString(ce));
+        return rw_cuda_fail(err, ce, __FILE__, __LINE__, "NCCL group: cudaStreamCreate");
     }
     st = warm_up(g, timeout_s > FIRST_TIMEOUT_S ? timeout_s : FIRST_TIMEOUT_S, err);
     if (st != RW_OK) {
@@ -211,20 +222,21 @@ rw_status rw_sync_group_check(rw_sync_group *g, rw_err *err) {
     if (r != ncclSuccess) state = r;
     if (state == ncclSuccess || state == ncclInProgress) return RW_OK;
     rw_sync_group_abort(g);
-    RW_FAIL(err, RW_E_NCCL, "NCCL group '%s' (rank %d): %s: communicator aborted", g->name, g->rank,
-            ncclGetErrorString(state));
+    return nccl_fail_ctx(err, state, __LINE__, "NCCL group '%s' (rank %d): communicator aborted",
+                         g->name, g->rank);
 }
 
 rw_status rw_sync_group_bcast(rw_sync_group *g, void *buf, uint64_t nbytes, rw_stream s,
                               rw_err *err) {
     if (!g->ok) RW_FAIL(err, RW_E_STATE, "NCCL group '%s' was aborted; create it again", g->name);
-    RW_CUDA_TRY(err, cudaSetDevice(g->device));
+    RW_CUDA_CHECK(err, cudaSetDevice(g->device));
     cudaStream_t st = s ? (cudaStream_t)s : g->own;
     ncclResult_t r = ncclBroadcast(buf, buf, (size_t)nbytes, ncclUint8, 0, g->comm, st);
     if (r != ncclSuccess && r != ncclInProgress) {
         rw_sync_group_abort(g);
-        RW_FAIL(err, RW_E_NCCL, "NCCL group '%s': ncclBroadcast of %" PRIu64 " bytes: %s", g->name,
-                nbytes, ncclGetErrorString(r));
+        return nccl_fail_ctx(err, r, __LINE__,
+                             "NCCL group '%s': ncclBroadcast of %" PRIu64 " bytes", g->name,
+                             nbytes);
     }
     /* a non-blocking communicator enqueues from a thread of its own; the connections were made
      * when the group was created, so this needs no peer and is short */
@@ -233,18 +245,17 @@ rw_status rw_sync_group_bcast(rw_sync_group *g, void *buf, uint64_t nbytes, rw_s
 }
 
 rw_status rw_sync_group_wait(rw_sync_group *g, rw_stream s, double timeout_s, rw_err *err) {
-    RW_CUDA_TRY(err, cudaSetDevice(g->device));
+    RW_CUDA_CHECK(err, cudaSetDevice(g->device));
     return wait_stream(g, s ? (cudaStream_t)s : g->own, timeout_s, err);
 }
 
 static rw_status wait_stream(rw_sync_group *g, cudaStream_t st, double timeout_s, rw_err *err) {
     cudaEvent_t ev;
-    RW_CUDA_TRY(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    RW_CUDA_CHECK(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     cudaError_t ce = cudaEventRecord(ev, st);
     if (ce != cudaSuccess) {
-        cudaGetLastError();
         cudaEventDestroy(ev);
-        RW_FAIL(err, RW_E_CUDA, "NCCL wait: cudaEventRecord: %s", cudaGetErrorString(ce));
+        return rw_cuda_fail(err, ce, __FILE__, __LINE__, "NCCL wait: cudaEventRecord");
     }
     double deadline = rw_now() + (timeout_s > 0 ? timeout_s : 120);
     rw_status ret = RW_OK;
@@ -252,9 +263,8 @@ static rw_status wait_stream(rw_sync_group *g, cudaStream_t st, double timeout_s
         ce = cudaEventQuery(ev);
         if (ce == cudaSuccess) break;
         if (ce != cudaErrorNotReady) {
-            cudaGetLastError();
-            ret = RW_ERR(err, RW_E_CUDA, "NCCL group '%s': stream failed: %s", g->name,
-                         cudaGetErrorString(ce));
+            ret = rw_sync_cuda_fail(err, ce, __FILE__, __LINE__, "NCCL group '%s': stream failed",
+                                    g->name);
             break;
         }
         if (g->ok && (ret = rw_sync_group_check(g, err)) != RW_OK) {
@@ -270,7 +280,7 @@ static rw_status wait_stream(rw_sync_group *g, cudaStream_t st, double timeout_s
                          g->name, g->rank, timeout_s);
             break;
         }
-        nap();
+        rw_sync_nap();
     }
     cudaEventDestroy(ev);
     return ret;
@@ -288,7 +298,11 @@ static rw_status nccl_read(rw_sync_source *src, void *dst, rw_place place, uint6
 }
 
 rw_sync_source rw_sync_source_nccl(rw_sync_group *g, uint64_t nbytes) {
-    rw_sync_source s = {
-        .name = "nccl", .host = NULL, .nbytes = nbytes, .read = nccl_read, .ctx = g};
+    rw_sync_source s = {.kind = RW_SYNC_SRC_NCCL,
+                        .name = "nccl",
+                        .host = NULL,
+                        .nbytes = nbytes,
+                        .read = nccl_read,
+                        .ctx = g};
     return s;
 }

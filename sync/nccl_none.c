@@ -44,7 +44,8 @@ static rw_status none_read(rw_sync_source *src, void *dst, rw_place place, uint6
     NO_NCCL(err);
 }
 rw_sync_source rw_sync_source_nccl(rw_sync_group *g, uint64_t nbytes) {
-    rw_sync_source s = {.name = "nccl", .nbytes = nbytes, .read = none_read, .ctx = g};
+    rw_sync_source s = {
+        .kind = RW_SYNC_SRC_NCCL, .name = "nccl", .nbytes = nbytes, .read = none_read, .ctx = g};
     return s;
 }
 rw_status rw_sync_group_check(rw_sync_group *g, rw_err *err) {

@@ -26,7 +26,8 @@ struct rw_sync_server {
 static void serve_one(rw_sync_server *srv, rw_zmq_msg *zm, rw_status recv_st, rw_err *rerr,
                       rw_mw *w) {
     rw_mw_reset(w);
-    rw_sync_out_frame of = {0};
+    rw_sync_outcome out;
+    memset(&out, 0, sizeof out);
     rw_msg *msg = NULL;
     rw_request req;
     memset(&req, 0, sizeof req);
@@ -40,24 +41,24 @@ static void serve_one(rw_sync_server *srv, rw_zmq_msg *zm, rw_status recv_st, rw
         rw_status st = rw_msg_decode_request(env, len, &msg, &req, &e);
         if (st != RW_OK) {
             rw_mw_reply_err(w, req.has_id ? req.id : 0, st, e.msg);
-        } else if (!rw_sync_is_command(req.cmd)) {
+        } else if (!(rw_cmd_flags(rw_cmd_parse(req.cmd)) & RW_CMDF_SYNC)) {
             char m[160];
             snprintf(m, sizeof m, "unknown command '%s'", req.cmd);
             rw_mw_reply_err(w, req.id, RW_E_PROTOCOL, m);
         } else {
             rw_sync_frames fr;
             rw_zmq_msg_frames(zm, &fr);
-            rw_sync_handle(srv->sess, 0, &req, &fr, w, &of, &e);
+            rw_sync_handle(srv->sess, 0, &req, &fr, w, &out, &e);
         }
     }
     const void *data;
     size_t len;
     rw_err we;
     if (rw_mw_finish(w, &data, &len, &we) == RW_OK) {
-        if (rw_zmq_reply(srv->sock, zm, data, len, &of, &we) != RW_OK)
+        if (rw_zmq_reply(srv->sock, zm, data, len, &out.frame, &we) != RW_OK)
             RW_LOGW("sync server: reply not sent: %s", we.msg);
     }
-    free(of.data);
+    rw_sync_outcome_free(&out);
     rw_msg_free(msg);
     atomic_fetch_add(&srv->handled, 1);
 }

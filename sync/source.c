@@ -18,7 +18,8 @@ static rw_status host_read(rw_sync_source *src, void *dst, rw_place place, uint6
 }
 
 rw_sync_source rw_sync_source_host(const char *name, const void *bytes, uint64_t nbytes) {
-    rw_sync_source s = {.name = name, .host = bytes, .nbytes = nbytes, .read = host_read};
+    rw_sync_source s = {
+        .kind = RW_SYNC_SRC_HOST, .name = name, .host = bytes, .nbytes = nbytes, .read = host_read};
     return s;
 }
 
@@ -59,7 +60,8 @@ static rw_status file_read(rw_sync_source *src, void *dst, rw_place place, uint6
 }
 
 rw_sync_source rw_sync_source_file(const rw_st_file *f, uint64_t begin, uint64_t nbytes) {
-    rw_sync_source s = {.name = "disk",
+    rw_sync_source s = {.kind = RW_SYNC_SRC_FILE,
+                        .name = "disk",
                         .nbytes = nbytes,
                         .read = file_read,
                         .ctx = (void *)f,

@@ -1,6 +1,6 @@
-/* zmq.c - the ZeroMQ transport, worker side: multipart receive from a ROUTER socket without
- * copying the frames (a bucket's bytes are read where ZeroMQ received them), replies with an
- * optional zero-copy data frame. */
+/* zmq.c - the ZeroMQ framing of a message, worker side (rw_msg.h): multipart receive from a ROUTER
+ * socket without copying the frames (a bucket's bytes are read where ZeroMQ received them),
+ * replies with an optional zero-copy data frame. */
 #include "sync_internal.h"
 
 #include <inttypes.h>
@@ -10,7 +10,7 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Multipart messages                                                                           */
 /* ------------------------------------------------------------------------------------------ */
-#define MAX_PARTS 7 /* routing id, delimiter, envelope, 4 data frames */
+#define MAX_PARTS (3 + RW_MSG_MAX_FRAMES) /* routing id, delimiter, envelope, data frames */
 
 struct rw_zmq_msg {
     zmq_msg_t part[MAX_PARTS];
@@ -38,7 +38,7 @@ const void *rw_zmq_msg_envelope(const rw_zmq_msg *m, size_t *len) {
 void rw_zmq_msg_frames(const rw_zmq_msg *m, rw_sync_frames *out) {
     memset(out, 0, sizeof *out);
     if (m->env < 0) return;
-    for (int i = m->env + 1; i < m->nparts && out->n < 4; i++) {
+    for (int i = m->env + 1; i < m->nparts && out->n < RW_MSG_MAX_FRAMES; i++) {
         out->data[out->n] = zmq_msg_data((zmq_msg_t *)&m->part[i]);
         out->len[out->n] = zmq_msg_size((zmq_msg_t *)&m->part[i]);
         out->n++;
@@ -89,7 +89,7 @@ rw_status rw_zmq_recv(void *router, int timeout_ms, rw_zmq_msg **out, rw_err *er
     }
     if (i < m->nparts) m->env = i;
     /* without a delimiter the slot kept for one holds a fifth data frame */
-    if (m->env >= 0 && m->nparts - m->env - 1 > 4) too_many = true;
+    if (m->env >= 0 && m->nparts - m->env - 1 > RW_MSG_MAX_FRAMES) too_many = true;
     *out = m;
     if (m->env < 0) RW_FAIL(err, RW_E_FORMAT, "zmq receive: a message without an envelope frame");
     if (too_many)

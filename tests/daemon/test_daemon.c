@@ -6,7 +6,7 @@
 #include <math.h>
 #include <zmq.h>
 
-#include "daemon_test.h"
+#include "daemon_util.h"
 
 #define LONG_TOKENS 400 /* a request long enough to be caught in flight (prompt 0 + 400 < 512) */
 
@@ -41,9 +41,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     st *s = *state;
-    json_decref(dt_ok(s->c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&s->w, 30), 0);
-    rw_client_close(s->c);
+    dt_shutdown(&s->w, s->c, 30);
     free(s);
     return 0;
 }
@@ -352,25 +350,42 @@ static void test_pause_abort(void **state) {
     json_decref(parts);
 }
 
-/* pause(retract): requests are requeued without KV; after resume they finish with the tokens of
- * an uninterrupted run, their KV recomputed. */
-static void test_pause_retract(void **state) {
-    st *s = *state;
+/* Records the prefill tokens and preemptions so far, starts a long request (its id in *id, its
+ * partial replies into parts) and pauses the worker with `args`. Returns the pause reply
+ * (json_decref it). */
+static json_t *pause_long(st *s, const char *args, int64_t *prefill0, int64_t *preempt0,
+                          json_t *parts, uint64_t *id) {
     json_t *t0 = dt_ok(s->c, "stats", NULL);
-    const int64_t pre0 = dt_int(t0, "throughput", "prefill_tokens");
-    const int64_t pe0 = dt_int(t0, "throughput", "preemptions");
+    *prefill0 = dt_int(t0, "throughput", "prefill_tokens");
+    *preempt0 = dt_int(t0, "throughput", "preemptions");
     json_decref(t0);
-    json_t *parts = json_array();
-    uint64_t id = start_long(s, parts);
-    json_t *p = dt_ok(s->c, "pause", "{\"mode\":\"retract\"}");
-    assert_int_equal(dt_int(p, "running", NULL), 0);
-    assert_int_equal(dt_int(p, "waiting", NULL), 1);
-    assert_int_equal(dt_int(p, "aborted", NULL), 0);
-    json_decref(p);
+    *id = start_long(s, parts);
+    return dt_ok(s->c, "pause", args);
+}
+
+/* While paused no token is made: the stats 100 ms later (json_decref them) count as many
+ * generated tokens as now. */
+static json_t *stats_frozen(st *s) {
     const int64_t frozen = gen_tokens_now(s);
     usleep(100000);
     json_t *t = dt_ok(s->c, "stats", NULL);
     assert_int_equal(dt_int(t, "throughput", "generated_tokens"), frozen);
+    return t;
+}
+
+/* pause(retract): requests are requeued without KV; after resume they finish with the tokens of
+ * an uninterrupted run, their KV recomputed. */
+static void test_pause_retract(void **state) {
+    st *s = *state;
+    int64_t pre0, pe0;
+    json_t *parts = json_array();
+    uint64_t id;
+    json_t *p = pause_long(s, "{\"mode\":\"retract\"}", &pre0, &pe0, parts, &id);
+    assert_int_equal(dt_int(p, "running", NULL), 0);
+    assert_int_equal(dt_int(p, "waiting", NULL), 1);
+    assert_int_equal(dt_int(p, "aborted", NULL), 0);
+    json_decref(p);
+    json_t *t = stats_frozen(s);
     assert_int_equal(dt_int(t, "throughput", "preemptions"), pe0 + 1);
     assert_int_equal(dt_int(t, "memory", "kv_blocks_used"), 0); /* its KV is gone */
     json_decref(t);
@@ -390,20 +405,14 @@ static void test_pause_retract(void **state) {
 /* pause(in_place): requests stay in the batch with their KV; nothing is recomputed. */
 static void test_pause_in_place(void **state) {
     st *s = *state;
-    json_t *t0 = dt_ok(s->c, "stats", NULL);
-    const int64_t pre0 = dt_int(t0, "throughput", "prefill_tokens");
-    const int64_t pe0 = dt_int(t0, "throughput", "preemptions");
-    json_decref(t0);
+    int64_t pre0, pe0;
     json_t *parts = json_array();
-    uint64_t id = start_long(s, parts);
-    json_t *p = dt_ok(s->c, "pause", "{\"mode\":\"in_place\"}");
+    uint64_t id;
+    json_t *p = pause_long(s, "{\"mode\":\"in_place\"}", &pre0, &pe0, parts, &id);
     assert_int_equal(dt_int(p, "running", NULL), 1);
     assert_int_equal(dt_int(p, "aborted", NULL), 0);
     json_decref(p);
-    const int64_t frozen = gen_tokens_now(s);
-    usleep(100000);
-    json_t *t = dt_ok(s->c, "stats", NULL);
-    assert_int_equal(dt_int(t, "throughput", "generated_tokens"), frozen);
+    json_t *t = stats_frozen(s);
     assert_true(dt_int(t, "memory", "kv_blocks_used") > 0); /* KV kept */
     json_decref(t);
     /* flush_cache is refused while a request holds KV */

@@ -8,7 +8,7 @@
  * version of each token span across an update; a CPU TP2 worker. */
 #include <regex.h>
 
-#include "daemon_test.h"
+#include "daemon_util.h"
 
 #define LONG_TOKENS 400
 
@@ -16,22 +16,12 @@ typedef struct st {
     dt_worker w;
     rw_client *c;
     dt_ref ref;
-    char fixture[4096], config[4096];
-    char tmp[256], random_dir[512]; /* a random checkpoint of the fixture's config */
-    rw_ckpt *fix, *rnd;
+    dt_ckpts k; /* the fixture and a random checkpoint of its config */
 } st;
 
 /* ------------------------------------------------------------------------------------------ */
 static int run_tool(const char *rel, const char *const *args, char *out, size_t cap) {
-    char exe[4096];
-    dt_exe(exe, sizeof exe, rel);
-    const char *av[32];
-    int k = 0;
-    av[k++] = exe;
-    for (int i = 0; args[i] && k < 31; i++)
-        av[k++] = args[i];
-    av[k] = NULL;
-    return dt_run(av, out, cap, 120);
+    return dt_run_tool(rel, args, out, cap, 120);
 }
 
 /* rw-trainer push of `dir` to the worker at `ep` with extra options; returns the summary. */
@@ -54,12 +44,7 @@ static json_t *push_to(const char *ep, const char *dir, const char *version,
     char out[8192];
     int rc = run_tool("tools/trainer/rw-trainer", args, out, sizeof out);
     if (rc != 0) fail_msg("rw-trainer push %s (%s) exited %d: %s", dir, version, rc, out);
-    json_error_t je;
-    json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, &je);
-    if (!j) fail_msg("rw-trainer output is not JSON: %s", out);
-    assert_true(json_is_true(json_object_get(j, "verified")));
-    assert_int_equal(dt_int(j, "mismatches", NULL), 0);
-    return j;
+    return dt_push_verified(out);
 }
 
 static json_t *push(st *s, const char *dir, const char *version, const char *const *extra) {
@@ -114,19 +99,8 @@ static const char *state_now(rw_client *c, char *buf, size_t cap) {
 static int setup(void **state) {
     st *s = calloc(1, sizeof *s);
     dt_ref_load(&s->ref);
-    rw_test_path(s->fixture, sizeof s->fixture, RW_TEST_FIXTURE);
-    snprintf(s->config, sizeof s->config, "%s/config.json", s->fixture);
-    snprintf(s->tmp, sizeof s->tmp, "/tmp/rw-e2e-XXXXXX");
-    assert_non_null(mkdtemp(s->tmp));
-    snprintf(s->random_dir, sizeof s->random_dir, "%s/random", s->tmp);
-    const char *args[] = {"random",      "--config", s->config, "--out",
-                          s->random_dir, "--seed",   "7",       NULL};
-    char out[4096];
-    assert_int_equal(run_tool("tools/ckpt/rw-ckpt", args, out, sizeof out), 0);
-    rw_err e;
-    RW_ASSERT_OK(rw_ckpt_open(s->fixture, &s->fix, &e), &e);
-    RW_ASSERT_OK(rw_ckpt_open(s->random_dir, &s->rnd, &e), &e);
-    const char *wargs[] = {"--config", s->config,   "--random-weights",  "--seed", "3", "--device",
+    dt_ckpts_make(&s->k, "/tmp/rw-e2e-XXXXXX");
+    const char *wargs[] = {"--config", s->k.config, "--random-weights",  "--seed", "3", "--device",
                            "cpu",      "--control", "tcp://127.0.0.1:*", NULL};
     dt_start(&s->w, wargs);
     s->c = dt_connect(&s->w);
@@ -136,14 +110,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     st *s = *state;
-    json_decref(dt_ok(s->c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&s->w, 30), 0);
-    rw_client_close(s->c);
-    rw_ckpt_close(s->fix);
-    rw_ckpt_close(s->rnd);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->tmp);
+    dt_shutdown(&s->w, s->c, 30);
+    dt_ckpts_free(&s->k);
     free(s);
     return 0;
 }
@@ -152,17 +120,17 @@ static int teardown(void **state) {
 static void test_push_zmq(void **state) {
     st *s = *state;
     /* random weights: not the fixture's */
-    assert_int_equal(mismatches(s->c, s->fix), (int)rw_ckpt_count(s->fix));
+    assert_int_equal(mismatches(s->c, s->k.fix), (int)rw_ckpt_count(s->k.fix));
     json_t *r = gen0(s, DT_REF_TOKENS);
     int32_t t[DT_REF_TOKENS];
     dt_ints(json_object_get(dt_output(r, 0), "tokens"), t, DT_REF_TOKENS);
     assert_true(memcmp(t, s->ref.greedy[0], sizeof t) != 0);
     assert_string_equal(dt_str(dt_output(r, 0), "weight_version", NULL), "random:3");
     json_decref(r);
-    json_t *sum = push(s, s->fixture, "v-zmq", NULL);
-    assert_int_equal(dt_int(sum, "tensors", NULL), (int64_t)rw_ckpt_count(s->fix));
+    json_t *sum = push(s, s->k.fixture, "v-zmq", NULL);
+    assert_int_equal(dt_int(sum, "tensors", NULL), (int64_t)rw_ckpt_count(s->k.fix));
     json_decref(sum);
-    assert_int_equal(mismatches(s->c, s->fix), 0);
+    assert_int_equal(mismatches(s->c, s->k.fix), 0);
     assert_reference(s, s->c, "v-zmq");
     json_t *v = dt_ok(s->c, "get_weight_version", NULL);
     assert_string_equal(dt_str(v, "version", NULL), "v-zmq");
@@ -177,37 +145,37 @@ static void test_push_zmq(void **state) {
 
 static void test_push_trainer_tp2(void **state) {
     st *s = *state;
-    json_decref(push(s, s->random_dir, "rnd-a", NULL));
-    assert_int_equal(mismatches(s->c, s->rnd), 0);
+    json_decref(push(s, s->k.random_dir, "rnd-a", NULL));
+    assert_int_equal(mismatches(s->c, s->k.rnd), 0);
     const char *extra[] = {"--trainer-tp", "2", NULL};
-    json_t *sum = push(s, s->fixture, "v-ttp2", extra);
+    json_t *sum = push(s, s->k.fixture, "v-ttp2", extra);
     assert_int_equal(dt_int(sum, "trainer_tp", NULL), 2);
     json_decref(sum);
-    assert_int_equal(mismatches(s->c, s->fix), 0);
+    assert_int_equal(mismatches(s->c, s->k.fix), 0);
     assert_reference(s, s->c, "v-ttp2");
 }
 
 static void test_push_bucket_1mb(void **state) {
     st *s = *state;
-    json_decref(push(s, s->random_dir, "rnd-b", NULL));
+    json_decref(push(s, s->k.random_dir, "rnd-b", NULL));
     const char *extra[] = {"--bucket-mb", "1", NULL};
-    json_t *sum = push(s, s->fixture, "v-1mb", extra);
+    json_t *sum = push(s, s->k.fixture, "v-1mb", extra);
     assert_true(dt_int(sum, "buckets", NULL) >= 3); /* 2.3 MB of weights */
     json_decref(sum);
-    assert_int_equal(mismatches(s->c, s->fix), 0);
+    assert_int_equal(mismatches(s->c, s->k.fix), 0);
     assert_reference(s, s->c, "v-1mb");
 }
 
 static void test_update_from_disk(void **state) {
     st *s = *state;
-    json_decref(push(s, s->random_dir, "rnd-c", NULL));
+    json_decref(push(s, s->k.random_dir, "rnd-c", NULL));
     char a[8192];
-    snprintf(a, sizeof a, "{\"path\":\"%s\",\"version\":\"v-disk\"}", s->fixture);
+    snprintf(a, sizeof a, "{\"path\":\"%s\",\"version\":\"v-disk\"}", s->k.fixture);
     json_t *r = dt_ok(s->c, "update_weights_from_disk", a);
     assert_true(json_is_true(json_object_get(r, "committed")));
-    assert_int_equal(dt_int(r, "tensors", NULL), (int64_t)rw_ckpt_count(s->fix));
+    assert_int_equal(dt_int(r, "tensors", NULL), (int64_t)rw_ckpt_count(s->k.fix));
     json_decref(r);
-    assert_int_equal(mismatches(s->c, s->fix), 0);
+    assert_int_equal(mismatches(s->c, s->k.fix), 0);
     assert_reference(s, s->c, "v-disk");
 }
 
@@ -222,10 +190,10 @@ static void test_f3_same_weights(void **state) {
     char *t0 = json_dumps(json_object_get(dt_output(g0, 0), "tokens"), JSON_COMPACT);
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 0) {
-            json_decref(push(s, s->fixture, "v-f3-zmq", NULL));
+            json_decref(push(s, s->k.fixture, "v-f3-zmq", NULL));
         } else {
             char a[8192];
-            snprintf(a, sizeof a, "{\"path\":\"%s\",\"version\":\"v-f3-disk\"}", s->fixture);
+            snprintf(a, sizeof a, "{\"path\":\"%s\",\"version\":\"v-f3-disk\"}", s->k.fixture);
             json_decref(dt_ok(s->c, "update_weights_from_disk", a));
         }
         RW_ASSERT_OK(rw_client_checksum(s->c, NULL, 0, DT_TIMEOUT_MS, &after, &e), &e);
@@ -257,21 +225,21 @@ static void test_partial_only(void **state) {
     st *s = *state;
     const char *re = "^model\\.layers\\.1\\.mlp\\.experts\\.";
     const char *extra[] = {"--only", re, NULL};
-    json_t *sum = push(s, s->random_dir, "v-partial", extra);
+    json_t *sum = push(s, s->k.random_dir, "v-partial", extra);
     regex_t rx;
     assert_int_equal(regcomp(&rx, re, REG_EXTENDED | REG_NOSUB), 0);
     int selected = 0;
-    for (size_t i = 0; i < rw_ckpt_count(s->fix); i++)
-        selected += regexec(&rx, rw_ckpt_at(s->fix, i)->name, 0, NULL, 0) == 0;
+    for (size_t i = 0; i < rw_ckpt_count(s->k.fix); i++)
+        selected += regexec(&rx, rw_ckpt_at(s->k.fix, i)->name, 0, NULL, 0) == 0;
     assert_int_equal(dt_int(sum, "tensors", NULL), selected);
     assert_int_equal(selected, 8 * 3); /* 8 experts x gate, up, down */
     json_decref(sum);
     rw_client_sums *sums = NULL;
     rw_err e;
     RW_ASSERT_OK(rw_client_checksum(s->c, NULL, 0, DT_TIMEOUT_MS, &sums, &e), &e);
-    for (size_t i = 0; i < rw_ckpt_count(s->fix); i++) {
-        const rw_st_entry *f = rw_ckpt_at(s->fix, i);
-        const rw_st_entry *r = rw_ckpt_find(s->rnd, f->name);
+    for (size_t i = 0; i < rw_ckpt_count(s->k.fix); i++) {
+        const rw_st_entry *f = rw_ckpt_at(s->k.fix, i);
+        const rw_st_entry *r = rw_ckpt_find(s->k.rnd, f->name);
         assert_non_null(r);
         uint64_t got;
         RW_ASSERT_OK(rw_client_sums_find(sums, 0, f->name, &got, &e), &e);
@@ -285,18 +253,15 @@ static void test_partial_only(void **state) {
     rw_client_sums_free(sums);
     regfree(&rx);
     /* back to the fixture for the tests that follow */
-    json_decref(push(s, s->fixture, "v-restored", NULL));
-    assert_int_equal(mismatches(s->c, s->fix), 0);
+    json_decref(push(s, s->k.fixture, "v-restored", NULL));
+    assert_int_equal(mismatches(s->c, s->k.fix), 0);
 }
 
 /* A trainer that opens a session (and, with `write`, sends one bucket) and then is killed. */
 static void dying_trainer(const char *ep, rw_ckpt *src, bool send_bucket) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    int report;
+    pid_t pid = dt_fork_reporter(&report);
     if (pid == 0) {
-        close(p[0]);
         rw_client *c = NULL;
         rw_err e;
         int ok = rw_client_connect(ep, NULL, &c, &e) == RW_OK &&
@@ -316,17 +281,11 @@ static void dying_trainer(const char *ep, rw_ckpt *src, bool send_bucket) {
                 ok = 0;
             }
         }
-        if (write(p[1], ok ? "y" : "n", 1) != 1) _exit(3);
+        if (write(report, ok ? "y" : "n", 1) != 1) _exit(3);
         for (;;)
             pause(); /* until killed */
     }
-    close(p[1]);
-    char ch = 0;
-    assert_int_equal(read(p[0], &ch, 1), 1);
-    close(p[0]);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    assert_int_equal(ch, 'y');
+    dt_reporter_done(pid, report, true);
 }
 
 static void wait_not_updating(rw_client *c, char *state, size_t cap) {
@@ -342,7 +301,7 @@ static void test_trainer_killed(void **state) {
     st *s = *state;
     char stt[64];
     /* killed after begin_update: nothing written, the previous version serves */
-    dying_trainer(s->w.ep, s->rnd, false);
+    dying_trainer(s->w.ep, s->k.rnd, false);
     assert_string_equal(state_now(s->c, stt, sizeof stt), "updating");
     wait_not_updating(s->c, stt, sizeof stt);
     assert_string_equal(stt, "ready");
@@ -351,7 +310,7 @@ static void test_trainer_killed(void **state) {
     json_decref(v);
     assert_reference(s, s->c, "v-restored");
     /* killed after one bucket: weights incomplete, generate refused */
-    dying_trainer(s->w.ep, s->rnd, true);
+    dying_trainer(s->w.ep, s->k.rnd, true);
     wait_not_updating(s->c, stt, sizeof stt);
     assert_string_equal(stt, "weights_incomplete");
     char p[1024], a[1200], msg[512];
@@ -363,7 +322,7 @@ static void test_trainer_killed(void **state) {
     json_decref(h);
     /* the next full push succeeds, same worker process */
     const pid_t pid = s->w.pid;
-    json_decref(push(s, s->fixture, "v-after-kill", NULL));
+    json_decref(push(s, s->k.fixture, "v-after-kill", NULL));
     assert_int_equal(kill(pid, 0), 0);
     assert_reference(s, s->c, "v-after-kill");
 }
@@ -396,7 +355,7 @@ static void test_version_spans(void **state) {
     assert_int_equal(dt_int(t, "queue", "waiting"), 1);
     assert_string_equal(dt_str(t, "state", NULL), "updating");
     json_decref(t);
-    snprintf(a, sizeof a, "{\"path\":\"%s\"}", s->fixture);
+    snprintf(a, sizeof a, "{\"path\":\"%s\"}", s->k.fixture);
     json_t *d = dt_ok(s->c, "update_weights_from_disk", a);
     assert_false(json_is_true(json_object_get(d, "committed")));
     json_decref(d);
@@ -431,11 +390,11 @@ static void test_version_spans(void **state) {
 static void test_tp2_worker(void **state) {
     st *s = *state;
     dt_worker w;
-    const char *wargs[] = {"--config", s->config,   "--random-weights",  "--tp", "2", "--device",
+    const char *wargs[] = {"--config", s->k.config, "--random-weights",  "--tp", "2", "--device",
                            "cpu",      "--control", "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     rw_client *c = dt_connect(&w);
-    json_decref(push_to(w.ep, s->fixture, "tp2-a", NULL));
+    json_decref(push_to(w.ep, s->k.fixture, "tp2-a", NULL));
     rw_client_sums *sums = NULL;
     rw_err e;
     RW_ASSERT_OK(rw_client_checksum(c, NULL, 0, DT_TIMEOUT_MS, &sums, &e), &e);
@@ -444,8 +403,8 @@ static void test_tp2_worker(void **state) {
     rw_client_sums_free(sums);
     assert_reference(s, c, "tp2-a");
     const char *extra[] = {"--trainer-tp", "2", "--bucket-mb", "1", NULL};
-    json_decref(push_to(w.ep, s->random_dir, "tp2-rnd", NULL));
-    json_decref(push_to(w.ep, s->fixture, "tp2-b", extra));
+    json_decref(push_to(w.ep, s->k.random_dir, "tp2-rnd", NULL));
+    json_decref(push_to(w.ep, s->k.fixture, "tp2-b", extra));
     assert_reference(s, c, "tp2-b");
     /* readback of rank 1's slice */
     RW_ASSERT_OK(rw_client_checksum(c, NULL, 0, DT_TIMEOUT_MS, &sums, &e), &e);
@@ -473,9 +432,7 @@ static void test_tp2_worker(void **state) {
     json_decref(r);
     rw_client_free(res);
     rw_client_free(frame);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 30);
 }
 
 /* A worker started from a config alone has no weights: generate is refused until the first
@@ -483,7 +440,7 @@ static void test_tp2_worker(void **state) {
 static void test_start_without_weights(void **state) {
     st *s = *state;
     dt_worker w;
-    const char *wargs[] = {"--config",  s->config,           "--device", "cpu",
+    const char *wargs[] = {"--config",  s->k.config,         "--device", "cpu",
                            "--control", "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     assert_string_equal(json_string_value(json_object_get(w.ready, "state")), "weights_incomplete");
@@ -492,17 +449,15 @@ static void test_start_without_weights(void **state) {
     dt_refused(c, "generate", "{\"prompt\":[1,2,3]}", RW_E_WEIGHTS_INCOMPLETE, msg, sizeof msg);
     /* a partial push is not enough */
     const char *extra[] = {"--only", "^model\\.norm", NULL};
-    const char *args[] = {"push",        "--model", s->fixture,  "--to",    w.ep,
-                          "--transport", "zmq",     "--version", "partial", "--bucket-mb",
-                          "4",           extra[0],  extra[1],    NULL};
+    const char *args[] = {"push",        "--model", s->k.fixture, "--to",    w.ep,
+                          "--transport", "zmq",     "--version",  "partial", "--bucket-mb",
+                          "4",           extra[0],  extra[1],     NULL};
     char out[4096];
     assert_int_not_equal(run_tool("tools/trainer/rw-trainer", args, out, sizeof out), 0);
     dt_refused(c, "generate", "{\"prompt\":[1,2,3]}", RW_E_WEIGHTS_INCOMPLETE, NULL, 0);
-    json_decref(push_to(w.ep, s->fixture, "first", NULL));
+    json_decref(push_to(w.ep, s->k.fixture, "first", NULL));
     assert_reference(s, c, "first");
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 30);
 }
 
 int main(void) {

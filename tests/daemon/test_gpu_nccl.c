@@ -6,25 +6,15 @@
  * worker on GPUs 1 and 2. Skips (77) without 2 CUDA devices. */
 #include <regex.h>
 
-#include "daemon_test.h"
+#include "daemon_util.h"
 
 typedef struct st {
     dt_ref ref;
-    char fixture[4096], config[4096];
-    char tmp[256], random_dir[512];
-    rw_ckpt *fix, *rnd;
+    dt_ckpts k; /* the fixture and a random checkpoint of its config */
 } st;
 
 static int run_tool(const char *rel, const char *const *args, char *out, size_t cap) {
-    char exe[4096];
-    dt_exe(exe, sizeof exe, rel);
-    const char *av[40];
-    int k = 0;
-    av[k++] = exe;
-    for (int i = 0; args[i] && k < 39; i++)
-        av[k++] = args[i];
-    av[k] = NULL;
-    return dt_run(av, out, cap, 300);
+    return dt_run_tool(rel, args, out, cap, 300);
 }
 
 /* rw-trainer push over NCCL from GPU 0 (--verify); extra options appended. */
@@ -43,12 +33,7 @@ static void push_nccl(const char *ep, const char *dir, const char *version, cons
     char out[8192];
     int rc = run_tool("tools/trainer/rw-trainer", args, out, sizeof out);
     if (rc != 0) fail_msg("rw-trainer push --transport nccl exited %d: %s", rc, out);
-    json_error_t je;
-    json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, &je);
-    if (!j) fail_msg("rw-trainer output: %s", out);
-    assert_true(json_is_true(json_object_get(j, "verified")));
-    assert_int_equal(dt_int(j, "mismatches", NULL), 0);
-    json_decref(j);
+    json_decref(dt_push_verified(out));
 }
 
 static void push_zmq(const char *ep, const char *dir, const char *version) {
@@ -62,7 +47,7 @@ static void push_zmq(const char *ep, const char *dir, const char *version) {
 
 /* Generation after the fixture's weights arrived: the first token of every reference prompt
  * is the reference's (a teacher-forced position; the bf16 backend may flip a later near-tie,
- * spec/targets.md F2), the version is the pushed one. Returns the tokens of prompt 0. */
+ * docs/TARGETS.md F2), the version is the pushed one. Returns the tokens of prompt 0. */
 static void check_generation(st *s, rw_client *c, const char *version, int32_t *tok0) {
     for (int i = 0; i < DT_NREF; i++) {
         char p[1024], a[1200];
@@ -106,17 +91,7 @@ static int setup(void **state) {
     rw_test_require_gpu(2);
     st *s = calloc(1, sizeof *s);
     dt_ref_load(&s->ref);
-    rw_test_path(s->fixture, sizeof s->fixture, RW_TEST_FIXTURE);
-    snprintf(s->config, sizeof s->config, "%s/config.json", s->fixture);
-    snprintf(s->tmp, sizeof s->tmp, "/tmp/rw-gpu-e2e-XXXXXX");
-    assert_non_null(mkdtemp(s->tmp));
-    snprintf(s->random_dir, sizeof s->random_dir, "%s/random", s->tmp);
-    const char *args[] = {"random",      "--config", s->config, "--out",
-                          s->random_dir, "--seed",   "7",       NULL};
-    assert_int_equal(run_tool("tools/ckpt/rw-ckpt", args, NULL, 0), 0);
-    rw_err e;
-    RW_ASSERT_OK(rw_ckpt_open(s->fixture, &s->fix, &e), &e);
-    RW_ASSERT_OK(rw_ckpt_open(s->random_dir, &s->rnd, &e), &e);
+    dt_ckpts_make(&s->k, "/tmp/rw-gpu-e2e-XXXXXX");
     *state = s;
     return 0;
 }
@@ -124,11 +99,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     st *s = *state;
     if (!s) return 0;
-    rw_ckpt_close(s->fix);
-    rw_ckpt_close(s->rnd);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", s->tmp);
+    dt_ckpts_free(&s->k);
     free(s);
     return 0;
 }
@@ -137,31 +108,31 @@ static int teardown(void **state) {
 static void test_nccl_tp1(void **state) {
     st *s = *state;
     dt_worker w;
-    const char *wargs[] = {"--config", s->config, "--random-weights", "--device",          "cuda",
-                           "--gpu",    "1",       "--control",        "tcp://127.0.0.1:*", NULL};
+    const char *wargs[] = {"--config", s->k.config, "--random-weights", "--device",          "cuda",
+                           "--gpu",    "1",         "--control",        "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     rw_client *c = dt_connect(&w);
-    assert_true(mismatches(c, s->fix, s->config) > 0);
-    push_nccl(w.ep, s->fixture, "nccl-1", "1", NULL);
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    assert_true(mismatches(c, s->k.fix, s->k.config) > 0);
+    push_nccl(w.ep, s->k.fixture, "nccl-1", "1", NULL);
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     int32_t t1[DT_REF_TOKENS], t2[DT_REF_TOKENS];
     check_generation(s, c, "nccl-1", t1);
     /* F3: the same weights again change no checksum and no token */
-    push_nccl(w.ep, s->fixture, "nccl-2", "1", NULL);
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    push_nccl(w.ep, s->k.fixture, "nccl-2", "1", NULL);
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     check_generation(s, c, "nccl-2", t2);
     assert_memory_equal(t1, t2, sizeof t1);
     /* a partial push changes exactly its tensors */
     const char *re = "^model\\.layers\\.2\\.mlp\\.experts\\.";
-    push_nccl(w.ep, s->random_dir, "nccl-partial", "1", re);
+    push_nccl(w.ep, s->k.random_dir, "nccl-partial", "1", re);
     regex_t rx;
     assert_int_equal(regcomp(&rx, re, REG_EXTENDED | REG_NOSUB), 0);
     rw_client_sums *sums = NULL;
     rw_err e;
     RW_ASSERT_OK(rw_client_checksum(c, NULL, 0, DT_TIMEOUT_MS, &sums, &e), &e);
-    for (size_t i = 0; i < rw_ckpt_count(s->fix); i++) {
-        const rw_st_entry *f = rw_ckpt_at(s->fix, i);
-        const rw_st_entry *r = rw_ckpt_find(s->rnd, f->name);
+    for (size_t i = 0; i < rw_ckpt_count(s->k.fix); i++) {
+        const rw_st_entry *f = rw_ckpt_at(s->k.fix, i);
+        const rw_st_entry *r = rw_ckpt_find(s->k.rnd, f->name);
         const bool sel = regexec(&rx, f->name, 0, NULL, 0) == 0;
         const rw_st_entry *src = sel ? r : f;
         uint64_t got;
@@ -171,9 +142,7 @@ static void test_nccl_tp1(void **state) {
     }
     rw_client_sums_free(sums);
     regfree(&rx);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 60);
 }
 
 /* A TP2 worker: two rank processes on GPUs 0 and 1 with NCCL tensor parallelism. */
@@ -181,16 +150,14 @@ static void test_tp2_worker_zmq(void **state) {
     st *s = *state;
     dt_worker w;
     const char *wargs[] = {
-        "--config", s->config, "--random-weights", "--device",          "cuda", "--tp", "2",
-        "--gpu",    "0",       "--control",        "tcp://127.0.0.1:*", NULL};
+        "--config", s->k.config, "--random-weights", "--device",          "cuda", "--tp", "2",
+        "--gpu",    "0",         "--control",        "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     rw_client *c = dt_connect(&w);
-    push_zmq(w.ep, s->fixture, "tp2-zmq");
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    push_zmq(w.ep, s->k.fixture, "tp2-zmq");
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     check_generation(s, c, "tp2-zmq", NULL);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 60);
 }
 
 /* NCCL push into a TP2 worker (GPUs 1, 2; the trainer on GPU 0): needs 3 GPUs. */
@@ -203,16 +170,14 @@ static void test_nccl_tp2(void **state) {
     }
     dt_worker w;
     const char *wargs[] = {
-        "--config", s->config, "--random-weights", "--device",          "cuda", "--tp", "2",
-        "--gpu",    "1",       "--control",        "tcp://127.0.0.1:*", NULL};
+        "--config", s->k.config, "--random-weights", "--device",          "cuda", "--tp", "2",
+        "--gpu",    "1",         "--control",        "tcp://127.0.0.1:*", NULL};
     dt_start(&w, wargs);
     rw_client *c = dt_connect(&w);
-    push_nccl(w.ep, s->fixture, "nccl-tp2", "2", NULL);
-    assert_int_equal(mismatches(c, s->fix, s->config), 0);
+    push_nccl(w.ep, s->k.fixture, "nccl-tp2", "2", NULL);
+    assert_int_equal(mismatches(c, s->k.fix, s->k.config), 0);
     check_generation(s, c, "nccl-tp2", NULL);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 60);
 }
 
 int main(void) {

@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "daemon_internal.h"
+#include "watch.h"
 #include "internal.h"
 #include "rw_test.h"
 
@@ -55,27 +55,40 @@ static bool wait_lost(rw_watch *w, char *why, size_t cap, double timeout_s) {
     return rw_watch_lost(w, why, cap) != 0;
 }
 
-static void test_child_killed_in_op(void **state) {
-    (void)state;
-    reset();
+/* A child process that waits to be killed. */
+static pid_t sleeper(void) {
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
         for (;;)
             pause();
     }
-    rw_comm fake = {.rank = 0, .size = 2, .abort = fake_abort};
+    return child;
+}
+
+/* Rank 0's watchdog over one follower process, `child`, on a fake communicator (rw_watch_start
+ * copies the pids; the communicator must outlive the watchdog). */
+static rw_comm fake_rank0 = {.rank = 0, .size = 2, .abort = fake_abort};
+static rw_watch *watch_child(pid_t child, double abort_after_s, double last_resort_after_s) {
     pid_t pids[2] = {0, child};
     rw_watch_opts o = {.rank = 0,
                        .pids = pids,
                        .npids = 2,
-                       .comm = &fake,
-                       .abort_after_s = 0.3,
-                       .last_resort_after_s = 0.5,
+                       .comm = &fake_rank0,
+                       .abort_after_s = abort_after_s,
+                       .last_resort_after_s = last_resort_after_s,
                        .last_resort = resort};
     rw_watch *w = NULL;
     rw_err e;
     RW_ASSERT_OK(rw_watch_start(&o, &w, &e), &e);
+    return w;
+}
+
+static void test_child_killed_in_op(void **state) {
+    (void)state;
+    reset();
+    pid_t child = sleeper();
+    rw_watch *w = watch_child(child, 0.3, 0.5);
     char why[256];
     assert_int_equal(rw_watch_lost(w, why, sizeof why), 0);
     rw_watch_enter(w); /* stuck from here on, as in a collective */
@@ -103,24 +116,8 @@ static void test_child_killed_in_op(void **state) {
 static void test_nothing_lost(void **state) {
     (void)state;
     reset();
-    pid_t child = fork();
-    assert_true(child >= 0);
-    if (child == 0) {
-        for (;;)
-            pause();
-    }
-    rw_comm fake = {.rank = 0, .size = 2, .abort = fake_abort};
-    pid_t pids[2] = {0, child};
-    rw_watch_opts o = {.rank = 0,
-                       .pids = pids,
-                       .npids = 2,
-                       .comm = &fake,
-                       .abort_after_s = 0.1,
-                       .last_resort_after_s = 0.1,
-                       .last_resort = resort};
-    rw_watch *w = NULL;
-    rw_err e;
-    RW_ASSERT_OK(rw_watch_start(&o, &w, &e), &e);
+    pid_t child = sleeper();
+    rw_watch *w = watch_child(child, 0.1, 0.1);
     /* short ops and one long one: alive peers are never aborted */
     const double end = rw_now() + 0.5;
     while (rw_now() < end) {

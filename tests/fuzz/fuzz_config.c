@@ -7,7 +7,7 @@
  * an even head_dim; its JSON form parses back to the same config; every canonical name formats
  * and parses back to itself and has a shape with positive dims; the policy returns a known
  * format. */
-#include "fuzz.h"
+#include "fuzz_util.h"
 
 #include <string.h>
 

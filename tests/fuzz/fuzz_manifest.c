@@ -10,7 +10,7 @@
  * 4 MiB: small inputs then reach whole tensors); bytes 1-4 are the manifest's length L (little
  * endian, clamped); then L bytes of msgpack spliced in as args.manifest; then the frame bytes.
  *
- * Contract checked (rw_sync.h, spec/protocol.md):
+ * Contract checked (rw_sync.h, docs/PROTOCOL.md):
  * - the reply decodes, is ok exactly when the handler returned RW_OK, and an error reply carries
  *   the handler's status and message;
  * - every failed update_weights ends the session; a bucket that is refused says "nothing was
@@ -22,7 +22,7 @@
  *   whole bf16 tensor in it reads back bit for bit;
  * - commit of an accepted bucket succeeds and serves the new version; abort after a write
  *   leaves the weights incomplete. */
-#include "fuzz.h"
+#include "fuzz_util.h"
 
 #include <string.h>
 
@@ -91,10 +91,11 @@ static rw_status handle(rw_sync_session *s, const void *env, size_t env_len,
     }
     rw_mw *reply;
     FUZZ_CHECK(rw_mw_create(&reply, NULL) == RW_OK, "writer");
-    rw_sync_out_frame out;
+    rw_sync_outcome out;
     st = rw_sync_handle(s, 0, &rq, fr, reply, &out, e);
     if (st != RW_OK) FUZZ_CHECK_REFUSAL(st, *e);
-    FUZZ_CHECK(out.data == NULL, "%s returned a data frame", rq.cmd);
+    FUZZ_CHECK(out.frame.data == NULL, "%s returned a data frame", rq.cmd);
+    rw_sync_outcome_free(&out);
     const void *rb;
     size_t rl;
     FUZZ_CHECK(rw_mw_finish(reply, &rb, &rl, NULL) == RW_OK, "reply writer failed");

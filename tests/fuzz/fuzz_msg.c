@@ -14,7 +14,7 @@
  *   JSON conversion, when it succeeds, is stable through rw_mw_json and back;
  * - an accepted request / reply rebuilt with the writer decodes to the same id, command, status
  *   and message. */
-#include "fuzz.h"
+#include "fuzz_util.h"
 
 #include <math.h>
 #include <string.h>
@@ -251,20 +251,42 @@ static void round_trips(const rw_mobj *o) {
     rw_msg_free(m1);
 }
 
-static void fuzz_request(const uint8_t *data, size_t size) {
+/* The envelope decoders behind one signature. */
+typedef rw_status (*decode_fn)(const void *buf, size_t len, rw_msg **out, void *env, rw_err *err);
+static rw_status decode_request(const void *buf, size_t len, rw_msg **out, void *env, rw_err *err) {
+    return rw_msg_decode_request(buf, len, out, env, err);
+}
+static rw_status decode_reply(const void *buf, size_t len, rw_msg **out, void *env, rw_err *err) {
+    return rw_msg_decode_reply(buf, len, out, env, err);
+}
+
+/* Decodes a copy of the input with `decode`, then burns the copy (nothing decoded may point into
+ * it). Returns the message, or NULL after checking that a refusal returned no handle and a
+ * status of a refusal. */
+static rw_msg *decode_copy(const uint8_t *data, size_t size, decode_fn decode, void *env,
+                           const char *what) {
     void *copy = dup_bytes(data, size);
     rw_msg *m = (rw_msg *)&m; /* poisoned: must be set to NULL or a handle */
-    rw_request rq;
     rw_err e;
     memset(&e, 0, sizeof e);
-    rw_status st = rw_msg_decode_request(copy, size, &m, &rq, &e);
+    rw_status st = decode(copy, size, &m, env, &e);
     burn(copy, size);
-    if (st != RW_OK) {
-        FUZZ_CHECK(m == NULL, "a refused request returned a handle");
-        FUZZ_CHECK_REFUSAL(st, e);
-        return;
+    if (st == RW_OK) {
+        FUZZ_CHECK(m != NULL, "an accepted %s without a handle", what);
+        return m;
     }
-    FUZZ_CHECK(m != NULL && rq.has_id && rq.args, "accepted without handle / id / args");
+    FUZZ_CHECK(m == NULL, "a refused %s returned a handle", what);
+    FUZZ_CHECK_REFUSAL(st, e);
+    return NULL;
+}
+
+static void fuzz_request(const uint8_t *data, size_t size) {
+    rw_request rq;
+    rw_msg *m = decode_copy(data, size, decode_request, &rq, "request");
+    if (!m) return;
+    rw_err e;
+    rw_status st;
+    FUZZ_CHECK(rq.has_id && rq.args, "accepted without id / args");
     size_t cl = strlen(rq.cmd);
     FUZZ_CHECK(cl >= 1 && cl <= RW_MSG_MAX_CMD, "command name of %zu bytes", cl);
     FUZZ_CHECK(rw_mobj_type(rq.args) == RW_M_MAP, "args is a %s",
@@ -291,19 +313,11 @@ static void fuzz_request(const uint8_t *data, size_t size) {
 }
 
 static void fuzz_reply(const uint8_t *data, size_t size) {
-    void *copy = dup_bytes(data, size);
-    rw_msg *m = (rw_msg *)&m;
     rw_reply rp;
+    rw_msg *m = decode_copy(data, size, decode_reply, &rp, "reply");
+    if (!m) return;
     rw_err e;
-    memset(&e, 0, sizeof e);
-    rw_status st = rw_msg_decode_reply(copy, size, &m, &rp, &e);
-    burn(copy, size);
-    if (st != RW_OK) {
-        FUZZ_CHECK(m == NULL, "a refused reply returned a handle");
-        FUZZ_CHECK_REFUSAL(st, e);
-        return;
-    }
-    FUZZ_CHECK(m != NULL, "accepted without a handle");
+    rw_status st;
     rw_mw *w;
     FUZZ_CHECK(rw_mw_create(&w, NULL) == RW_OK, "writer");
     if (rp.ok) {

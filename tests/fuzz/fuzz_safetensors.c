@@ -5,7 +5,7 @@
  * longer than RW_ST_MAX_NAME, shape x dtype size == end - begin, bytes inside the buffer (read
  * in full here, so ASan sees any escape) and no two entries overlapping; rw_st_find finds every
  * entry by its name. */
-#include "fuzz.h"
+#include "fuzz_util.h"
 
 #include <string.h>
 

@@ -122,26 +122,35 @@ static void seeds_safetensors(void) {
     put("safetensors", "valid_empty", b, len);
     free(b);
 
-    const char *h1 = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
-                     "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[2,6]}}";
-    st_raw("overlap", strlen(h1), h1, 6);
-    const char *h2 = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}";
-    st_raw("size_mismatch", strlen(h2), h2, 4);
-    const char *h3 = "{\"a\":{\"dtype\":\"bfloat16\",\"shape\":[2],\"data_offsets\":[0,4]}}";
-    st_raw("torch_dtype_name", strlen(h3), h3, 4);
-    const char *h4 = "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
-                     "\"data_offsets\":[0,0]}}";
-    st_raw("shape_overflow", strlen(h4), h4, 0);
-    const char *h5 = "{\"__metadata__\":{\"format\":\"pt\",\"n\":1},\"a\":{\"dtype\":\"U8\","
-                     "\"shape\":[1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}";
-    st_raw("metadata_nonstring_7dims", strlen(h5), h5, 1);
-    const char *h6 = "{\"a\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]},"
-                     "\"a\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[2,4]}}";
-    st_raw("duplicate_name", strlen(h6), h6, 4);
-    const char *h7 = "{\"a\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[8,4]}}";
-    st_raw("reversed_offsets", strlen(h7), h7, 8);
-    const char *h8 = "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}  ";
-    st_raw("header_padding", strlen(h8), h8, 2);
+    /* headers that are refused (or, last, accepted with padding): name, JSON, data bytes */
+    static const struct {
+        const char *name, *header;
+        uint64_t data;
+    } raw[] = {
+        {"overlap",
+         "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[2,6]}}",
+         6},
+        {"size_mismatch", "{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}", 4},
+        {"torch_dtype_name",
+         "{\"a\":{\"dtype\":\"bfloat16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4},
+        {"shape_overflow",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,0]}}", 0},
+        {"metadata_nonstring_7dims",
+         "{\"__metadata__\":{\"format\":\"pt\",\"n\":1},\"a\":{\"dtype\":\"U8\","
+         "\"shape\":[1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+         1},
+        {"duplicate_name",
+         "{\"a\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+         "\"a\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+         4},
+        {"reversed_offsets", "{\"a\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[8,4]}}", 8},
+        {"header_padding", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}  ",
+         2},
+    };
+    for (size_t i = 0; i < sizeof raw / sizeof *raw; i++)
+        st_raw(raw[i].name, strlen(raw[i].header), raw[i].header, raw[i].data);
+    const char *h2 = raw[1].header;
     st_raw("huge_header_len", UINT64_C(1) << 40, h2, 4);
 }
 

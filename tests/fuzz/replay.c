@@ -4,7 +4,7 @@
  * or, in a sanitizer build, any report does the same.
  *
  * usage: fuzz_replay_<target> CORPUS_DIR [FILE...] */
-#include "fuzz.h"
+#include "fuzz_util.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
  * client that carries it (rw_client_set_auth, or RW_AUTH_TOKEN in the client's environment) is
  * served: health, generate with the fixture's greedy tokens, and a full weight push through the
  * client library. The worker also takes its token from RW_AUTH_TOKEN. */
-#include "rel_util.h"
+#include "reliability_util.h"
 
 #define TOKEN "c0ntrol-Plane-Secret-4242"
 
@@ -13,10 +13,7 @@ static dt_worker W; /* killed by the teardown when a failed check left it runnin
 
 static int teardown(void **state) {
     (void)state;
-    if (W.pid > 0) {
-        kill(W.pid, SIGKILL);
-        dt_wait_exit(&W, 10);
-    }
+    dt_kill(&W);
     return 0;
 }
 
@@ -149,9 +146,7 @@ static void test_token_required_and_accepted(void **state) {
     json_decref(dt_ok(env_client, "health", NULL));
     rw_client_close(env_client);
 
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&W, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&W, c, 30);
 }
 
 static void test_worker_token_from_env(void **state) {
@@ -166,9 +161,7 @@ static void test_worker_token_from_env(void **state) {
     rw_client_close(anon);
     rw_client *c = connect_to(addr, TOKEN);
     json_decref(dt_ok(c, "health", NULL));
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&W, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&W, c, 30);
 }
 
 int main(void) {

@@ -9,7 +9,7 @@
  * tokens. */
 #include <math.h>
 
-#include "rel_util.h"
+#include "reliability_util.h"
 
 typedef enum pre {
     PRE_NONE = 0,
@@ -66,6 +66,21 @@ static bad *env_case(const char *what, pre p, const char *cmd, const char *args,
     return b;
 }
 
+/* Cases that are one request with no data frame: {what, pre, cmd, args, want, sub}. */
+typedef struct env_row {
+    const char *what;
+    pre pre;
+    const char *cmd, *args;
+    rw_status want;
+    const char *sub;
+} env_row;
+
+static void env_rows(const env_row *r, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        env_case(r[i].what, r[i].pre, r[i].cmd, r[i].args, r[i].want, r[i].sub);
+}
+#define ENV_ROWS(t) env_rows(t, sizeof t / sizeof *t)
+
 /* A case whose envelope is whatever W holds. */
 static bad *raw_case(const char *what, pre p, rw_status want, const char *sub, uint64_t id) {
     bad *b = add_case(what, p, want, sub, id);
@@ -96,6 +111,57 @@ static const char *manifest1(char *buf, size_t cap, const char *name, const char
              (unsigned long long)nbytes, extra ? extra : "");
     return buf;
 }
+
+/* update_weights cases on a one-tensor bucket: the manifest entry (manifest1's fields), the size
+ * of the data frame sent with it, and the refusal. */
+typedef struct bucket_row {
+    const char *what;
+    pre pre;
+    const char *name, *dtype, *shape;
+    uint64_t off, nbytes, bucket;
+    const char *extra;
+    size_t frame;
+    rw_status want;
+    const char *sub;
+} bucket_row;
+
+#define NORM "model.norm.weight"
+static const bucket_row bucket_rows[] = {
+    {"frame shorter than the manifest", PRE_BEGIN, NORM, "bf16", "[128]", 0, 256, 256, NULL, 200,
+     RW_E_SHAPE, "describes 256 bytes but the zmq transport delivered 200"},
+    {"frame longer than the manifest", PRE_BEGIN, NORM, "bf16", "[128]", 0, 256, 256, NULL, 300,
+     RW_E_SHAPE, "describes 256 bytes but the zmq transport delivered 300"},
+    {"bucket larger than announced", PRE_BEGIN_SMALL, "model.layers.0.mlp.gate.weight", "bf16",
+     "[8, 128]", 0, 2048, 2048, NULL, 2048, RW_E_RANGE,
+     "bucket of 2048 bytes is larger than announced"},
+    {"unknown tensor name", PRE_BEGIN, "model.layers.0.mlp.shared_expert.weight", "bf16", "[128]",
+     0, 256, 256, NULL, 256, RW_E_NOT_FOUND, "model.layers.0.mlp.shared_expert.weight"},
+    {"wrong full shape", PRE_BEGIN, "model.layers.0.self_attn.o_proj.weight", "bf16", "[128, 8]", 0,
+     2048, 2048, NULL, 2048, RW_E_SHAPE, "full shape [128, 8], expected [128, 128]"},
+    {"dtype the layer does not take", PRE_BEGIN, NORM, "f32", "[128]", 0, 512, 512, NULL, 512,
+     RW_E_DTYPE, "dtype f32, expected bf16"},
+    {"layer beyond the model", PRE_BEGIN, "model.layers.3.input_layernorm.weight", "bf16", "[128]",
+     0, 256, 256, NULL, 256, RW_E_RANGE, "layer 3 but the model has 3 layers"},
+    {"expert beyond the model", PRE_BEGIN, "model.layers.0.mlp.experts.8.down_proj.weight", "bf16",
+     "[128, 8]", 0, 2048, 2048, NULL, 2048, RW_E_RANGE, "expert 8 but the model has 8 experts"},
+    {"nbytes not dtype x shape", PRE_BEGIN, NORM, "bf16", "[128]", 0, 254, 256, NULL, 256,
+     RW_E_SHAPE, "nbytes 254 but dtype bf16 x shape of the piece is 256"},
+    {"piece outside the bucket", PRE_BEGIN, NORM, "bf16", "[128]", 128, 256, 256, NULL, 256,
+     RW_E_RANGE, "bytes [128, 384) outside the bucket of 256 bytes"},
+    {"shard outside the tensor", PRE_BEGIN, "model.layers.0.self_attn.k_proj.weight", "bf16",
+     "[64, 128]", 0, 4096, 4096, ", \"shard\": {\"dim\": 0, \"begin\": 60, \"len\": 16}", 4096,
+     RW_E_SHAPE, "shard [60, +16) outside [0, 64) along dim 0"},
+    {"unknown field in a manifest entry", PRE_BEGIN, NORM, "bf16", "[128]", 0, 256, 256,
+     ", \"checksum\": \"00\"", 256, RW_E_PROTOCOL, "unknown field 'checksum'"},
+    {"unknown layout", PRE_BEGIN, NORM, "bf16", "[128]", 0, 256, 256,
+     ", \"layout\": \"interleaved\"", 256, RW_E_PROTOCOL, "unknown layout 'interleaved'"},
+    {"offset not aligned to the dtype", PRE_BEGIN, NORM, "bf16", "[128]", 1, 256, 258, NULL, 258,
+     RW_E_INVALID_ARG, "offset 1 not aligned to 2 bytes"},
+    {"dimension 0 in a shape", PRE_BEGIN, NORM, "bf16", "[0]", 0, 0, 0, NULL, 0, RW_E_RANGE,
+     "shape[0]: 0 outside [1, 1099511627776]"},
+    {"non-printable tensor name", PRE_BEGIN, "model.norm weight", "bf16", "[128]", 0, 256, 256,
+     NULL, 256, RW_E_INVALID_ARG, "empty or non-printable name"},
+};
 
 static void build_cases(void) {
     rw_err e;
@@ -298,77 +364,14 @@ static void build_cases(void) {
                  RW_E_PROTOCOL, "exactly one data frame, got 2");
     add_frame(b, bucket, 128);
     add_frame(b, bucket, 128);
-    b = env_case("frame shorter than the manifest", PRE_BEGIN, "update_weights", norm_ok,
-                 RW_E_SHAPE, "describes 256 bytes but the zmq transport delivered 200");
-    add_frame(b, bucket, 200);
-    b = env_case("frame longer than the manifest", PRE_BEGIN, "update_weights", norm_ok, RW_E_SHAPE,
-                 "describes 256 bytes but the zmq transport delivered 300");
-    add_frame(b, bucket, 300);
-    b = env_case("bucket larger than announced", PRE_BEGIN_SMALL, "update_weights",
-                 manifest1(a, sizeof a, "model.layers.0.mlp.gate.weight", "bf16", "[8, 128]", 0,
-                           2048, 2048, NULL),
-                 RW_E_RANGE, "bucket of 2048 bytes is larger than announced");
-    add_frame(b, bucket, 2048);
-    b = env_case("unknown tensor name", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.layers.0.mlp.shared_expert.weight", "bf16", "[128]",
-                           0, 256, 256, NULL),
-                 RW_E_NOT_FOUND, "model.layers.0.mlp.shared_expert.weight");
-    add_frame(b, bucket, 256);
-    b = env_case("wrong full shape", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.layers.0.self_attn.o_proj.weight", "bf16",
-                           "[128, 8]", 0, 2048, 2048, NULL),
-                 RW_E_SHAPE, "full shape [128, 8], expected [128, 128]");
-    add_frame(b, bucket, 2048);
-    b = env_case("dtype the layer does not take", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm.weight", "f32", "[128]", 0, 512, 512, NULL),
-                 RW_E_DTYPE, "dtype f32, expected bf16");
-    add_frame(b, bucket, 512);
-    b = env_case("layer beyond the model", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.layers.3.input_layernorm.weight", "bf16", "[128]", 0,
-                           256, 256, NULL),
-                 RW_E_RANGE, "layer 3 but the model has 3 layers");
-    add_frame(b, bucket, 256);
-    b = env_case("expert beyond the model", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.layers.0.mlp.experts.8.down_proj.weight", "bf16",
-                           "[128, 8]", 0, 2048, 2048, NULL),
-                 RW_E_RANGE, "expert 8 but the model has 8 experts");
-    add_frame(b, bucket, 2048);
-    b = env_case("nbytes not dtype x shape", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm.weight", "bf16", "[128]", 0, 254, 256, NULL),
-                 RW_E_SHAPE, "nbytes 254 but dtype bf16 x shape of the piece is 256");
-    add_frame(b, bucket, 256);
-    b = env_case("piece outside the bucket", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm.weight", "bf16", "[128]", 128, 256, 256, NULL),
-                 RW_E_RANGE, "bytes [128, 384) outside the bucket of 256 bytes");
-    add_frame(b, bucket, 256);
-    b = env_case("shard outside the tensor", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.layers.0.self_attn.k_proj.weight", "bf16",
-                           "[64, 128]", 0, 4096, 4096,
-                           ", \"shard\": {\"dim\": 0, \"begin\": 60, \"len\": 16}"),
-                 RW_E_SHAPE, "shard [60, +16) outside [0, 64) along dim 0");
-    add_frame(b, bucket, 4096);
-    b = env_case("unknown field in a manifest entry", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm.weight", "bf16", "[128]", 0, 256, 256,
-                           ", \"checksum\": \"00\""),
-                 RW_E_PROTOCOL, "unknown field 'checksum'");
-    add_frame(b, bucket, 256);
-    b = env_case("unknown layout", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm.weight", "bf16", "[128]", 0, 256, 256,
-                           ", \"layout\": \"interleaved\""),
-                 RW_E_PROTOCOL, "unknown layout 'interleaved'");
-    add_frame(b, bucket, 256);
-    b = env_case("offset not aligned to the dtype", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm.weight", "bf16", "[128]", 1, 256, 258, NULL),
-                 RW_E_INVALID_ARG, "offset 1 not aligned to 2 bytes");
-    add_frame(b, bucket, 258);
-    b = env_case("dimension 0 in a shape", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm.weight", "bf16", "[0]", 0, 0, 0, NULL),
-                 RW_E_RANGE, "shape[0]: 0 outside [1, 1099511627776]");
-    add_frame(b, bucket, 0);
-    b = env_case("non-printable tensor name", PRE_BEGIN, "update_weights",
-                 manifest1(a, sizeof a, "model.norm weight", "bf16", "[128]", 0, 256, 256, NULL),
-                 RW_E_INVALID_ARG, "empty or non-printable name");
-    add_frame(b, bucket, 256);
+    for (size_t i = 0; i < sizeof bucket_rows / sizeof *bucket_rows; i++) {
+        const bucket_row *r = &bucket_rows[i];
+        b = env_case(r->what, r->pre, "update_weights",
+                     manifest1(a, sizeof a, r->name, r->dtype, r->shape, r->off, r->nbytes,
+                               r->bucket, r->extra),
+                     r->want, r->sub);
+        add_frame(b, bucket, r->frame);
+    }
     snprintf(a, sizeof a,
              "{\"transport\": \"zmq\", \"manifest\": {\"nbytes\": 512, \"tensors\": ["
              "{\"name\": \"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
@@ -414,20 +417,22 @@ static void build_cases(void) {
     b = env_case("begin_update while one is open", PRE_BEGIN, "begin_update",
                  "{\"version\": \"second\"}", RW_E_STATE, "already open");
     b->abort_after = true;
-    env_case("empty version tag", PRE_NONE, "begin_update", "{\"version\": \"\"}", RW_E_INVALID_ARG,
-             "version: empty tag");
-    env_case("version tag with a control character", PRE_NONE, "begin_update",
-             "{\"version\": \"v\\u0007\"}", RW_E_INVALID_ARG, "is not printable ASCII");
-    env_case("bucket_bytes 0", PRE_NONE, "begin_update",
-             "{\"version\": \"v\", \"bucket_bytes\": 0}", RW_E_RANGE,
-             "args.bucket_bytes: 0 outside [1, 64 GiB]");
-    env_case("bucket_bytes of 1 TiB", PRE_NONE, "begin_update",
-             "{\"version\": \"v\", \"bucket_bytes\": 1099511627776}", RW_E_RANGE,
-             "outside [1, 64 GiB]");
-    env_case("negative timeout", PRE_NONE, "begin_update",
-             "{\"version\": \"v\", \"timeout_s\": -1}", RW_E_RANGE, "args.timeout_s: -1");
-    env_case("checkpoint directory that does not exist", PRE_NONE, "update_weights_from_disk",
-             "{\"path\": \"/nonexistent/rw-ckpt\"}", RW_E_NOT_FOUND, "/nonexistent/rw-ckpt");
+    static const env_row session_rows[] = {
+        {"empty version tag", PRE_NONE, "begin_update", "{\"version\": \"\"}", RW_E_INVALID_ARG,
+         "version: empty tag"},
+        {"version tag with a control character", PRE_NONE, "begin_update",
+         "{\"version\": \"v\\u0007\"}", RW_E_INVALID_ARG, "is not printable ASCII"},
+        {"bucket_bytes 0", PRE_NONE, "begin_update", "{\"version\": \"v\", \"bucket_bytes\": 0}",
+         RW_E_RANGE, "args.bucket_bytes: 0 outside [1, 64 GiB]"},
+        {"bucket_bytes of 1 TiB", PRE_NONE, "begin_update",
+         "{\"version\": \"v\", \"bucket_bytes\": 1099511627776}", RW_E_RANGE,
+         "outside [1, 64 GiB]"},
+        {"negative timeout", PRE_NONE, "begin_update", "{\"version\": \"v\", \"timeout_s\": -1}",
+         RW_E_RANGE, "args.timeout_s: -1"},
+        {"checkpoint directory that does not exist", PRE_NONE, "update_weights_from_disk",
+         "{\"path\": \"/nonexistent/rw-ckpt\"}", RW_E_NOT_FOUND, "/nonexistent/rw-ckpt"},
+    };
+    ENV_ROWS(session_rows);
     {
         char model[4096], args[4300];
         rw_test_path(model, sizeof model, RW_TEST_FIXTURE);
@@ -435,43 +440,48 @@ static void build_cases(void) {
         env_case("invalid regex", PRE_NONE, "update_weights_from_disk", args, RW_E_INVALID_ARG,
                  "regex '(unclosed'");
     }
-    env_case("get_weights of an unknown tensor", PRE_NONE, "get_weights",
-             "{\"name\": \"model.layers.0.mlp.router.weight\"}", RW_E_NOT_FOUND,
-             "model.layers.0.mlp.router.weight");
-    env_case("checksum names not an array", PRE_NONE, "checksum", "{\"names\": \"all\"}",
-             RW_E_PROTOCOL, "args.names: expected an array, got string");
-    env_case("NCCL unique id that is not hex", PRE_NONE, "init_weights_update_group",
-             "{\"unique_id\": \"zz\", \"world_size\": 2, \"rank_offset\": 1}", RW_E_PROTOCOL,
-             "args.unique_id: expected 256 hex digits, got 2");
+    static const env_row readback_rows[] = {
+        {"get_weights of an unknown tensor", PRE_NONE, "get_weights",
+         "{\"name\": \"model.layers.0.mlp.router.weight\"}", RW_E_NOT_FOUND,
+         "model.layers.0.mlp.router.weight"},
+        {"checksum names not an array", PRE_NONE, "checksum", "{\"names\": \"all\"}", RW_E_PROTOCOL,
+         "args.names: expected an array, got string"},
+        {"NCCL unique id that is not hex", PRE_NONE, "init_weights_update_group",
+         "{\"unique_id\": \"zz\", \"world_size\": 2, \"rank_offset\": 1}", RW_E_PROTOCOL,
+         "args.unique_id: expected 256 hex digits, got 2"},
+    };
+    ENV_ROWS(readback_rows);
 
     /* ---- generate ---- */
-    env_case("token id = vocab size", PRE_NONE, "generate", "{\"prompt\": [1, 512]}", RW_E_RANGE,
-             "args.prompt[1]: token id 512 outside [0, 512)");
-    env_case("negative token id", PRE_NONE, "generate", "{\"prompt\": [-1]}", RW_E_RANGE,
-             "token id -1 outside [0, 512)");
-    env_case("token id as a string", PRE_NONE, "generate", "{\"prompt\": [\"7\"]}", RW_E_PROTOCOL,
-             "args.prompt[0]: expected an integer, got string");
-    env_case("prompt as a string", PRE_NONE, "generate", "{\"prompt\": \"hello\"}", RW_E_PROTOCOL,
-             "expected an array of token ids, got string");
-    env_case("empty prompt", PRE_NONE, "generate", "{\"prompt\": []}", RW_E_INVALID_ARG,
-             "empty prompt");
-    env_case("prompt and prompts", PRE_NONE, "generate", "{\"prompt\": [1], \"prompts\": [[1]]}",
-             RW_E_PROTOCOL, "give exactly one of args.prompt");
-    env_case("empty batch", PRE_NONE, "generate", "{\"prompts\": []}", RW_E_INVALID_ARG,
-             "empty batch");
-    env_case("max_new_tokens 10^9", PRE_NONE, "generate",
-             "{\"prompt\": [1], \"max_new_tokens\": 1000000000}", RW_E_RANGE,
-             "args.max_new_tokens: 1000000000 outside [1, 2^24]");
-    env_case("max_new_tokens 0", PRE_NONE, "generate", "{\"prompt\": [1], \"max_new_tokens\": 0}",
-             RW_E_RANGE, "args.max_new_tokens: 0 outside");
-    env_case("prompt + max_new_tokens past max_seq_len", PRE_NONE, "generate",
-             "{\"prompt\": [1, 2, 3], \"max_new_tokens\": 600}", RW_E_RANGE,
-             "prompt 3 + max_new_tokens 600 > max_seq_len 512");
-    env_case("max_new_tokens as a string", PRE_NONE, "generate",
-             "{\"prompt\": [1], \"max_new_tokens\": \"8\"}", RW_E_PROTOCOL,
-             "args.max_new_tokens: expected an unsigned integer, got string");
-    env_case("n of 5000 samples", PRE_NONE, "generate", "{\"prompt\": [1], \"n\": 5000}",
-             RW_E_RANGE, "args.n: 5000 outside [1, 1024]");
+    static const env_row generate_rows[] = {
+        {"token id = vocab size", PRE_NONE, "generate", "{\"prompt\": [1, 512]}", RW_E_RANGE,
+         "args.prompt[1]: token id 512 outside [0, 512)"},
+        {"negative token id", PRE_NONE, "generate", "{\"prompt\": [-1]}", RW_E_RANGE,
+         "token id -1 outside [0, 512)"},
+        {"token id as a string", PRE_NONE, "generate", "{\"prompt\": [\"7\"]}", RW_E_PROTOCOL,
+         "args.prompt[0]: expected an integer, got string"},
+        {"prompt as a string", PRE_NONE, "generate", "{\"prompt\": \"hello\"}", RW_E_PROTOCOL,
+         "expected an array of token ids, got string"},
+        {"empty prompt", PRE_NONE, "generate", "{\"prompt\": []}", RW_E_INVALID_ARG,
+         "empty prompt"},
+        {"prompt and prompts", PRE_NONE, "generate", "{\"prompt\": [1], \"prompts\": [[1]]}",
+         RW_E_PROTOCOL, "give exactly one of args.prompt"},
+        {"empty batch", PRE_NONE, "generate", "{\"prompts\": []}", RW_E_INVALID_ARG, "empty batch"},
+        {"max_new_tokens 10^9", PRE_NONE, "generate",
+         "{\"prompt\": [1], \"max_new_tokens\": 1000000000}", RW_E_RANGE,
+         "args.max_new_tokens: 1000000000 outside [1, 2^24]"},
+        {"max_new_tokens 0", PRE_NONE, "generate", "{\"prompt\": [1], \"max_new_tokens\": 0}",
+         RW_E_RANGE, "args.max_new_tokens: 0 outside"},
+        {"prompt + max_new_tokens past max_seq_len", PRE_NONE, "generate",
+         "{\"prompt\": [1, 2, 3], \"max_new_tokens\": 600}", RW_E_RANGE,
+         "prompt 3 + max_new_tokens 600 > max_seq_len 512"},
+        {"max_new_tokens as a string", PRE_NONE, "generate",
+         "{\"prompt\": [1], \"max_new_tokens\": \"8\"}", RW_E_PROTOCOL,
+         "args.max_new_tokens: expected an unsigned integer, got string"},
+        {"n of 5000 samples", PRE_NONE, "generate", "{\"prompt\": [1], \"n\": 5000}", RW_E_RANGE,
+         "args.n: 5000 outside [1, 1024]"},
+    };
+    ENV_ROWS(generate_rows);
     {
         size_t cap = 70000 * 4 + 64, k = 0;
         char *big = malloc(cap);
@@ -483,31 +493,36 @@ static void build_cases(void) {
                  "70000 prompts x n 1 requests (at most 65536)");
         free(big);
     }
-    env_case("negative temperature", PRE_NONE, "generate",
-             "{\"prompt\": [1], \"temperature\": -0.5}", RW_E_RANGE, "args.temperature: -0.5");
-    env_case("top_p 0", PRE_NONE, "generate", "{\"prompt\": [1], \"top_p\": 0}", RW_E_RANGE,
-             "args.top_p: 0 outside (0, 1]");
-    env_case("top_logprobs 50", PRE_NONE, "generate", "{\"prompt\": [1], \"top_logprobs\": 50}",
-             RW_E_RANGE, "args.top_logprobs: 50 (at most 20)");
-    env_case("17 stop ids", PRE_NONE, "generate",
-             "{\"prompt\": [1], \"stop\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", RW_E_RANGE,
-             "args.stop: 17 stop ids (at most 16)");
-    env_case("misspelt field", PRE_NONE, "generate", "{\"prompt\": [1], \"temprature\": 0.5}",
-             RW_E_PROTOCOL, "unknown field 'temprature'");
+    static const env_row sampling_rows[] = {
+        {"negative temperature", PRE_NONE, "generate", "{\"prompt\": [1], \"temperature\": -0.5}",
+         RW_E_RANGE, "args.temperature: -0.5"},
+        {"top_p 0", PRE_NONE, "generate", "{\"prompt\": [1], \"top_p\": 0}", RW_E_RANGE,
+         "args.top_p: 0 outside (0, 1]"},
+        {"top_logprobs 50", PRE_NONE, "generate", "{\"prompt\": [1], \"top_logprobs\": 50}",
+         RW_E_RANGE, "args.top_logprobs: 50 (at most 20)"},
+        {"17 stop ids", PRE_NONE, "generate",
+         "{\"prompt\": [1], \"stop\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", RW_E_RANGE,
+         "args.stop: 17 stop ids (at most 16)"},
+        {"misspelt field", PRE_NONE, "generate", "{\"prompt\": [1], \"temprature\": 0.5}",
+         RW_E_PROTOCOL, "unknown field 'temprature'"},
+    };
+    ENV_ROWS(sampling_rows);
 
     /* ---- other commands ---- */
-    env_case("pause with an unknown mode", PRE_NONE, "pause", "{\"mode\": \"sleep\"}",
-             RW_E_INVALID_ARG, "unknown mode 'sleep'");
-    env_case("abort naming nothing", PRE_NONE, "abort", NULL, RW_E_PROTOCOL,
-             "give args.request_id");
-    env_case("abort of an unknown request", PRE_NONE, "abort", "{\"request_id\": 424242}",
-             RW_E_NOT_FOUND, "no generate command with id 424242");
-    env_case("flush_cache with a field", PRE_NONE, "flush_cache", "{\"hard\": true}", RW_E_PROTOCOL,
-             "unknown field 'hard'");
-    env_case("release_memory of nothing", PRE_NONE, "release_memory",
-             "{\"weights\": false, \"kv_cache\": false}", RW_E_INVALID_ARG, "nothing selected");
-    env_case("shutdown with a field", PRE_NONE, "shutdown", "{\"now\": true}", RW_E_PROTOCOL,
-             "unknown field 'now'");
+    static const env_row other_rows[] = {
+        {"pause with an unknown mode", PRE_NONE, "pause", "{\"mode\": \"sleep\"}", RW_E_INVALID_ARG,
+         "unknown mode 'sleep'"},
+        {"abort naming nothing", PRE_NONE, "abort", NULL, RW_E_PROTOCOL, "give args.request_id"},
+        {"abort of an unknown request", PRE_NONE, "abort", "{\"request_id\": 424242}",
+         RW_E_NOT_FOUND, "no generate command with id 424242"},
+        {"flush_cache with a field", PRE_NONE, "flush_cache", "{\"hard\": true}", RW_E_PROTOCOL,
+         "unknown field 'hard'"},
+        {"release_memory of nothing", PRE_NONE, "release_memory",
+         "{\"weights\": false, \"kv_cache\": false}", RW_E_INVALID_ARG, "nothing selected"},
+        {"shutdown with a field", PRE_NONE, "shutdown", "{\"now\": true}", RW_E_PROTOCOL,
+         "unknown field 'now'"},
+    };
+    ENV_ROWS(other_rows);
     rw_mw_destroy(W);
 }
 
@@ -524,10 +539,7 @@ static dt_worker w; /* killed by the teardown when a failed check left it runnin
 
 static int teardown(void **st) {
     (void)st;
-    if (w.pid > 0) {
-        kill(w.pid, SIGKILL);
-        dt_wait_exit(&w, 10);
-    }
+    dt_kill(&w);
     return 0;
 }
 
@@ -614,9 +626,7 @@ static void test_bad_input(void **st) {
     json_decref(stats);
 
     rl_close(&s);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&w, 30), 0);
-    rw_client_close(c);
+    dt_shutdown(&w, c, 30);
 }
 
 int main(void) {

@@ -26,7 +26,7 @@
 #include <inttypes.h>
 #include <sys/stat.h>
 
-#include "rel_util.h"
+#include "reliability_util.h"
 
 typedef struct fx {
     dt_worker w;
@@ -218,12 +218,9 @@ typedef enum trainer_end {
 
 /* Runs the trainer; returns once it is gone. */
 static void trainer(fx *f, trainer_end how) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    int report;
+    pid_t pid = dt_fork_reporter(&report);
     if (pid == 0) {
-        close(p[0]);
         void *ctx = zmq_ctx_new();
         void *sock = zmq_socket(ctx, ZMQ_DEALER);
         int linger = how == CLOSED_AFTER_BUCKET ? 2000 : 0;
@@ -249,7 +246,7 @@ static void trainer(fx *f, trainer_end how) {
                                   "256}]}}",
                                   256, 0x3f, true);
         }
-        if (write(p[1], ok ? "y" : "n", 1) != 1) _exit(3);
+        if (write(report, ok ? "y" : "n", 1) != 1) _exit(3);
         if (how == KILLED_MID_BUCKET)
             for (;;)
                 pause(); /* until killed */
@@ -257,14 +254,7 @@ static void trainer(fx *f, trainer_end how) {
         zmq_ctx_term(ctx);
         _exit(ok ? 0 : 1);
     }
-    close(p[1]);
-    char ch = 0;
-    assert_int_equal(read(p[0], &ch, 1), 1);
-    close(p[0]);
-    if (how == KILLED_MID_BUCKET) kill(pid, SIGKILL);
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_int_equal(ch, 'y');
+    dt_reporter_done(pid, report, how == KILLED_MID_BUCKET);
 }
 
 /* ---- tests
@@ -479,18 +469,25 @@ static void disk_cut(fx *f, const char *dir, const char *file, const char *tenso
     printf("cut while loading: %s\n", msg);
 }
 
+/* Tensors in the fixture's model.safetensors. */
+static size_t fixture_tensors(fx *f) {
+    char file[4300];
+    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
+    rw_st_file *st;
+    rw_err e;
+    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
+    const size_t n = rw_st_count(st);
+    rw_st_close(st);
+    return n;
+}
+
 static void test_disk_cut_while_loading(void **state) {
     fx *f = *state;
     const pid_t pid = f->w.pid;
     char v0[RW_SYNC_MAX_VERSION + 1], dir[4200], file[4300], msg[512];
     uint64_t cut;
     wstate(f, v0, sizeof v0);
-    rw_st_file *st;
-    rw_err e;
-    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
-    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
-    const size_t n = rw_st_count(st);
-    rw_st_close(st);
+    const size_t n = fixture_tensors(f);
 
     /* an implicit session: the fixture is one bucket, cut before a byte of it was written */
     const char *t = cut_setup(f, "cut1", n / 2, dir, sizeof dir, file, sizeof file, &cut);
@@ -531,12 +528,8 @@ static void test_startup_cut_while_loading(void **state) {
     fx *f = *state;
     char dir[4200], file[4300], log[400], exe[4096];
     uint64_t cut;
-    rw_st_file *st;
     rw_err e;
-    snprintf(file, sizeof file, "%s/model.safetensors", f->fixture);
-    RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
-    const size_t n = rw_st_count(st);
-    rw_st_close(st);
+    const size_t n = fixture_tensors(f);
     const char *t = cut_setup(f, "cut_start", n / 3, dir, sizeof dir, file, sizeof file, &cut);
     snprintf(log, sizeof log, "%s/start.log", f->tmp);
     dt_exe(exe, sizeof exe, "worker/rw-worker");

@@ -11,7 +11,7 @@
  *   and the request is answered (an error naming the dead rank, or its output when it finished
  *   first); the worker exits, all within a bound (no hang).
  * Every worker gets a small KV cache (dt_start), so these tests can share the GPUs with others. */
-#include "rel_util.h"
+#include "reliability_util.h"
 
 #define BOUND_S 60.0
 
@@ -19,10 +19,7 @@ static dt_worker W;
 
 static int teardown(void **state) {
     (void)state;
-    if (W.pid > 0) {
-        kill(W.pid, SIGKILL);
-        dt_wait_exit(&W, 10);
-    }
+    dt_kill(&W);
     return 0;
 }
 
@@ -46,12 +43,7 @@ static void push_nccl(const char *ep, const char *version) {
                           "--verify",    "--bucket-mb", "1",        NULL};
     int rc = dt_run(args, out, sizeof out, 300);
     if (rc != 0) fail_msg("rw-trainer push exited %d: %s", rc, out);
-    json_error_t je;
-    json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, &je);
-    if (!j) fail_msg("rw-trainer output: %s", out);
-    assert_true(json_is_true(json_object_get(j, "verified")));
-    assert_int_equal(dt_int(j, "mismatches", NULL), 0);
-    json_decref(j);
+    json_decref(dt_push_verified(out));
 }
 
 static const char *state_now(rw_client *c, char *version, size_t cap) {
@@ -77,20 +69,11 @@ static _Noreturn void trainer_child(const char *ep, int out_fd) {
     ok = ok && rw_sync_manifest_create(&m, &e) == RW_OK &&
          rw_sync_manifest_add(m, "model.norm.weight", RW_DTYPE_BF16, 1, shape, -1, 0, 0,
                               RW_PIECE_PLAIN, NULL, &e) == RW_OK;
-    rw_mw *a = NULL;
-    ok = ok && rw_mw_create(&a, &e) == RW_OK;
     if (ok) {
-        rw_mw_map(a, 3);
-        rw_mw_str(a, "transport");
-        rw_mw_str(a, "nccl");
-        rw_mw_str(a, "group_name");
-        rw_mw_str(a, "weights");
-        rw_mw_str(a, "manifest");
-        rw_sync_manifest_write(m, a);
         uint64_t id;
         rw_msg *msg = NULL;
         rw_reply r;
-        ok = rw_client_send(c, "update_weights", a, NULL, 0, false, &id, &e) == RW_OK &&
+        ok = rw_client_send_bucket_nccl(c, m, "weights", &id, &e) == RW_OK &&
              rw_client_wait(c, id, 30000, &msg, &r, NULL, NULL, &e) == RW_OK;
         rw_msg_free(msg);
     }
@@ -107,25 +90,16 @@ static void test_nccl_trainer_killed(void **state) {
     dt_start(&W, args);
     rw_client *c = dt_connect(&W);
     const pid_t wpid = W.pid;
-    int p[2];
-    assert_int_equal(pipe(p), 0);
     /* a fresh process image: this one has initialised CUDA, which a forked child cannot use */
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    int report;
+    pid_t pid = dt_fork_reporter(&report);
     if (pid == 0) {
-        close(p[0]);
         char fd[16];
-        snprintf(fd, sizeof fd, "%d", p[1]);
+        snprintf(fd, sizeof fd, "%d", report);
         execl("/proc/self/exe", "test_rel_faults_gpu", "--trainer", W.ep, fd, (char *)NULL);
         _exit(127);
     }
-    close(p[1]);
-    char ch = 0;
-    assert_int_equal(read(p[0], &ch, 1), 1);
-    close(p[0]);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    assert_int_equal(ch, 'y');
+    dt_reporter_done(pid, report, true);
     /* the control loop answers while the receive is stuck */
     double t0 = rw_now();
     json_decref(dt_ok(c, "health", NULL));
@@ -149,9 +123,7 @@ static void test_nccl_trainer_killed(void **state) {
     assert_string_equal(v, "after-dead-trainer");
     assert_int_equal(W.pid, wpid);
     assert_int_equal(kill(wpid, 0), 0);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&W, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&W, c, 60);
 }
 
 static void test_nccl_join_never_completes(void **state) {
@@ -184,9 +156,7 @@ static void test_nccl_join_never_completes(void **state) {
     assert_string_equal(state_now(c, v, sizeof v), "ready");
     assert_string_equal(v, v0);
     push_nccl(W.ep, "after-failed-join");
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&W, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&W, c, 60);
 }
 
 /* The first child process of `pid` (the TP2 launcher starts rank 1 as its child). */

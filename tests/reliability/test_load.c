@@ -8,7 +8,7 @@
  * one reply; nothing is left in flight or holding KV afterwards; no reply arrives after the
  * last; the worker shuts down with exit status 0 (in a sanitizer build: no leak report). And a
  * client that reads 3000 replies only after all of them were produced still gets every one. */
-#include "rel_util.h"
+#include "reliability_util.h"
 
 #define NCLIENT 2
 #define PER_CLIENT 1000
@@ -358,17 +358,12 @@ static void test_slow_reader(void **state) {
     printf("slow reader: %d of %d replies\n", got, SLOW_N);
     assert_int_equal(got, SLOW_N);
     rl_close(&s);
-    json_decref(dt_ok(c, "shutdown", NULL));
-    assert_int_equal(dt_wait_exit(&W, 60), 0);
-    rw_client_close(c);
+    dt_shutdown(&W, c, 60);
 }
 
 static int teardown(void **state) {
     (void)state;
-    if (W.pid > 0) {
-        kill(W.pid, SIGKILL);
-        dt_wait_exit(&W, 10);
-    }
+    dt_kill(&W);
     return 0;
 }
 

@@ -20,6 +20,20 @@ static void mw_bytes(rw_mw *w, const void **p, size_t *n) {
     RW_ASSERT_OK(rw_mw_finish(w, p, n, &e), &e);
 }
 
+/* A JSON text through the writer and the decoder: one value, owned by *m. */
+static const rw_mobj *json_value(const char *json, rw_msg **m) {
+    rw_mw *w = mw_new();
+    rw_err e;
+    RW_ASSERT_OK(rw_mw_json(w, json, &e), &e);
+    const void *p;
+    size_t n;
+    mw_bytes(w, &p, &n);
+    const rw_mobj *v;
+    RW_ASSERT_OK(rw_msg_decode_value(p, n, m, &v, &e), &e);
+    rw_mw_destroy(w); /* the message holds its own copy of the bytes */
+    return v;
+}
+
 /* A request with args of every type. */
 static void write_sample_request(rw_mw *w, uint64_t id) {
     rw_mw_request(w, id, "generate");
@@ -383,22 +397,16 @@ static void test_json(void **state) {
     (void)state;
     const char *in = "{\"prompt\": [1, 2, 3], \"temperature\": 0.5, \"stop\": null, "
                      "\"stream\": false, \"name\": \"x\\\"y\", \"nested\": {\"k\": [-4, {}]}}";
-    rw_mw *w = mw_new();
     rw_err e;
-    RW_ASSERT_OK(rw_mw_json(w, in, &e), &e);
-    const void *p;
-    size_t n;
-    mw_bytes(w, &p, &n);
     rw_msg *m;
-    const rw_mobj *v;
-    RW_ASSERT_OK(rw_msg_decode_value(p, n, &m, &v, &e), &e);
+    const rw_mobj *v = json_value(in, &m);
     char *out;
     RW_ASSERT_OK(rw_mobj_to_json(v, &out, &e), &e);
     assert_string_equal(out, "{\"prompt\":[1,2,3],\"temperature\":0.5,\"stop\":null,\"stream\":"
                              "false,\"name\":\"x\\\"y\",\"nested\":{\"k\":[-4,{}]}}");
     free(out);
     rw_msg_free(m);
-    rw_mw_reset(w);
+    rw_mw *w = mw_new();
     assert_int_equal(rw_mw_json(w, "{\"a\": 1, \"a\": 2}", &e), RW_E_FORMAT);
     assert_int_equal(rw_mw_json(w, "{\"a\": ", &e), RW_E_FORMAT);
     rw_mw_destroy(w);
@@ -549,27 +557,26 @@ static void test_manifest_refusals(void **state) {
     check_bad(m_odd, 1, RW_E_SHAPE, "odd size");
 }
 
+/* rw_sync_manifest_read of a manifest given as JSON. */
+static rw_status read_json_manifest(const char *json, rw_err *e) {
+    rw_msg *msg;
+    const rw_mobj *v = json_value(json, &msg);
+    rw_sync_manifest *m;
+    RW_ASSERT_OK(rw_sync_manifest_create(&m, e), e);
+    rw_status st = rw_sync_manifest_read(v, "args.manifest", m, e);
+    rw_sync_manifest_destroy(m);
+    rw_msg_free(msg);
+    return st;
+}
+
 /* Wire-level manifest errors: wrong types, unknown fields, unknown dtype / layout. */
 static void expect_read_fail(const char *json, rw_status want, const char *needle) {
-    rw_mw *w = mw_new();
     rw_err e;
-    RW_ASSERT_OK(rw_mw_json(w, json, &e), &e);
-    const void *p;
-    size_t n;
-    mw_bytes(w, &p, &n);
-    rw_msg *msg;
-    const rw_mobj *v;
-    RW_ASSERT_OK(rw_msg_decode_value(p, n, &msg, &v, &e), &e);
-    rw_sync_manifest *m;
-    RW_ASSERT_OK(rw_sync_manifest_create(&m, &e), &e);
-    rw_status st = rw_sync_manifest_read(v, "args.manifest", m, &e);
+    rw_status st = read_json_manifest(json, &e);
     if (st != want)
         fail_msg("%s: expected %s, got %s (%s)", json, rw_status_str(want), rw_status_str(st),
                  e.msg);
     if (!strstr(e.msg, needle)) fail_msg("'%s' lacks '%s'", e.msg, needle);
-    rw_sync_manifest_destroy(m);
-    rw_msg_free(msg);
-    rw_mw_destroy(w);
 }
 
 static void test_manifest_wire_refusals(void **state) {
@@ -577,21 +584,8 @@ static void test_manifest_wire_refusals(void **state) {
     const char *ok = "{\"nbytes\": 256, \"tensors\": [{\"name\": \"model.norm.weight\", \"dtype\": "
                      "\"bf16\", \"shape\": [128], \"offset\": 0, \"nbytes\": 256}]}";
     {
-        rw_mw *w = mw_new();
         rw_err e;
-        RW_ASSERT_OK(rw_mw_json(w, ok, &e), &e);
-        const void *p;
-        size_t n;
-        mw_bytes(w, &p, &n);
-        rw_msg *msg;
-        const rw_mobj *v;
-        RW_ASSERT_OK(rw_msg_decode_value(p, n, &msg, &v, &e), &e);
-        rw_sync_manifest *m;
-        RW_ASSERT_OK(rw_sync_manifest_create(&m, &e), &e);
-        RW_ASSERT_OK(rw_sync_manifest_read(v, "args.manifest", m, &e), &e);
-        rw_sync_manifest_destroy(m);
-        rw_msg_free(msg);
-        rw_mw_destroy(w);
+        RW_ASSERT_OK(read_json_manifest(ok, &e), &e);
     }
     expect_read_fail("{\"nbytes\": 256, \"tensors\": [{\"name\": \"model.norm.weight\", \"dtype\": "
                      "\"bf17\", \"shape\": [128], \"offset\": 0, \"nbytes\": 256}]}",

@@ -34,6 +34,25 @@ static void worker_stop(worker *w) {
     rw_wset_destroy(w->ws);
 }
 
+/* A TP1 worker with random weights (seed) beside the fixture's weights loaded directly. */
+typedef struct one {
+    rw_config cfg;
+    rw_wset *ref;
+    worker w;
+} one;
+
+static void one_start(one *o, uint64_t seed) {
+    fx_config(&o->cfg);
+    o->ref = ws_reference(&o->cfg, 1, 0);
+    worker_start(&o->w, &o->cfg, 1, 0, seed);
+}
+
+static void one_stop(one *o) {
+    worker_stop(&o->w);
+    rw_wset_destroy(o->ref);
+    rw_config_free(&o->cfg);
+}
+
 static void push(worker *w, int n, int trainer_tp, uint64_t bucket, const char *only,
                  const char *version, rw_push_summary *sum) {
     char dir[400];
@@ -67,44 +86,34 @@ static void expect_version(worker *w, const char *version, int state) {
 
 static void test_push_tp1(void **state) {
     (void)state;
-    rw_config cfg;
-    fx_config(&cfg);
-    rw_wset *ref = ws_reference(&cfg, 1, 0);
-    worker w;
-    worker_start(&w, &cfg, 1, 0, 11);
+    one o;
+    one_start(&o, 11);
     rw_push_summary s;
-    push(&w, 1, 1, 0, NULL, "whole", &s);
-    ws_assert_equal(w.ws, ref, "push, whole tensors");
+    push(&o.w, 1, 1, 0, NULL, "whole", &s);
+    ws_assert_equal(o.w.ws, o.ref, "push, whole tensors");
     assert_int_equal(s.buckets, 1);
-    assert_int_equal(s.tensors, rw_config_weight_count(&cfg));
-    expect_version(&w, "whole", RW_SYNC_READY);
+    assert_int_equal(s.tensors, rw_config_weight_count(&o.cfg));
+    expect_version(&o.w, "whole", RW_SYNC_READY);
     /* F3: pushing the same weights again changes nothing */
     size_t n;
-    uint8_t *snap = ws_snapshot(w.ws, &n);
-    push(&w, 1, 2, 1u << 20, NULL, "again", &s);
-    rw_assert_bytes_equal(snap, ws_bytes(w.ws, &n), n, "second push of the same weights");
+    uint8_t *snap = ws_snapshot(o.w.ws, &n);
+    push(&o.w, 1, 2, 1u << 20, NULL, "again", &s);
+    rw_assert_bytes_equal(snap, ws_bytes(o.w.ws, &n), n, "second push of the same weights");
     free(snap);
-    worker_stop(&w);
-    rw_wset_destroy(ref);
-    rw_config_free(&cfg);
+    one_stop(&o);
 }
 
 static void test_push_trainer_tp2_small_buckets(void **state) {
     (void)state;
-    rw_config cfg;
-    fx_config(&cfg);
-    rw_wset *ref = ws_reference(&cfg, 1, 0);
-    worker w;
-    worker_start(&w, &cfg, 1, 0, 12);
+    one o;
+    one_start(&o, 12);
     rw_push_summary s;
-    push(&w, 1, 2, 1u << 20, NULL, "tp2-1mib", &s);
-    ws_assert_equal(w.ws, ref, "push, trainer TP 2, 1 MiB buckets");
+    push(&o.w, 1, 2, 1u << 20, NULL, "tp2-1mib", &s);
+    ws_assert_equal(o.w.ws, o.ref, "push, trainer TP 2, 1 MiB buckets");
     assert_true(s.buckets > 1);
     assert_true(s.pieces > s.tensors / 2); /* shards and fused gate_up pieces */
-    assert_int_equal(s.tensors, rw_config_weight_count(&cfg));
-    worker_stop(&w);
-    rw_wset_destroy(ref);
-    rw_config_free(&cfg);
+    assert_int_equal(s.tensors, rw_config_weight_count(&o.cfg));
+    one_stop(&o);
 }
 
 static void test_push_worker_tp2(void **state) {
@@ -140,21 +149,18 @@ static bool in_layer1_experts(rw_wset *ws, size_t off) {
 
 static void test_push_partial(void **state) {
     (void)state;
-    rw_config cfg;
-    fx_config(&cfg);
-    rw_wset *ref = ws_reference(&cfg, 1, 0);
-    worker w;
-    worker_start(&w, &cfg, 1, 0, 13);
+    one o;
+    one_start(&o, 13);
     size_t n;
-    uint8_t *before = ws_snapshot(w.ws, &n);
+    uint8_t *before = ws_snapshot(o.w.ws, &n);
     rw_push_summary s;
-    push(&w, 1, 2, 1u << 20, "^model\\.layers\\.1\\.mlp\\.experts\\.", "partial", &s);
-    assert_int_equal(s.tensors, 3 * (uint64_t)cfg.num_experts);
-    const uint8_t *after = ws_bytes(w.ws, &n);
+    push(&o.w, 1, 2, 1u << 20, "^model\\.layers\\.1\\.mlp\\.experts\\.", "partial", &s);
+    assert_int_equal(s.tensors, 3 * (uint64_t)o.cfg.num_experts);
+    const uint8_t *after = ws_bytes(o.w.ws, &n);
     size_t changed = 0;
     for (size_t i = 0; i < n; i++)
         if (after[i] != before[i]) {
-            if (!in_layer1_experts(w.ws, i))
+            if (!in_layer1_experts(o.w.ws, i))
                 fail_msg("byte %zu outside layer 1's experts changed", i);
             changed++;
         }
@@ -162,34 +168,29 @@ static void test_push_partial(void **state) {
     /* and those experts now hold the fixture's values */
     rw_ckpt *ck = fx_ckpt();
     rw_err e;
-    for (int x = 0; x < cfg.num_experts; x++)
+    for (int x = 0; x < o.cfg.num_experts; x++)
         for (int k = 0; k < 3; k++) {
             char name[128];
             static const char *const p[3] = {"gate_proj", "up_proj", "down_proj"};
             snprintf(name, sizeof name, "model.layers.1.mlp.experts.%d.%s.weight", x, p[k]);
             uint64_t a, b;
-            RW_ASSERT_OK(rw_wset_checksum(w.ws, name, &a, &e), &e);
-            RW_ASSERT_OK(rw_wset_checksum(ref, name, &b, &e), &e);
+            RW_ASSERT_OK(rw_wset_checksum(o.w.ws, name, &a, &e), &e);
+            RW_ASSERT_OK(rw_wset_checksum(o.ref, name, &b, &e), &e);
             assert_true(a == b);
         }
     rw_ckpt_close(ck);
     free(before);
-    worker_stop(&w);
-    rw_wset_destroy(ref);
-    rw_config_free(&cfg);
+    one_stop(&o);
 }
 
 static void test_trainer_vanishes(void **state) {
     (void)state;
-    rw_config cfg;
-    fx_config(&cfg);
-    rw_wset *ref = ws_reference(&cfg, 1, 0);
-    worker w;
-    worker_start(&w, &cfg, 1, 0, 14);
+    one o;
+    one_start(&o, 14);
     rw_err e;
     /* a trainer begins, sends one bucket, and is gone */
     rw_client *t;
-    RW_ASSERT_OK(rw_client_connect(rw_sync_server_endpoint(w.srv), NULL, &t, &e), &e);
+    RW_ASSERT_OK(rw_client_connect(rw_sync_server_endpoint(o.w.srv), NULL, &t, &e), &e);
     RW_ASSERT_OK(rw_client_begin_update(t, "doomed", false, 0, 0.3, 5000, &e), &e);
     rw_ckpt *ck = fx_ckpt();
     rw_sync_manifest *m;
@@ -197,68 +198,61 @@ static void test_trainer_vanishes(void **state) {
     uint8_t *b = fx_bucket(ck, "model.layers.0.", m);
     RW_ASSERT_OK(rw_client_update_weights_zmq(t, m, b, 5000, &e), &e);
     rw_client_close(t);
-    expect_version(&w, "random", RW_SYNC_UPDATING);
+    expect_version(&o.w, "random", RW_SYNC_UPDATING);
     /* the worker does not wait forever: its idle timeout aborts the session */
     double t0 = rw_now();
     int st = RW_SYNC_UPDATING;
     char v[RW_SYNC_MAX_VERSION + 1];
     while (st == RW_SYNC_UPDATING && rw_now() - t0 < 5) {
         usleep(50000);
-        RW_ASSERT_OK(rw_client_get_weight_version(w.c, 5000, v, sizeof v, &st, &e), &e);
+        RW_ASSERT_OK(rw_client_get_weight_version(o.w.c, 5000, v, sizeof v, &st, &e), &e);
     }
     assert_int_equal(st, RW_SYNC_INCOMPLETE);
     /* the next full push recovers without a restart */
     rw_push_summary s;
-    push(&w, 1, 1, 0, NULL, "recovered", &s);
-    expect_version(&w, "recovered", RW_SYNC_READY);
-    ws_assert_equal(w.ws, ref, "push after an abandoned session");
+    push(&o.w, 1, 1, 0, NULL, "recovered", &s);
+    expect_version(&o.w, "recovered", RW_SYNC_READY);
+    ws_assert_equal(o.w.ws, o.ref, "push after an abandoned session");
     free(b);
     rw_sync_manifest_destroy(m);
     rw_ckpt_close(ck);
-    worker_stop(&w);
-    rw_wset_destroy(ref);
-    rw_config_free(&cfg);
+    one_stop(&o);
 }
 
 static void test_disk_and_readback_via_client(void **state) {
     (void)state;
-    rw_config cfg;
-    fx_config(&cfg);
-    rw_wset *ref = ws_reference(&cfg, 1, 0);
-    worker w;
-    worker_start(&w, &cfg, 1, 0, 15);
+    one o;
+    one_start(&o, 15);
     char dir[400];
     fx_dir(dir, sizeof dir);
     rw_err e;
-    RW_ASSERT_OK(rw_client_update_from_disk(w.c, dir, "from-disk", 20000, &e), &e);
-    expect_version(&w, "from-disk", RW_SYNC_READY);
-    ws_assert_equal(w.ws, ref, "update_weights_from_disk");
+    RW_ASSERT_OK(rw_client_update_from_disk(o.w.c, dir, "from-disk", 20000, &e), &e);
+    expect_version(&o.w, "from-disk", RW_SYNC_READY);
+    ws_assert_equal(o.w.ws, o.ref, "update_weights_from_disk");
     /* readback through the client equals the fixture tensor (TP1: the whole tensor) */
     rw_ckpt *ck = fx_ckpt();
     const rw_st_entry *t = rw_ckpt_find(ck, "model.layers.0.self_attn.q_proj.weight");
     uint8_t *buf = malloc(t->end - t->begin);
     size_t len;
-    RW_ASSERT_OK(rw_client_get_weights(w.c, t->name, 0, buf, t->end - t->begin, &len, 5000, &e),
+    RW_ASSERT_OK(rw_client_get_weights(o.w.c, t->name, 0, buf, t->end - t->begin, &len, 5000, &e),
                  &e);
     assert_int_equal(len, t->end - t->begin);
     rw_assert_bytes_equal(t->data, buf, len, "get_weights");
-    assert_int_equal(rw_client_get_weights(w.c, t->name, 0, buf, 10, &len, 5000, &e), RW_E_RANGE);
+    assert_int_equal(rw_client_get_weights(o.w.c, t->name, 0, buf, 10, &len, 5000, &e), RW_E_RANGE);
     /* errors travel back with their status and message */
-    assert_int_equal(rw_client_commit_update(w.c, 5000, NULL, 0, &e), RW_E_STATE);
-    assert_non_null(strstr(rw_client_last_error(w.c), "no update session"));
+    assert_int_equal(rw_client_commit_update(o.w.c, 5000, NULL, 0, &e), RW_E_STATE);
+    assert_non_null(strstr(rw_client_last_error(o.w.c), "no update session"));
     char *json = NULL;
     assert_int_equal(
-        rw_client_call_json(w.c, "update_weights_from_disk", "{\"path\": 3}", 5000, &json, &e),
+        rw_client_call_json(o.w.c, "update_weights_from_disk", "{\"path\": 3}", 5000, &json, &e),
         RW_E_PROTOCOL);
     assert_non_null(strstr(e.msg, "args.path: expected a string"));
-    RW_ASSERT_OK(rw_client_call_json(w.c, "get_weight_version", NULL, 5000, &json, &e), &e);
+    RW_ASSERT_OK(rw_client_call_json(o.w.c, "get_weight_version", NULL, 5000, &json, &e), &e);
     assert_non_null(strstr(json, "\"version\":\"from-disk\""));
     rw_client_free(json);
     free(buf);
     rw_ckpt_close(ck);
-    worker_stop(&w);
-    rw_wset_destroy(ref);
-    rw_config_free(&cfg);
+    one_stop(&o);
 }
 
 /* Buckets smaller than the largest tensor: every piece that does not fit goes as several, and

@@ -11,6 +11,7 @@
  * every bucket and piece. */
 #include "sync_util.h"
 
+#include "rand.h"
 #include "sync_internal.h"
 
 #define LAYERS 48
@@ -96,9 +97,9 @@ static void send_bucket(rw_sync_session *s, rw_mw *w, rw_mw *reply, const rw_syn
     rw_request req;
     RW_ASSERT_OK(rw_msg_decode_request(env, len, &msg, &req, &e), &e);
     rw_sync_frames in = {.n = 1, .data = {bytes}, .len = {rw_sync_manifest_bytes(m)}};
-    rw_sync_out_frame of;
-    RW_ASSERT_OK(rw_sync_handle(s, 0, &req, &in, reply, &of, &e), &e);
-    free(of.data);
+    rw_sync_outcome out;
+    RW_ASSERT_OK(rw_sync_handle(s, 0, &req, &in, reply, &out, &e), &e);
+    rw_sync_outcome_free(&out);
     rw_msg_free(msg);
 }
 
@@ -120,7 +121,8 @@ static void test_per_piece_cost_flat(void **state) {
     assert_true(p.n > 2000);
     uint16_t *buf = malloc(p.total);
     assert_non_null(buf);
-    rw_sync_fill_bf16_ref(buf, p.total / 2, 0x5ca1e, 0.02f);
+    for (uint64_t i = 0; i < p.total / 2; i++)
+        buf[i] = rw_rand_bf16_at(0x5ca1e, i, 0.0f, 0.02f);
 
     rw_mw *w, *reply;
     RW_ASSERT_OK(rw_mw_create(&w, &e), &e);

@@ -390,12 +390,43 @@ static void test_disk_truncated_while_loading(void **state) {
     nftw(dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
 }
 
+/* The start-up loader (rw_sync_load_ckpt, the cutter without a session): whole tensors, and row
+ * pieces of 4 KiB (every tensor larger than that is cut), give the bytes of a direct load; a
+ * missing directory is refused. */
+static void test_load_ckpt(void **state) {
+    fx *f = *state;
+    char dir[400];
+    fx_dir(dir, sizeof dir);
+    const uint64_t pieces[] = {0, 4096};
+    for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) {
+        rw_wset *ws = ws_random(&f->cfg, 1, 0, 99);
+        rw_err e;
+        RW_ASSERT_OK(rw_sync_load_ckpt(ws, dir, pieces[i], &e), &e);
+        char missing[RW_SYNC_MAX_NAME] = "";
+        assert_true(rw_wset_complete(ws, missing, sizeof missing));
+        ws_assert_equal(ws, f->ref, pieces[i] ? "start-up load, 4 KiB pieces" : "start-up load");
+        rw_wset_destroy(ws);
+    }
+    /* the cutter: a tensor that fits goes whole, a larger one in multiples of 128 rows when that
+     * many fit, 0 when one row does not fit */
+    const rw_st_entry *emb = rw_ckpt_find(f->ck, "model.embed_tokens.weight");
+    const uint64_t rows = (uint64_t)emb->shape[0], row = (emb->end - emb->begin) / rows;
+    assert_int_equal(rw_sync_ckpt_rows(emb, emb->end - emb->begin), rows);
+    assert_int_equal(rw_sync_ckpt_rows(emb, 200 * row), 128);
+    assert_int_equal(rw_sync_ckpt_rows(emb, 100 * row), 100);
+    assert_int_equal(rw_sync_ckpt_rows(emb, row - 1), 0);
+    rw_wset *ws = ws_random(&f->cfg, 1, 0, 98);
+    rw_err e;
+    assert_int_equal(rw_sync_load_ckpt(ws, "/nonexistent/rw-ckpt", 0, &e), RW_E_NOT_FOUND);
+    rw_wset_destroy(ws);
+}
+
 /* --- handlers ------------------------------------------------------------------------------ */
 typedef struct call_out {
     rw_status st;
     rw_msg *msg;
     rw_reply rep;
-    rw_sync_out_frame frame;
+    rw_sync_outcome out; /* out.frame: a readback */
 } call_out;
 
 static call_out call(fx *f, const char *cmd, const char *args_json, const void *frame,
@@ -415,7 +446,7 @@ static call_out call(fx *f, const char *cmd, const char *args_json, const void *
     rw_sync_frames in = {.n = frame ? 1 : 0, .data = {frame}, .len = {flen}};
     call_out o;
     memset(&o, 0, sizeof o);
-    o.st = rw_sync_handle(f->s, 0, &req, &in, r, &o.frame, &e);
+    o.st = rw_sync_handle(f->s, 0, &req, &in, r, &o.out, &e);
     RW_ASSERT_OK(rw_mw_finish(r, &p, &n, &e), &e);
     RW_ASSERT_OK(rw_msg_decode_reply(p, n, &o.msg, &o.rep, &e), &e);
     assert_int_equal(o.rep.id, 99);
@@ -429,7 +460,7 @@ static call_out call(fx *f, const char *cmd, const char *args_json, const void *
 
 static void done(call_out *o) {
     rw_msg_free(o->msg);
-    free(o->frame.data);
+    rw_sync_outcome_free(&o->out);
 }
 
 static void test_handlers(void **state) {
@@ -539,8 +570,8 @@ static void test_handlers(void **state) {
     RW_ASSERT_OK(rw_wset_readback(f->ws, "model.layers.2.self_attn.o_proj.weight", rb, len, &len,
                                   NULL, NULL, &e),
                  &e);
-    assert_int_equal(o.frame.len, len);
-    rw_assert_bytes_equal(rb, o.frame.data, len, "get_weights frame");
+    assert_int_equal(o.out.frame.len, len);
+    rw_assert_bytes_equal(rb, o.out.frame.data, len, "get_weights frame");
     RW_ASSERT_OK(rw_mobj_strcpy(rw_mobj_get(o.rep.result, "dtype"), "dtype", v, sizeof v, &e), &e);
     assert_string_equal(v, "bf16");
     free(rb);
@@ -565,6 +596,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_filtered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_truncated_while_loading, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_ckpt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_handlers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

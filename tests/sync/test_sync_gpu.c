@@ -1,5 +1,4 @@
 /* test_sync_gpu.c - the sync module on CUDA devices (gpu suite; exits 77 without one):
- *  - the benchmark fill kernel equals its CPU reference byte for byte;
  *  - a device weight set updated through the pipeline (ZeroMQ frames and the disk mapping copied
  *    into device staging through pinned chunks, small ones here so that each bucket takes
  *    several turns of every chunk) equals a host weight set loaded directly, by checksum of
@@ -15,10 +14,9 @@
  *    afterwards (fresh unique id, both ranks) works;
  *  - pushes over NCCL (whole tensors, trainer TP 2 shards, buckets smaller than the largest
  *    tensor) into a device weight set, verified by checksums; a trainer that stops broadcasting
- *    mid-update leaves the worker incomplete, not hung, and a new group + full push recovers;
- *  - the S1 benchmark entry point on the tiny model (also with buckets smaller than its largest
- *    tensor), and the S4 one. */
-#include "conformance.h"
+ *    mid-update leaves the worker incomplete, not hung, and a new group + full push recovers.
+ * The weight-sync benchmarks are tested in tests/tools. */
+#include "sync_conformance.h"
 #include "sync_util.h"
 
 #include <math.h>
@@ -27,35 +25,6 @@
 
 static int ndev(void) {
     return rw_cuda_device_count();
-}
-
-static void test_fill_kernel(void **state) {
-    (void)state;
-    rw_err e;
-    const uint64_t n = (1u << 20) + 3;
-    uint16_t *ref = malloc(n * 2), *got = malloc(n * 2);
-    rw_sync_fill_bf16_ref(ref, n, 42, 0.02f);
-    void *d;
-    RW_ASSERT_OK(rw_cuda_set_device(0, &e), &e);
-    RW_ASSERT_OK(rw_dev_malloc(n * 2, &d, &e), &e);
-    RW_ASSERT_OK(rw_sync_fill_bf16_cuda(d, n, 42, 0.02f, NULL, &e), &e);
-    RW_ASSERT_OK(rw_memcpy(got, RW_PLACE_HOST, d, RW_PLACE_DEVICE, n * 2, NULL, &e), &e);
-    RW_ASSERT_OK(rw_stream_sync(NULL, &e), &e);
-    rw_assert_bytes_equal(ref, got, n * 2, "fill kernel vs reference");
-    /* not degenerate: values spread around zero with about the asked std */
-    double s2 = 0;
-    int zeros = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        float v = rw_bf16_to_f32(ref[i]);
-        s2 += (double)v * v;
-        zeros += v == 0.0f;
-    }
-    double sd = sqrt(s2 / (double)n);
-    assert_true(sd > 0.018 && sd < 0.022);
-    assert_true(zeros < 100);
-    rw_dev_free(d);
-    free(ref);
-    free(got);
 }
 
 /* Every canonical tensor's checksum of `a` equals that of `b`. */
@@ -435,17 +404,8 @@ static void test_push_nccl(void **state) {
     RW_ASSERT_OK(rw_sync_manifest_add(m, "model.norm.weight", RW_DTYPE_BF16, 1, shape, -1, 0, 0,
                                       RW_PIECE_PLAIN, NULL, &e),
                  &e);
-    rw_mw *a;
-    RW_ASSERT_OK(rw_mw_create(&a, &e), &e);
-    rw_mw_map(a, 3);
-    rw_mw_str(a, "transport");
-    rw_mw_str(a, "nccl");
-    rw_mw_str(a, "group_name");
-    rw_mw_str(a, "weights");
-    rw_mw_str(a, "manifest");
-    rw_sync_manifest_write(m, a);
     uint64_t id;
-    RW_ASSERT_OK(rw_client_send(w.c, "update_weights", a, NULL, 0, false, &id, &e), &e);
+    RW_ASSERT_OK(rw_client_send_bucket_nccl(w.c, m, "weights", &id, &e), &e);
     rw_msg *msg;
     rw_reply r;
     RW_ASSERT_OK(rw_client_wait(w.c, id, 10000, &msg, &r, NULL, NULL, &e), &e);
@@ -473,7 +433,6 @@ static void test_push_nccl(void **state) {
     assert_int_equal(st, RW_SYNC_READY);
     assert_string_equal(v, "after");
     assert_same_weights(w.ws, ref, &cfg, "after recovery");
-    rw_mw_destroy(a);
     rw_sync_manifest_destroy(m);
     rw_client_group_destroy(g);
     dworker_stop(&w);
@@ -481,61 +440,13 @@ static void test_push_nccl(void **state) {
     rw_config_free(&cfg);
 }
 
-static void test_bench_entry(void **state) {
-    (void)state;
-    if (ndev() < 2) skip();
-    rw_config cfg;
-    fx_config(&cfg);
-    rw_sync_bench_opts o = {.cfg = &cfg,
-                            .trainer_device = 0,
-                            .worker_device = 1,
-                            .bucket_bytes = 1u << 20,
-                            .repeats = 2,
-                            .timeout_s = 60};
-    rw_sync_bench_result r;
-    rw_err e;
-    RW_ASSERT_OK(rw_sync_bench_nccl(&o, &r, &e), &e);
-    assert_int_equal(r.repeats, 2);
-    assert_true(r.bytes > 0 && r.buckets > 1);
-    assert_true(r.update_median_s > 0 && r.ceiling_median_s > 0);
-    assert_true(r.worker_weights_bytes > 0);
-    char *json;
-    RW_ASSERT_OK(rw_sync_bench_json(&r, "S1-tiny", &json, &e), &e);
-    assert_non_null(strstr(json, "\"ratio\""));
-    fprintf(stderr, "%s\n", json);
-    free(json);
-    /* buckets smaller than the largest tensor: cut into row pieces, not refused */
-    uint64_t bytes = r.bytes, tensors = r.tensors;
-    o.bucket_bytes = 64u << 10;
-    o.repeats = 1;
-    RW_ASSERT_OK(rw_sync_bench_nccl(&o, &r, &e), &e);
-    assert_int_equal(r.bytes, bytes);
-    assert_int_equal(r.tensors, tensors);
-    assert_true(r.buckets >= bytes / (64u << 10));
-    /* S4 on the fixture checkpoint */
-    char dir[400];
-    fx_dir(dir, sizeof dir);
-    rw_sync_bench_opts d = {.cfg = &cfg, .worker_device = 1, .repeats = 2, .disk_dir = dir};
-    RW_ASSERT_OK(rw_sync_bench_disk(&d, &r, &e), &e);
-    rw_ckpt *ck = fx_ckpt();
-    assert_int_equal(r.tensors, rw_ckpt_count(ck));
-    rw_ckpt_close(ck);
-    assert_true(r.update_median_s > 0 && r.ceiling_median_s > 0);
-    RW_ASSERT_OK(rw_sync_bench_json(&r, "S4-tiny", &json, &e), &e);
-    fprintf(stderr, "%s\n", json);
-    free(json);
-    rw_config_free(&cfg);
-}
-
 int main(void) {
     rw_test_require_gpu(1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fill_kernel),
         cmocka_unit_test(test_device_pipeline_zmq_and_disk),
         cmocka_unit_test(test_conformance_nccl),
         cmocka_unit_test(test_nccl_timeout_abort_recreate),
         cmocka_unit_test(test_push_nccl),
-        cmocka_unit_test(test_bench_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

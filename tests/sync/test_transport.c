@@ -3,7 +3,7 @@
  * (safetensors files written, then read with pread through rw_sync_bucket_from_entries' file
  * sources); the ROUTER's frame limits; and the parallel host copier that moves host bucket bytes
  * (memcpy from a frame, pread from a file) into pinned staging on the device path. */
-#include "conformance.h"
+#include "sync_conformance.h"
 
 #include "sync_internal.h"
 
@@ -23,18 +23,9 @@ typedef struct zpair {
 
 static rw_status z_send_impl(zpair *z, const rw_sync_manifest *m, const void *bytes, size_t len,
                              bool zero_copy, rw_err *err) {
-    rw_mw *a;
-    RW_CHECK(rw_mw_create(&a, err));
-    rw_mw_map(a, 2);
-    rw_mw_str(a, "transport");
-    rw_mw_str(a, "zmq");
-    rw_mw_str(a, "manifest");
-    rw_sync_manifest_write(m, a);
-    rw_status st =
-        rw_client_send(z->cl, "update_weights", a, bytes, len, zero_copy, &z->ids[z->nids], err);
-    if (st == RW_OK) z->nids++;
-    rw_mw_destroy(a);
-    return st;
+    RW_CHECK(rw_client_send_bucket(z->cl, m, bytes, len, zero_copy, &z->ids[z->nids], err));
+    z->nids++;
+    return RW_OK;
 }
 
 static rw_status z_send(void *pair, const rw_sync_manifest *m, const void *bytes, rw_err *err) {

@@ -1,7 +1,7 @@
 /* sync.c - `rw-bench sync` (S1, S2, S5) and `rw-bench disk` (S4).
  *
  * sync: the targets first - the full-model update through the real protocol at the S1 bucket
- * size (rw_sync_bench_nccl of the sync module: trainer on GPU0, TP1 worker on GPU1, first byte to
+ * size (rwb_sync_bench_nccl, sync_update.c: trainer on GPU0, TP1 worker on GPU1, first byte to
  * ready-to-generate, pack included; its result carries the raw broadcast of the same buckets
  * measured in the same run), S5 (the worker's peak device memory during it against weights + 2
  * buckets + 1 GiB), S2 (the same update into a worker serving mxfp8-last-8-bf16) - then a raw
@@ -13,7 +13,7 @@
  *
  * disk: a random checkpoint written to local disk (rw-ckpt random, reused when already there),
  * read twice so the page cache is warm, then update_weights_from_disk into a worker on GPU0
- * (rw_sync_bench_disk) against a pinned host -> device copy of the same bytes. */
+ * (rwb_sync_bench_disk) against a pinned host -> device copy of the same bytes. */
 #include "bench.h"
 
 #include <dirent.h>
@@ -26,22 +26,22 @@
 #include <unistd.h>
 
 #ifdef RWB_HAVE_SYNC
-#include "rw_sync.h"
+#include "sync_bench.h"
 
 #include <pthread.h>
 #include <time.h>
 #endif
 
 #ifdef RWB_HAVE_SYNC
-/* One line for an rw_sync_bench_result: update time against the ceiling of the same run. The
+/* One line for an rwb_sync_result: update time against the ceiling of the same run. The
  * caller adds its own fields and emits it. */
 static json_t *update_line(rwb_ctx *c, const char *bench, const char *what, uint64_t bucket,
-                        const rw_sync_bench_result *r, const char *ceiling_what,
-                        const char *target_id, const char *target_text, double max_time_ratio,
-                        double min_rate_ratio, double wire_sep_s) {
-    int n = r->repeats < RW_SYNC_BENCH_MAX_REPEATS ? r->repeats : RW_SYNC_BENCH_MAX_REPEATS;
+                           const rwb_sync_result *r, const char *ceiling_what,
+                           const char *target_id, const char *target_text, double max_time_ratio,
+                           double min_rate_ratio, double wire_sep_s) {
+    int n = r->repeats < RWB_SYNC_MAX_REPEATS ? r->repeats : RWB_SYNC_MAX_REPEATS;
     int nc = r->ceiling_repeats > 0 ? r->ceiling_repeats : n;
-    if (nc > RW_SYNC_BENCH_MAX_REPEATS) nc = RW_SYNC_BENCH_MAX_REPEATS;
+    if (nc > RWB_SYNC_MAX_REPEATS) nc = RWB_SYNC_MAX_REPEATS;
     rwb_stats su = rwb_stats_of(r->update_s, n), sc = rwb_stats_of(r->ceiling_s, nc);
     json_t *j = rwb_line(c, bench, what);
     rwb_set_num(j, "bytes", (double)r->bytes);
@@ -142,14 +142,14 @@ static void guard_disarm(guard *g) {
 
 /* One full-model update measurement (S1 / S2 or another bucket size), bounded by `limit_s`. */
 static rw_status run_update(rwb_ctx *c, guard *g, const rw_config *cfg, const char *what,
-                            uint64_t bk, double limit_s, rw_sync_bench_result *r, rw_err *err) {
-    rw_sync_bench_opts so;
+                            uint64_t bk, double limit_s, rwb_sync_result *r, rw_err *err) {
+    rwb_sync_opts so;
     memset(&so, 0, sizeof so);
     so.cfg = cfg;
     so.trainer_device = c->o.gpu0;
     so.worker_device = c->o.gpu1;
     so.bucket_bytes = bk;
-    so.repeats = c->o.reps < RW_SYNC_BENCH_MAX_REPEATS ? c->o.reps : RW_SYNC_BENCH_MAX_REPEATS;
+    so.repeats = c->o.reps < RWB_SYNC_MAX_REPEATS ? c->o.reps : RWB_SYNC_MAX_REPEATS;
     so.timeout_s = 120;
     so.time_limit_s = limit_s;
     so.verbose = true;
@@ -158,7 +158,7 @@ static rw_status run_update(rwb_ctx *c, guard *g, const rw_config *cfg, const ch
             (unsigned long long)(bk >> 20), limit_s > 0 ? "" : "none, ", limit_s);
     double t0 = rw_now();
     guard_arm(g, what, bk, limit_s);
-    rw_status st = rw_sync_bench_nccl(&so, r, err);
+    rw_status st = rwb_sync_bench_nccl(&so, r, err);
     guard_disarm(g);
     fprintf(stderr, "rw-bench: sync: %s, %llu MiB buckets: %s in %.1f s\n", what,
             (unsigned long long)(bk >> 20), st == RW_OK ? "done" : rw_status_str(st),
@@ -213,7 +213,7 @@ void rwb_mode_sync(rwb_ctx *c) {
             /* S1 takes at most about half of what is left (S2 and the rest follow) */
             double lim = share_s(c, 0.45);
             if (c->t_deadline > 0 && lim < MIN_UPDATE_S) break;
-            rw_sync_bench_result r;
+            rwb_sync_result r;
             if (bk == s1_bucket) s1_tried = true;
             if (run_update(c, &g, &c->cfg, "update_bf16", bk, lim, &r, &err) != RW_OK) {
                 if (bk == s1_bucket)
@@ -258,7 +258,7 @@ void rwb_mode_sync(rwb_ctx *c) {
             rwb_emit_skip(c, "sync", "update_mxfp8", "time limit reached", NULL);
         } else {
             uint64_t bk = s2_bucket ? s2_bucket : s1_bucket;
-            rw_sync_bench_result r;
+            rwb_sync_result r;
             if (run_update(c, &g, &c->cfg_q, "update_mxfp8", bk, lim, &r, &err) != RW_OK) {
                 rwb_emit_error(c, "sync", "update_mxfp8", &err);
             } else {
@@ -319,7 +319,7 @@ void rwb_mode_sync(rwb_ctx *c) {
             rwb_emit_skip(c, "sync", "update_bf16", "time limit reached", p);
             continue;
         }
-        rw_sync_bench_result r;
+        rwb_sync_result r;
         if (run_update(c, &g, &c->cfg, "update_bf16", bk, lim, &r, &err) != RW_OK) {
             rwb_emit_error(c, "sync", "update_bf16", &err);
             continue;
@@ -340,8 +340,7 @@ void rwb_mode_sync(rwb_ctx *c) {
     pthread_mutex_destroy(&g.mu);
 #else
     (void)wire_s;
-    RW_ERR(&err, RW_E_UNSUPPORTED,
-           "the sync module's benchmark entry point (rw_sync_bench_nccl) is not in this build");
+    RW_ERR(&err, RW_E_UNSUPPORTED, "the sync benchmark (rwb_sync_bench_nccl) is not in this build");
     rwb_emit_error(c, "sync", "update_bf16", &err);
 #endif
 }
@@ -533,22 +532,22 @@ void rwb_mode_disk(rwb_ctx *c) {
     }
 
 #ifdef RWB_HAVE_SYNC
-    rw_sync_bench_opts so;
+    rwb_sync_opts so;
     memset(&so, 0, sizeof so);
     so.cfg = &cfg;
     so.trainer_device = c->o.gpu0;
     so.worker_device = c->o.gpu0;
-    so.repeats = c->o.reps < RW_SYNC_BENCH_MAX_REPEATS ? c->o.reps : RW_SYNC_BENCH_MAX_REPEATS;
+    so.repeats = c->o.reps < RWB_SYNC_MAX_REPEATS ? c->o.reps : RWB_SYNC_MAX_REPEATS;
     so.timeout_s = 120;
     so.disk_dir = dir;
     /* the disk path cuts files into buckets of whole tensors: a bucket must hold the largest one
      * (S4 does not fix a bucket size; 512 MiB when that is enough, else the next 256 MiB step) */
     const uint64_t largest = rwb_model_largest_tensor(&cfg), step = 256ull << 20;
     so.bucket_bytes = largest <= (512ull << 20) ? (512ull << 20) : (largest + step - 1) / step * step;
-    rw_sync_bench_result r;
+    rwb_sync_result r;
     memset(&r, 0, sizeof r);
     fprintf(stderr, "rw-bench: disk: update_weights_from_disk of %s\n", dir);
-    if (rw_sync_bench_disk(&so, &r, &err) != RW_OK) {
+    if (rwb_sync_bench_disk(&so, &r, &err) != RW_OK) {
         rwb_emit_error(c, "disk", "update_disk", &err);
     } else {
         json_t *j = update_line(c, "disk", "update_disk", 0, &r,
@@ -560,8 +559,7 @@ void rwb_mode_disk(rwb_ctx *c) {
         rwb_emit(j);
     }
 #else
-    RW_ERR(&err, RW_E_UNSUPPORTED,
-           "the sync module's benchmark entry point (rw_sync_bench_disk) is not in this build");
+    RW_ERR(&err, RW_E_UNSUPPORTED, "the sync benchmark (rwb_sync_bench_disk) is not in this build");
     rwb_emit_error(c, "disk", "update_disk", &err);
 #endif
     rw_config_free(&cfg);

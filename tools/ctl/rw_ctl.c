@@ -1,7 +1,7 @@
 /* rw_ctl.c - rw-ctl: a command-line client for every control command of a worker
- * (docs/PROTOCOL.md), built on the trainer-side client library. Prints the result as one JSON
- * line; exits 0 on success, 1 on an error reply, 2 on a usage error, 3 when no reply came
- * (timeout, transport). */
+ * (docs/PROTOCOL.md; the names come from the one command table of rw_msg.h), built on the
+ * trainer-side client library. Prints the result as one JSON line; exits 0 on success, 1 on an
+ * error reply, 2 on a usage error, 3 when no reply came (timeout, transport). */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -9,14 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rw_sync.h"
+#include "rw_client.h"
 
 enum { EXIT_OK = 0, EXIT_ERR_REPLY = 1, EXIT_USAGE = 2, EXIT_NO_REPLY = 3 };
 
 static void usage(FILE *f) {
+    char list[512];
     fprintf(f,
             "usage: rw-ctl --to ADDR [--timeout-ms N] [--auth-token T] COMMAND [options]\n"
-            "commands (dashes or underscores):\n"
+            "commands (dashes or underscores): %s\n"
+            "options per command:\n"
             "  generate --prompt 1,2,3 [--prompt ...] [--n N] [--max-new-tokens N]\n"
             "           [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop 7,8]\n"
             "           [--top-logprobs N] [--no-logprobs] [--stream]\n"
@@ -39,7 +41,8 @@ static void usage(FILE *f) {
             "  call COMMAND [ARGS_JSON]      any command with raw JSON arguments\n"
             "Every command also takes --arg KEY=JSON to add a field to its arguments.\n"
             "The auth token defaults to $RW_AUTH_TOKEN. Exit: 0 ok, 1 error reply, 2 usage,\n"
-            "3 no reply (timeout or transport).\n");
+            "3 no reply (timeout or transport).\n",
+            rw_cmd_list(list, sizeof list));
 }
 
 /* "1,2,3" -> a JSON array of integers (NULL on a malformed list). */
@@ -135,6 +138,7 @@ typedef struct ctl {
 /* Turns the command's options into its JSON arguments. Returns 0 or an exit status. */
 static int build_args(ctl *c, int argc, char **argv) {
     json_t *a = c->args;
+    const rw_cmd cmd = rw_cmd_parse(c->cmd);
     json_t *prompts = NULL, *names = NULL;
     bool weights = false, kv = false;
     for (int i = 0; i < argc; i++) {
@@ -152,7 +156,7 @@ static int build_args(ctl *c, int argc, char **argv) {
             char key[256];
             snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
             json_object_set_new(a, key, val);
-        } else if (!strcmp(c->cmd, "generate") && !strcmp(o, "--prompt")) {
+        } else if (cmd == RW_CMD_GENERATE && !strcmp(o, "--prompt")) {
             NEED(o);
             json_t *p = id_list(v);
             if (!p) BAD(o);
@@ -191,7 +195,7 @@ static int build_args(ctl *c, int argc, char **argv) {
             json_object_set_new(a, key, json_string(v));
         } else if (!strcmp(o, "--name")) {
             NEED(o);
-            if (!strcmp(c->cmd, "checksum")) {
+            if (cmd == RW_CMD_CHECKSUM) {
                 if (!names) names = json_array();
                 json_array_append_new(names, json_string(v));
             } else {
@@ -247,13 +251,11 @@ static int build_args(ctl *c, int argc, char **argv) {
         json_decref(prompts);
     }
     if (names) json_object_set_new(a, "names", names);
-    if ((weights || kv) &&
-        (!strcmp(c->cmd, "release_memory") || !strcmp(c->cmd, "resume_memory"))) {
+    if ((weights || kv) && (cmd == RW_CMD_RELEASE_MEMORY || cmd == RW_CMD_RESUME_MEMORY)) {
         json_object_set_new(a, "weights", json_boolean(weights));
         json_object_set_new(a, "kv_cache", json_boolean(kv));
     }
-    if (!strcmp(c->cmd, "generate") && !json_object_get(a, "prompt") &&
-        !json_object_get(a, "prompts")) {
+    if (cmd == RW_CMD_GENERATE && !json_object_get(a, "prompt") && !json_object_get(a, "prompts")) {
         fprintf(stderr, "rw-ctl: generate needs --prompt\n");
         return EXIT_USAGE;
     }
@@ -364,7 +366,8 @@ int main(int argc, char **argv) {
         free(c.data);
         return rc;
     }
-    if (!strcmp(c.cmd, "update_weights") && !c.data && !json_object_get(c.args, "transport")) {
+    if (rw_cmd_parse(c.cmd) == RW_CMD_UPDATE_WEIGHTS && !c.data &&
+        !json_object_get(c.args, "transport")) {
         fprintf(stderr, "rw-ctl: update_weights over ZeroMQ needs --data FILE (the bucket)\n");
         return EXIT_USAGE;
     }

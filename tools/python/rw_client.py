@@ -26,7 +26,7 @@ import subprocess
 import time
 
 __all__ = ["RWError", "Worker", "Client", "NcclGroup", "load_safetensors", "find_library",
-           "find_worker", "expected_checksum"]
+           "find_worker", "expected_checksum", "COMMANDS"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
@@ -42,6 +42,12 @@ _STATUS = ["ok", "invalid_arg", "oom", "io", "format", "unsupported", "not_found
            "dtype", "cuda", "nccl", "zmq", "timeout", "state", "protocol", "busy",
            "weights_incomplete", "aborted", "internal", "auth", "no_device", "range"]
 _ALIGN = 256  # RW_SYNC_ALIGN: every piece of a bucket starts at a multiple of this
+# Every command of the protocol, in the order of the C command table (rw_cmd, sync/rw_msg.h);
+# tests/sync/test_command_table.py checks that the two are equal.
+COMMANDS = ("generate", "abort", "pause", "resume", "flush_cache", "init_weights_update_group",
+            "begin_update", "update_weights", "update_weights_from_disk", "commit_update",
+            "abort_update", "get_weight_version", "get_weights", "checksum", "release_memory",
+            "resume_memory", "health", "stats", "shutdown")
 
 
 class RWError(Exception):
@@ -65,15 +71,15 @@ def _newest(paths):
 
 
 def find_library(path=None):
-    """librw_client.so: `path`, $RW_CLIENT_LIB, $RW_BUILD_ROOT/sync, or the newest build*/sync of
-    this repository."""
+    """librw_client.so: `path`, $RW_CLIENT_LIB, $RW_BUILD_ROOT/sync/client, or the newest
+    build*/sync/client of this repository."""
     cands = [path, os.environ.get("RW_CLIENT_LIB")]
     if os.environ.get("RW_BUILD_ROOT"):
-        cands.append(os.path.join(os.environ["RW_BUILD_ROOT"], "sync", "librw_client.so"))
+        cands.append(os.path.join(os.environ["RW_BUILD_ROOT"], "sync", "client", "librw_client.so"))
     for c in cands:
         if c and os.path.isfile(c):
             return c
-    found = _newest(glob.glob(os.path.join(_REPO, "build*", "sync", "librw_client.so")))
+    found = _newest(glob.glob(os.path.join(_REPO, "build*", "sync", "client", "librw_client.so")))
     if not found:
         raise FileNotFoundError("librw_client.so not found: build rw (tools/build.sh) or set "
                                 "RW_CLIENT_LIB")

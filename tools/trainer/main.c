@@ -10,7 +10,7 @@
  *   rw-trainer checksum --model DIR --tp T --rank R [--only REGEX] [--worker-config FILE]
  *
  * Exit status: 0 success, 1 error (message on stderr), 2 usage, 3 checksum mismatch. */
-#include "rw_sync.h"
+#include "rw_client.h"
 
 #include <getopt.h>
 #include <jansson.h>

@@ -2,12 +2,16 @@
  * bytes exactly as a worker reports them, emulation of Megatron-style trainer shards (each
  * TP-sharded tensor cut into K pieces along its TP dim, expert gate/up as fused gate_up shards),
  * bucket packing, and pushing a checkpoint to workers over ZeroMQ or NCCL. */
-#include "sync_internal.h"
+#include "client_internal.h"
 
 #include <inttypes.h>
 #include <regex.h>
 #include <stdlib.h>
 #include <time.h>
+
+#ifdef RW_HAVE_CUDA
+#include "cuda_check.h"
+#endif
 
 /* Copies elements [b, b + len) along `dim` of a contiguous row-major tensor into dst
  * (contiguous). esize in bytes. */
@@ -67,7 +71,7 @@ rw_status rw_sync_expected_checksum(const rw_config *cfg, int tp, int rank, cons
             *out = rw_checksum64(buf, (size_t)n * 2, 0);
     } else if (fmt == RW_WFMT_MXFP8) {
         /* per-row blocks of 32 along K: quantizing the slice equals slicing the quantized
-         * canonical tensor (K slices start at multiples of 32, spec/layout.md section 5) */
+         * canonical tensor (K slices start at multiples of 32, docs/LAYOUT.md section 5) */
         int64_t cols = sl[p.ndim - 1], rows = n / cols;
         uint8_t *q = malloc((size_t)n), *sc = malloc((size_t)(rows * (cols / 32) + 1));
         if (!q || !sc)
@@ -305,12 +309,12 @@ static void tstage_free(tstage *t) {
 
 static rw_status tstage_init(tstage *t, int device, uint64_t bytes, rw_err *err) {
     memset(t, 0, sizeof *t);
-    RW_CUDA_TRY(err, cudaSetDevice(device));
-    RW_CUDA_TRY(err, cudaStreamCreateWithFlags(&t->copy, cudaStreamNonBlocking));
+    RW_CUDA_CHECK(err, cudaSetDevice(device));
+    RW_CUDA_CHECK(err, cudaStreamCreateWithFlags(&t->copy, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
-        RW_CUDA_TRY(err, cudaMalloc(&t->dev[i], bytes));
-        RW_CUDA_TRY(err, cudaEventCreateWithFlags(&t->copied[i], cudaEventDisableTiming));
-        RW_CUDA_TRY(err, cudaEventCreateWithFlags(&t->sent[i], cudaEventDisableTiming));
+        RW_CUDA_CHECK(err, cudaMalloc(&t->dev[i], bytes));
+        RW_CUDA_CHECK(err, cudaEventCreateWithFlags(&t->copied[i], cudaEventDisableTiming));
+        RW_CUDA_CHECK(err, cudaEventCreateWithFlags(&t->sent[i], cudaEventDisableTiming));
     }
     return RW_OK;
 }
@@ -320,27 +324,26 @@ static rw_status tstage_init(tstage *t, int device, uint64_t bytes, rw_err *err)
 static rw_status tstage_send(tstage *t, rw_client_group *g, int slot, const void *host,
                              const rw_sync_manifest *m, int timeout_ms, rw_err *err) {
     cudaStream_t bs = (cudaStream_t)rw_client_group_stream(g);
-    if (t->used[slot]) RW_CUDA_TRY(err, cudaStreamWaitEvent(t->copy, t->sent[slot], 0));
-    RW_CUDA_TRY(err, cudaMemcpyAsync(t->dev[slot], host, rw_sync_manifest_bytes(m),
-                                     cudaMemcpyHostToDevice, t->copy));
-    RW_CUDA_TRY(err, cudaEventRecord(t->copied[slot], t->copy));
+    if (t->used[slot]) RW_CUDA_CHECK(err, cudaStreamWaitEvent(t->copy, t->sent[slot], 0));
+    RW_CUDA_CHECK(err, cudaMemcpyAsync(t->dev[slot], host, rw_sync_manifest_bytes(m),
+                                       cudaMemcpyHostToDevice, t->copy));
+    RW_CUDA_CHECK(err, cudaEventRecord(t->copied[slot], t->copy));
     /* bounded: the copy may wait behind the broadcast two buckets back */
     double deadline = rw_now() + timeout_ms / 1e3;
     for (;;) {
         cudaError_t e = cudaEventQuery(t->copied[slot]);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady)
-            RW_FAIL(err, RW_E_CUDA, "push: host -> device copy: %s", cudaGetErrorString(e));
+            return rw_cuda_fail(err, e, __FILE__, __LINE__, "push: host -> device copy");
         if (rw_now() > deadline) {
             rw_sync_group_abort(rw_client_group_comm(g));
             RW_FAIL(err, RW_E_TIMEOUT, "push: trainer staging copy stalled (broadcast stuck?)");
         }
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
+        rw_sync_nap();
     }
-    RW_CUDA_TRY(err, cudaStreamWaitEvent(bs, t->copied[slot], 0));
+    RW_CUDA_CHECK(err, cudaStreamWaitEvent(bs, t->copied[slot], 0));
     RW_CHECK(rw_client_update_weights_nccl(g, m, t->dev[slot], bs, timeout_ms, err));
-    RW_CUDA_TRY(err, cudaEventRecord(t->sent[slot], bs));
+    RW_CUDA_CHECK(err, cudaEventRecord(t->sent[slot], bs));
     t->used[slot] = true;
     return RW_OK;
 }

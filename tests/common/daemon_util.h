@@ -1,8 +1,8 @@
-/* daemon_test.h - helpers for the daemon tests: start rw-worker processes on loopback (a free
+/* daemon_util.h - helpers for the daemon tests: start rw-worker processes on loopback (a free
  * port, read back from the ready line), call commands through the client library with JSON
  * results, run the command-line tools, and read the fixture's greedy reference. */
-#ifndef RW_DAEMON_TEST_H
-#define RW_DAEMON_TEST_H
+#ifndef RW_DAEMON_UTIL_H
+#define RW_DAEMON_UTIL_H
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "rw_sync.h"
+#include "rw_client.h"
 #include "rw_test.h"
 
 #define DT_TIMEOUT_MS 60000
@@ -113,17 +113,15 @@ static inline int dt_wait_exit(dt_worker *w, double timeout_s) {
     if (w->pid <= 0) return -1;
     double end = rw_now() + timeout_s;
     int status = 0;
+    bool killed = false;
     for (;;) {
         pid_t r = waitpid(w->pid, &status, WNOHANG);
         if (r == w->pid) break;
         if (rw_now() > end) {
             kill(w->pid, SIGKILL);
             waitpid(w->pid, &status, 0);
-            w->pid = 0;
-            close(w->out_fd);
-            json_decref(w->ready);
-            w->ready = NULL;
-            return -1;
+            killed = true;
+            break;
         }
         usleep(10000);
     }
@@ -131,7 +129,15 @@ static inline int dt_wait_exit(dt_worker *w, double timeout_s) {
     close(w->out_fd);
     json_decref(w->ready);
     w->ready = NULL;
+    if (killed) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A teardown's end of a worker that a failed check left running: killed and reaped. */
+static inline void dt_kill(dt_worker *w) {
+    if (w->pid <= 0) return;
+    kill(w->pid, SIGKILL);
+    dt_wait_exit(w, 10);
 }
 
 static inline rw_client *dt_connect(const dt_worker *w) {
@@ -337,6 +343,97 @@ static inline void dt_assert_greedy(const dt_ref *ref, int i, json_t *o, int n) 
         if (got[j] != ref->greedy[i][j])
             fail_msg("prompt %d: token %d is %d, the reference has %d", i, j, got[j],
                      ref->greedy[i][j]);
+}
+
+/* Runs the built tool `rel` (e.g. "tools/trainer/rw-trainer") with args (NULL-terminated; at most
+ * 38), its output into out[cap] (dt_run); returns its exit status. */
+static inline int dt_run_tool(const char *rel, const char *const *args, char *out, size_t cap,
+                              double timeout_s) {
+    char exe[4096];
+    dt_exe(exe, sizeof exe, rel);
+    const char *av[40];
+    int k = 0;
+    av[k++] = exe;
+    for (int i = 0; args[i] && k < 39; i++)
+        av[k++] = args[i];
+    av[k] = NULL;
+    return dt_run(av, out, cap, timeout_s);
+}
+
+/* rw-trainer push --verify printed `out`: its JSON summary (json_decref it), which must say that
+ * the checksums were verified and none mismatched. */
+static inline json_t *dt_push_verified(const char *out) {
+    json_error_t je;
+    json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, &je);
+    if (!j) fail_msg("rw-trainer output is not JSON: %s", out);
+    assert_true(json_is_true(json_object_get(j, "verified")));
+    assert_int_equal(dt_int(j, "mismatches", NULL), 0);
+    return j;
+}
+
+/* A child process (a trainer, typically) that does one thing and reports it with one byte on a
+ * pipe, 'y' when it worked. Forks: in the child *report is the pipe's write end (the child's
+ * branch must end in _exit or be killed), in the parent its read end. */
+static inline pid_t dt_fork_reporter(int *report) {
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    close(pid == 0 ? p[0] : p[1]);
+    *report = pid == 0 ? p[1] : p[0];
+    return pid;
+}
+
+/* The parent's end of dt_fork_reporter: reads the child's byte, kills the child when asked,
+ * reaps it, and requires the byte to be 'y'. */
+static inline void dt_reporter_done(pid_t pid, int report, bool kill_it) {
+    char ch = 0;
+    assert_int_equal(read(report, &ch, 1), 1);
+    close(report);
+    if (kill_it) kill(pid, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(ch, 'y');
+}
+
+/* The clean end of a worker: `shutdown` answered, the process exits with status 0 within
+ * timeout_s, and the client is closed. */
+static inline void dt_shutdown(dt_worker *w, rw_client *c, double timeout_s) {
+    json_decref(dt_ok(c, "shutdown", NULL));
+    assert_int_equal(dt_wait_exit(w, timeout_s), 0);
+    rw_client_close(c);
+}
+
+/* The fixture checkpoint and a random checkpoint of its config (rw-ckpt random --seed 7) in a
+ * temporary directory, both open. */
+typedef struct dt_ckpts {
+    char fixture[4096], config[4096];
+    char tmp[256], random_dir[512];
+    rw_ckpt *fix, *rnd;
+} dt_ckpts;
+
+/* `tmp_pattern` is a mkdtemp pattern (".../name-XXXXXX"). */
+static inline void dt_ckpts_make(dt_ckpts *k, const char *tmp_pattern) {
+    rw_test_path(k->fixture, sizeof k->fixture, RW_TEST_FIXTURE);
+    snprintf(k->config, sizeof k->config, "%s/config.json", k->fixture);
+    snprintf(k->tmp, sizeof k->tmp, "%s", tmp_pattern);
+    assert_non_null(mkdtemp(k->tmp));
+    snprintf(k->random_dir, sizeof k->random_dir, "%s/random", k->tmp);
+    const char *args[] = {"random",      "--config", k->config, "--out",
+                          k->random_dir, "--seed",   "7",       NULL};
+    char out[4096];
+    assert_int_equal(dt_run_tool("tools/ckpt/rw-ckpt", args, out, sizeof out, 120), 0);
+    rw_err e;
+    RW_ASSERT_OK(rw_ckpt_open(k->fixture, &k->fix, &e), &e);
+    RW_ASSERT_OK(rw_ckpt_open(k->random_dir, &k->rnd, &e), &e);
+}
+
+static inline void dt_ckpts_free(dt_ckpts *k) {
+    rw_ckpt_close(k->fix);
+    rw_ckpt_close(k->rnd);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", k->tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", k->tmp);
 }
 
 #endif

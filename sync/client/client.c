@@ -1,7 +1,7 @@
 /* client.c - the trainer-side client: a DEALER socket to a worker's control address, request ids
  * with replies matched out of order, JSON and msgpack entry points, typed calls for the sync
  * commands, zero-copy bucket frames, checksum replies, and the trainer's end of the NCCL group. */
-#include "sync_internal.h"
+#include "client_internal.h"
 
 #include <inttypes.h>
 #include <msgpack.h>
@@ -50,7 +50,7 @@ struct rw_client {
     char last_error[512];
 };
 
-static rw_status note(rw_client *c, rw_status st, rw_err *err) {
+rw_status rw_client_note(rw_client *c, rw_status st, rw_err *err) {
     if (st == RW_OK)
         c->last_error[0] = 0;
     else
@@ -208,7 +208,7 @@ rw_status rw_client_send(rw_client *c, const char *cmd, rw_mw *args, const void 
             st = RW_ZMQ_FAIL(err, "client: send frame");
         }
     }
-    return note(c, st, err);
+    return rw_client_note(c, st, err);
 }
 
 rw_status rw_client_send_json(rw_client *c, const char *cmd, const char *args_json,
@@ -225,7 +225,7 @@ rw_status rw_client_send_json(rw_client *c, const char *cmd, const char *args_js
         if (zmq_send(c->sock, frames[i], frame_lens[i], i + 1 < nframes ? ZMQ_SNDMORE : 0) < 0)
             st = RW_ZMQ_FAIL(err, "client: send frame");
     rw_mw_destroy(a);
-    return note(c, st, err);
+    return rw_client_note(c, st, err);
 }
 
 /* Receives one multipart reply into malloc'd copies of the envelope and the first data frame. */
@@ -297,12 +297,12 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
         if (left < 0) left = 0;
         rw_status st = recv_one(c, (int)left, &got, err);
         if (st == RW_E_TIMEOUT)
-            return note(c,
-                        RW_ERR(err, RW_E_TIMEOUT,
-                               "client: no reply to request %" PRIu64 " within %d ms", id,
-                               timeout_ms),
-                        err);
-        if (st != RW_OK) return note(c, st, err);
+            return rw_client_note(c,
+                                  RW_ERR(err, RW_E_TIMEOUT,
+                                         "client: no reply to request %" PRIu64 " within %d ms", id,
+                                         timeout_ms),
+                                  err);
+        if (st != RW_OK) return rw_client_note(c, st, err);
         rw_msg *m;
         rw_reply r;
         rw_err de;
@@ -331,7 +331,7 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
     free(got.env);
     if (st != RW_OK) {
         free(got.frame);
-        return note(c, st, err);
+        return rw_client_note(c, st, err);
     }
     if (frame) {
         *frame = got.frame;
@@ -347,9 +347,9 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
             free(*frame);
             *frame = NULL;
         }
-        return note(c, st, err);
+        return rw_client_note(c, st, err);
     }
-    return note(c, RW_OK, err);
+    return rw_client_note(c, RW_OK, err);
 }
 
 rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **result_json,
@@ -365,7 +365,7 @@ rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **
         free(*frame);
         *frame = NULL;
     }
-    return note(c, st, err);
+    return rw_client_note(c, st, err);
 }
 
 rw_status rw_client_call_json(rw_client *c, const char *cmd, const char *args_json, int timeout_ms,
@@ -375,9 +375,8 @@ rw_status rw_client_call_json(rw_client *c, const char *cmd, const char *args_js
     return rw_client_wait_json(c, id, timeout_ms, result_json, NULL, NULL, err);
 }
 
-/* send + wait with an args writer; the decoded reply stays in *m for the caller. */
-static rw_status call(rw_client *c, const char *cmd, rw_mw *args, int timeout_ms, rw_msg **m,
-                      rw_reply *r, rw_err *err) {
+rw_status rw_client_call(rw_client *c, const char *cmd, rw_mw *args, int timeout_ms, rw_msg **m,
+                         rw_reply *r, rw_err *err) {
     uint64_t id;
     RW_CHECK(rw_client_send(c, cmd, args, NULL, 0, false, &id, err));
     return rw_client_wait(c, id, timeout_ms, m, r, NULL, NULL, err);
@@ -386,52 +385,68 @@ static rw_status call(rw_client *c, const char *cmd, rw_mw *args, int timeout_ms
 /* ------------------------------------------------------------------------------------------ */
 /* Typed calls                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
-static rw_status new_args(rw_mw **a, rw_err *err) {
-    return rw_mw_create(a, err);
+/* rw_client_call for a command whose result the caller does not need; destroys the writer. */
+static rw_status call_args(rw_client *c, const char *cmd, rw_mw *a, int timeout_ms, rw_err *err) {
+    rw_msg *m = NULL;
+    rw_reply r;
+    rw_status st = rw_client_call(c, cmd, a, timeout_ms, &m, &r, err);
+    rw_msg_free(m);
+    rw_mw_destroy(a);
+    return st;
 }
 
 rw_status rw_client_begin_update(rw_client *c, const char *version, bool flush_cache,
                                  uint64_t bucket_bytes, double timeout_s, int timeout_ms,
                                  rw_err *err) {
     rw_mw *a;
-    RW_CHECK(new_args(&a, err));
+    RW_CHECK(rw_mw_create(&a, err));
     rw_mw_map(a, 2 + (bucket_bytes ? 1 : 0) + (timeout_s > 0 ? 1 : 0));
-    rw_mw_str(a, "version");
-    rw_mw_str(a, version);
-    rw_mw_str(a, "flush_cache");
-    rw_mw_bool(a, flush_cache);
-    if (bucket_bytes) {
-        rw_mw_str(a, "bucket_bytes");
-        rw_mw_u64(a, bucket_bytes);
-    }
-    if (timeout_s > 0) {
-        rw_mw_str(a, "timeout_s");
-        rw_mw_f64(a, timeout_s);
-    }
-    rw_msg *m = NULL;
-    rw_reply r;
-    rw_status st = call(c, "begin_update", a, timeout_ms, &m, &r, err);
-    rw_msg_free(m);
+    rw_mw_kv_str(a, "version", version);
+    rw_mw_kv_bool(a, "flush_cache", flush_cache);
+    if (bucket_bytes) rw_mw_kv_u64(a, "bucket_bytes", bucket_bytes);
+    if (timeout_s > 0) rw_mw_kv_f64(a, "timeout_s", timeout_s);
+    return call_args(c, "begin_update", a, timeout_ms, err);
+}
+
+/* The args of update_weights: {transport, [group_name,] manifest}. */
+static rw_status bucket_args(const char *transport, const char *group, const rw_sync_manifest *m,
+                             rw_mw **out, rw_err *err) {
+    RW_CHECK(rw_mw_create(out, err));
+    rw_mw *a = *out;
+    rw_mw_map(a, group ? 3 : 2);
+    rw_mw_kv_str(a, "transport", transport);
+    if (group) rw_mw_kv_str(a, "group_name", group);
+    rw_mw_str(a, "manifest");
+    rw_sync_manifest_write(m, a);
+    return RW_OK;
+}
+
+rw_status rw_client_send_bucket(rw_client *c, const rw_sync_manifest *man, const void *data,
+                                size_t len, bool zero_copy, uint64_t *id, rw_err *err) {
+    rw_mw *a;
+    RW_CHECK(bucket_args("zmq", NULL, man, &a, err));
+    /* a zero-byte frame still needs a valid pointer */
+    static const char empty = 0;
+    rw_status st =
+        rw_client_send(c, "update_weights", a, data ? data : &empty, len, zero_copy, id, err);
+    rw_mw_destroy(a);
+    return st;
+}
+
+rw_status rw_client_send_bucket_nccl(rw_client *c, const rw_sync_manifest *man, const char *group,
+                                     uint64_t *id, rw_err *err) {
+    rw_mw *a;
+    RW_CHECK(bucket_args("nccl", group, man, &a, err));
+    rw_status st = rw_client_send(c, "update_weights", a, NULL, 0, false, id, err);
     rw_mw_destroy(a);
     return st;
 }
 
 rw_status rw_client_update_weights_zmq(rw_client *c, const rw_sync_manifest *man, const void *data,
                                        int timeout_ms, rw_err *err) {
-    rw_mw *a;
-    RW_CHECK(new_args(&a, err));
-    rw_mw_map(a, 2);
-    rw_mw_str(a, "transport");
-    rw_mw_str(a, "zmq");
-    rw_mw_str(a, "manifest");
-    rw_sync_manifest_write(man, a);
     uint64_t id, nb = rw_sync_manifest_bytes(man);
     uint64_t target = c->zc_sent + 1;
-    /* a zero-byte frame still needs a valid pointer */
-    static const char empty = 0;
-    rw_status st = rw_client_send(c, "update_weights", a, data ? data : &empty, nb, true, &id, err);
-    rw_mw_destroy(a);
-    if (st != RW_OK) return st;
+    RW_CHECK(rw_client_send_bucket(c, man, data, nb, true, &id, err));
     rw_msg *m = NULL;
     rw_reply r;
     rw_err werr;
@@ -446,21 +461,22 @@ rw_status rw_client_update_weights_zmq(rw_client *c, const rw_sync_manifest *man
     }
     if (wst != RW_OK) {
         if (err) *err = werr;
-        return note(c, wst, err);
+        return rw_client_note(c, wst, err);
     }
     if (atomic_load(&c->zc->released) < target)
-        return note(c,
-                    RW_ERR(err, RW_E_TIMEOUT,
-                           "client: ZeroMQ still holds the bucket buffer after %d ms (close the "
-                           "client before reusing it)",
-                           timeout_ms),
-                    err);
+        return rw_client_note(
+            c,
+            RW_ERR(err, RW_E_TIMEOUT,
+                   "client: ZeroMQ still holds the bucket buffer after %d ms (close the "
+                   "client before reusing it)",
+                   timeout_ms),
+            err);
     return RW_OK;
 }
 
 static rw_status empty_call(rw_client *c, const char *cmd, int timeout_ms, rw_msg **m, rw_reply *r,
                             rw_err *err) {
-    return call(c, cmd, NULL, timeout_ms, m, r, err);
+    return rw_client_call(c, cmd, NULL, timeout_ms, m, r, err);
 }
 
 rw_status rw_client_commit_update(rw_client *c, int timeout_ms, char *version, size_t cap,
@@ -472,7 +488,7 @@ rw_status rw_client_commit_update(rw_client *c, int timeout_ms, char *version, s
     if (version && cap)
         st = rw_mobj_strcpy(rw_mobj_get(r.result, "version"), "result.version", version, cap, err);
     rw_msg_free(m);
-    return note(c, st, err);
+    return rw_client_note(c, st, err);
 }
 
 rw_status rw_client_abort_update(rw_client *c, int timeout_ms, bool *intact, rw_err *err) {
@@ -482,26 +498,17 @@ rw_status rw_client_abort_update(rw_client *c, int timeout_ms, bool *intact, rw_
     rw_status st = RW_OK;
     if (intact) st = rw_mobj_bool(rw_mobj_get(r.result, "intact"), "result.intact", intact, err);
     rw_msg_free(m);
-    return note(c, st, err);
+    return rw_client_note(c, st, err);
 }
 
 rw_status rw_client_update_from_disk(rw_client *c, const char *dir, const char *version,
                                      int timeout_ms, rw_err *err) {
     rw_mw *a;
-    RW_CHECK(new_args(&a, err));
+    RW_CHECK(rw_mw_create(&a, err));
     rw_mw_map(a, version && version[0] ? 2 : 1);
-    rw_mw_str(a, "path");
-    rw_mw_str(a, dir);
-    if (version && version[0]) {
-        rw_mw_str(a, "version");
-        rw_mw_str(a, version);
-    }
-    rw_msg *m = NULL;
-    rw_reply r;
-    rw_status st = call(c, "update_weights_from_disk", a, timeout_ms, &m, &r, err);
-    rw_msg_free(m);
-    rw_mw_destroy(a);
-    return st;
+    rw_mw_kv_str(a, "path", dir);
+    if (version && version[0]) rw_mw_kv_str(a, "version", version);
+    return call_args(c, "update_weights_from_disk", a, timeout_ms, err);
 }
 
 rw_status rw_client_get_weight_version(rw_client *c, int timeout_ms, char *version, size_t cap,
@@ -519,14 +526,14 @@ rw_status rw_client_get_weight_version(rw_client *c, int timeout_ms, char *versi
                                           : RW_SYNC_INCOMPLETE;
     }
     rw_msg_free(m);
-    return note(c, st, err);
+    return rw_client_note(c, st, err);
 }
 
 rw_status rw_client_get_weights(rw_client *c, const char *name, int rank, void *dst, size_t cap,
                                 size_t *len, int timeout_ms, rw_err *err) {
     (void)rank; /* one rank per control endpoint here; the daemon adds a rank argument */
     rw_mw *a;
-    RW_CHECK(new_args(&a, err));
+    RW_CHECK(rw_mw_create(&a, err));
     rw_mw_map(a, 1);
     rw_mw_str(a, "name");
     rw_mw_str(a, name);
@@ -549,324 +556,5 @@ rw_status rw_client_get_weights(rw_client *c, const char *name, int rank, void *
     else
         memcpy(dst, frame, flen);
     free(frame);
-    return note(c, st, err);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Checksums                                                                                    */
-/* ------------------------------------------------------------------------------------------ */
-typedef struct sums_rank {
-    int rank;
-    size_t n;
-    char **names;
-    uint64_t *values;
-} sums_rank;
-
-struct rw_client_sums {
-    int tp;
-    char method[16];
-    int n_not_convert;
-    char **not_convert;
-    int nranks;
-    sums_rank *r;
-};
-
-void rw_client_sums_free(rw_client_sums *s) {
-    if (!s) return;
-    for (int i = 0; i < s->nranks; i++) {
-        for (size_t j = 0; j < s->r[i].n; j++)
-            free(s->r[i].names[j]);
-        free(s->r[i].names);
-        free(s->r[i].values);
-    }
-    for (int i = 0; i < s->n_not_convert; i++)
-        free(s->not_convert[i]);
-    free(s->not_convert);
-    free(s->r);
-    free(s);
-}
-
-int rw_client_sums_tp(const rw_client_sums *s) {
-    return s->tp;
-}
-int rw_client_sums_ranks(const rw_client_sums *s) {
-    return s->nranks;
-}
-int rw_client_sums_rank(const rw_client_sums *s, int i) {
-    return i >= 0 && i < s->nranks ? s->r[i].rank : -1;
-}
-size_t rw_client_sums_count(const rw_client_sums *s, int i) {
-    return i >= 0 && i < s->nranks ? s->r[i].n : 0;
-}
-const char *rw_client_sums_at(const rw_client_sums *s, int i, size_t j, uint64_t *value) {
-    if (i < 0 || i >= s->nranks || j >= s->r[i].n) return NULL;
-    if (value) *value = s->r[i].values[j];
-    return s->r[i].names[j];
-}
-rw_status rw_client_sums_find(const rw_client_sums *s, int i, const char *name, uint64_t *value,
-                              rw_err *err) {
-    if (i < 0 || i >= s->nranks) RW_FAIL(err, RW_E_RANGE, "checksums: rank entry %d", i);
-    for (size_t j = 0; j < s->r[i].n; j++)
-        if (!strcmp(s->r[i].names[j], name)) {
-            *value = s->r[i].values[j];
-            return RW_OK;
-        }
-    RW_FAIL(err, RW_E_NOT_FOUND, "checksums: %s not reported by rank %d", name, s->r[i].rank);
-}
-
-rw_status rw_client_sums_quant(const rw_client_sums *s, rw_quant_config *q, rw_err *err) {
-    memset(q, 0, sizeof *q);
-    if (!strcmp(s->method, "none")) return RW_OK;
-    if (!strcmp(s->method, "mxfp8")) {
-        q->method = RW_QMETHOD_MXFP8;
-        q->block[0] = 1;
-        q->block[1] = 32;
-    } else if (!strcmp(s->method, "fp8")) {
-        q->method = RW_QMETHOD_FP8_BLOCK;
-        q->block[0] = q->block[1] = 128;
-    } else {
-        RW_FAIL(err, RW_E_PROTOCOL, "checksums: unknown quant method '%s'", s->method);
-    }
-    strcpy(q->fmt, "e4m3");
-    q->n_not_convert = s->n_not_convert;
-    for (int i = 0; i < s->n_not_convert; i++)
-        q->not_convert[i] = s->not_convert[i];
-    return RW_OK;
-}
-
-static rw_status parse_sums(const rw_mobj *res, rw_client_sums *s, rw_err *err) {
-    uint64_t tp;
-    RW_CHECK(rw_mobj_u64(rw_mobj_get(res, "tp"), "result.tp", &tp, err));
-    s->tp = (int)tp;
-    const rw_mobj *q = rw_mobj_get(res, "quant");
-    RW_CHECK(rw_mobj_strcpy(rw_mobj_get(q, "method"), "result.quant.method", s->method,
-                            sizeof s->method, err));
-    const rw_mobj *nc = rw_mobj_get(q, "not_convert");
-    if (rw_mobj_type(nc) != RW_M_ARRAY || rw_mobj_len(nc) > RW_MAX_NOT_CONVERT)
-        RW_FAIL(err, RW_E_PROTOCOL, "result.quant.not_convert: expected an array of <= %d",
-                RW_MAX_NOT_CONVERT);
-    s->not_convert = calloc(rw_mobj_len(nc) + 1, sizeof *s->not_convert);
-    if (!s->not_convert) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
-    for (size_t i = 0; i < rw_mobj_len(nc); i++) {
-        char buf[256];
-        RW_CHECK(
-            rw_mobj_strcpy(rw_mobj_at(nc, i), "result.quant.not_convert[]", buf, sizeof buf, err));
-        s->not_convert[i] = strdup(buf);
-        if (!s->not_convert[i]) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
-        s->n_not_convert++;
-    }
-    const rw_mobj *ranks = rw_mobj_get(res, "ranks");
-    if (rw_mobj_type(ranks) != RW_M_ARRAY || rw_mobj_len(ranks) == 0)
-        RW_FAIL(err, RW_E_PROTOCOL, "result.ranks: expected a non-empty array");
-    size_t nr = rw_mobj_len(ranks);
-    s->r = calloc(nr, sizeof *s->r);
-    if (!s->r) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
-    for (size_t i = 0; i < nr; i++) {
-        const rw_mobj *e = rw_mobj_at(ranks, i);
-        sums_rank *sr = &s->r[i];
-        s->nranks = (int)i + 1;
-        uint64_t rk;
-        RW_CHECK(rw_mobj_u64(rw_mobj_get(e, "rank"), "result.ranks[].rank", &rk, err));
-        sr->rank = (int)rk;
-        const rw_mobj *cs = rw_mobj_get(e, "checksums");
-        if (rw_mobj_type(cs) != RW_M_MAP)
-            RW_FAIL(err, RW_E_PROTOCOL, "result.ranks[].checksums: expected a map");
-        size_t n = rw_mobj_len(cs);
-        sr->names = calloc(n + 1, sizeof *sr->names);
-        sr->values = calloc(n + 1, sizeof *sr->values);
-        if (!sr->names || !sr->values) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
-        for (size_t j = 0; j < n; j++) {
-            char name[RW_SYNC_MAX_NAME], hex[17];
-            RW_CHECK(
-                rw_mobj_strcpy(rw_mobj_key_at(cs, j), "checksum name", name, sizeof name, err));
-            RW_CHECK(rw_mobj_strcpy(rw_mobj_val_at(cs, j), name, hex, sizeof hex, err));
-            uint8_t b[8];
-            RW_CHECK(rw_hex_decode(hex, strlen(hex), b, 8, name, err));
-            uint64_t v = 0;
-            for (int k = 0; k < 8; k++)
-                v = v << 8 | b[k];
-            sr->names[j] = strdup(name);
-            if (!sr->names[j]) RW_FAIL(err, RW_E_OOM, "checksums: out of memory");
-            sr->values[j] = v;
-            sr->n = j + 1;
-        }
-    }
-    return RW_OK;
-}
-
-rw_status rw_client_checksum(rw_client *c, const char *const *names, size_t n, int timeout_ms,
-                             rw_client_sums **out, rw_err *err) {
-    *out = NULL;
-    rw_mw *a;
-    RW_CHECK(new_args(&a, err));
-    if (names) {
-        rw_mw_map(a, 1);
-        rw_mw_str(a, "names");
-        rw_mw_array(a, (uint32_t)n);
-        for (size_t i = 0; i < n; i++)
-            rw_mw_str(a, names[i]);
-    } else {
-        rw_mw_map(a, 0);
-    }
-    rw_msg *m = NULL;
-    rw_reply r;
-    rw_status st = call(c, "checksum", a, timeout_ms, &m, &r, err);
-    rw_mw_destroy(a);
-    if (st != RW_OK) return st;
-    rw_client_sums *s = calloc(1, sizeof *s);
-    if (!s) st = RW_ERR(err, RW_E_OOM, "checksums: out of memory");
-    if (st == RW_OK) st = parse_sums(r.result, s, err);
-    rw_msg_free(m);
-    if (st != RW_OK) {
-        rw_client_sums_free(s);
-        return note(c, st, err);
-    }
-    *out = s;
-    return RW_OK;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Trainer side of the NCCL group                                                               */
-/* ------------------------------------------------------------------------------------------ */
-struct rw_client_group {
-    rw_client **w;
-    int n;
-    char name[64];
-    rw_sync_group *comm;
-};
-
-void rw_client_group_destroy(rw_client_group *g) {
-    if (!g) return;
-    rw_sync_group_destroy(g->comm);
-    free(g->w);
-    free(g);
-}
-
-rw_sync_group *rw_client_group_comm(rw_client_group *g) {
-    return g->comm;
-}
-void *rw_client_group_stream(rw_client_group *g) {
-    return rw_sync_group_stream(g->comm);
-}
-
-rw_status rw_client_group_create(rw_client *const *workers, const int *worker_ranks, int n,
-                                 const char *name, int device, double timeout_s,
-                                 rw_client_group **out, rw_err *err) {
-    *out = NULL;
-    if (n < 1 || n > 4096) RW_FAIL(err, RW_E_INVALID_ARG, "group: %d workers", n);
-    if (!name || !name[0] || strlen(name) > 63)
-        RW_FAIL(err, RW_E_INVALID_ARG, "group: name empty or longer than 63 characters");
-    if (timeout_s <= 0) timeout_s = 120;
-    int world = 1;
-    for (int i = 0; i < n; i++) {
-        int r = worker_ranks ? worker_ranks[i] : 1;
-        if (r < 1 || r > 64) RW_FAIL(err, RW_E_INVALID_ARG, "group: worker %d has %d ranks", i, r);
-        world += r;
-    }
-    rw_client_group *g = calloc(1, sizeof *g);
-    if (!g) RW_FAIL(err, RW_E_OOM, "group: out of memory");
-    g->w = calloc((size_t)n, sizeof *g->w);
-    uint64_t *ids = calloc((size_t)n, sizeof *ids);
-    rw_status st = RW_OK;
-    if (!g->w || !ids) {
-        st = RW_ERR(err, RW_E_OOM, "group: out of memory");
-        goto fail;
-    }
-    memcpy(g->w, workers, (size_t)n * sizeof *g->w);
-    g->n = n;
-    rw_sync_strlcpy(g->name, name, sizeof g->name);
-    uint8_t id[RW_NCCL_ID_BYTES];
-    RW_CHECKGOTO(rw_sync_group_unique_id(id, err), st, fail);
-    char hex[2 * RW_NCCL_ID_BYTES + 1];
-    rw_hex_encode(id, sizeof id, hex);
-    int offset = 1;
-    for (int i = 0; i < n; i++) {
-        rw_mw *a;
-        RW_CHECKGOTO(new_args(&a, err), st, fail);
-        rw_mw_map(a, 5);
-        rw_mw_str(a, "unique_id");
-        rw_mw_str(a, hex);
-        rw_mw_str(a, "world_size");
-        rw_mw_u64(a, (uint64_t)world);
-        rw_mw_str(a, "rank_offset");
-        rw_mw_u64(a, (uint64_t)offset);
-        rw_mw_str(a, "group_name");
-        rw_mw_str(a, name);
-        rw_mw_str(a, "timeout_s");
-        rw_mw_f64(a, timeout_s);
-        st = rw_client_send(workers[i], "init_weights_update_group", a, NULL, 0, false, &ids[i],
-                            err);
-        rw_mw_destroy(a);
-        if (st != RW_OK) goto fail;
-        offset += worker_ranks ? worker_ranks[i] : 1;
-    }
-    /* the workers join while we do: init returns once every rank is in and the first broadcasts
-     * (connection setup, bounded by max(timeout_s, 60 s)) are done on every rank */
-    rw_status jst = rw_sync_group_create(id, world, 0, name, device, timeout_s, &g->comm, err);
-    int wait_ms = (int)((timeout_s + (timeout_s > 60 ? timeout_s : 60)) * 1000) + 5000;
-    for (int i = 0; i < n; i++) {
-        rw_msg *m = NULL;
-        rw_reply r;
-        rw_err we;
-        rw_status ws = rw_client_wait(workers[i], ids[i], wait_ms, &m, &r, NULL, NULL, &we);
-        rw_msg_free(m);
-        if (ws != RW_OK && jst == RW_OK && st == RW_OK) {
-            st = ws;
-            if (err) *err = we;
-            rw_err_prefix(err, "group '%s': worker %d", name, i);
-        }
-    }
-    if (jst != RW_OK) st = jst;
-    if (st != RW_OK) goto fail;
-    free(ids);
-    *out = g;
-    return RW_OK;
-fail:
-    free(ids);
-    rw_client_group_destroy(g);
-    return st;
-}
-
-rw_status rw_client_update_weights_nccl(rw_client_group *g, const rw_sync_manifest *man,
-                                        const void *dev_data, void *stream, int timeout_ms,
-                                        rw_err *err) {
-    uint64_t ids[64], *idp = g->n <= 64 ? ids : calloc((size_t)g->n, sizeof *idp);
-    if (!idp) RW_FAIL(err, RW_E_OOM, "group: out of memory");
-    rw_mw *a;
-    rw_status st = new_args(&a, err);
-    if (st == RW_OK) {
-        rw_mw_map(a, 3);
-        rw_mw_str(a, "transport");
-        rw_mw_str(a, "nccl");
-        rw_mw_str(a, "group_name");
-        rw_mw_str(a, g->name);
-        rw_mw_str(a, "manifest");
-        rw_sync_manifest_write(man, a);
-    }
-    int sent = 0;
-    for (int i = 0; st == RW_OK && i < g->n; i++) {
-        st = rw_client_send(g->w[i], "update_weights", a, NULL, 0, false, &idp[i], err);
-        if (st == RW_OK) sent++;
-    }
-    rw_mw_destroy(a);
-    /* every worker must have posted its receive before rank 0 broadcasts */
-    for (int i = 0; i < sent; i++) {
-        rw_msg *m = NULL;
-        rw_reply r;
-        rw_err we;
-        rw_status ws = rw_client_wait(g->w[i], idp[i], timeout_ms, &m, &r, NULL, NULL, &we);
-        rw_msg_free(m);
-        if (ws != RW_OK && st == RW_OK) {
-            st = ws;
-            if (err) *err = we;
-            rw_err_prefix(err, "worker %d", i);
-        }
-    }
-    if (idp != ids) free(idp);
-    if (st != RW_OK) return st;
-    return rw_sync_group_bcast(g->comm, (void *)dev_data, rw_sync_manifest_bytes(man), stream, err);
-}
-
-rw_status rw_client_group_sync(rw_client_group *g, void *stream, double timeout_s, rw_err *err) {
-    return rw_sync_group_wait(g->comm, stream, timeout_s, err);
+    return rw_client_note(c, st, err);
 }

@@ -1,4 +1,4 @@
-/* daemon_watch.c - the rank watchdog (daemon_internal.h): a thread beside a rank's serving thread
+/* watch.c - the rank watchdog (watch.h): a thread beside a rank's serving thread
  * that notices a lost peer rank (a follower process of this launcher that exited, a dropped
  * op-socket connection, a stop signal on a follower) and, when the serving thread stays inside
  * an op that waits for that peer in a collective (which nothing else would end), aborts the
@@ -19,7 +19,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "daemon_internal.h"
+#include "options.h"
+#include "watch.h"
 
 #define WATCH_PERIOD_MS 50
 /* a dropped connection waits this long for an exited child to say which rank it was */

@@ -1,12 +1,12 @@
-/* fuzz.h - shared by the fuzz targets: the libFuzzer entry point every target defines, and the
+/* fuzz_util.h - shared by the fuzz targets: the libFuzzer entry point every target defines, and the
  * invariant check that turns a broken contract into a crash the fuzzer (or the corpus replay in
  * the cpu suite) reports.
  *
  * A target must be deterministic for a given input, must not leak, and must check what the
  * public header promises about the result (not only "no crash"): every check below is a
  * documented contract of the function under test. */
-#ifndef RW_FUZZ_H
-#define RW_FUZZ_H
+#ifndef RW_FUZZ_UTIL_H
+#define RW_FUZZ_UTIL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
 
 #include "rw_test.h"
 
-#include "rw_sync.h"
+#include "rw_client.h"
 
 static inline void fx_dir(char *buf, size_t cap) {
     rw_test_path(buf, cap, RW_TEST_FIXTURE);

@@ -1,13 +1,13 @@
-/* rel_util.h - helpers of the reliability tests: a raw ZeroMQ DEALER socket that sends any bytes
- * as any frames and reads replies as they come (the client library would refuse to build bad
+/* reliability_util.h - helpers of the reliability tests: a raw ZeroMQ DEALER socket that sends any
+ * bytes as any frames and reads replies as they come (the client library would refuse to build bad
  * messages, and it keeps at most 1024 unclaimed replies), request envelopes from JSON, and
  * small msgpack builders for broken ones. Worker processes come from tests/daemon/daemon_test.h. */
-#ifndef RW_REL_UTIL_H
-#define RW_REL_UTIL_H
+#ifndef RW_RELIABILITY_UTIL_H
+#define RW_RELIABILITY_UTIL_H
 
 #include <zmq.h>
 
-#include "daemon_test.h"
+#include "daemon_util.h"
 
 typedef struct rl_sock {
     void *ctx, *sock;

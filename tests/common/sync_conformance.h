@@ -1,4 +1,4 @@
-/* conformance.h - the one transport conformance test, run against every transport (ZeroMQ and
+/* sync_conformance.h - the one transport conformance test, run against every transport (ZeroMQ and
  * disk in test_transport.c, NCCL in test_nccl_gpu.c). A transport is driven through a pair of
  * ends: the trainer end sends a bucket (manifest + bytes), the worker end receives it as a
  * manifest and an rw_sync_source. The checks:
@@ -16,7 +16,7 @@
 
 #include "rw_test.h"
 
-#include "rw_sync.h"
+#include "rw_client.h"
 
 typedef struct conf_ops {
     const char *name;

@@ -4,6 +4,8 @@
  * started. Rank 0 binds the peer socket, waits for every other rank's hello (answering with the
  * NCCL unique id of the tensor-parallel communicator) and ready, then serves; at the end it sends
  * QUIT and reaps what it started. */
+#include "launch.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +14,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "daemon_internal.h"
+#include "follower.h"
+#include "ops.h"
+#include "rank.h"
+#include "server.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Rendezvous, rank 0 side                                                                      */
@@ -87,13 +92,14 @@ static rw_status wait_all(rw_peers *p, rw_op op, const uint8_t *nccl_id, double 
     return RW_OK;
 }
 
-rw_status rw_peers_hello(rw_peers *p, int tp, const uint8_t *nccl_id, double timeout_s,
-                         rw_err *err) {
-    (void)tp;
+/* Rank-0 side of the rendezvous: waits for every follower's hello (sending the NCCL id of the
+ * tensor-parallel communicator when `nccl_id` is non-NULL), then, after rank 0 opened its own
+ * rank, for every follower's ready. */
+static rw_status peers_hello(rw_peers *p, const uint8_t *nccl_id, double timeout_s, rw_err *err) {
     return wait_all(p, RW_OP_HELLO, nccl_id, timeout_s, err);
 }
 
-rw_status rw_peers_ready(rw_peers *p, double timeout_s, rw_err *err) {
+static rw_status peers_ready(rw_peers *p, double timeout_s, rw_err *err) {
     return wait_all(p, RW_OP_READY, NULL, timeout_s, err);
 }
 
@@ -307,8 +313,7 @@ int rw_launch_main(const rw_dopts *o, volatile sig_atomic_t *stop) {
         }
         if (nccl) RW_CHECKGOTO(rw_comm_nccl_unique_id(nccl_id, &e), st, out);
         RW_LOGI("rank 0: waiting for %d rank(s) at %s", peers.n, ep);
-        RW_CHECKGOTO(rw_peers_hello(&peers, o->tp, nccl ? nccl_id : NULL, o->startup_timeout_s, &e),
-                     st, out);
+        RW_CHECKGOTO(peers_hello(&peers, nccl ? nccl_id : NULL, o->startup_timeout_s, &e), st, out);
     }
     if (group)
         st = rw_comm_create_thread(group, 0, &comm, &e);
@@ -318,7 +323,7 @@ int rw_launch_main(const rw_dopts *o, volatile sig_atomic_t *stop) {
         st = rw_comm_create_single(&comm, &e);
     if (st != RW_OK) goto out;
     RW_CHECKGOTO(rw_rank_open(o, 0, comm, &r0, &e), st, out);
-    if (o->tp > 1) RW_CHECKGOTO(rw_peers_ready(&peers, o->startup_timeout_s, &e), st, out);
+    if (o->tp > 1) RW_CHECKGOTO(peers_ready(&peers, o->startup_timeout_s, &e), st, out);
     rc = rw_server_run(o, r0, zctx, &peers, stop);
     /* destroying a communicator waits for its peers; one of them is gone */
     if (peers.lost) rw_comm_abort(r0->comm);

@@ -1,4 +1,6 @@
-/* bench.c - weight-sync benchmarks for rw-bench (spec/targets.md S1, S2, S4, S5), CUDA builds.
+/* sync_update.c - the weight-sync benchmarks of rw-bench (targets S1, S2, S4, S5 of
+ * docs/TARGETS.md) over the sync module's public API; they need CUDA (without it every entry
+ * point reports RW_E_NO_DEVICE).
  *
  * S1/S2/S5: one process plays both sides. The worker: a TP1 weight set on worker_device, its
  * update session served by rw_sync_server on loopback. The trainer: every canonical bf16 tensor
@@ -9,13 +11,17 @@
  * same buckets on the same communicators. A sampler thread records the worker GPU's memory use.
  * S4: update_weights_from_disk of a checkpoint into a worker; the ceiling is a pinned H2D copy
  * of the same byte count. */
-#include "sync_internal.h"
+#include "sync_bench.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+
+#ifdef RW_HAVE_CUDA
+#include "cuda_check.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -23,7 +29,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 static double median(const double *v, int n) {
-    double t[RW_SYNC_BENCH_MAX_REPEATS];
+    double t[RWB_SYNC_MAX_REPEATS];
     memcpy(t, v, (size_t)n * sizeof *t);
     qsort(t, (size_t)n, sizeof *t, cmp_d);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
@@ -277,10 +283,10 @@ static double bound_s(double tmo, double deadline) {
 /* One full update through the protocol (begin, every bucket over NCCL, commit), timed from the
  * first command to the commit reply. Per-bucket trainer call times go to `bt` (n entries). On a
  * deadline passed between buckets: RW_E_TIMEOUT saying where. */
-static rw_status one_update(const rw_sync_bench_opts *o, prog *pg, rw_client *cl,
-                            rw_client_group *grp, rw_sync_session *sess, const tb_plan *p,
-                            void *tbuf, int r, double tmo, double deadline, double *bt,
-                            double *dt_out, double *commit_s, rw_err *err) {
+static rw_status one_update(const rwb_sync_opts *o, prog *pg, rw_client *cl, rw_client_group *grp,
+                            rw_sync_session *sess, const tb_plan *p, void *tbuf, int r, double tmo,
+                            double deadline, double *bt, double *dt_out, double *commit_s,
+                            rw_err *err) {
     char ver[32];
     snprintf(ver, sizeof ver, "bench-%d", r + 1);
     prog_set(pg, "begin_update", r, 0);
@@ -349,7 +355,7 @@ static rw_status one_update(const rw_sync_bench_opts *o, prog *pg, rw_client *cl
     return rw_client_group_sync(grp, NULL, bound_s(tmo, deadline), err);
 }
 
-rw_status rw_sync_bench_nccl(const rw_sync_bench_opts *o, rw_sync_bench_result *out, rw_err *err) {
+rw_status rwb_sync_bench_nccl(const rwb_sync_opts *o, rwb_sync_result *out, rw_err *err) {
     memset(out, 0, sizeof *out);
     if (!o || !o->cfg) RW_FAIL(err, RW_E_INVALID_ARG, "bench: no model config");
     if (rw_cuda_device_count() <=
@@ -363,7 +369,7 @@ rw_status rw_sync_bench_nccl(const rw_sync_bench_opts *o, rw_sync_bench_result *
     double deadline = o->time_limit_s > 0 ? t_start + o->time_limit_s - reserve : 0;
     if (deadline > 0 && deadline < t_start + 1) deadline = t_start + 1;
     int reps = o->repeats > 0 ? o->repeats : 3;
-    if (reps > RW_SYNC_BENCH_MAX_REPEATS) reps = RW_SYNC_BENCH_MAX_REPEATS;
+    if (reps > RWB_SYNC_MAX_REPEATS) reps = RWB_SYNC_MAX_REPEATS;
     double tmo = o->timeout_s > 0 ? o->timeout_s : 120;
     tb_plan p = {.bucket_bytes = o->bucket_bytes ? o->bucket_bytes : RW_SYNC_DEFAULT_BUCKET,
                  .err = err};
@@ -417,10 +423,10 @@ rw_status rw_sync_bench_nccl(const rw_sync_bench_opts *o, rw_sync_bench_result *
     /* trainer weights: random bf16 on the trainer GPU, generated before anything is timed */
     prog_set(&pg, "trainer weights", -1, 0);
     t = rw_now();
-    RW_CUDA_TRYGOTO(err, cudaSetDevice(o->trainer_device), st, done);
-    RW_CUDA_TRYGOTO(err, cudaMalloc(&tbuf, p.total), st, done);
-    RW_CHECKGOTO(rw_sync_fill_bf16_cuda(tbuf, p.total / 2, 0x5eed, 0.02f, NULL, err), st, done);
-    RW_CUDA_TRYGOTO(err, cudaDeviceSynchronize(), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaSetDevice(o->trainer_device), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaMalloc(&tbuf, p.total), st, done);
+    RW_CHECKGOTO(rwb_fill_bf16(tbuf, p.total / 2, 0x5eed, 0.0f, 0.02f, NULL, err), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaDeviceSynchronize(), st, done);
     SAY(o, "trainer weights: %.2f GB on GPU %d in %.2f s", (double)p.total / 1e9, o->trainer_device,
         rw_now() - t);
 
@@ -500,9 +506,9 @@ rw_status rw_sync_bench_nccl(const rw_sync_bench_opts *o, rw_sync_bench_result *
         st = RW_ERR(err, RW_E_INTERNAL, "bench: the worker has no group 'bench'");
         goto done;
     }
-    RW_CUDA_TRYGOTO(err, cudaSetDevice(o->worker_device), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaSetDevice(o->worker_device), st, done);
     for (int i = 0; i < 2; i++)
-        RW_CUDA_TRYGOTO(err, cudaMalloc(&rw.buf[i], p.bucket_bytes), st, done);
+        RW_CUDA_CHECKGOTO(err, cudaMalloc(&rw.buf[i], p.bucket_bytes), st, done);
     rw_sync_group *tg = rw_client_group_comm(grp);
     double raw_est = 0;
     int raw_reps = 0;
@@ -583,14 +589,14 @@ done:
     return st;
 }
 
-rw_status rw_sync_bench_disk(const rw_sync_bench_opts *o, rw_sync_bench_result *out, rw_err *err) {
+rw_status rwb_sync_bench_disk(const rwb_sync_opts *o, rwb_sync_result *out, rw_err *err) {
     memset(out, 0, sizeof *out);
     if (!o || !o->cfg || !o->disk_dir)
         RW_FAIL(err, RW_E_INVALID_ARG, "bench disk: needs a config and a checkpoint directory");
     if (rw_cuda_device_count() <= o->worker_device)
         RW_FAIL(err, RW_E_NO_DEVICE, "bench disk: needs device %d", o->worker_device);
     int reps = o->repeats > 0 ? o->repeats : 3;
-    if (reps > RW_SYNC_BENCH_MAX_REPEATS) reps = RW_SYNC_BENCH_MAX_REPEATS;
+    if (reps > RWB_SYNC_MAX_REPEATS) reps = RWB_SYNC_MAX_REPEATS;
     uint64_t bucket = o->bucket_bytes ? o->bucket_bytes : RW_SYNC_DEFAULT_BUCKET;
     rw_wset *ws = NULL;
     rw_sync_session *sess = NULL;
@@ -623,24 +629,24 @@ rw_status rw_sync_bench_disk(const rw_sync_bench_opts *o, rw_sync_bench_result *
     out->worker_staging_bytes = info.staging_bytes;
     out->buckets = info.buckets;
     /* ceiling: pinned host -> device copies of the same byte count, bucket-sized chunks */
-    RW_CUDA_TRYGOTO(err, cudaSetDevice(o->worker_device), st, done);
-    RW_CUDA_TRYGOTO(err, cudaMallocHost(&hbuf, bucket), st, done);
-    RW_CUDA_TRYGOTO(err, cudaMalloc(&dbuf, bucket), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaSetDevice(o->worker_device), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaMallocHost(&hbuf, bucket), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaMalloc(&dbuf, bucket), st, done);
     memset(hbuf, 0x3c, bucket);
-    RW_CUDA_TRYGOTO(err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), st, done);
-    RW_CUDA_TRYGOTO(err, cudaEventCreate(&e0), st, done);
-    RW_CUDA_TRYGOTO(err, cudaEventCreate(&e1), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaEventCreate(&e0), st, done);
+    RW_CUDA_CHECKGOTO(err, cudaEventCreate(&e1), st, done);
     for (int r = -1; r < reps; r++) {
-        RW_CUDA_TRYGOTO(err, cudaEventRecord(e0, s), st, done);
+        RW_CUDA_CHECKGOTO(err, cudaEventRecord(e0, s), st, done);
         for (uint64_t off = 0; off < out->bytes; off += bucket) {
             uint64_t n = out->bytes - off < bucket ? out->bytes - off : bucket;
-            RW_CUDA_TRYGOTO(err, cudaMemcpyAsync(dbuf, hbuf, n, cudaMemcpyHostToDevice, s), st,
-                            done);
+            RW_CUDA_CHECKGOTO(err, cudaMemcpyAsync(dbuf, hbuf, n, cudaMemcpyHostToDevice, s), st,
+                              done);
         }
-        RW_CUDA_TRYGOTO(err, cudaEventRecord(e1, s), st, done);
-        RW_CUDA_TRYGOTO(err, cudaEventSynchronize(e1), st, done);
+        RW_CUDA_CHECKGOTO(err, cudaEventRecord(e1, s), st, done);
+        RW_CUDA_CHECKGOTO(err, cudaEventSynchronize(e1), st, done);
         float ms;
-        RW_CUDA_TRYGOTO(err, cudaEventElapsedTime(&ms, e0, e1), st, done);
+        RW_CUDA_CHECKGOTO(err, cudaEventElapsedTime(&ms, e0, e1), st, done);
         if (r >= 0) out->ceiling_s[r] = ms / 1e3;
     }
     out->repeats = reps;
@@ -659,4 +665,72 @@ done:
     rw_sync_session_destroy(sess);
     rw_wset_destroy(ws);
     return st;
+}
+
+#else /* no CUDA: the benchmarks need GPUs */
+
+rw_status rwb_sync_bench_nccl(const rwb_sync_opts *o, rwb_sync_result *out, rw_err *err) {
+    (void)o;
+    memset(out, 0, sizeof *out);
+    RW_FAIL(err, RW_E_NO_DEVICE, "sync benchmark: this build has no CUDA");
+}
+
+rw_status rwb_sync_bench_disk(const rwb_sync_opts *o, rwb_sync_result *out, rw_err *err) {
+    (void)o;
+    memset(out, 0, sizeof *out);
+    RW_FAIL(err, RW_E_NO_DEVICE, "sync benchmark: this build has no CUDA");
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* The result as JSON                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+rw_status rwb_sync_result_json(const rwb_sync_result *r, const char *name, char **out,
+                               rw_err *err) {
+    *out = NULL;
+    json_t *j = json_object(), *u = json_array(), *c = json_array();
+    if (!j || !u || !c) {
+        json_decref(j);
+        json_decref(u);
+        json_decref(c);
+        RW_FAIL(err, RW_E_OOM, "bench json: out of memory");
+    }
+    int n = r->repeats < RWB_SYNC_MAX_REPEATS ? r->repeats : RWB_SYNC_MAX_REPEATS;
+    for (int i = 0; i < n; i++) {
+        json_array_append_new(u, json_real(r->update_s[i]));
+        json_array_append_new(c, json_real(r->ceiling_s[i]));
+    }
+    json_object_set_new(j, "benchmark", json_string(name ? name : "sync"));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)r->bytes));
+    json_object_set_new(j, "tensors", json_integer((json_int_t)r->tensors));
+    json_object_set_new(j, "buckets", json_integer((json_int_t)r->buckets));
+    json_object_set_new(j, "repeats", json_integer(r->repeats));
+    json_object_set_new(j, "update_s", u);
+    json_object_set_new(j, "ceiling_s", c);
+    json_object_set_new(j, "update_median_s", json_real(r->update_median_s));
+    json_object_set_new(j, "ceiling_median_s", json_real(r->ceiling_median_s));
+    json_object_set_new(j, "update_gbps", json_real(r->update_gbps));
+    json_object_set_new(j, "ceiling_gbps", json_real(r->ceiling_gbps));
+    json_object_set_new(j, "ratio", json_real(r->ratio));
+    json_object_set_new(j, "worker_weights_bytes",
+                        json_integer((json_int_t)r->worker_weights_bytes));
+    json_object_set_new(j, "worker_staging_bytes",
+                        json_integer((json_int_t)r->worker_staging_bytes));
+    json_object_set_new(j, "worker_peak_bytes", json_integer((json_int_t)r->worker_peak_bytes));
+    json_object_set_new(j, "pieces", json_integer((json_int_t)r->pieces));
+    json_object_set_new(j, "ceiling_repeats", json_integer(r->ceiling_repeats));
+    json_object_set_new(j, "setup_s", json_real(r->setup_s));
+    json_object_set_new(j, "warmup_s", json_real(r->warmup_s));
+    json_object_set_new(j, "bucket_mean_s", json_real(r->bucket_mean_s));
+    json_object_set_new(j, "bucket_max_s", json_real(r->bucket_max_s));
+    json_object_set_new(j, "commit_s", json_real(r->commit_s));
+    json_object_set_new(j, "worker_apply_s", json_real(r->worker_apply_s));
+    json_object_set_new(j, "worker_wait_s", json_real(r->worker_wait_s));
+    json_object_set_new(j, "worker_prepare_s", json_real(r->worker_prepare_s));
+    json_object_set_new(j, "worker_deferred", json_integer((json_int_t)r->worker_deferred));
+    if (r->note[0]) json_object_set_new(j, "note", json_string(r->note));
+    *out = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!*out) RW_FAIL(err, RW_E_OOM, "bench json: out of memory");
+    return RW_OK;
 }

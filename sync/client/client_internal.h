@@ -1,0 +1,20 @@
+/* client_internal.h - what the trainer-side files (client.c, sums.c, group.c, push.c) share
+ * beyond rw_client.h. Not part of the contract (and not exported to ctypes users on purpose). */
+#ifndef RW_CLIENT_INTERNAL_H
+#define RW_CLIENT_INTERNAL_H
+
+#include "rw_client.h"
+#include "sync_internal.h"
+
+/* Records the outcome of a call on the handle (rw_client_last_error); returns st. */
+rw_status rw_client_note(rw_client *c, rw_status st, rw_err *err);
+/* send + wait with an args writer (NULL: {}); the decoded reply stays in *m for the caller
+ * (free with rw_msg_free). */
+rw_status rw_client_call(rw_client *c, const char *cmd, rw_mw *args, int timeout_ms, rw_msg **m,
+                         rw_reply *r, rw_err *err);
+/* The trainer group's own stream (a cudaStream_t) used when callers pass none. */
+void *rw_client_group_stream(rw_client_group *g);
+/* The worker's quantization config as a checksum reply reports it (strings borrowed from s). */
+rw_status rw_client_sums_quant(const rw_client_sums *s, rw_quant_config *q, rw_err *err);
+
+#endif

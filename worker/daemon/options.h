@@ -1,0 +1,51 @@
+/* options.h - the rw-worker daemon's command-line options (options.c), read by every other file
+ * of the daemon. */
+#ifndef RW_DAEMON_OPTIONS_H
+#define RW_DAEMON_OPTIONS_H
+
+#include "rw_worker.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RW_DAEMON_DEFAULT_CONTROL "tcp://127.0.0.1:5557"
+#define RW_DAEMON_MAX_TP 64
+
+typedef struct rw_dopts {
+    const char *model_dir;   /* --model DIR (config.json + safetensors) */
+    const char *config_path; /* --config FILE */
+    bool random_weights;     /* --random-weights: seeded random bf16 (with --config) */
+    uint64_t seed;           /* --seed (weights) */
+    int tp;                  /* --tp N */
+    int rank;                /* --rank R; -1 when this process launches the ranks itself */
+    const char *peer;        /* --peer ADDR: rank rendezvous (rank 0 binds, others connect) */
+    const char *control;     /* --control ADDR */
+    const char *auth_token;  /* --auth-token T (or RW_AUTH_TOKEN) */
+    rw_backend backend;      /* --device */
+    int gpu;                 /* --gpu G: CUDA ordinal of this rank (launcher: of rank 0) */
+    bool gpu_given;
+    double kv_fraction;       /* --kv-fraction */
+    double kv_mb;             /* --kv-mb: KV budget in MiB (0: engine default) */
+    int max_batch;            /* --max-batch: requests in the running batch */
+    int max_batch_tokens;     /* --max-batch-tokens */
+    const char *ready_file;   /* --ready-file PATH: the bound control endpoint is written there */
+    double startup_timeout_s; /* --startup-timeout: rendezvous / rank start-up bound */
+    double rank_timeout_s;    /* --rank-timeout: bound on a follower's answer to an op */
+    const char *self_exe;     /* this executable (launcher mode re-executes it per rank) */
+} rw_dopts;
+
+/* Parses argv (after the program name). Returns 0 on success, 2 on a usage error (message
+ * printed on stderr). */
+int rw_dopts_parse(int argc, char **argv, rw_dopts *o);
+/* True for addresses that only local processes can reach (loopback tcp, ipc, inproc). */
+bool rw_daemon_addr_is_local(const char *addr);
+/* CUDA ordinal of `rank` under the options (launcher: --gpu + rank; external launcher: --gpu,
+ * else rank modulo the device count). */
+int rw_dopts_device(const rw_dopts *o, int rank);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

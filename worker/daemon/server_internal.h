@@ -1,0 +1,137 @@
+/* server_internal.h - what rank 0's control server shares between its files: the server state,
+ * the generate commands in flight, and the helpers every command uses (replies, relays to the
+ * followers, version stamps, the worker's state). server.c owns the loop and the dispatch table;
+ * cmd_generate.c, cmd_control.c and cmd_sync.c the commands. Not part of any contract.
+ *
+ * Ordering rule: rank 0 applies a change to its own engine and sends the same op to the
+ * followers before it does anything else with the engine, so every rank sees one op sequence.
+ * Engine calls that can fail on input (adding requests) run on rank 0 first and are relayed only
+ * when they succeeded; commands whose outcome can differ per rank (the update commands, memory)
+ * are relayed first and their answers gathered. */
+#ifndef RW_DAEMON_SERVER_INTERNAL_H
+#define RW_DAEMON_SERVER_INTERNAL_H
+
+#include "server.h"
+
+/* One generate command in flight: its requests are engine ids base .. base + n - 1. */
+typedef struct rw_gen {
+    rw_zmq_msg *zm;  /* the request, kept for routing the reply */
+    uint64_t req_id; /* the client's request id */
+    char peer[256];  /* the client's routing id (abort matches on it) */
+    size_t peer_len;
+    uint64_t base;
+    int n;
+    int per_prompt;   /* samples per prompt (args.n) */
+    rw_output **outs; /* [n] finished outputs */
+    int done;
+    bool stream, logprobs;
+    int *sent; /* [n] tokens already streamed */
+    double t_recv;
+} rw_gen;
+
+typedef struct rw_server {
+    const rw_dopts *o;
+    rw_rank *r;
+    rw_peers *peers;
+    void *ctl;
+    char endpoint[256];
+    uint64_t seq;
+    rw_gen **gens; /* sorted by base */
+    int ngens, capgens;
+    uint64_t next_eid;
+    char (*tags)[RW_SYNC_MAX_VERSION + 1]; /* engine version index -> version tag */
+    size_t ntags, captags;
+    bool user_paused;
+    bool update_paused;        /* paused by an open update session */
+    bool followers_incomplete; /* some follower's weights are incomplete */
+    bool shutdown;
+    bool fatal;
+    bool lost_handled;       /* a lost rank was reported to the requests in flight */
+    rw_zmq_msg *shutdown_zm; /* the shutdown command, answered last */
+    uint64_t shutdown_id;
+    double t_start, t_poll;
+    uint64_t n_commands, n_errors, n_requests, n_finished;
+    rw_mw *w;  /* replies */
+    rw_mw *w2; /* ADD payloads */
+    int64_t *tmp;
+    int32_t *tok;
+    size_t tmpcap;
+    int32_t *peek_tok;
+    float *peek_lp;
+    size_t peekcap;
+} rw_server;
+
+/* One received command on its way through the dispatch table. */
+typedef struct rw_srv_call {
+    rw_cmd cmd;
+    rw_zmq_msg *zm;  /* the received message: routing id, envelope, data frames */
+    rw_msg *msg;     /* the decoded envelope (owns req's memory) */
+    rw_request *req; /* its args without the fields the server took (auth) */
+    uint64_t taken;  /* RW_OPK_* fields taken out of req->args so far */
+    bool kept;       /* the handler keeps zm (it answers later) */
+    bool replied;    /* the handler sent its reply itself */
+} rw_srv_call;
+
+/* A command handler: RW_OK with its reply in s->w (unless it kept the message or replied
+ * itself), or a failure the server answers with an error reply. */
+typedef rw_status (*rw_srv_handler)(rw_server *s, rw_srv_call *c, rw_err *err);
+
+/* --- server.c: replies, relays, versions ------------------------------------------------------ */
+/* Sends the message in `w` (and `of`, whose ownership passes on) to the client of `zm`. */
+void rw_srv_send(rw_server *s, const rw_zmq_msg *zm, rw_mw *w, rw_sync_out_frame *of);
+void rw_srv_reply_err(rw_server *s, const rw_zmq_msg *zm, uint64_t id, rw_status st,
+                      const char *msg);
+/* Sends an op that needs no answer to every follower. A failure means a follower is
+ * unreachable: the ranks can no longer run in step, which is fatal for the worker. */
+void rw_srv_relay(rw_server *s, rw_op op, uint64_t a, const void *payload, size_t plen);
+/* Sends an op to the followers (all: only < 0, or one) and gathers their answers into
+ * rep[rank]; free them with rw_srv_free_reps. Returns the first transport failure. */
+rw_status rw_srv_relay_wait(rw_server *s, int only, rw_op op, uint64_t a, const void *payload,
+                            size_t plen, const rw_sync_frames *frames, rw_op_msg *rep, rw_err *err);
+void rw_srv_free_reps(rw_server *s, rw_op_msg *rep);
+/* The first failing follower answer of a relayed op, as an error. */
+rw_status rw_srv_reps_status(rw_server *s, rw_op_msg *rep, rw_err *err);
+/* Appends a version tag; its index is what the engine stamps outputs with. */
+bool rw_srv_push_tag(rw_server *s, const char *tag);
+const char *rw_srv_tag_of(const rw_server *s, uint64_t v);
+/* "serving", "paused", "updating", "weights_incomplete" or "weights_released". */
+const char *rw_srv_worker_state(const rw_server *s);
+/* True while an update session is open on rank 0. */
+bool rw_srv_session_open(const rw_server *s);
+rw_status rw_srv_parse_mode(const char *m, const char *what, rw_pause_mode *out, rw_err *err);
+
+/* --- cmd_generate.c ------------------------------------------------------------------------- */
+rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_abort(rw_server *s, rw_srv_call *c, rw_err *err);
+/* Takes every finished output of rank 0's engine; answers the commands that are complete. */
+void rw_srv_collect_outputs(rw_server *s);
+/* Streams the tokens made since the last partial reply of every streaming command. */
+void rw_srv_stream_partials(rw_server *s);
+/* Aborts every request on every rank; their commands get their partial outputs. */
+void rw_srv_abort_everything(rw_server *s);
+int64_t rw_srv_requests_in_flight(const rw_server *s);
+void rw_srv_gen_remove(rw_server *s, int pos);
+void rw_srv_gen_free(rw_gen *g);
+
+/* --- cmd_control.c -------------------------------------------------------------------------- */
+rw_status rw_srv_pause(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_resume(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_flush(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_release_memory(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_resume_memory(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_health(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err);
+rw_status rw_srv_shutdown(rw_server *s, rw_srv_call *c, rw_err *err);
+
+/* --- cmd_sync.c ----------------------------------------------------------------------------- */
+/* Every sync command (RW_CMDF_SYNC): run on the ranks it concerns, answered, and its
+ * consequences for generation applied. Replies itself. */
+rw_status rw_srv_sync(rw_server *s, rw_srv_call *c, rw_err *err);
+/* After a session ended without a commit everywhere: settle the ranks, drop what can no longer
+ * run, lift the update's pause. */
+void rw_srv_session_ended(rw_server *s);
+/* Asks every follower for its weight state (after a session ended) and records whether any is
+ * incomplete; followers with a session still open abort it. */
+void rw_srv_settle_followers(rw_server *s);
+
+#endif
