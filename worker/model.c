@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "rw_sync.h"
 
 const char *rw_backend_str(rw_backend b) {
     switch (b) {
@@ -108,91 +109,12 @@ static rw_status check_complete(rw_model *m, const char *what, rw_err *err) {
     return RW_OK;
 }
 
-/* Checkpoint tensors are read with pread (rw_st_read) into a host buffer and applied from there,
- * never through the files' mappings: a file truncated while it is loaded then fails the load
- * with "file shrank while loading" (naming the file, the tensor and the byte) instead of killing
- * the process with SIGBUS. A tensor larger than LOAD_PIECE bytes goes as row pieces along dim 0
- * (a multiple of 128 rows each when that many fit: whole fp8 / mxfp8 blocks), so the buffer
- * stays that size; RW_LOAD_PIECE_BYTES (>= 4096) sets another size (tests use small ones). */
-#define LOAD_PIECE (256ull << 20)
-
-static uint64_t load_piece_bytes(void) {
-    const char *v = getenv("RW_LOAD_PIECE_BYTES");
-    if (v && v[0]) {
-        long long n = atoll(v);
-        if (n >= 4096) return (uint64_t)n;
-    }
-    return LOAD_PIECE;
-}
-
-/* Rows of tensor e per piece: all of them when it fits in `limit` or cannot be cut; else the cut
- * of rw_split_step, and one row when a single row is larger than the limit. */
-static uint64_t load_rows_step(const rw_st_entry *e, uint64_t limit) {
-    uint64_t bytes = e->end - e->begin;
-    uint64_t rows = e->ndim >= 1 ? (uint64_t)e->shape[0] : 1;
-    if (bytes <= limit || rows < 2) return rows;
-    const uint64_t step = rw_split_step(bytes / rows, limit);
-    return step ? step : 1;
-}
-
+/* The checkpoint is cut into pieces by the sync module's one cutter (rw_sync_load_ckpt: pread
+ * into a bounded host buffer, row pieces for large tensors), the same as an update from disk. */
 rw_status rw_model_load_ckpt(rw_model *m, const char *dir, rw_err *err) {
-    rw_ckpt *ck = NULL;
-    RW_CHECK(rw_ckpt_open(dir, &ck, err));
-    rw_status st = RW_OK;
-    const size_t n = rw_ckpt_count(ck);
-    const uint64_t limit = load_piece_bytes();
-    /* the host buffer: the largest piece (rw_wset_apply gathers host pieces into its own
-     * staging before it returns, so one buffer serves every piece in turn) */
-    uint64_t cap = 1;
-    for (size_t i = 0; i < n; i++) {
-        const rw_st_entry *e = rw_ckpt_at(ck, i);
-        uint64_t bytes = e->end - e->begin, rows = e->ndim >= 1 ? (uint64_t)e->shape[0] : 1;
-        uint64_t piece = rows ? bytes / rows * load_rows_step(e, limit) : bytes;
-        if (piece > cap) cap = piece;
-    }
-    void *buf = malloc((size_t)cap);
-    if (!buf) {
-        rw_ckpt_close(ck);
-        RW_FAIL(err, RW_E_OOM, "loading %s: out of memory for a %llu-byte read buffer", dir,
-                (unsigned long long)cap);
-    }
-    rw_wset_mark_clear(m->ws);
-    for (size_t i = 0; i < n && st == RW_OK; i++) {
-        const rw_st_entry *e = rw_ckpt_at(ck, i);
-        const rw_st_file *f = rw_ckpt_file(ck, (size_t)e->file_index);
-        const uint64_t bytes = e->end - e->begin;
-        const uint64_t rows = e->ndim >= 1 ? (uint64_t)e->shape[0] : 1;
-        const uint64_t step = load_rows_step(e, limit);
-        const bool whole = step >= rows;
-        const uint64_t row = rows ? bytes / rows : 0;
-        uint64_t r = 0;
-        do {
-            const uint64_t nr = whole ? rows : rw_split_end(r, rows, step) - r;
-            const uint64_t off = whole ? 0 : r * row, len = whole ? bytes : nr * row;
-            rw_piece p;
-            memset(&p, 0, sizeof p);
-            p.name = e->name;
-            p.dtype = e->dtype;
-            p.ndim = e->ndim;
-            memcpy(p.shape, e->shape, sizeof p.shape);
-            p.shard_dim = whole ? -1 : 0;
-            p.shard_begin = whole ? 0 : (int64_t)r;
-            p.shard_len = whole ? 0 : (int64_t)nr;
-            p.layout = RW_PIECE_PLAIN;
-            p.data = buf;
-            p.place = RW_PLACE_HOST;
-            st = rw_st_read(f, e->begin + off, buf, (size_t)len, err);
-            /* host pieces are copied before rw_wset_apply returns: buf is free again after it */
-            if (st == RW_OK) st = rw_wset_apply(m->ws, &p, NULL, err);
-            if (st != RW_OK) rw_err_prefix(err, "loading %s", dir);
-            r += nr;
-        } while (st == RW_OK && !whole && r < rows);
-    }
-    if (st == RW_OK && m->kind == RW_BACKEND_CUDA) st = rw_stream_sync(NULL, err);
-    if (st == RW_OK) st = check_complete(m, dir, err);
-    free(buf);
-    rw_ckpt_close(ck);
-    return st;
+    RW_CHECK(rw_sync_load_ckpt(m->ws, dir, 0, err)); /* 0: RW_LOAD_PIECE_BYTES or 256 MiB */
+    if (m->kind == RW_BACKEND_CUDA) RW_CHECK(rw_stream_sync(NULL, err));
+    return check_complete(m, dir, err);
 }
 
 rw_status rw_model_load_random(rw_model *m, uint64_t seed, float std, rw_err *err) {

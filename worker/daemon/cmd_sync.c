@@ -259,9 +259,8 @@ static void after(rw_server *s, const rw_srv_call *c, const sync_plan *p, const 
         if (r->st == RW_OK || rw_srv_session_open(s) || s->update_paused) rw_srv_session_ended(s);
     }
     if (r->st == RW_OK && (cmd == RW_CMD_COMMIT_UPDATE || p->implicit_disk)) {
-        /* an implicit disk session's commit does not flush the caches (it never did; its
-         * flush_cache argument is in r->o0.flush_cache) */
-        session_committed(s, r->o0.version, cmd == RW_CMD_COMMIT_UPDATE && r->o0.flush_cache);
+        /* an implicit disk session's flush_cache works as begin_update's (docs/PROTOCOL.md) */
+        session_committed(s, r->o0.version, r->o0.flush_cache);
     }
 }
 
