@@ -592,7 +592,7 @@ static inline float rw_dot_f32(const float *a, const float *b, int64_t n) {
     return s;
 }
 /* Cutting a tensor that does not fit a buffer or a bucket into pieces along one dim (the
- * checkpoint loaders of the worker and of a disk update): how many consecutive indices of `unit`
+ * checkpoint cutter of sync/disk.c, the trainer's push of large tensors): how many consecutive indices of `unit`
  * bytes each one piece may hold within `limit` bytes. The most that fit, rounded down to a
  * multiple of 128 when at least 128 fit, so that cuts fall on fp8 block (128) and mxfp8 block
  * (32) boundaries and the weight set applies each piece without staging partial blocks. 0 when a

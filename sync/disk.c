@@ -33,7 +33,7 @@ uint64_t rw_sync_ckpt_rows(const rw_st_entry *e, uint64_t limit) {
     const uint64_t bytes = e->end - e->begin;
     const uint64_t rows = e->ndim >= 1 ? (uint64_t)e->shape[0] : 1;
     if (bytes <= limit) return rows;
-    return rw_sync_split_step(rows ? bytes / rows : 0, limit);
+    return rw_split_step(rows ? bytes / rows : 0, limit);
 }
 
 /* A checkpoint tensor larger than the bucket: row pieces along dim 0 (shard pieces over its bytes
@@ -50,7 +50,7 @@ static rw_status apply_rows(rw_sync_session *s, const rw_st_file *f, const rw_st
                 "size %" PRIu64 " (begin_update bucket_bytes)",
                 e->name, row, limit);
     for (uint64_t r = 0; r < rows;) {
-        uint64_t end = rw_sync_split_end(r, rows, step);
+        uint64_t end = rw_split_end(r, rows, step);
         rw_sync_manifest_clear(m);
         RW_CHECK(rw_sync_manifest_add(m, e->name, e->dtype, e->ndim, e->shape, 0, (int64_t)r,
                                       (int64_t)(end - r), RW_PIECE_PLAIN, NULL, err));

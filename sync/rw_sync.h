@@ -312,26 +312,9 @@ void rw_sync_session_stats(rw_sync_session *s, rw_sync_sstats *out);
 /* ------------------------------------------------------------------------------------------ */
 /* Checkpoints on disk: the one cutter, for updates from disk and for the start-up load         */
 /* ------------------------------------------------------------------------------------------ */
-/* Splitting a piece that does not fit a limit along one dim: how many consecutive indices of
- * `unit` bytes each one piece may hold within `limit` bytes. The most that fit, rounded down to a
- * multiple of 128 when at least 128 fit, so that cuts fall on fp8 block (128) and mxfp8 block
- * (32) boundaries and the worker applies each piece without staging partial blocks. 0 when a
- * single index does not fit. Pieces are cut at multiples of the step (see rw_sync_split_end). */
-static inline uint64_t rw_sync_split_step(uint64_t unit, uint64_t limit) {
-    if (unit == 0 || unit > limit) return 0;
-    uint64_t n = limit / unit;
-    return n >= 128 ? n / 128 * 128 : n;
-}
-/* The end of the piece that starts at index `at` of the range ending at `end`: the next multiple
- * of `step`, or `end`. */
-static inline uint64_t rw_sync_split_end(uint64_t at, uint64_t end, uint64_t step) {
-    uint64_t e = (at / step + 1) * step;
-    return e < end ? e : end;
-}
-
 /* The checkpoint cutter: rows (along dim 0; a 0-d tensor has one) of checkpoint tensor `e` per
  * piece of at most `limit` bytes: all of them when the tensor fits, else rw_sync_split_step of
- * its row size, so every piece is a multiple of 128 rows when that many fit; 0 when a single row
+ * its row size (rw_split_step, rw_core.h), so every piece is a multiple of 128 rows when that many fit; 0 when a single row
  * is larger than `limit`. */
 uint64_t rw_sync_ckpt_rows(const rw_st_entry *e, uint64_t limit);
 

@@ -216,7 +216,7 @@ static rw_status build_items(const rw_ckpt *ck, const rw_config *cfg, int K, reg
 
 /* Replaces every item whose piece exceeds `bucket` bytes by pieces that fit: a whole tensor by
  * row pieces (shard dim 0), a shard (fused gate_up included) by sub-ranges of its shard range
- * along the same dim; cuts at multiples of rw_sync_split_step indices. The 30B-A3B embedding and
+ * along the same dim; cuts at multiples of rw_split_step indices. The 30B-A3B embedding and
  * lm_head (151936 x 2048 bf16, 622 MB) exceed the default 512 MiB bucket. */
 static rw_status split_items(items *l, uint64_t bucket, rw_err *err) {
     items out = {0};
@@ -231,7 +231,7 @@ static rw_status split_items(items *l, uint64_t bucket, rw_err *err) {
         int dim = it->t.shard_dim >= 0 ? it->t.shard_dim : 0;
         uint64_t b = it->t.shard_dim >= 0 ? (uint64_t)it->t.shard_begin : 0;
         uint64_t len = it->t.shard_dim >= 0 ? (uint64_t)it->t.shard_len : (uint64_t)it->t.shape[0];
-        uint64_t step = len ? rw_sync_split_step(nb / len, bucket) : 0;
+        uint64_t step = len ? rw_split_step(nb / len, bucket) : 0;
         if (!step) {
             st = RW_ERR(err, RW_E_RANGE,
                         "push: %s: one index of dim %d is %" PRIu64 " bytes, more than the "
@@ -240,7 +240,7 @@ static rw_status split_items(items *l, uint64_t bucket, rw_err *err) {
             break;
         }
         for (uint64_t at = b; at < b + len && st == RW_OK;) {
-            uint64_t end = rw_sync_split_end(at, b + len, step);
+            uint64_t end = rw_split_end(at, b + len, step);
             item p = *it;
             p.t.shard_dim = dim;
             p.t.shard_begin = (int64_t)at;

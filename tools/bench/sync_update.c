@@ -132,13 +132,13 @@ static rw_status plan_cb(const rw_wname *w, void *ctx) {
     p->tensors++;
     if (nb <= p->bucket_bytes) return plan_piece(p, name, nd, shape, -1, 0, 0, nb);
     uint64_t rows = (uint64_t)shape[0], row = nb / rows;
-    uint64_t step = rw_sync_split_step(row, p->bucket_bytes);
+    uint64_t step = rw_split_step(row, p->bucket_bytes);
     if (!step)
         RW_FAIL(p->err, RW_E_RANGE,
                 "bench: %s: one row (%" PRIu64 " bytes) exceeds the bucket size %" PRIu64, name,
                 row, p->bucket_bytes);
     for (uint64_t r = 0; r < rows;) {
-        uint64_t end = rw_sync_split_end(r, rows, step);
+        uint64_t end = rw_split_end(r, rows, step);
         RW_CHECK(
             plan_piece(p, name, nd, shape, 0, (int64_t)r, (int64_t)(end - r), (end - r) * row));
         r = end;
