@@ -99,7 +99,7 @@ for i in 0 1 2 3; do
         while [ "${toks[first]}" = "${want[first]}" ]; do first=$((first + 1)); done
         echo "  reference:       ${want[*]}"
         echo "  differs from the reference at position $first"
-        # the bf16 CUDA backend may flip a near-tie (spec/targets.md F2); the CPU backend is exact
+        # the bf16 CUDA backend may flip a near-tie (docs/TARGETS.md F2); the CPU backend is exact
         if [ "$device" != "cuda" ] || [ "$first" -eq 0 ]; then fail=1; fi
     else
         echo "  = the fixture's greedy reference"
