@@ -21,7 +21,14 @@ static void usage(FILE *f) {
             "options per command:\n"
             "  generate --prompt 1,2,3 [--prompt ...] [--n N] [--max-new-tokens N]\n"
             "           [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop 7,8]\n"
-            "           [--top-logprobs N] [--no-logprobs] [--stream]\n"
+            "           [--top-logprobs N] [--no-logprobs] [--stream] [--logprob-mode raw|processed]\n"
+            "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
+            "  score --prompt 1,2,3 --continuation 4,5 [--prompt ... --continuation ...]\n"
+            "           [--prompt-logprobs] [--logprob-mode raw|processed] [--temperature T]\n"
+            "           [--top-p P] [--top-k K] [--top-logprobs N]\n"
+            "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
+            "  (routed experts come in the reply's data frame: --out writes it to FILE; the\n"
+            "  result's routed_experts / routing_weights give offset, nbytes, shape and dtype)\n"
             "  abort (--request-id ID | --all)\n"
             "  pause [--mode abort|retract|in_place]      resume      flush_cache\n"
             "  init_weights_update_group --unique-id HEX --world-size N --rank-offset K\n"
@@ -139,7 +146,8 @@ typedef struct ctl {
 static int build_args(ctl *c, int argc, char **argv) {
     json_t *a = c->args;
     const rw_cmd cmd = rw_cmd_parse(c->cmd);
-    json_t *prompts = NULL, *names = NULL;
+    json_t *prompts = NULL, *names = NULL, *conts = NULL;
+    const bool gen_or_score = cmd == RW_CMD_GENERATE || cmd == RW_CMD_SCORE;
     bool weights = false, kv = false;
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = NULL;
@@ -156,12 +164,28 @@ static int build_args(ctl *c, int argc, char **argv) {
             char key[256];
             snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
             json_object_set_new(a, key, val);
-        } else if (cmd == RW_CMD_GENERATE && !strcmp(o, "--prompt")) {
+        } else if (gen_or_score && !strcmp(o, "--prompt")) {
             NEED(o);
             json_t *p = id_list(v);
             if (!p) BAD(o);
             if (!prompts) prompts = json_array();
             json_array_append_new(prompts, p);
+        } else if (cmd == RW_CMD_SCORE && !strcmp(o, "--continuation")) {
+            NEED(o);
+            json_t *p = id_list(v);
+            if (!p) BAD(o);
+            if (!conts) conts = json_array();
+            json_array_append_new(conts, p);
+        } else if (gen_or_score && (!strcmp(o, "--return-routed-experts") ||
+                                    !strcmp(o, "--return-routing-weights") ||
+                                    !strcmp(o, "--prompt-logprobs"))) {
+            char key[64];
+            snprintf(key, sizeof key, "%s", o + 2);
+            canon(key);
+            json_object_set_new(a, key, json_true());
+        } else if (gen_or_score && !strcmp(o, "--logprob-mode")) {
+            NEED(o);
+            json_object_set_new(a, "logprob_mode", json_string(v));
         } else if (!strcmp(o, "--stop")) {
             NEED(o);
             json_t *p = id_list(v);
@@ -250,6 +274,13 @@ static int build_args(ctl *c, int argc, char **argv) {
             json_object_set(a, "prompts", prompts);
         json_decref(prompts);
     }
+    if (conts) {
+        if (json_array_size(conts) == 1)
+            json_object_set(a, "continuation", json_array_get(conts, 0));
+        else
+            json_object_set(a, "continuations", conts);
+        json_decref(conts);
+    }
     if (names) json_object_set_new(a, "names", names);
     if ((weights || kv) && (cmd == RW_CMD_RELEASE_MEMORY || cmd == RW_CMD_RESUME_MEMORY)) {
         json_object_set_new(a, "weights", json_boolean(weights));
@@ -257,6 +288,10 @@ static int build_args(ctl *c, int argc, char **argv) {
     }
     if (cmd == RW_CMD_GENERATE && !json_object_get(a, "prompt") && !json_object_get(a, "prompts")) {
         fprintf(stderr, "rw-ctl: generate needs --prompt\n");
+        return EXIT_USAGE;
+    }
+    if (cmd == RW_CMD_SCORE && (!json_object_get(a, "prompt") && !json_object_get(a, "prompts"))) {
+        fprintf(stderr, "rw-ctl: score needs --prompt and --continuation (one per prompt)\n");
         return EXIT_USAGE;
     }
     return 0;
