@@ -35,13 +35,14 @@ static inline void rw_out_same(const rw_output *a, const rw_output *b, const cha
     }
 }
 
-/* The request alone on a fresh engine (default options, prefix sharing off): the reference a
- * shared, cached or batched run must reproduce. One output (n_samples 1). */
+/* The request alone on a fresh engine (default options but a 64 MiB KV cache, prefix sharing
+ * off): the reference a shared, cached or batched run must reproduce. One output. */
 static inline rw_output *rw_run_alone(rw_model *m, const int32_t *tokens, int n,
                                       const rw_sampling *sp, const rw_request_opts *ro) {
     rw_err err = {0};
     rw_engine_opts o = rw_engine_opts_default();
     o.prefix_sharing = false;
+    o.kv_bytes = (size_t)64 << 20;
     rw_engine *e = NULL;
     RW_ASSERT_OK(rw_engine_create(m, &o, &e, &err), &err);
     rw_request_opts one = ro ? *ro : (rw_request_opts){0};
@@ -67,6 +68,7 @@ static inline size_t rw_block_bytes(rw_model *m, int bs) {
     rw_err err = {0};
     rw_engine_opts o = rw_engine_opts_default();
     o.kv_block_size = bs;
+    o.kv_bytes = (size_t)64 << 20;
     rw_engine *e = NULL;
     RW_ASSERT_OK(rw_engine_create(m, &o, &e, &err), &err);
     rw_engine_stats st;
