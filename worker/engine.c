@@ -438,16 +438,26 @@ rw_status rw_engine_add_ex(rw_engine *e, uint64_t id, const int32_t *tokens, int
     if ((total + e->o.kv_block_size - 1) / e->o.kv_block_size > e->kvb.nblocks)
         RW_FAIL(err, RW_E_RANGE, "add %llu: %lld tokens exceed the whole KV cache (%lld tokens)",
                 uid, (long long)total, (long long)e->kvb.nblocks * e->o.kv_block_size);
-    for (int i = 0; i < ns; i++)
+    for (int i = 0; i < ns; i++) {
         if (idmap_get(&e->ids, id + (uint64_t)i))
             RW_FAIL(err, RW_E_INVALID_ARG, "add: request id %llu already exists",
                     (unsigned long long)(id + (uint64_t)i));
+        if (o->sample_max_new && !score &&
+            (o->sample_max_new[i] < 1 || o->sample_max_new[i] > sp->max_new_tokens))
+            RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: sample_max_new[%d] %d outside [1, %d]", uid,
+                    i, o->sample_max_new[i], sp->max_new_tokens);
+    }
     /* the samples: the first is queued; with sharing on the others wait attached to it */
     req *lead = NULL;
     for (int i = 0; i < ns; i++) {
         rw_sampling s = *sp;
         if (i) s.seed = sp->seed + (uint64_t)i;
-        req *r = req_new(id + (uint64_t)i, tokens, n, n_prompt, total, &s, o);
+        int64_t cap = total;
+        if (o->sample_max_new && !score) {
+            s.max_new_tokens = o->sample_max_new[i];
+            cap = (int64_t)n + s.max_new_tokens;
+        }
+        req *r = req_new(id + (uint64_t)i, tokens, n, n_prompt, cap, &s, o);
         bool ok = r && idmap_put(&e->ids, r->id, r);
         if (ok && lead && e->o.prefix_sharing) {
             if (lead->nfollow == lead->cap_follow) {
@@ -756,4 +766,9 @@ void rw_engine_stats_get(const rw_engine *e, rw_engine_stats *out) {
     out->prefix_tokens_saved = e->tokens_saved;
     out->forked_samples = e->forks;
     out->score_tokens = e->score_tokens;
+    out->last_tokens = e->last_tokens;
+    out->last_seqs = e->last_seqs;
+    out->last_logits = e->last_logits;
+    out->last_ctx = e->last_ctx;
+    out->last_attn = e->last_attn;
 }

@@ -416,6 +416,15 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
         nlog += rows;
     }
     rw_fwd_batch b = {nseq, e->bseq, (int32_t)ntok, e->btok, nlog, false};
+    e->last_tokens = ntok;
+    e->last_seqs = nseq;
+    e->last_logits = nlog;
+    e->last_ctx = e->last_attn = 0;
+    for (int i = 0; i < nseq; i++) {
+        const int64_t p0 = e->bseq[i].pos0, n = e->bseq[i].ntok;
+        e->last_ctx += p0 + n;
+        e->last_attn += n * p0 + n * (n + 1) / 2;
+    }
     RW_CHECK(e->m->ops->forward(e->m, e->kv, &b, err));
     RW_CHECK(fetch_routes(e, ntok, err));
     const int nrun0 = e->nrun; /* forks append below */

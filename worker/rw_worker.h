@@ -254,6 +254,9 @@ typedef struct rw_engine_stats {
     int64_t prefix_tokens_saved; /* tokens whose KV was reused instead of computed */
     int64_t forked_samples;      /* samples that started from a sibling's prefill */
     int64_t score_tokens;        /* tokens scored (continuation and prompt logprobs) */
+    /* the last step's forward (for per-step floors): tokens, sequences, logits rows, the sum of
+     * its sequences' context lengths (keys each reads), and of (query, key) pairs attended */
+    int64_t last_tokens, last_seqs, last_logits, last_ctx, last_attn;
 } rw_engine_stats;
 
 typedef struct rw_engine rw_engine;
@@ -286,6 +289,10 @@ typedef struct rw_request_opts {
     bool prompt_logprobs; /* score: also the logprobs of prompt tokens 1 .. n_prompt - 1 */
     bool routed_experts;  /* record the router's top-k of every token (rw_output) */
     bool routing_weights; /* and their weights (needs routed_experts) */
+    /* n_samples > 1 (engine API only: the daemon's rank ops do not carry it): sample i stops
+     * after sample_max_new[i] tokens, 1..sp->max_new_tokens, instead of sp->max_new_tokens
+     * (benchmarks emulating response lengths); NULL: all after sp->max_new_tokens. Copied. */
+    const int *sample_max_new;
 } rw_request_opts;
 
 /* rw_engine_add with options (NULL: none). A score request's tokens are prompt then

@@ -190,6 +190,43 @@ static void test_n_samples(void **state) {
     samples_case(c, 7, 4, 0.0f, 0);  /* no full block, greedy: identical samples */
 }
 
+/* Samples of one prompt with their own lengths (rw_request_opts.sample_max_new). */
+static void test_sample_lengths(void **state) {
+    ctx *c = *state;
+    rw_err err = {0};
+    int32_t prompt[40];
+    rw_random_prompt(prompt, 40, c->cfg.vocab_size, 8);
+    rw_sampling sp = rw_sampling_default();
+    sp.max_new_tokens = 12;
+    sp.temperature = 1.0f;
+    sp.seed = 21;
+    const int lens[5] = {3, 9, 1, 12, 6};
+    rw_request_opts ro = {.n_samples = 5, .sample_max_new = lens};
+    rw_engine *e;
+    RW_ASSERT_OK(rw_engine_create(c->m, NULL, &e, &err), &err);
+    RW_ASSERT_OK(rw_engine_add_ex(e, 0, prompt, 40, &sp, &ro, &err), &err);
+    RW_ASSERT_OK(rw_engine_run(e, &err), &err);
+    rw_output *o;
+    int got = 0;
+    while ((o = rw_engine_pop_output(e))) {
+        rw_sampling s = sp;
+        s.seed += o->id;
+        s.max_new_tokens = lens[o->id];
+        rw_output *ref = rw_run_alone(c->m, prompt, 40, &s, NULL);
+        assert_int_equal(o->n, lens[o->id]);
+        rw_out_same(o, ref, "sample with its own length");
+        rw_output_free(ref);
+        rw_output_free(o);
+        got++;
+    }
+    assert_int_equal(got, 5);
+    const int bad[5] = {3, 0, 1, 1, 1};
+    ro.sample_max_new = bad;
+    assert_int_equal(rw_engine_add_ex(e, 10, prompt, 40, &sp, &ro, &err), RW_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "sample_max_new[1]"));
+    rw_engine_destroy(e);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* A conversation: turn k's prompt is turn k-1's prompt and output plus new tokens. */
 static void test_multi_turn(void **state) {
@@ -448,7 +485,8 @@ static void test_add_ex_validation(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_manager),      cmocka_unit_test(test_add_ex_validation),
-        cmocka_unit_test(test_n_samples),          cmocka_unit_test(test_multi_turn),
+        cmocka_unit_test(test_n_samples),          cmocka_unit_test(test_sample_lengths),
+        cmocka_unit_test(test_multi_turn),
         cmocka_unit_test(test_weight_commit),      cmocka_unit_test(test_eviction_tiny_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
