@@ -1,7 +1,9 @@
 /* rw_worker.h - the worker module's public contract: the tensor-parallel communicator, the
  * Qwen3-MoE model on a rank's weight set (CPU reference backend and CUDA backend), the paged KV
  * cache, the sampler, the generation engine (continuous batching, chunked prefill, pause/resume,
- * weight-version stamps, stats) and the `--once` command-line mode.
+ * weight-version stamps, stats; for RL: a prefix cache and shared prompt KV for n samples,
+ * routed-expert export, raw or processed logprobs, scoring of given continuations) and the
+ * `--once` command-line mode.
  *
  * Semantics are those of Hugging Face transformers' Qwen3-MoE (docs/LAYOUT.md for the weights):
  * embedding, per layer [RMSNorm -> q/k/v -> per-head q/k RMSNorm -> RoPE (rotate-half) -> causal
