@@ -7,6 +7,34 @@
 
 #include "worker_util.h"
 
+/* A cmocka group's state: the tiny fixture's config, its directory and its model on the CPU
+ * backend (rw_fixture_model_setup / _teardown). */
+typedef struct rw_fixture_model {
+    rw_config cfg;
+    rw_model *m;
+    char dir[1024];
+} rw_fixture_model;
+
+static inline int rw_fixture_model_setup(void **state) {
+    rw_fixture_model *c = calloc(1, sizeof *c);
+    char path[1100];
+    rw_err err = {0};
+    rw_test_path(c->dir, sizeof c->dir, RW_TEST_FIXTURE);
+    snprintf(path, sizeof path, "%s/config.json", c->dir);
+    RW_ASSERT_OK(rw_config_load(path, &c->cfg, &err), &err);
+    c->m = rw_test_load_model(&c->cfg, RW_BACKEND_CPU, c->dir);
+    *state = c;
+    return 0;
+}
+
+static inline int rw_fixture_model_teardown(void **state) {
+    rw_fixture_model *c = *state;
+    rw_model_destroy(c->m);
+    rw_config_free(&c->cfg);
+    free(c);
+    return 0;
+}
+
 /* Fails unless b reproduces a: tokens, logprob bits, finish, top logprobs, and the routes (ids and
  * weights, bit for bit) when both recorded them. */
 static inline void rw_out_same(const rw_output *a, const rw_output *b, const char *what) {

@@ -473,6 +473,27 @@ static void test_router(void **state) {
     router_case(300, 60, 512, 20);
 }
 
+/* The sampling kernel on n requests p over logits l [rows, V]: the results into got, after
+ * checking that a second run gives the same bytes. */
+static void sample_gpu(const float *l, int64_t rows, int64_t n, int64_t V,
+                       const rw_k_sample_param *p, rw_k_sample_out *got, const char *what) {
+    rw_k_sample_out *again = calloc((size_t)n, sizeof *again);
+    float *dl = rw_tdev_put(l, 4 * rows * V);
+    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
+    rw_k_sample_out *dout;
+    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
+    rw_tdev_get(got, dout, sizeof *got * n);
+    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
+    rw_tdev_get(again, dout, sizeof *again * n);
+    rw_assert_bytes_equal(got, again, sizeof *got * n, what);
+    cudaFree(dl);
+    cudaFree(dp);
+    cudaFree(dout);
+    free(again);
+}
+
 static void test_sample(void **state) {
     (void)state;
     const int64_t n = 240, V = 5003;
@@ -499,19 +520,9 @@ static void test_sample(void **state) {
             break;
         }
     }
-    rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got),
-                    *again = calloc((size_t)n, sizeof *again);
+    rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got);
     rw_k_sample_ref(l, n, V, p, ref);
-    float *dl = rw_tdev_put(l, 4 * n * V);
-    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
-    rw_k_sample_out *dout;
-    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
-    rw_err err = {0};
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(got, dout, sizeof *got * n);
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(again, dout, sizeof *again * n);
-    rw_assert_bytes_equal(got, again, sizeof *got * n, "sampling rerun");
+    sample_gpu(l, n, n, V, p, got, "sampling rerun");
     int same = 0, sampled = 0;
     for (int i = 0; i < n; i++) {
         const float *row = l + (int64_t)p[i].row * V;
@@ -539,14 +550,10 @@ static void test_sample(void **state) {
     print_message("sampled rows: %d of %d draw the reference's token\n", same, sampled);
     /* only exp() rounding differs from the reference: boundary cases are rare */
     assert_true(same >= sampled - 2);
-    cudaFree(dl);
-    cudaFree(dp);
-    cudaFree(dout);
     free(l);
     free(p);
     free(ref);
     free(got);
-    free(again);
 }
 
 /* Processed logprobs (mode 1) and given tokens (forced >= 0) against the reference: given tokens
@@ -585,16 +592,7 @@ static void test_sample_processed(void **state) {
     rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got),
                     *again = calloc((size_t)n, sizeof *again);
     rw_k_sample_ref(l, n, V, p, ref);
-    float *dl = rw_tdev_put(l, 4 * n * V);
-    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
-    rw_k_sample_out *dout;
-    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
-    rw_err err = {0};
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(got, dout, sizeof *got * n);
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(again, dout, sizeof *again * n);
-    rw_assert_bytes_equal(got, again, sizeof *got * n, "processed sampling rerun");
+    sample_gpu(l, n, n, V, p, got, "processed sampling rerun");
     int inf = 0, same = 0, drawn = 0;
     for (int i = 0; i < n; i++) {
         if (p[i].forced >= 0) assert_int_equal(got[i].token, p[i].forced);
@@ -626,18 +624,13 @@ static void test_sample_processed(void **state) {
     /* a drawn token given back: the same processed logprob bits */
     for (int i = 0; i < n; i++)
         if (p[i].forced < 0) p[i].forced = got[i].token;
-    RW_TCK(cudaMemcpy(dp, p, sizeof *p * n, cudaMemcpyHostToDevice));
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(again, dout, sizeof *again * n);
+    sample_gpu(l, n, n, V, p, again, "given tokens rerun");
     for (int i = 0; i < n; i++)
         rw_assert_bytes_equal(&again[i].logprob, &got[i].logprob, 4, "drawn vs given logprob");
     print_message("processed / given: %d of %d draws equal the reference's token, %d -inf\n",
                   same, drawn, inf);
     assert_true(same >= drawn - 2);
     assert_true(inf > 0);
-    cudaFree(dl);
-    cudaFree(dp);
-    cudaFree(dout);
     free(l);
     free(p);
     free(ref);

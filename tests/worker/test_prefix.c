@@ -16,31 +16,7 @@
 #include "kv_blocks.h"
 #include "rollout_util.h"
 
-typedef struct ctx {
-    rw_config cfg;
-    rw_model *m;
-    char dir[1024];
-} ctx;
-
-static int setup(void **state) {
-    ctx *c = calloc(1, sizeof *c);
-    char path[1100];
-    rw_err err = {0};
-    rw_test_path(c->dir, sizeof c->dir, RW_TEST_FIXTURE);
-    snprintf(path, sizeof path, "%s/config.json", c->dir);
-    RW_ASSERT_OK(rw_config_load(path, &c->cfg, &err), &err);
-    c->m = rw_test_load_model(&c->cfg, RW_BACKEND_CPU, c->dir);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state) {
-    ctx *c = *state;
-    rw_model_destroy(c->m);
-    rw_config_free(&c->cfg);
-    free(c);
-    return 0;
-}
+typedef rw_fixture_model ctx;
 
 /* ------------------------------------------------------------------------------------------ */
 static void test_block_manager(void **state) {
@@ -489,5 +465,5 @@ int main(void) {
         cmocka_unit_test(test_multi_turn),
         cmocka_unit_test(test_weight_commit),      cmocka_unit_test(test_eviction_tiny_budget),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rw_fixture_model_setup, rw_fixture_model_teardown);
 }

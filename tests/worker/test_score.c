@@ -9,30 +9,7 @@
  *   logprobs equal log_softmax of the teacher-forced logits. */
 #include "rollout_util.h"
 
-typedef struct ctx {
-    rw_config cfg;
-    rw_model *m;
-} ctx;
-
-static int setup(void **state) {
-    ctx *c = calloc(1, sizeof *c);
-    char dir[1024], path[1100];
-    rw_err err = {0};
-    rw_test_path(dir, sizeof dir, RW_TEST_FIXTURE);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    RW_ASSERT_OK(rw_config_load(path, &c->cfg, &err), &err);
-    c->m = rw_test_load_model(&c->cfg, RW_BACKEND_CPU, dir);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state) {
-    ctx *c = *state;
-    rw_model_destroy(c->m);
-    rw_config_free(&c->cfg);
-    free(c);
-    return 0;
-}
+typedef rw_fixture_model ctx;
 
 /* Sampling settings covered: greedy, temperature only, top-k, top-p, both. */
 static rw_sampling setting(int k) {
@@ -272,5 +249,5 @@ int main(void) {
         cmocka_unit_test(test_processed_logprobs),
         cmocka_unit_test(test_score_equals_generate),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rw_fixture_model_setup, rw_fixture_model_teardown);
 }

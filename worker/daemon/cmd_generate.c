@@ -58,6 +58,26 @@ static rw_mw *gen_head(rw_server *s, const rw_gen *g, bool stream, uint32_t n) {
     return w;
 }
 
+void rw_srv_put_logprobs(rw_mw *w, const rw_output *o, bool top_only) {
+    if (!top_only) {
+        rw_mw_str(w, "logprobs");
+        rw_mw_array(w, (uint32_t)o->n);
+        for (int i = 0; i < o->n; i++)
+            rw_srv_lp(w, o->logprobs[i]);
+    }
+    if (o->top_n <= 0) return;
+    rw_mw_str(w, "top_logprobs");
+    rw_mw_array(w, (uint32_t)o->n);
+    for (int i = 0; i < o->n; i++) {
+        rw_mw_array(w, (uint32_t)o->top_n);
+        for (int j = 0; j < o->top_n; j++) {
+            rw_mw_array(w, 2);
+            rw_mw_i64(w, o->top_ids[(size_t)i * o->top_n + j]);
+            rw_srv_lp(w, o->top_logprobs[(size_t)i * o->top_n + j]);
+        }
+    }
+}
+
 /* The final reply of a generate command (routed experts in its data frame). */
 static void gen_reply(rw_server *s, rw_gen *g) {
     size_t *offs = g->routes ? calloc((size_t)g->n * 2, sizeof *offs) : NULL;
@@ -80,24 +100,7 @@ static void gen_reply(rw_server *s, rw_gen *g) {
         rw_mw_array(w, (uint32_t)o->n);
         for (int i = 0; i < o->n; i++)
             rw_mw_i64(w, o->tokens[i]);
-        if (g->logprobs) {
-            rw_mw_str(w, "logprobs");
-            rw_mw_array(w, (uint32_t)o->n);
-            for (int i = 0; i < o->n; i++)
-                rw_srv_lp(w, o->logprobs[i]);
-        }
-        if (top) {
-            rw_mw_str(w, "top_logprobs");
-            rw_mw_array(w, (uint32_t)o->n);
-            for (int i = 0; i < o->n; i++) {
-                rw_mw_array(w, (uint32_t)o->top_n);
-                for (int j = 0; j < o->top_n; j++) {
-                    rw_mw_array(w, 2);
-                    rw_mw_i64(w, o->top_ids[(size_t)i * o->top_n + j]);
-                    rw_srv_lp(w, o->top_logprobs[(size_t)i * o->top_n + j]);
-                }
-            }
-        }
+        if (g->logprobs || top) rw_srv_put_logprobs(w, o, !g->logprobs);
         rw_mw_kv_str(w, "finish", rw_finish_str(o->finish));
         rw_mw_kv_u64(w, "prompt_tokens", (uint64_t)o->n_prompt);
         /* the version that produced the last token (the serving one when nothing was made) */

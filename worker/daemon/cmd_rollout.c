@@ -249,22 +249,7 @@ void rw_srv_score_reply(rw_server *s, rw_gen *g) {
         const bool top = o->top_n > 0, plp = o->prompt_logprobs != NULL;
         rw_mw_map(w, 8 + (top ? 1 : 0) + (plp ? 1 : 0) + rw_srv_routes_nfields(g));
         rw_mw_kv_u64(w, "index", (uint64_t)k);
-        rw_mw_str(w, "logprobs");
-        rw_mw_array(w, (uint32_t)o->n);
-        for (int i = 0; i < o->n; i++)
-            rw_srv_lp(w, o->logprobs[i]);
-        if (top) {
-            rw_mw_str(w, "top_logprobs");
-            rw_mw_array(w, (uint32_t)o->n);
-            for (int i = 0; i < o->n; i++) {
-                rw_mw_array(w, (uint32_t)o->top_n);
-                for (int j = 0; j < o->top_n; j++) {
-                    rw_mw_array(w, 2);
-                    rw_mw_i64(w, o->top_ids[(size_t)i * o->top_n + j]);
-                    rw_srv_lp(w, o->top_logprobs[(size_t)i * o->top_n + j]);
-                }
-            }
-        }
+        rw_srv_put_logprobs(w, o, false);
         if (plp) { /* entry 0 (no token before it) is nil */
             rw_mw_str(w, "prompt_logprobs");
             rw_mw_array(w, (uint32_t)o->n_prompt);

@@ -138,6 +138,9 @@ static inline void rw_srv_lp(rw_mw *w, float lp) {
     else
         rw_mw_nil(w);
 }
+/* Writes an output's "logprobs" (unless top_only) and, when it has them, "top_logprobs"
+ * ([[id, logprob], ...] per token) as key / value pairs of the map being written. */
+void rw_srv_put_logprobs(rw_mw *w, const rw_output *o, bool top_only);
 /* The distribution fields generate and score share: temperature, top_p, top_k, top_logprobs. */
 rw_status rw_srv_read_dist(rw_mfields *f, rw_sampling *sp, rw_err *err);
 
