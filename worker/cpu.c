@@ -364,8 +364,8 @@ static rw_status cpu_logits_host(rw_model *m, int row0, int nrows, float *dst, r
     return RW_OK;
 }
 
-static rw_status cpu_kv_copy(rw_model *m, rw_kv *kv, const int32_t *src, const int32_t *dst,
-                             int n, rw_err *err) {
+static rw_status cpu_kv_copy(rw_model *m, rw_kv *kv, const int32_t *src, const int32_t *dst, int n,
+                             rw_err *err) {
     const size_t blk = (size_t)m->d.nkv_local * (size_t)kv->bs * (size_t)m->cfg.head_dim;
     const size_t layer = (size_t)kv->nblocks * blk;
     for (int i = 0; i < n; i++) {
@@ -373,7 +373,8 @@ static rw_status cpu_kv_copy(rw_model *m, rw_kv *kv, const int32_t *src, const i
             RW_FAIL(err, RW_E_RANGE, "kv copy: block %d -> %d of %lld", src[i], dst[i],
                     (long long)kv->nblocks);
         for (int l = 0; l < m->cfg.num_layers; l++) {
-            const size_t from = l * layer + (size_t)src[i] * blk, to = l * layer + (size_t)dst[i] * blk;
+            const size_t from = l * layer + (size_t)src[i] * blk,
+                         to = l * layer + (size_t)dst[i] * blk;
             memcpy(kv->k + to, kv->k + from, sizeof(float) * blk);
             memcpy(kv->v + to, kv->v + from, sizeof(float) * blk);
         }

@@ -20,8 +20,8 @@ struct req {
     int n_spans, cap_spans;
     int32_t *blocks; /* KV block table */
     int nblocks, cap_blocks;
-    int n_cached; /* tokens [0, n_cached) have their KV in the cache */
-    int chunk;    /* tokens scheduled in the current step */
+    int n_cached;    /* tokens [0, n_cached) have their KV in the cache */
+    int chunk;       /* tokens scheduled in the current step */
     int row0, nrows; /* this step's logits rows (nrows 0: none) */
     bool decoding;   /* its last token was sampled with its KV in place: the next is a decode */
     bool running;
@@ -39,7 +39,7 @@ struct req {
     int n_reg;
     uint64_t reg_key, kv_version;
     bool kv_valid;
-    int n_reused;     /* prompt tokens whose KV was reused */
+    int n_reused;        /* prompt tokens whose KV was reused */
     rw_finish finishing; /* routes: finished, its last token still to run through the model */
     /* n samples: a follower waits attached to its leader until the leader's prefill ends */
     req *leader;
@@ -64,7 +64,7 @@ struct rw_engine {
     int64_t whead, wtail, wcap;
     req **running; /* admission order */
     int nrun, cap_run;
-    int nattached; /* followers waiting attached to their leaders */
+    int nattached;    /* followers waiting attached to their leaders */
     rw_output **outq; /* finished, FIFO */
     int64_t ohead, otail, ocap;
     idmap ids;

@@ -444,8 +444,8 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
         if (r->chunk == 0 || r->nrows == 0) continue;
         if (!r->score) {
             if (r->n_cached != r->ntok || r->finishing != RW_FINISH_NONE) continue;
-            e->sreq[ns] = (rw_sample_req){.sp = &r->sp, .position = r->ntok,
-                                          .row = r->row0 + r->nrows - 1};
+            e->sreq[ns] =
+                (rw_sample_req){.sp = &r->sp, .position = r->ntok, .row = r->row0 + r->nrows - 1};
             e->sreq_of[ns] = r;
             e->sreq_pos[ns++] = -1;
             continue;
@@ -454,8 +454,11 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
         for (int k = 0; k < r->nrows; k++) {
             const int pos = first + k;
             if (pos > r->ntok - 2) break;
-            e->sreq[ns] = (rw_sample_req){.sp = &r->sp, .position = pos + 1, .row = r->row0 + k,
-                                          .force = true, .token = r->toks[pos + 1]};
+            e->sreq[ns] = (rw_sample_req){.sp = &r->sp,
+                                          .position = pos + 1,
+                                          .row = r->row0 + k,
+                                          .force = true,
+                                          .token = r->toks[pos + 1]};
             e->sreq_of[ns] = r;
             e->sreq_pos[ns++] = pos + 1;
         }

@@ -55,8 +55,8 @@ typedef struct rw_sample_req {
     const rw_sampling *sp;
     int64_t position; /* position of the token being generated (prompt + generated so far) */
     int row;
-    bool force;       /* no draw: the token is `token` (scoring a given continuation); its
-                         logprob (sp->logprob_mode) and the top-n are computed as for a draw */
+    bool force; /* no draw: the token is `token` (scoring a given continuation); its
+                   logprob (sp->logprob_mode) and the top-n are computed as for a draw */
     int32_t token;
 } rw_sample_req;
 

@@ -32,8 +32,8 @@ rw_status rw_kv_blocks_init(rw_kv_blocks *p, int64_t nblocks, int block_size, in
     p->rwts = calloc(n, sizeof(float *));
     p->bucket = malloc(sizeof(int32_t) * p->nbucket);
     if (!p->free || !p->ref || !p->cached || !p->key || !p->version || !p->parent || !p->gen ||
-        !p->pgen || !p->hnext || !p->lru_prev || !p->lru_next || !p->tok || !p->rids ||
-        !p->rwts || !p->bucket) {
+        !p->pgen || !p->hnext || !p->lru_prev || !p->lru_next || !p->tok || !p->rids || !p->rwts ||
+        !p->bucket) {
         rw_kv_blocks_fini(p);
         RW_FAIL(err, RW_E_OOM, "engine: block tables of %lld KV blocks", (long long)nblocks);
     }
@@ -54,9 +54,9 @@ void rw_kv_blocks_fini(rw_kv_blocks *p) {
     if (p->rids)
         for (int64_t b = 0; b < p->nblocks; b++)
             drop_routes(p, (int32_t)b);
-    void *a[] = {p->free,     p->ref,      p->cached,   p->key,  p->version, p->parent,
-                 p->gen,      p->pgen,     p->hnext,    p->lru_prev, p->lru_next, p->tok,
-                 p->rids,     p->rwts,     p->bucket};
+    void *a[] = {p->free,     p->ref, p->cached, p->key,   p->version,
+                 p->parent,   p->gen, p->pgen,   p->hnext, p->lru_prev,
+                 p->lru_next, p->tok, p->rids,   p->rwts,  p->bucket};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         free(a[i]);
     memset(p, 0, sizeof *p);
@@ -183,8 +183,8 @@ void rw_kv_blocks_give(rw_kv_blocks *p, const int32_t *blocks, int n) {
 uint64_t rw_kv_blocks_key(const rw_kv_blocks *p, bool first, uint64_t prev_key, uint64_t version,
                           const int32_t *tokens) {
     /* block 0's seed depends on the version, so chains of different weights never share keys */
-    const uint64_t seed = first ? rw_checksum64(&version, sizeof version, 0x6b765f7072656678ull)
-                                : prev_key;
+    const uint64_t seed =
+        first ? rw_checksum64(&version, sizeof version, 0x6b765f7072656678ull) : prev_key;
     return rw_checksum64(tokens, sizeof(int32_t) * (size_t)p->block_size, seed);
 }
 

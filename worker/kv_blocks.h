@@ -38,22 +38,22 @@ extern "C" {
 typedef struct rw_kv_blocks {
     int64_t nblocks;
     int block_size;
-    int route_row;  /* layers * top_k: elements of one token's routes */
-    int32_t *free;  /* stack of free block ids [nfree] */
+    int route_row; /* layers * top_k: elements of one token's routes */
+    int32_t *free; /* stack of free block ids [nfree] */
     int64_t nfree;
-    int32_t *ref;   /* [nblocks] requests holding the block */
+    int32_t *ref; /* [nblocks] requests holding the block */
     /* prefix cache, per block [nblocks] */
     uint8_t *cached;
     uint64_t *key, *version;
-    int32_t *parent;        /* block of the previous chain position (-1: block 0 of a chain) */
-    uint32_t *gen, *pgen;   /* generation of the block; of the parent when registered */
-    int32_t *hnext;         /* next cached block in the same hash bucket */
+    int32_t *parent;      /* block of the previous chain position (-1: block 0 of a chain) */
+    uint32_t *gen, *pgen; /* generation of the block; of the parent when registered */
+    int32_t *hnext;       /* next cached block in the same hash bucket */
     int32_t *lru_prev, *lru_next;
-    int32_t *tok;           /* [nblocks, bs] tokens of cached blocks */
-    uint16_t **rids;        /* [nblocks] -> [bs, route_row] or NULL */
-    float **rwts;           /* [nblocks] -> [bs, route_row] or NULL */
-    int32_t *bucket;        /* [nbucket] first cached block of each hash bucket (-1) */
-    uint64_t nbucket;       /* power of two */
+    int32_t *tok;               /* [nblocks, bs] tokens of cached blocks */
+    uint16_t **rids;            /* [nblocks] -> [bs, route_row] or NULL */
+    float **rwts;               /* [nblocks] -> [bs, route_row] or NULL */
+    int32_t *bucket;            /* [nbucket] first cached block of each hash bucket (-1) */
+    uint64_t nbucket;           /* power of two */
     int32_t lru_head, lru_tail; /* idle blocks, least recently released first */
     int64_t nidle, ncached;
     int64_t allocated, evicted; /* cumulative: blocks handed out for new KV; idle blocks evicted */

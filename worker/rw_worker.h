@@ -225,9 +225,9 @@ typedef struct rw_output {
      * so far. Tokens whose KV came from the prefix cache or a sibling sample have the routes
      * recorded when that KV was computed (stored with the KV blocks). */
     int n_routed, route_layers, route_k;
-    uint16_t *routed_ids;    /* [n_routed, route_layers, route_k] expert ids */
-    float *routed_weights;   /* same shape, routing weights; NULL unless asked */
-    int n_reused;            /* prompt tokens whose KV was reused (prefix cache or a sibling) */
+    uint16_t *routed_ids;  /* [n_routed, route_layers, route_k] expert ids */
+    float *routed_weights; /* same shape, routing weights; NULL unless asked */
+    int n_reused;          /* prompt tokens whose KV was reused (prefix cache or a sibling) */
 } rw_output;
 void rw_output_free(rw_output *o);
 
@@ -242,7 +242,7 @@ typedef struct rw_engine_stats {
     int waiting, running, paused; /* requests queued (sibling samples waiting for their first
                                      sample's prefill included), in the batch; paused flag */
     int64_t steps, prompt_tokens, generated_tokens, preemptions;
-    double gen_tokens_per_s; /* over the last few seconds of steps */
+    double gen_tokens_per_s;                 /* over the last few seconds of steps */
     int64_t kv_blocks_total, kv_blocks_used; /* used: held by requests (a shared block once) */
     int kv_block_size;
     size_t kv_bytes;

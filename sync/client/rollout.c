@@ -52,9 +52,8 @@ rw_status rw_client_score(rw_client *c, const char *args_json, int timeout_ms, c
 }
 
 /* {offset, nbytes, shape: [t, l, k], dtype} of `key` in output o: the array inside the frame. */
-static rw_status frame_array(const rw_mobj *o, const char *key, const void *frame,
-                             size_t frame_len, int64_t shape[3], const char **dtype,
-                             const void **data, rw_err *err) {
+static rw_status frame_array(const rw_mobj *o, const char *key, const void *frame, size_t frame_len,
+                             int64_t shape[3], const char **dtype, const void **data, rw_err *err) {
     const rw_mobj *d = rw_mobj_get(o, key);
     if (!d) RW_FAIL(err, RW_E_NOT_FOUND, "routes: the output has no %s", key);
     uint64_t off, nbytes;
@@ -103,8 +102,8 @@ rw_status rw_client_routes_of(const char *result_json, size_t i, const void *fra
     out->ids = data;
     if (rw_mobj_get(o, "routing_weights")) {
         int64_t ws[3];
-        RW_CHECKGOTO(frame_array(o, "routing_weights", frame, frame_len, ws, &dt, &data, err),
-                     st, out);
+        RW_CHECKGOTO(frame_array(o, "routing_weights", frame, frame_len, ws, &dt, &data, err), st,
+                     out);
         out->weights = data;
     }
 out:

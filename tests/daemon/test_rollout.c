@@ -15,21 +15,20 @@
 static void start_fixture(dt_worker *w, const char *extra0, const char *extra1) {
     char model[4096];
     rw_test_path(model, sizeof model, RW_TEST_FIXTURE);
-    const char *args[] = {"--model", model, "--device", "cpu", "--control", "tcp://127.0.0.1:*",
-                          extra0,    extra1, NULL};
+    const char *args[] = {"--model",           model,  "--device", "cpu", "--control",
+                          "tcp://127.0.0.1:*", extra0, extra1,     NULL};
     dt_start(w, args);
 }
 
 /* A generate / score through the typed calls: the result (json_decref) and the frame. */
-static json_t *call_frame(rw_client *c, bool score, const char *args, void **frame,
-                          size_t *flen) {
+static json_t *call_frame(rw_client *c, bool score, const char *args, void **frame, size_t *flen) {
     char *res = NULL;
     rw_err e;
     rw_err_clear(&e);
     rw_status st = score ? rw_client_score(c, args, DT_TIMEOUT_MS, &res, frame, flen, &e)
                          : rw_client_generate(c, args, DT_TIMEOUT_MS, &res, frame, flen, &e);
-    if (st != RW_OK) fail_msg("%s %s: %s: %s", score ? "score" : "generate", args,
-                              rw_status_str(st), e.msg);
+    if (st != RW_OK)
+        fail_msg("%s %s: %s: %s", score ? "score" : "generate", args, rw_status_str(st), e.msg);
     json_error_t je;
     json_t *r = json_loads(res, 0, &je);
     assert_non_null(r);
@@ -102,8 +101,8 @@ static json_t *generate_and_score(rw_client *c, const dt_ref *ref, int64_t *fork
                          b = json_real_value(json_array_get(slp, (size_t)j));
             if (a != b) fail_msg("output %zu token %d: generate %.9g, score %.9g", k, j, a, b);
         }
-        assert_true(json_equal(json_object_get(o, "top_logprobs"),
-                               json_object_get(so, "top_logprobs")));
+        assert_true(
+            json_equal(json_object_get(o, "top_logprobs"), json_object_get(so, "top_logprobs")));
         json_t *plp = json_object_get(so, "prompt_logprobs");
         assert_int_equal(json_array_size(plp), ref->n_prompt[pi]);
         assert_true(json_is_null(json_array_get(plp, 0)));
@@ -242,10 +241,24 @@ static void test_rw_ctl(void **state) {
     char *tmp = rw_test_tmpdir("rw-rollout-");
     char file[512], out[65536];
     snprintf(file, sizeof file, "%s/routes.bin", tmp);
-    const char *gen[] = {"--to",     w.ep,     "generate", "--prompt", "1,2,3,4", "--n", "2",
-                         "--max-new-tokens", "5", "--temperature", "1", "--logprob-mode",
-                         "processed", "--return-routed-experts", "--return-routing-weights",
-                         "--out", file, NULL};
+    const char *gen[] = {"--to",
+                         w.ep,
+                         "generate",
+                         "--prompt",
+                         "1,2,3,4",
+                         "--n",
+                         "2",
+                         "--max-new-tokens",
+                         "5",
+                         "--temperature",
+                         "1",
+                         "--logprob-mode",
+                         "processed",
+                         "--return-routed-experts",
+                         "--return-routing-weights",
+                         "--out",
+                         file,
+                         NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", gen, out, sizeof out, 60), 0);
     json_error_t je;
     json_t *r = json_loads(out, 0, &je);
@@ -259,8 +272,9 @@ static void test_rw_ctl(void **state) {
     /* 2 outputs x (9 x 3 x 2 ids at 1 byte, padded to 8) + (9 x 3 x 2 fp32) */
     assert_int_equal(sb.st_size, 2 * (56 + 216));
     json_decref(r);
-    const char *sc[] = {"--to", w.ep, "score", "--prompt", "1,2,3", "--continuation", "4,5",
-                        "--prompt", "7,8", "--continuation", "9", "--prompt-logprobs", NULL};
+    const char *sc[] = {"--to", w.ep,       "score", "--prompt",       "1,2,3", "--continuation",
+                        "4,5",  "--prompt", "7,8",   "--continuation", "9",     "--prompt-logprobs",
+                        NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", sc, out, sizeof out, 60), 0);
     r = json_loads(out, 0, &je);
     assert_non_null(r);

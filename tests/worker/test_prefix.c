@@ -370,8 +370,7 @@ static void test_eviction_tiny_budget(void **state) {
         rw_output *out;
         int got = 0;
         while ((out = rw_engine_pop_output(e))) {
-            const int i = (int)((out->id - (uint64_t)round * 100) / 10),
-                      smp = (int)(out->id % 10);
+            const int i = (int)((out->id - (uint64_t)round * 100) / 10), smp = (int)(out->id % 10);
             rw_sampling s = sp[i];
             s.seed += (uint64_t)smp;
             rw_output *ref = rw_run_alone(c->m, prompt[i], plen[i], &s, NULL);
@@ -460,10 +459,13 @@ static void test_add_ex_validation(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_block_manager),      cmocka_unit_test(test_add_ex_validation),
-        cmocka_unit_test(test_n_samples),          cmocka_unit_test(test_sample_lengths),
+        cmocka_unit_test(test_block_manager),
+        cmocka_unit_test(test_add_ex_validation),
+        cmocka_unit_test(test_n_samples),
+        cmocka_unit_test(test_sample_lengths),
         cmocka_unit_test(test_multi_turn),
-        cmocka_unit_test(test_weight_commit),      cmocka_unit_test(test_eviction_tiny_budget),
+        cmocka_unit_test(test_weight_commit),
+        cmocka_unit_test(test_eviction_tiny_budget),
     };
     return cmocka_run_group_tests(tests, rw_fixture_model_setup, rw_fixture_model_teardown);
 }

@@ -99,8 +99,8 @@ static void routes_case(const char *fixture) {
                                  fixture, i, t, l, K, ci[j], kth - next);
                     }
                     if (inner > RW_ROUTE_TIE_TOL && gi[j] != ci[j])
-                        fail_msg("%s prompt %d token %d layer %d: order %d: GPU %d, CPU %d", fixture,
-                                 i, t, l, j, gi[j], ci[j]);
+                        fail_msg("%s prompt %d token %d layer %d: order %d: GPU %d, CPU %d",
+                                 fixture, i, t, l, j, gi[j], ci[j]);
                 }
             }
             if (tie_here < first_tie) first_tie = tie_here;
@@ -205,9 +205,8 @@ static void test_sharing_invariance(void **state) {
             rw_request_opts so = routes;
             so.n_score = want->n;
             memcpy(conv + len, want->tokens, sizeof(int32_t) * (size_t)want->n);
-            RW_ASSERT_OK(rw_engine_add_ex(e, 1000 + (uint64_t)k, conv, len + want->n, &q, &so,
-                                          &err),
-                         &err);
+            RW_ASSERT_OK(
+                rw_engine_add_ex(e, 1000 + (uint64_t)k, conv, len + want->n, &q, &so, &err), &err);
             RW_ASSERT_OK(rw_engine_run(e, &err), &err);
             rw_output *sc = rw_engine_pop_output(e);
             snprintf(w, sizeof w, "turn %d score (%s)", k, mode ? "processed" : "raw");

@@ -136,8 +136,8 @@ static void test_routes_reused(void **state) {
         rw_output *o = rw_engine_pop_output(e);
         rw_sampling s = sp;
         s.seed += o->id - 10;
-        rw_output *ref = rw_run_alone(c->m, conv, P, &s, &(rw_request_opts){.routed_experts = true,
-                                                                         .routing_weights = true});
+        rw_output *ref = rw_run_alone(
+            c->m, conv, P, &s, &(rw_request_opts){.routed_experts = true, .routing_weights = true});
         assert_int_equal(o->n_routed, P + o->n);
         rw_out_same(o, ref, o->id == 10 ? "first sample" : "forked sample");
         if (o->id == 10) {

@@ -249,8 +249,7 @@ static void test_processed_and_given(void **state) {
             float lp, lp2;
             RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, pos, scratch, &tok, &lp, NULL, NULL, &err),
                          &err);
-            RW_ASSERT_OK(rw_logprob_row_ref(l, V, &sp, tok, scratch, &lp2, NULL, NULL, &err),
-                         &err);
+            RW_ASSERT_OK(rw_logprob_row_ref(l, V, &sp, tok, scratch, &lp2, NULL, NULL, &err), &err);
             assert_true(isfinite(lp));
             rw_assert_bytes_equal(&lp, &lp2, 4, "drawn vs given token's logprob");
         }
@@ -265,8 +264,7 @@ static void test_processed_and_given(void **state) {
     float lp;
     RW_ASSERT_OK(rw_logprob_row_ref(l, V, &g, arg, scratch, &lp, NULL, NULL, &err), &err);
     assert_true(lp == 0.0f);
-    RW_ASSERT_OK(rw_logprob_row_ref(l, V, &g, (arg + 1) % V, scratch, &lp, NULL, NULL, &err),
-                 &err);
+    RW_ASSERT_OK(rw_logprob_row_ref(l, V, &g, (arg + 1) % V, scratch, &lp, NULL, NULL, &err), &err);
     assert_true(isinf(lp) && lp < 0);
     g.logprob_mode = RW_LOGPROB_RAW;
     RW_ASSERT_OK(rw_logprob_row_ref(l, V, &g, 5, scratch, &lp, NULL, NULL, &err), &err);

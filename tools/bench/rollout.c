@@ -163,10 +163,11 @@ static void run_rollout(rwb_ctx *c, rw_model *m, bool sharing, const step_floor 
     rw_engine_stats st;
     rw_engine_stats_get(e, &st);
     const size_t block_bytes = st.kv_bytes / (size_t)(st.kv_blocks_total ? st.kv_blocks_total : 1);
-    fprintf(stderr,
-            "rw-bench: %s: %d prompts x %d, %lld response tokens drawn, KV %.1f GiB (%lld blocks)\n",
-            what, P, N, (long long)want_tokens, (double)st.kv_bytes / RWB_GIB,
-            (long long)st.kv_blocks_total);
+    fprintf(
+        stderr,
+        "rw-bench: %s: %d prompts x %d, %lld response tokens drawn, KV %.1f GiB (%lld blocks)\n",
+        what, P, N, (long long)want_tokens, (double)st.kv_bytes / RWB_GIB,
+        (long long)st.kv_blocks_total);
     const double t0 = rw_now();
     for (int i = 0; i < P; i++) {
         for (int t = 0; t < plen[i]; t++)
@@ -176,8 +177,8 @@ static void run_rollout(rwb_ctx *c, rw_model *m, bool sharing, const step_floor 
         sp.seed = o->seed * 7919ull + (uint64_t)i * (uint64_t)N;
         sp.max_new_tokens = o->ro_cap;
         const rw_request_opts ro = {.n_samples = N, .sample_max_new = rlen + (size_t)i * N};
-        RW_CHECKGOTO(rw_engine_add_ex(e, (uint64_t)i * N, toks, plen[i], &sp, &ro, &err),
-                     st_, fail);
+        RW_CHECKGOTO(rw_engine_add_ex(e, (uint64_t)i * N, toks, plen[i], &sp, &ro, &err), st_,
+                     fail);
     }
     double sum_floor = 0, last_t = t0;
     int64_t last_gen = 0, peak_blocks = 0, peak_running = 0, steps = 0;
@@ -253,8 +254,9 @@ static void run_rollout(rwb_ctx *c, rw_model *m, bool sharing, const step_floor 
     rwb_set_num(j, "hbm_gbps", fl->bw / 1e9);
     rwb_set_num(j, "gemm_tflops", fl->peak / 1e12);
     rwb_set_str(j, "sharing", sharing ? "on" : "off");
-    rwb_set_str(j, "sampling", "temperature 1, full vocabulary; each sample stops at its drawn "
-                               "length");
+    rwb_set_str(j, "sampling",
+                "temperature 1, full vocabulary; each sample stops at its drawn "
+                "length");
     const double wall_stats[1] = {wall};
     rwb_stats ws = rwb_stats_of(wall_stats, 1);
     rwb_line_stats(j, &ws);

@@ -15,41 +15,42 @@ enum { EXIT_OK = 0, EXIT_ERR_REPLY = 1, EXIT_USAGE = 2, EXIT_NO_REPLY = 3 };
 
 static void usage(FILE *f) {
     char list[512];
-    fprintf(f,
-            "usage: rw-ctl --to ADDR [--timeout-ms N] [--auth-token T] COMMAND [options]\n"
-            "commands (dashes or underscores): %s\n"
-            "options per command:\n"
-            "  generate --prompt 1,2,3 [--prompt ...] [--n N] [--max-new-tokens N]\n"
-            "           [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop 7,8]\n"
-            "           [--top-logprobs N] [--no-logprobs] [--stream] [--logprob-mode raw|processed]\n"
-            "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
-            "  score --prompt 1,2,3 --continuation 4,5 [--prompt ... --continuation ...]\n"
-            "           [--prompt-logprobs] [--logprob-mode raw|processed] [--temperature T]\n"
-            "           [--top-p P] [--top-k K] [--top-logprobs N]\n"
-            "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
-            "  (routed experts come in the reply's data frame: --out writes it to FILE; the\n"
-            "  result's routed_experts / routing_weights give offset, nbytes, shape and dtype)\n"
-            "  abort (--request-id ID | --all)\n"
-            "  pause [--mode abort|retract|in_place]      resume      flush_cache\n"
-            "  init_weights_update_group --unique-id HEX --world-size N --rank-offset K\n"
-            "           [--group-name NAME] [--timeout-s S]\n"
-            "  begin_update --version V [--flush-cache] [--bucket-bytes N] [--timeout-s S]\n"
-            "           [--pause-mode abort|retract|in_place]\n"
-            "  update_weights --manifest JSON|@FILE --data FILE [--transport zmq|nccl]\n"
-            "           [--group-name NAME]\n"
-            "  update_weights_from_disk --path DIR [--version V] [--only REGEX] [--flush-cache]\n"
-            "           [--pause-mode M] [--timeout-s S]\n"
-            "  commit_update      abort_update      get_weight_version\n"
-            "  get_weights --name NAME [--rank R] [--out FILE]\n"
-            "  checksum [--name NAME ...]\n"
-            "  release_memory [--weights] [--kv-cache]   resume_memory [--weights] [--kv-cache]\n"
-            "           (neither flag: both)\n"
-            "  health      stats      shutdown\n"
-            "  call COMMAND [ARGS_JSON]      any command with raw JSON arguments\n"
-            "Every command also takes --arg KEY=JSON to add a field to its arguments.\n"
-            "The auth token defaults to $RW_AUTH_TOKEN. Exit: 0 ok, 1 error reply, 2 usage,\n"
-            "3 no reply (timeout or transport).\n",
-            rw_cmd_list(list, sizeof list));
+    fprintf(
+        f,
+        "usage: rw-ctl --to ADDR [--timeout-ms N] [--auth-token T] COMMAND [options]\n"
+        "commands (dashes or underscores): %s\n"
+        "options per command:\n"
+        "  generate --prompt 1,2,3 [--prompt ...] [--n N] [--max-new-tokens N]\n"
+        "           [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop 7,8]\n"
+        "           [--top-logprobs N] [--no-logprobs] [--stream] [--logprob-mode raw|processed]\n"
+        "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
+        "  score --prompt 1,2,3 --continuation 4,5 [--prompt ... --continuation ...]\n"
+        "           [--prompt-logprobs] [--logprob-mode raw|processed] [--temperature T]\n"
+        "           [--top-p P] [--top-k K] [--top-logprobs N]\n"
+        "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
+        "  (routed experts come in the reply's data frame: --out writes it to FILE; the\n"
+        "  result's routed_experts / routing_weights give offset, nbytes, shape and dtype)\n"
+        "  abort (--request-id ID | --all)\n"
+        "  pause [--mode abort|retract|in_place]      resume      flush_cache\n"
+        "  init_weights_update_group --unique-id HEX --world-size N --rank-offset K\n"
+        "           [--group-name NAME] [--timeout-s S]\n"
+        "  begin_update --version V [--flush-cache] [--bucket-bytes N] [--timeout-s S]\n"
+        "           [--pause-mode abort|retract|in_place]\n"
+        "  update_weights --manifest JSON|@FILE --data FILE [--transport zmq|nccl]\n"
+        "           [--group-name NAME]\n"
+        "  update_weights_from_disk --path DIR [--version V] [--only REGEX] [--flush-cache]\n"
+        "           [--pause-mode M] [--timeout-s S]\n"
+        "  commit_update      abort_update      get_weight_version\n"
+        "  get_weights --name NAME [--rank R] [--out FILE]\n"
+        "  checksum [--name NAME ...]\n"
+        "  release_memory [--weights] [--kv-cache]   resume_memory [--weights] [--kv-cache]\n"
+        "           (neither flag: both)\n"
+        "  health      stats      shutdown\n"
+        "  call COMMAND [ARGS_JSON]      any command with raw JSON arguments\n"
+        "Every command also takes --arg KEY=JSON to add a field to its arguments.\n"
+        "The auth token defaults to $RW_AUTH_TOKEN. Exit: 0 ok, 1 error reply, 2 usage,\n"
+        "3 no reply (timeout or transport).\n",
+        rw_cmd_list(list, sizeof list));
 }
 
 /* "1,2,3" -> a JSON array of integers (NULL on a malformed list). */
@@ -176,9 +177,9 @@ static int build_args(ctl *c, int argc, char **argv) {
             if (!p) BAD(o);
             if (!conts) conts = json_array();
             json_array_append_new(conts, p);
-        } else if (gen_or_score && (!strcmp(o, "--return-routed-experts") ||
-                                    !strcmp(o, "--return-routing-weights") ||
-                                    !strcmp(o, "--prompt-logprobs"))) {
+        } else if (gen_or_score &&
+                   (!strcmp(o, "--return-routed-experts") ||
+                    !strcmp(o, "--return-routing-weights") || !strcmp(o, "--prompt-logprobs"))) {
             char key[64];
             snprintf(key, sizeof key, "%s", o + 2);
             canon(key);

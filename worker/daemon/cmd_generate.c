@@ -442,8 +442,8 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     for (size_t pi = 0; pi < np && s->peers->n; pi++) {
         int n = 0;
         rw_err pe;
-        if (rw_srv_read_tokens(s, prompts ? rw_mobj_at(prompts, pi) : prompt, "prompt", &n,
-                               &pe) != RW_OK)
+        if (rw_srv_read_tokens(s, prompts ? rw_mobj_at(prompts, pi) : prompt, "prompt", &n, &pe) !=
+            RW_OK)
             break; /* cannot happen: the same read succeeded above */
         sp.seed = seed0 + (uint64_t)(pi * per);
         rw_srv_relay_add(s, g->base + pi * per, s->tok, n, &sp, &ro);

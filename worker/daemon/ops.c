@@ -242,12 +242,12 @@ rw_status rw_op_add_ex_decode(const void *buf, size_t len, int32_t **prompt, int
     ro->n_samples = (int)x;
     RW_CHECKGOTO(rw_mobj_i64(rw_mobj_at(v, 10), "n_score", &x, err), st, out);
     ro->n_score = (int)x;
-    RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 11), "prompt_logprobs", &ro->prompt_logprobs, err),
-                 st, out);
+    RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 11), "prompt_logprobs", &ro->prompt_logprobs, err), st,
+                 out);
     RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 12), "routed_experts", &ro->routed_experts, err), st,
                  out);
-    RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 13), "routing_weights", &ro->routing_weights, err),
-                 st, out);
+    RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 13), "routing_weights", &ro->routing_weights, err), st,
+                 out);
 out:
     free(tmp);
     if (st != RW_OK) {

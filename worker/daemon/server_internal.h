@@ -118,8 +118,7 @@ void rw_srv_gen_remove(rw_server *s, int pos);
 void rw_srv_gen_free(rw_gen *g);
 /* Reads the token ids of `p` (an array, 1..INT32_MAX ids in [0, V)) into s->tok; *n gets the
  * count. Errors name `what`. */
-rw_status rw_srv_read_tokens(rw_server *s, const rw_mobj *p, const char *what, int *n,
-                             rw_err *err);
+rw_status rw_srv_read_tokens(rw_server *s, const rw_mobj *p, const char *what, int *n, rw_err *err);
 /* A command of n requests (per_prompt each) for the client of c, with its bookkeeping arrays;
  * NULL when out of memory. */
 rw_gen *rw_srv_gen_new(rw_server *s, const rw_srv_call *c, int n, int per_prompt);
@@ -160,8 +159,7 @@ rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, size_t *offs,
                               rw_sync_out_frame *of, rw_err *err);
 /* The number of routes fields an output has (0..2), and writes them for output k. */
 int rw_srv_routes_nfields(const rw_gen *g);
-void rw_srv_routes_fields(rw_mw *w, const rw_server *s, const rw_gen *g, int k,
-                          const size_t *offs);
+void rw_srv_routes_fields(rw_mw *w, const rw_server *s, const rw_gen *g, int k, const size_t *offs);
 
 /* --- cmd_control.c -------------------------------------------------------------------------- */
 rw_status rw_srv_pause(rw_server *s, rw_srv_call *c, rw_err *err);

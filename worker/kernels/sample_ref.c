@@ -122,8 +122,8 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
             lkept = logf(sk);
         }
 #define LP_OF(id)                                                                                  \
-    (!processed ? l[id] - lse                                                                      \
-     : greedy   ? ((id) == arg ? 0.0f : -INFINITY)                                                 \
+    (!processed             ? l[id] - lse                                                          \
+     : greedy               ? ((id) == arg ? 0.0f : -INFINITY)                                     \
      : l[id] * inv_t >= thr ? (l[id] * inv_t - zmax) - lkept                                       \
                             : -INFINITY)
         o->token = tok;
