@@ -32,6 +32,7 @@ static const cmd_row table[RW_CMD_COUNT] = {
     [RW_CMD_HEALTH] = {"health", 0},
     [RW_CMD_STATS] = {"stats", 0},
     [RW_CMD_SHUTDOWN] = {"shutdown", 0},
+    [RW_CMD_SCORE] = {"score", 0},
 };
 
 const char *rw_cmd_name(rw_cmd c) {

@@ -104,8 +104,9 @@ typedef enum rw_cmd {
     RW_CMD_HEALTH = 17,
     RW_CMD_STATS = 18,
     RW_CMD_SHUTDOWN = 19,
+    RW_CMD_SCORE = 20,
 } rw_cmd;
-#define RW_CMD_COUNT 20 /* RW_CMD_NONE included: every rw_cmd is below this */
+#define RW_CMD_COUNT 21 /* RW_CMD_NONE included: every rw_cmd is below this */
 
 /* Command flags. */
 #define RW_CMDF_SYNC 1u   /* served by the sync module (rw_sync_handle); the others by the daemon */

@@ -23,8 +23,11 @@ struct rw_kv {
 typedef struct cpu_be {
     int64_t cap_tok, cap_log, cap_ctx;
     float *x, *h, *q, *k, *v, *att, *y; /* token scratch */
-    float *rl, *wts;                    /* router logits [ntok, E], weights [ntok, k] */
-    int32_t *ids;                       /* [ntok, k] */
+    float *rl;                          /* router logits [ntok, E] */
+    float *wts;                         /* routing weights [L, cap_tok, k]: a slice per layer */
+    int32_t *ids;                       /* expert ids [L, cap_tok, k], so ops->routes finds every
+                                           layer's choice of the last forward */
+    int64_t last_ntok;                  /* tokens of the last forward */
     int32_t *pos;                       /* [ntok] */
     float *hl;                          /* final-normed rows [nlog, H] */
     float *lg_local, *gath, *logits;    /* [nlog, v_l], [T, nlog, v_l], [nlog, V] */
@@ -107,8 +110,8 @@ static rw_status ensure(rw_model *m, cpu_be *be, int64_t ntok, int64_t nlog, int
         be->k = grow(be->k, sizeof(float) * n * d->nkv_local * hd, &ok);
         be->v = grow(be->v, sizeof(float) * n * d->nkv_local * hd, &ok);
         be->rl = grow(be->rl, sizeof(float) * n * c->num_experts, &ok);
-        be->wts = grow(be->wts, sizeof(float) * n * c->top_k, &ok);
-        be->ids = grow(be->ids, sizeof(int32_t) * n * c->top_k, &ok);
+        be->wts = grow(be->wts, sizeof(float) * n * c->num_layers * c->top_k, &ok);
+        be->ids = grow(be->ids, sizeof(int32_t) * n * c->num_layers * c->top_k, &ok);
         be->pos = grow(be->pos, sizeof(int32_t) * n, &ok);
         if (ok) be->cap_tok = n;
     }
@@ -287,10 +290,12 @@ static rw_status cpu_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_e
         for (int64_t t = 0; t < ntok; t++)
             rmsnorm(be->x + t * H, lw->post_norm.data, H, eps, be->h + t * H);
         linear(be, RW_WFMT_BF16, &lw->router, NULL, be->h, ntok, be->rl, E);
-        rw_moe_route_ref(be->rl, ntok, (int)E, K, c->norm_topk_prob, be->ids, be->wts);
+        int32_t *ids = be->ids + (size_t)l * be->cap_tok * K;
+        float *wts = be->wts + (size_t)l * be->cap_tok * K;
+        rw_moe_route_ref(be->rl, ntok, (int)E, K, c->norm_topk_prob, ids, wts);
         memset(be->y, 0, sizeof(float) * (size_t)(ntok * H));
-        RW_CHECK(rw_moe_experts_ref_ws(lw, d, H, be->h, ntok, be->ids, be->wts, K, be->y,
-                                       be->moe_ws, be->moe_ws_bytes, err));
+        RW_CHECK(rw_moe_experts_ref_ws(lw, d, H, be->h, ntok, ids, wts, K, be->y, be->moe_ws,
+                                       be->moe_ws_bytes, err));
         if (d->tp > 1)
             RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), NULL, err));
         for (int64_t i = 0; i < ntok * H; i++)
@@ -304,10 +309,13 @@ static rw_status cpu_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_e
         for (int64_t t = 0; t < ntok; t++)
             rmsnorm(be->x + t * H, fn.data, H, eps, be->hl + t * H);
     } else {
-        for (int s = 0; s < b->nseq; s++)
-            if (b->seq[s].logits_row >= 0)
-                rmsnorm(be->x + (int64_t)(b->seq[s].tok0 + b->seq[s].ntok - 1) * H, fn.data, H, eps,
-                        be->hl + (int64_t)b->seq[s].logits_row * H);
+        for (int s = 0; s < b->nseq; s++) {
+            const rw_fwd_seq *q = &b->seq[s];
+            const int32_t rows = rw_fwd_seq_rows(q);
+            for (int32_t i = 0; i < rows; i++)
+                rmsnorm(be->x + (int64_t)(q->tok0 + q->ntok - rows + i) * H, fn.data, H, eps,
+                        be->hl + (int64_t)(q->logits_row + i) * H);
+        }
     }
     linear(be, RW_WFMT_BF16, &lm, NULL, be->hl, nlog, be->lg_local, d->v_local);
     const int64_t V = c->vocab_size, vl = d->v_local;
@@ -321,6 +329,7 @@ static rw_status cpu_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_e
         for (int64_t i = 0; i < V; i++)
             be->logits[r * V + i] = g[((i / vl) * nlog + r) * vl + i % vl];
     be->nlogits = nlog;
+    be->last_ntok = ntok;
     return RW_OK;
 }
 
@@ -331,9 +340,16 @@ static rw_status cpu_sample(rw_model *m, int n, const rw_sample_req *req, rw_sam
     for (int i = 0; i < n; i++) {
         if (req[i].row < 0 || req[i].row >= be->nlogits)
             RW_FAIL(err, RW_E_RANGE, "sample: row %d of %lld", req[i].row, (long long)be->nlogits);
-        RW_CHECK(rw_sample_row_ref(be->logits + (int64_t)req[i].row * V, V, req[i].sp,
-                                   req[i].position, be->sample_scratch, &res[i].token,
-                                   &res[i].logprob, res[i].top_ids, res[i].top_lps, err));
+        const float *row = be->logits + (int64_t)req[i].row * V;
+        if (req[i].force) {
+            res[i].token = req[i].token;
+            RW_CHECK(rw_logprob_row_ref(row, V, req[i].sp, req[i].token, be->sample_scratch,
+                                        &res[i].logprob, res[i].top_ids, res[i].top_lps, err));
+        } else {
+            RW_CHECK(rw_sample_row_ref(row, V, req[i].sp, req[i].position, be->sample_scratch,
+                                       &res[i].token, &res[i].logprob, res[i].top_ids,
+                                       res[i].top_lps, err));
+        }
     }
     return RW_OK;
 }
@@ -345,6 +361,38 @@ static rw_status cpu_logits_host(rw_model *m, int row0, int nrows, float *dst, r
                 (long long)be->nlogits);
     const size_t V = (size_t)m->cfg.vocab_size;
     memcpy(dst, be->logits + (size_t)row0 * V, sizeof(float) * V * (size_t)nrows);
+    return RW_OK;
+}
+
+static rw_status cpu_kv_copy(rw_model *m, rw_kv *kv, const int32_t *src, const int32_t *dst, int n,
+                             rw_err *err) {
+    const size_t blk = (size_t)m->d.nkv_local * (size_t)kv->bs * (size_t)m->cfg.head_dim;
+    const size_t layer = (size_t)kv->nblocks * blk;
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= kv->nblocks || dst[i] < 0 || dst[i] >= kv->nblocks)
+            RW_FAIL(err, RW_E_RANGE, "kv copy: block %d -> %d of %lld", src[i], dst[i],
+                    (long long)kv->nblocks);
+        for (int l = 0; l < m->cfg.num_layers; l++) {
+            const size_t from = l * layer + (size_t)src[i] * blk,
+                         to = l * layer + (size_t)dst[i] * blk;
+            memcpy(kv->k + to, kv->k + from, sizeof(float) * blk);
+            memcpy(kv->v + to, kv->v + from, sizeof(float) * blk);
+        }
+    }
+    return RW_OK;
+}
+
+static rw_status cpu_routes(rw_model *m, int64_t ntok, int32_t *ids, float *wts, rw_err *err) {
+    cpu_be *be = m->be;
+    if (ntok < 0 || ntok > be->last_ntok)
+        RW_FAIL(err, RW_E_RANGE, "routes: %lld tokens of %lld", (long long)ntok,
+                (long long)be->last_ntok);
+    const size_t K = (size_t)m->cfg.top_k, n = (size_t)ntok * K;
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        const size_t from = (size_t)l * (size_t)be->cap_tok * K;
+        memcpy(ids + (size_t)l * n, be->ids + from, sizeof(int32_t) * n);
+        if (wts) memcpy(wts + (size_t)l * n, be->wts + from, sizeof(float) * n);
+    }
     return RW_OK;
 }
 
@@ -371,6 +419,8 @@ static const rw_backend_ops cpu_ops = {
     .forward = cpu_forward,
     .sample = cpu_sample,
     .logits_host = cpu_logits_host,
+    .kv_copy = cpu_kv_copy,
+    .routes = cpu_routes,
     .load_random = rw_model_load_random_host,
     .destroy = cpu_destroy,
 };

@@ -47,6 +47,8 @@ static const rw_backend_ops cuda_ops = {
     .forward = rw_cuda_forward,
     .sample = rw_cuda_sample,
     .logits_host = rw_cuda_logits_host,
+    .kv_copy = rw_cuda_kv_copy,
+    .routes = rw_cuda_routes,
     .load_random = rw_cuda_load_random,
     .destroy = cuda_destroy,
 };

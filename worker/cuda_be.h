@@ -8,7 +8,7 @@
  *                   attention split
  *   cuda_step.c     ops->forward: batch checks, metadata upload, then an eager run or a decode
  * graph cuda_graphs.c   decode graphs (capture, cache, replay) and the hooked run of bench_iface.h
- *   cuda_sample.c   ops->sample and ops->logits_host
+ *   cuda_sample.c   ops->sample, ops->logits_host and ops->routes
  *   cuda_random.c   ops->load_random: random weights generated on the device
  *
  * Shapes: x, y [T, H] fp32; h, h_lo [T, H] bf16; h32 [T, H] fp32; q [T, nh*hd], k, v [T, nkv*hd]
@@ -57,7 +57,7 @@ typedef struct cuda_be {
     int cap_seq, cap_bt;
     float *x, *y, *q, *k, *v, *h32, *rl, *wts, *lg_local, *gath, *logits, *qf;
     uint16_t *h, *h_lo, *att, *att_lo, *hl, *hl_lo, *wdeq;
-    int32_t *ids;
+    int32_t *ids; /* [L, cap_tok, top_k]; wts the same shape */
     void *attn_part;
     size_t attn_part_bytes;
     void *moe_ws;
@@ -76,6 +76,7 @@ typedef struct cuda_be {
     rw_k_sample_out *so_d, *so_h;
     int cap_smp;
     int64_t nlogits;
+    int64_t last_ntok; /* tokens of the last forward (ops->routes) */
     bool use_graphs;
     dgraph graphs[MAX_GRAPHS];
     int ngraphs;
@@ -99,6 +100,8 @@ size_t rw_cuda_kv_block_bytes(rw_model *m, int bs);
 rw_status rw_cuda_kv_budget(rw_model *m, double fraction, size_t *bytes, rw_err *err);
 rw_status rw_cuda_kv_create(rw_model *m, int64_t nblocks, int bs, rw_kv **out, rw_err *err);
 void rw_cuda_kv_destroy(rw_model *m, rw_kv *kv);
+rw_status rw_cuda_kv_copy(rw_model *m, rw_kv *kv, const int32_t *src, const int32_t *dst, int n,
+                          rw_err *err);
 
 /* cuda_forward.c */
 rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int qt, int64_t nlog,
@@ -124,6 +127,7 @@ void rw_cuda_drop_graphs(cuda_be *be);
 rw_status rw_cuda_sample(rw_model *m, int n, const rw_sample_req *req, rw_sample_res *res,
                          rw_err *err);
 rw_status rw_cuda_logits_host(rw_model *m, int row0, int nrows, float *dst, rw_err *err);
+rw_status rw_cuda_routes(rw_model *m, int64_t ntok, int32_t *ids, float *wts, rw_err *err);
 
 /* cuda_random.c */
 rw_status rw_cuda_load_random(rw_model *m, uint64_t seed, float std, rw_err *err);

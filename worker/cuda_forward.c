@@ -112,11 +112,13 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
                                   be->h32, s, err));
         rw_cuda_mark(be, RW_PHASE_NORM);
         RW_CHECK(rw_k_router(be->h32, lw->router.data, ntok, E, H, be->rl, s, err));
-        RW_CHECK(rw_moe_route_cuda(be->rl, ntok, (int)E, K, c->norm_topk_prob, be->ids, be->wts, s,
-                                   err));
+        /* this layer's slice of the routing record (ops->routes reads every layer's) */
+        int32_t *ids = be->ids + (size_t)l * (size_t)be->cap_tok * K;
+        float *wts = be->wts + (size_t)l * (size_t)be->cap_tok * K;
+        RW_CHECK(rw_moe_route_cuda(be->rl, ntok, (int)E, K, c->norm_topk_prob, ids, wts, s, err));
         rw_cuda_mark(be, RW_PHASE_ROUTER);
         if (tp) RW_CUDA_CHECK(err, cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
-        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, ntok, be->ids, be->wts, K, moe_out,
+        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, ntok, ids, wts, K, moe_out,
                                      be->moe_ws, be->moe_ws_bytes, s, err));
         rw_cuda_mark(be, RW_PHASE_EXPERTS);
         if (tp) {

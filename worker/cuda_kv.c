@@ -74,3 +74,28 @@ void rw_cuda_be_kv_buffers(rw_model *m, rw_kv *kv, uint16_t **k, uint16_t **v, s
     *v = kv->v;
     *elems = kv->layer_elems * (size_t)m->cfg.num_layers;
 }
+
+/* Block b of every layer lies at elements (l * (nblocks + 1) + b) * blk of K and of V: one
+ * strided 2D copy per block and tensor moves all layers (L rows of blk elements, pitch one
+ * layer). Queued on the backend's stream, so it is ordered after the forward that wrote the
+ * source and before the next one. */
+rw_status rw_cuda_kv_copy(rw_model *m, rw_kv *kv, const int32_t *src, const int32_t *dst, int n,
+                          rw_err *err) {
+    cuda_be *be = m->be;
+    const size_t blk = (size_t)m->d.nkv_local * (size_t)kv->bs * (size_t)m->cfg.head_dim * 2;
+    const size_t pitch = kv->layer_elems * 2;
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= kv->nblocks || dst[i] < 0 || dst[i] >= kv->nblocks)
+            RW_FAIL(err, RW_E_RANGE, "kv copy: block %d -> %d of %lld", src[i], dst[i],
+                    (long long)kv->nblocks);
+        uint16_t *bufs[2] = {kv->k, kv->v};
+        for (int t = 0; t < 2; t++) {
+            uint8_t *base = (uint8_t *)bufs[t];
+            RW_CUDA_CHECK(err, cudaMemcpy2DAsync(base + (size_t)dst[i] * blk, pitch,
+                                                 base + (size_t)src[i] * blk, pitch, blk,
+                                                 (size_t)m->cfg.num_layers,
+                                                 cudaMemcpyDeviceToDevice, be->st));
+        }
+    }
+    return RW_OK;
+}

@@ -21,7 +21,12 @@ rw_status rw_cuda_sample(rw_model *m, int n, const rw_sample_req *req, rw_sample
         p->seed = sp->seed;
         p->position = req[i].position;
         p->row = req[i].row;
+        p->mode = sp->logprob_mode;
+        p->forced = req[i].force ? req[i].token : -1;
         p->pad = 0;
+        if (req[i].force && (req[i].token < 0 || req[i].token >= m->cfg.vocab_size))
+            RW_FAIL(err, RW_E_RANGE, "sample: token %d outside [0, %d)", req[i].token,
+                    m->cfg.vocab_size);
     }
     RW_CUDA_CHECK(err, cudaMemcpyAsync(be->sp_d, be->sp_h, sizeof(rw_k_sample_param) * (size_t)n,
                                        cudaMemcpyHostToDevice, be->st));
@@ -50,6 +55,25 @@ rw_status rw_cuda_logits_host(rw_model *m, int row0, int nrows, float *dst, rw_e
     RW_CUDA_CHECK(err, cudaMemcpyAsync(dst, be->logits + (size_t)row0 * V,
                                        sizeof(float) * V * (size_t)nrows, cudaMemcpyDeviceToHost,
                                        be->st));
+    RW_CUDA_CHECK(err, cudaStreamSynchronize(be->st));
+    return RW_OK;
+}
+
+/* Every layer's slice [ntok, K] of the routing record (cuda_be.h) in one strided copy per array:
+ * L rows of ntok * K values, source pitch one layer's slice (cap_tok * K). */
+rw_status rw_cuda_routes(rw_model *m, int64_t ntok, int32_t *ids, float *wts, rw_err *err) {
+    cuda_be *be = m->be;
+    if (ntok < 0 || ntok > be->last_ntok)
+        RW_FAIL(err, RW_E_RANGE, "routes: %lld tokens of %lld", (long long)ntok,
+                (long long)be->last_ntok);
+    if (ntok == 0) return RW_OK;
+    const size_t K = (size_t)m->cfg.top_k, L = (size_t)m->cfg.num_layers;
+    const size_t width = (size_t)ntok * K * 4, pitch = (size_t)be->cap_tok * K * 4;
+    RW_CUDA_CHECK(err, cudaMemcpy2DAsync(ids, width, be->ids, pitch, width, L,
+                                         cudaMemcpyDeviceToHost, be->st));
+    if (wts)
+        RW_CUDA_CHECK(err, cudaMemcpy2DAsync(wts, width, be->wts, pitch, width, L,
+                                             cudaMemcpyDeviceToHost, be->st));
     RW_CUDA_CHECK(err, cudaStreamSynchronize(be->st));
     return RW_OK;
 }

@@ -62,8 +62,10 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     DALLOC(be->att, T * qd * 2);
     DALLOC(be->att_lo, T * qd * 2);
     DALLOC(be->rl, T * E * 4);
-    DALLOC(be->wts, T * K * 4);
-    DALLOC(be->ids, T * K * 4);
+    /* the router's choice, a [T, K] slice per layer: the experts read their layer's slice and
+     * ops->routes copies every layer's out after the forward (no copy inside the forward) */
+    DALLOC(be->wts, (int64_t)c->num_layers * T * K * 4);
+    DALLOC(be->ids, (int64_t)c->num_layers * T * K * 4);
     DALLOC(be->hl, NL * H * 2);
     DALLOC(be->hl_lo, NL * H * 2);
     DALLOC(be->lg_local, NL * vl * 4);

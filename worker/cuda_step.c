@@ -57,7 +57,9 @@ rw_status rw_cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err 
             h_slot[t] = q->blocks[p / bs] * bs + p % bs;
             if (b->all_logits) h_rows[t] = (int32_t)t;
         }
-        if (!b->all_logits && q->logits_row >= 0) h_rows[q->logits_row] = q->tok0 + q->ntok - 1;
+        const int32_t nr = b->all_logits ? 0 : rw_fwd_seq_rows(q); /* the chunk's last nr */
+        for (int32_t i = 0; i < nr; i++)
+            h_rows[q->logits_row + i] = q->tok0 + q->ntok - nr + i;
         for (int32_t i = 0; i < q->ntok; i += tt) {
             const int32_t n = q->ntok - i < tt ? q->ntok - i : tt;
             h_tiles[ntiles++] = (rw_attn_tile){s, q->tok0 + i, n, 0};
@@ -89,5 +91,6 @@ rw_status rw_cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err 
         RW_CHECK(rw_cuda_run_graph(m, kv, B, stride, max_ctx, err));
     }
     be->nlogits = b->nlogits;
+    be->last_ntok = b->ntok;
     return RW_OK;
 }

@@ -1,74 +1,22 @@
-/* engine.c - the generation engine: request queue, admission control over the paged KV blocks
- * (kv_blocks.c allocates them), continuous batching (requests join and leave the running batch
- * every step, decodes and chunked prefills in one forward pass), sampling through the backend,
- * finish rules, pause / resume (abort, retract, in place), KV release, weight-version stamps and
- * stats.
+/* engine.c - the generation engine's public API and request bookkeeping: the request queue,
+ * adding requests (plain, n samples of one prompt, scoring), abort, outputs, pause / resume
+ * (abort, retract, in place), KV release, flush, weight-version stamps and stats. The scheduler
+ * step itself (admission over the paged KV blocks, continuous batching, prefix reuse, sampling)
+ * is engine_step.c; the KV blocks and the prefix cache are kv_blocks.c.
  *
  * Scheduling is deterministic (it depends only on the sequence of calls), so every TP rank that
  * receives the same calls runs the same batches. A request's tokens depend only on its prompt,
  * its sampling parameters and the weights: the uniform draw of each token comes from (seed,
- * position), and the CPU backend is batch and chunk invariant. */
+ * position), and the backends are batch and chunk invariant, which also makes KV computed for
+ * one request (a cached prefix, a sibling sample's prompt) bit-identical to the KV the request
+ * would compute itself. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "engine_internal.h"
 
-typedef struct req {
-    uint64_t id;
-    rw_sampling sp;
-    int n_prompt;
-    int32_t *toks; /* [cap]: prompt then generated tokens */
-    int ntok, cap;
-    float *lps;       /* [cap - n_prompt] logprob of each generated token */
-    int32_t *top_ids; /* [cap - n_prompt, top_logprobs] */
-    float *top_lps;
-    rw_version_span *spans;
-    int n_spans, cap_spans;
-    int32_t *blocks; /* KV block table */
-    int nblocks, cap_blocks;
-    int n_cached; /* tokens [0, n_cached) have their KV in the cache */
-    int chunk;    /* tokens scheduled in the current step */
-    bool running;
-    double t_submit, t_first;
-} req;
-
-/* Requests by id: open addressing, tombstones on removal. */
-typedef struct idmap {
-    uint64_t *keys;
-    req **vals; /* NULL = empty, TOMB = removed */
-    size_t cap, used;
-} idmap;
 static req tomb_;
 #define TOMB (&tomb_)
-
-struct rw_engine {
-    rw_model *m;
-    rw_engine_opts o;
-    rw_kv *kv;
-    rw_kv_blocks kvb; /* which blocks of kv are free */
-    req **waiting;    /* FIFO: [whead, wtail) */
-    int64_t whead, wtail, wcap;
-    req **running; /* admission order */
-    int nrun, cap_run;
-    rw_output **outq; /* finished, FIFO */
-    int64_t ohead, otail, ocap;
-    idmap ids;
-    bool paused, kv_released;
-    uint64_t version;
-    /* per-step scratch */
-    int32_t *btok;
-    rw_fwd_seq *bseq;
-    rw_sample_req *sreq;
-    rw_sample_res *sres;
-    req **sreq_of;
-    int64_t cap_btok;
-    int cap_bseq;
-    /* stats */
-    int64_t steps, prompt_tokens, gen_tokens, preemptions;
-    double rate_t[16];
-    int64_t rate_n[16];
-    int rate_i;
-};
 
 /* ------------------------------------------------------------------------------------------ */
 static uint64_t hash64(uint64_t x) {
@@ -139,6 +87,7 @@ rw_engine_opts rw_engine_opts_default(void) {
         .kv_bytes = 0,
         .kv_fraction = 0.9,
         .max_seq_len = 0,
+        .prefix_sharing = true,
     };
 }
 
@@ -159,6 +108,9 @@ void rw_output_free(rw_output *o) {
     free(o->top_ids);
     free(o->top_logprobs);
     free(o->spans);
+    free(o->prompt_logprobs);
+    free(o->routed_ids);
+    free(o->routed_weights);
     free(o);
 }
 
@@ -170,6 +122,10 @@ static void req_free(req *r) {
     free(r->top_lps);
     free(r->spans);
     free(r->blocks);
+    free(r->plps);
+    free(r->rids);
+    free(r->rwts);
+    free(r->follow);
     free(r);
 }
 
@@ -203,8 +159,15 @@ rw_status rw_engine_create(rw_model *m, const rw_engine_opts *o, rw_engine **out
     if (!e) RW_FAIL(err, RW_E_OOM, "engine");
     e->m = m;
     e->o = opt;
+    e->route_layers = m->cfg.num_layers;
+    e->route_k = m->cfg.top_k;
+    /* the backends size their logits and sampling buffers for at least max(max_running, 256)
+     * rows (ops->reserve); score requests use rows up to that, generation one per request */
+    e->max_rows = opt.max_running > 256 ? opt.max_running : 256;
     rw_status st;
-    RW_CHECKGOTO(rw_kv_blocks_init(&e->kvb, nb, opt.kv_block_size, err), st, fail);
+    RW_CHECKGOTO(
+        rw_kv_blocks_init(&e->kvb, nb, opt.kv_block_size, e->route_layers * e->route_k, err), st,
+        fail);
     RW_CHECKGOTO(kv_alloc_all(e, err), st, fail);
     *out = e;
     return RW_OK;
@@ -214,12 +177,22 @@ fail:
     return st;
 }
 
+static void free_all_followers(req *r) {
+    for (int i = 0; i < r->nfollow; i++)
+        req_free(r->follow[i]);
+    r->nfollow = 0;
+}
+
 void rw_engine_destroy(rw_engine *e) {
     if (!e) return;
-    for (int64_t i = e->whead; i < e->wtail; i++)
+    for (int64_t i = e->whead; i < e->wtail; i++) {
+        free_all_followers(e->waiting[i]);
         req_free(e->waiting[i]);
-    for (int i = 0; i < e->nrun; i++)
+    }
+    for (int i = 0; i < e->nrun; i++) {
+        free_all_followers(e->running[i]);
         req_free(e->running[i]);
+    }
     for (int64_t i = e->ohead; i < e->otail; i++)
         rw_output_free(e->outq[i]);
     if (e->kv) e->m->ops->kv_destroy(e->m, e->kv);
@@ -229,16 +202,15 @@ void rw_engine_destroy(rw_engine *e) {
     free(e->ids.keys);
     free(e->ids.vals);
     rw_kv_blocks_fini(&e->kvb);
-    free(e->btok);
-    free(e->bseq);
-    free(e->sreq);
-    free(e->sres);
-    free(e->sreq_of);
+    void *scratch[] = {e->btok,     e->bseq,   e->sreq,   e->sres,   e->sreq_of,
+                       e->sreq_pos, e->rt_ids, e->rt_wts, e->cp_src, e->cp_dst};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++)
+        free(scratch[i]);
     free(e);
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static bool push_waiting(rw_engine *e, req *r, bool front) {
+bool rw_eng_push_waiting(rw_engine *e, req *r, bool front) {
     if (front && e->whead > 0) {
         e->waiting[--e->whead] = r;
         return true;
@@ -267,19 +239,14 @@ static bool push_waiting(rw_engine *e, req *r, bool front) {
     return true;
 }
 
-static void free_kv_of(rw_engine *e, req *r) {
+void rw_eng_free_kv(rw_engine *e, req *r) {
     rw_kv_blocks_give(&e->kvb, r->blocks, r->nblocks);
     r->nblocks = 0;
     r->n_cached = 0;
-}
-
-/* Blocks needed so positions [0, upto) are covered. */
-static int blocks_for(const rw_engine *e, int upto) {
-    return rw_kv_blocks_for(&e->kvb, upto);
-}
-
-static bool take_blocks(rw_engine *e, req *r, int upto) {
-    return rw_kv_blocks_take(&e->kvb, &r->blocks, &r->nblocks, &r->cap_blocks, upto);
+    r->n_reg = 0;
+    r->reg_key = 0;
+    r->kv_valid = true;
+    r->decoding = false;
 }
 
 static bool outq_push(rw_engine *e, rw_output *o) {
@@ -303,10 +270,24 @@ static bool outq_push(rw_engine *e, rw_output *o) {
     return true;
 }
 
-/* Moves a request's results into an output, queues it, and frees the request (its KV first). */
-static rw_status retire(rw_engine *e, req *r, rw_finish why, rw_err *err) {
-    free_kv_of(e, r);
+/* The routes of an output: token-major rows [0, n_cached) moved out of the request. */
+static void retire_routes(rw_engine *e, req *r, rw_output *o) {
+    if (!r->rec_routes) return;
+    o->route_layers = e->route_layers;
+    o->route_k = e->route_k;
+    o->n_routed = r->rids ? r->n_cached : 0;
+    o->routed_ids = r->rids;
+    r->rids = NULL;
+    if (r->rec_wts) {
+        o->routed_weights = r->rwts;
+        r->rwts = NULL;
+    }
+}
+
+rw_status rw_eng_retire(rw_engine *e, req *r, rw_finish why, rw_err *err) {
     rw_output *o = calloc(1, sizeof *o);
+    if (o) retire_routes(e, r, o); /* before the KV: n_cached is the routed rows */
+    rw_eng_free_kv(e, r);
     if (!o) RW_FAIL(err, RW_E_OOM, "engine output");
     const int n = r->ntok - r->n_prompt;
     o->id = r->id;
@@ -323,6 +304,9 @@ static rw_status retire(rw_engine *e, req *r, rw_finish why, rw_err *err) {
         r->top_ids = NULL;
         r->top_lps = NULL;
     }
+    o->prompt_logprobs = r->plps;
+    r->plps = NULL;
+    o->n_reused = r->n_reused;
     o->finish = why;
     o->n_spans = r->n_spans;
     o->spans = r->spans;
@@ -340,13 +324,13 @@ static rw_status retire(rw_engine *e, req *r, rw_finish why, rw_err *err) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static rw_status check_sampling(const rw_sampling *sp, rw_err *err) {
+static rw_status check_sampling(const rw_sampling *sp, bool score, rw_err *err) {
     if (!(sp->top_p > 0.0f && sp->top_p <= 1.0f))
         RW_FAIL(err, RW_E_INVALID_ARG, "sampling: top_p %g outside (0, 1]", sp->top_p);
     if (sp->top_k < 0) RW_FAIL(err, RW_E_INVALID_ARG, "sampling: top_k %d < 0", sp->top_k);
     if (!(sp->temperature >= 0.0f) || !isfinite(sp->temperature))
         RW_FAIL(err, RW_E_INVALID_ARG, "sampling: temperature %g", sp->temperature);
-    if (sp->max_new_tokens < 1)
+    if (!score && sp->max_new_tokens < 1)
         RW_FAIL(err, RW_E_INVALID_ARG, "sampling: max_new_tokens %d < 1", sp->max_new_tokens);
     if (sp->n_stop < 0 || sp->n_stop > RW_MAX_STOP)
         RW_FAIL(err, RW_E_INVALID_ARG, "sampling: %d stop ids (at most %d)", sp->n_stop,
@@ -354,70 +338,201 @@ static rw_status check_sampling(const rw_sampling *sp, rw_err *err) {
     if (sp->top_logprobs < 0 || sp->top_logprobs > RW_MAX_TOP_LOGPROBS)
         RW_FAIL(err, RW_E_INVALID_ARG, "sampling: top_logprobs %d outside 0..%d", sp->top_logprobs,
                 RW_MAX_TOP_LOGPROBS);
+    if (sp->logprob_mode != RW_LOGPROB_RAW && sp->logprob_mode != RW_LOGPROB_PROCESSED)
+        RW_FAIL(err, RW_E_INVALID_ARG, "sampling: logprob_mode %d (0 raw, 1 processed)",
+                sp->logprob_mode);
+    return RW_OK;
+}
+
+/* A new request of `total` token slots holding tokens[0..n); NULL when out of memory. */
+static req *req_new(uint64_t id, const int32_t *tokens, int n, int n_prompt, int64_t total,
+                    const rw_sampling *sp, const rw_request_opts *o) {
+    req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->id = id;
+    r->sp = *sp;
+    r->n_prompt = n_prompt;
+    r->cap = (int)total;
+    r->score = o->n_score > 0;
+    r->prompt_lps = r->score && o->prompt_logprobs;
+    r->rec_routes = o->routed_experts;
+    r->rec_wts = o->routed_experts && o->routing_weights;
+    r->kv_valid = true;
+    const int gen = (int)(total - n_prompt);
+    r->toks = malloc(sizeof(int32_t) * (size_t)total);
+    r->lps = malloc(sizeof(float) * (size_t)(gen ? gen : 1));
+    bool ok = r->toks && r->lps;
+    if (sp->top_logprobs) {
+        r->top_ids = malloc(sizeof(int32_t) * (size_t)gen * sp->top_logprobs);
+        r->top_lps = malloc(sizeof(float) * (size_t)gen * sp->top_logprobs);
+        ok = ok && r->top_ids && r->top_lps;
+    }
+    if (r->prompt_lps) {
+        r->plps = malloc(sizeof(float) * (size_t)n_prompt);
+        ok = ok && r->plps;
+        if (r->plps) r->plps[0] = NAN;
+    }
+    if (!ok) {
+        req_free(r);
+        return NULL;
+    }
+    memcpy(r->toks, tokens, sizeof(int32_t) * (size_t)n);
+    r->ntok = n;
+    r->t_submit = rw_now();
+    return r;
+}
+
+static void detach(rw_engine *e, req *f);
+
+/* Forgets a request that was just queued (it holds nothing and has no output yet). */
+static void drop_queued(rw_engine *e, req *r) {
+    if (!r) return;
+    if (r->leader) {
+        detach(e, r);
+    } else {
+        for (int64_t i = e->wtail - 1; i >= e->whead; i--)
+            if (e->waiting[i] == r) {
+                memmove(e->waiting + i, e->waiting + i + 1,
+                        sizeof(req *) * (size_t)(e->wtail - i - 1));
+                e->wtail--;
+                break;
+            }
+    }
+    idmap_del(&e->ids, r->id);
+    req_free(r);
+}
+
+rw_status rw_engine_add_ex(rw_engine *e, uint64_t id, const int32_t *tokens, int n,
+                           const rw_sampling *sp, const rw_request_opts *opts, rw_err *err) {
+    if (!e || !tokens || !sp) RW_FAIL(err, RW_E_INVALID_ARG, "add: NULL argument");
+    const rw_request_opts none = {0};
+    const rw_request_opts *o = opts ? opts : &none;
+    const unsigned long long uid = (unsigned long long)id;
+    if (n < 1) RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: empty prompt", uid);
+    const int ns = o->n_samples > 0 ? o->n_samples : 1;
+    const bool score = o->n_score > 0;
+    if (ns > 65536)
+        RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: n_samples %d outside 1..65536", uid, ns);
+    if (o->n_score < 0 || o->n_score >= n)
+        RW_FAIL(err, RW_E_INVALID_ARG,
+                "add %llu: n_score %d outside [0, %d) (the prompt needs at least one token)", uid,
+                o->n_score, n);
+    if (score && ns > 1)
+        RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: n_samples %d with a score request", uid, ns);
+    if (o->routing_weights && !o->routed_experts)
+        RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: routing_weights needs routed_experts", uid);
+    if (o->prompt_logprobs && !score)
+        RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: prompt_logprobs is for score requests", uid);
+    RW_CHECK(check_sampling(sp, score, err));
+    const int V = e->m->cfg.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            RW_FAIL(err, RW_E_RANGE, "add %llu: token %d at %d outside [0, %d)", uid, tokens[i], i,
+                    V);
+    const int n_prompt = n - o->n_score;
+    const int64_t total = score ? (int64_t)n : (int64_t)n + sp->max_new_tokens;
+    if (total > e->o.max_seq_len)
+        RW_FAIL(err, RW_E_RANGE, "add %llu: %s %d + %s %d > max_seq_len %d", uid, "prompt",
+                n_prompt, score ? "continuation" : "max_new_tokens",
+                score ? o->n_score : sp->max_new_tokens, e->o.max_seq_len);
+    if ((total + e->o.kv_block_size - 1) / e->o.kv_block_size > e->kvb.nblocks)
+        RW_FAIL(err, RW_E_RANGE, "add %llu: %lld tokens exceed the whole KV cache (%lld tokens)",
+                uid, (long long)total, (long long)e->kvb.nblocks * e->o.kv_block_size);
+    for (int i = 0; i < ns; i++) {
+        if (idmap_get(&e->ids, id + (uint64_t)i))
+            RW_FAIL(err, RW_E_INVALID_ARG, "add: request id %llu already exists",
+                    (unsigned long long)(id + (uint64_t)i));
+        if (o->sample_max_new && !score &&
+            (o->sample_max_new[i] < 1 || o->sample_max_new[i] > sp->max_new_tokens))
+            RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: sample_max_new[%d] %d outside [1, %d]", uid,
+                    i, o->sample_max_new[i], sp->max_new_tokens);
+    }
+    /* the samples: the first is queued; with sharing on the others wait attached to it */
+    req *lead = NULL;
+    for (int i = 0; i < ns; i++) {
+        rw_sampling s = *sp;
+        if (i) s.seed = sp->seed + (uint64_t)i;
+        int64_t cap = total;
+        if (o->sample_max_new && !score) {
+            s.max_new_tokens = o->sample_max_new[i];
+            cap = (int64_t)n + s.max_new_tokens;
+        }
+        req *r = req_new(id + (uint64_t)i, tokens, n, n_prompt, cap, &s, o);
+        bool ok = r && idmap_put(&e->ids, r->id, r);
+        if (ok && lead && e->o.prefix_sharing) {
+            if (lead->nfollow == lead->cap_follow) {
+                const int nc = lead->cap_follow ? 2 * lead->cap_follow : 4;
+                req **f = realloc(lead->follow, sizeof *f * (size_t)nc);
+                if (f) {
+                    lead->follow = f;
+                    lead->cap_follow = nc;
+                }
+            }
+            ok = lead->nfollow < lead->cap_follow;
+            if (ok) {
+                r->leader = lead;
+                lead->follow[lead->nfollow++] = r;
+                e->nattached++;
+            }
+        } else if (ok) {
+            ok = rw_eng_push_waiting(e, r, false);
+        }
+        if (!ok) {
+            if (r) idmap_del(&e->ids, r->id);
+            req_free(r);
+            /* take back the samples already queued: the call adds all or nothing */
+            for (int k = i - 1; k >= 0; k--)
+                drop_queued(e, idmap_get(&e->ids, id + (uint64_t)k));
+            RW_FAIL(err, RW_E_OOM, "request of %lld tokens", (long long)total);
+        }
+        if (!lead) lead = r;
+    }
     return RW_OK;
 }
 
 rw_status rw_engine_add(rw_engine *e, uint64_t id, const int32_t *prompt, int n,
                         const rw_sampling *sp, rw_err *err) {
-    if (!e || !prompt || !sp) RW_FAIL(err, RW_E_INVALID_ARG, "add: NULL argument");
-    if (n < 1) RW_FAIL(err, RW_E_INVALID_ARG, "add %llu: empty prompt", (unsigned long long)id);
-    RW_CHECK(check_sampling(sp, err));
-    const int V = e->m->cfg.vocab_size;
-    for (int i = 0; i < n; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            RW_FAIL(err, RW_E_RANGE, "add %llu: token %d at %d outside [0, %d)",
-                    (unsigned long long)id, prompt[i], i, V);
-    const int64_t total = (int64_t)n + sp->max_new_tokens;
-    if (total > e->o.max_seq_len)
-        RW_FAIL(err, RW_E_RANGE, "add %llu: prompt %d + max_new_tokens %d > max_seq_len %d",
-                (unsigned long long)id, n, sp->max_new_tokens, e->o.max_seq_len);
-    if ((total + e->o.kv_block_size - 1) / e->o.kv_block_size > e->kvb.nblocks)
-        RW_FAIL(err, RW_E_RANGE, "add %llu: %lld tokens exceed the whole KV cache (%lld tokens)",
-                (unsigned long long)id, (long long)total,
-                (long long)e->kvb.nblocks * e->o.kv_block_size);
-    if (idmap_get(&e->ids, id))
-        RW_FAIL(err, RW_E_INVALID_ARG, "add: request id %llu already exists",
-                (unsigned long long)id);
-    req *r = calloc(1, sizeof *r);
-    if (!r) RW_FAIL(err, RW_E_OOM, "request");
-    r->id = id;
-    r->sp = *sp;
-    r->n_prompt = n;
-    r->cap = (int)total;
-    r->toks = malloc(sizeof(int32_t) * (size_t)total);
-    r->lps = malloc(sizeof(float) * (size_t)sp->max_new_tokens);
-    if (sp->top_logprobs) {
-        r->top_ids = malloc(sizeof(int32_t) * (size_t)sp->max_new_tokens * sp->top_logprobs);
-        r->top_lps = malloc(sizeof(float) * (size_t)sp->max_new_tokens * sp->top_logprobs);
-    }
-    if (!r->toks || !r->lps || (sp->top_logprobs && (!r->top_ids || !r->top_lps)) ||
-        !idmap_put(&e->ids, id, r)) {
-        req_free(r);
-        RW_FAIL(err, RW_E_OOM, "request of %lld tokens", (long long)total);
-    }
-    memcpy(r->toks, prompt, sizeof(int32_t) * (size_t)n);
-    r->ntok = n;
-    r->t_submit = rw_now();
-    if (!push_waiting(e, r, false)) {
-        idmap_del(&e->ids, id);
-        req_free(r);
-        RW_FAIL(err, RW_E_OOM, "waiting queue");
-    }
-    return RW_OK;
+    return rw_engine_add_ex(e, id, prompt, n, sp, NULL, err);
 }
 
-static void remove_running(rw_engine *e, int i) {
+void rw_eng_remove_running(rw_engine *e, int i) {
     memmove(e->running + i, e->running + i + 1, sizeof(req *) * (size_t)(e->nrun - i - 1));
     e->nrun--;
+}
+
+static void detach(rw_engine *e, req *f) {
+    req *l = f->leader;
+    for (int i = 0; i < l->nfollow; i++)
+        if (l->follow[i] == f) {
+            memmove(l->follow + i, l->follow + i + 1, sizeof(req *) * (size_t)(l->nfollow - i - 1));
+            l->nfollow--;
+            break;
+        }
+    f->leader = NULL;
+    e->nattached--;
+}
+
+void rw_eng_release_followers(rw_engine *e, req *r) {
+    /* newest first to the front keeps their order */
+    while (r->nfollow > 0) {
+        req *f = r->follow[r->nfollow - 1];
+        detach(e, f);
+        if (!rw_eng_push_waiting(e, f, true)) {
+            /* cannot queue it: finish it (it holds nothing); the output says abort */
+            rw_eng_retire(e, f, RW_FINISH_ABORT, NULL);
+        }
+    }
 }
 
 rw_status rw_engine_abort(rw_engine *e, uint64_t id, rw_err *err) {
     req *r = idmap_get(&e->ids, id);
     if (!r) RW_FAIL(err, RW_E_NOT_FOUND, "abort: no request %llu", (unsigned long long)id);
-    if (r->running) {
+    if (r->leader) {
+        detach(e, r);
+    } else if (r->running) {
         for (int i = 0; i < e->nrun; i++)
             if (e->running[i] == r) {
-                remove_running(e, i);
+                rw_eng_remove_running(e, i);
                 break;
             }
     } else {
@@ -429,60 +544,78 @@ rw_status rw_engine_abort(rw_engine *e, uint64_t id, rw_err *err) {
                 break;
             }
     }
-    return retire(e, r, RW_FINISH_ABORT, err);
+    if (r->nfollow) {
+        /* its siblings run on their own: queued where it was (the front is close enough) */
+        rw_eng_release_followers(e, r);
+    }
+    return rw_eng_retire(e, r, RW_FINISH_ABORT, err);
+}
+
+/* Retires r and every follower attached to it. */
+static void retire_with_followers(rw_engine *e, req *r) {
+    while (r->nfollow > 0) {
+        req *f = r->follow[0];
+        detach(e, f);
+        rw_eng_retire(e, f, RW_FINISH_ABORT, NULL);
+    }
+    rw_eng_retire(e, r, RW_FINISH_ABORT, NULL);
 }
 
 void rw_engine_abort_all(rw_engine *e) {
     while (e->nrun > 0) {
         req *r = e->running[e->nrun - 1];
         e->nrun--;
-        retire(e, r, RW_FINISH_ABORT, NULL);
+        retire_with_followers(e, r);
     }
     for (int64_t i = e->whead; i < e->wtail; i++)
-        retire(e, e->waiting[i], RW_FINISH_ABORT, NULL);
+        retire_with_followers(e, e->waiting[i]);
     e->whead = e->wtail = 0;
 }
 
-/* Retracts the most recently admitted running request: drops its KV, requeues it first. */
-static void preempt_newest(rw_engine *e) {
+void rw_eng_preempt_newest(rw_engine *e) {
     req *r = e->running[e->nrun - 1];
     e->nrun--;
-    free_kv_of(e, r);
+    rw_eng_free_kv(e, r);
     r->running = false;
     r->chunk = 0;
-    push_waiting(e, r, true);
+    if (r->score) r->n_spans = 0; /* its logprobs are computed again */
+    rw_eng_push_waiting(e, r, true);
     e->preemptions++;
 }
 
-static rw_status ensure_step_scratch(rw_engine *e, int64_t ntok, int nseq, rw_err *err) {
-    if (ntok > e->cap_btok) {
-        int32_t *p = realloc(e->btok, sizeof(int32_t) * (size_t)ntok);
-        if (!p) RW_FAIL(err, RW_E_OOM, "step tokens");
-        e->btok = p;
-        e->cap_btok = ntok;
+rw_status rw_eng_run_append(rw_engine *e, req *r, rw_err *err) {
+    if (e->nrun == e->cap_run) {
+        const int nc = e->cap_run ? e->cap_run * 2 : 64;
+        req **p = realloc(e->running, sizeof(req *) * (size_t)nc);
+        if (!p) RW_FAIL(err, RW_E_OOM, "running list");
+        e->running = p;
+        e->cap_run = nc;
     }
-    if (nseq > e->cap_bseq) {
-        rw_fwd_seq *s = realloc(e->bseq, sizeof *s * (size_t)nseq);
-        if (s) e->bseq = s;
-        rw_sample_req *q = realloc(e->sreq, sizeof *q * (size_t)nseq);
-        if (q) e->sreq = q;
-        rw_sample_res *r = realloc(e->sres, sizeof *r * (size_t)nseq);
-        if (r) e->sres = r;
-        req **o = realloc(e->sreq_of, sizeof *o * (size_t)nseq);
-        if (o) e->sreq_of = o;
-        if (!s || !q || !r || !o) RW_FAIL(err, RW_E_OOM, "step scratch");
-        e->cap_bseq = nseq;
-    }
+    r->running = true;
+    e->running[e->nrun++] = r;
     return RW_OK;
 }
 
-static bool is_stop(const req *r, int32_t tok) {
-    for (int i = 0; i < r->sp.n_stop; i++)
-        if (r->sp.stop_ids[i] == tok) return true;
-    return false;
+bool rw_eng_route_rows(rw_engine *e, req *r, int upto) {
+    if (upto <= r->rcap) return true;
+    int nc = r->rcap ? r->rcap : 64;
+    while (nc < upto)
+        nc *= 2;
+    if (nc > r->cap) nc = r->cap;
+    const size_t row = (size_t)e->route_layers * (size_t)e->route_k;
+    uint16_t *ids = realloc(r->rids, sizeof(uint16_t) * row * (size_t)nc);
+    if (!ids) return false;
+    r->rids = ids;
+    if (r->rec_wts) {
+        float *w = realloc(r->rwts, sizeof(float) * row * (size_t)nc);
+        if (!w) return false;
+        r->rwts = w;
+    }
+    r->rcap = nc;
+    return true;
 }
 
-static bool add_span(req *r, uint64_t version, int idx) {
+bool rw_eng_add_span(req *r, uint64_t version, int idx) {
     if (r->n_spans > 0 && r->spans[r->n_spans - 1].version == version) {
         r->spans[r->n_spans - 1].end = idx + 1;
         return true;
@@ -496,153 +629,6 @@ static bool add_span(req *r, uint64_t version, int idx) {
     }
     r->spans[r->n_spans++] = (rw_version_span){version, idx, idx + 1};
     return true;
-}
-
-rw_status rw_engine_step(rw_engine *e, rw_err *err) {
-    if (!e) RW_FAIL(err, RW_E_INVALID_ARG, "step: NULL engine");
-    if (e->paused || e->kv_released) return RW_OK;
-    int budget = e->o.max_batch_tokens;
-    const int bs = e->o.kv_block_size;
-    for (int i = 0; i < e->nrun; i++)
-        e->running[i]->chunk = 0;
-    /* 1. decodes (one token each), oldest first; a decode that needs a block when none is free
-     *    retracts the newest request (possibly itself) */
-    for (int i = 0; i < e->nrun; i++) {
-        req *r = e->running[i];
-        if (r->ntok - r->n_cached != 1) continue;
-        while (!take_blocks(e, r, r->ntok)) {
-            const bool self = e->running[e->nrun - 1] == r;
-            preempt_newest(e);
-            if (self) break;
-        }
-        if (i >= e->nrun || e->running[i] != r) break; /* r itself was retracted */
-        if (budget > 0) {
-            r->chunk = 1;
-            budget--;
-        }
-    }
-    /* 2. prefills already running (chunked), in admission order; one that cannot get a block
-     *    retracts newer requests, so the oldest request always makes progress */
-    for (int i = 0; i < e->nrun && budget > 0; i++) {
-        req *r = e->running[i];
-        const int rem = r->ntok - r->n_cached;
-        if (rem <= 1 || r->chunk) continue;
-        int c = rem < budget ? rem : budget;
-        int fit = (r->nblocks + (int)e->kvb.nfree) * bs - r->n_cached;
-        while (fit < 1 && e->running[e->nrun - 1] != r) {
-            preempt_newest(e);
-            fit = (r->nblocks + (int)e->kvb.nfree) * bs - r->n_cached;
-        }
-        if (c > fit) c = fit;
-        if (c < 1) continue;
-        if (!take_blocks(e, r, r->n_cached + c)) RW_FAIL(err, RW_E_OOM, "block table");
-        r->chunk = c;
-        budget -= c;
-    }
-    /* 3. admit waiting requests in order while the token budget, the batch size and the KV cache
-     *    allow: the whole remaining prompt must fit in the free blocks (so admitted prefills
-     *    rarely need retraction), the first chunk takes its blocks now */
-    while (budget > 0 && e->nrun < e->o.max_running && e->whead < e->wtail) {
-        req *r = e->waiting[e->whead];
-        const int rem = r->ntok - r->n_cached;
-        if (blocks_for(e, r->ntok) - r->nblocks > e->kvb.nfree) break; /* head of line waits */
-        const int c = rem < budget ? rem : budget;
-        if (e->nrun == e->cap_run) {
-            const int nc = e->cap_run ? e->cap_run * 2 : 64;
-            req **p = realloc(e->running, sizeof(req *) * (size_t)nc);
-            if (!p) RW_FAIL(err, RW_E_OOM, "running list");
-            e->running = p;
-            e->cap_run = nc;
-        }
-        if (!take_blocks(e, r, r->n_cached + c)) RW_FAIL(err, RW_E_OOM, "block table");
-        e->whead++;
-        r->running = true;
-        r->chunk = c;
-        e->running[e->nrun++] = r;
-        budget -= c;
-    }
-    /* 4. the batch: every running request with a chunk */
-    int64_t ntok = 0;
-    int nseq = 0;
-    for (int i = 0; i < e->nrun; i++)
-        if (e->running[i]->chunk > 0) {
-            ntok += e->running[i]->chunk;
-            nseq++;
-        }
-    if (nseq == 0) return RW_OK;
-    RW_CHECK(ensure_step_scratch(e, ntok, nseq, err));
-    int s = 0, nlog = 0;
-    int64_t t = 0;
-    for (int i = 0; i < e->nrun; i++) {
-        req *r = e->running[i];
-        if (r->chunk == 0) continue;
-        rw_fwd_seq *q = &e->bseq[s];
-        q->tok0 = (int32_t)t;
-        q->ntok = r->chunk;
-        q->pos0 = r->n_cached;
-        q->blocks = r->blocks;
-        memcpy(e->btok + t, r->toks + r->n_cached, sizeof(int32_t) * (size_t)r->chunk);
-        t += r->chunk;
-        if (r->n_cached + r->chunk == r->ntok) {
-            q->logits_row = nlog;
-            e->sreq[nlog].sp = &r->sp;
-            e->sreq[nlog].position = r->ntok;
-            e->sreq[nlog].row = nlog;
-            e->sreq_of[nlog] = r;
-            nlog++;
-        } else {
-            q->logits_row = -1;
-        }
-        s++;
-    }
-    rw_fwd_batch b = {nseq, e->bseq, (int32_t)ntok, e->btok, nlog, false};
-    RW_CHECK(e->m->ops->forward(e->m, e->kv, &b, err));
-    if (nlog) RW_CHECK(e->m->ops->sample(e->m, nlog, e->sreq, e->sres, err));
-    for (int i = 0; i < e->nrun; i++) {
-        req *r = e->running[i];
-        if (r->ntok - r->n_cached > 1) e->prompt_tokens += r->chunk; /* a prefill chunk */
-        r->n_cached += r->chunk;
-    }
-    /* 5. append sampled tokens, retire finished requests */
-    const double now = rw_now();
-    for (int j = 0; j < nlog; j++) {
-        req *r = e->sreq_of[j];
-        const rw_sample_res *res = &e->sres[j];
-        const int g = r->ntok - r->n_prompt; /* index of this generated token */
-        r->toks[r->ntok++] = res->token;
-        r->lps[g] = res->logprob;
-        if (r->sp.top_logprobs) {
-            memcpy(r->top_ids + (size_t)g * r->sp.top_logprobs, res->top_ids,
-                   sizeof(int32_t) * (size_t)r->sp.top_logprobs);
-            memcpy(r->top_lps + (size_t)g * r->sp.top_logprobs, res->top_lps,
-                   sizeof(float) * (size_t)r->sp.top_logprobs);
-        }
-        if (!add_span(r, e->version, g)) RW_FAIL(err, RW_E_OOM, "version spans");
-        if (g == 0) r->t_first = now;
-        e->gen_tokens++;
-    }
-    for (int i = 0; i < e->nrun;) {
-        req *r = e->running[i];
-        const int g = r->ntok - r->n_prompt;
-        rw_finish why = RW_FINISH_NONE;
-        if (g > 0 && r->n_cached == r->ntok - 1) {
-            if (is_stop(r, r->toks[r->ntok - 1]))
-                why = RW_FINISH_STOP;
-            else if (g >= r->sp.max_new_tokens || r->ntok >= e->o.max_seq_len)
-                why = RW_FINISH_LENGTH;
-        }
-        if (why != RW_FINISH_NONE) {
-            remove_running(e, i);
-            RW_CHECK(retire(e, r, why, err));
-        } else {
-            i++;
-        }
-    }
-    e->steps++;
-    e->rate_i = (e->rate_i + 1) % 16;
-    e->rate_t[e->rate_i] = now;
-    e->rate_n[e->rate_i] = e->gen_tokens;
-    return RW_OK;
 }
 
 bool rw_engine_idle(const rw_engine *e) {
@@ -663,7 +649,8 @@ rw_output *rw_engine_pop_output(rw_engine *e) {
 
 int rw_engine_progress(const rw_engine *e, uint64_t id) {
     const req *r = idmap_get(&e->ids, id);
-    return r ? r->ntok - r->n_prompt : -1;
+    if (!r) return -1;
+    return r->score ? 0 : r->ntok - r->n_prompt;
 }
 
 rw_status rw_engine_peek(const rw_engine *e, uint64_t id, int from, int32_t *tokens,
@@ -671,7 +658,7 @@ rw_status rw_engine_peek(const rw_engine *e, uint64_t id, int from, int32_t *tok
     *n = 0;
     const req *r = idmap_get(&e->ids, id);
     if (!r) RW_FAIL(err, RW_E_NOT_FOUND, "peek: no request %llu", (unsigned long long)id);
-    const int g = r->ntok - r->n_prompt;
+    const int g = r->score ? 0 : r->ntok - r->n_prompt;
     if (from < 0 || from > g)
         RW_FAIL(err, RW_E_RANGE, "peek %llu: from %d outside [0, %d]", (unsigned long long)id, from,
                 g);
@@ -690,7 +677,7 @@ rw_status rw_engine_pause(rw_engine *e, rw_pause_mode mode, rw_err *err) {
     case RW_PAUSE_RETRACT:
         /* newest first to the queue front, so the queue keeps admission order */
         while (e->nrun > 0)
-            preempt_newest(e);
+            rw_eng_preempt_newest(e);
         break;
     case RW_PAUSE_IN_PLACE: break;
     default: RW_FAIL(err, RW_E_INVALID_ARG, "pause: unknown mode %d", (int)mode);
@@ -718,7 +705,7 @@ rw_status rw_engine_flush_cache(rw_engine *e, rw_err *err) {
     if (holds_kv(e))
         RW_FAIL(err, RW_E_BUSY,
                 "flush_cache: %d requests hold KV (pause with retract or abort first)", e->nrun);
-    /* no prefix cache is kept: every block not held by a request is already free */
+    rw_kv_blocks_uncache_all(&e->kvb);
     return RW_OK;
 }
 
@@ -729,6 +716,7 @@ rw_status rw_engine_release_kv(rw_engine *e, rw_err *err) {
                 "release_kv: %d requests hold KV (pause with retract or abort first)", e->nrun);
     e->m->ops->kv_destroy(e->m, e->kv);
     e->kv = NULL;
+    rw_kv_blocks_reset(&e->kvb); /* the cached blocks' bytes are gone */
     e->kv_released = true;
     return RW_OK;
 }
@@ -741,12 +729,19 @@ rw_status rw_engine_resume_kv(rw_engine *e, rw_err *err) {
 }
 
 void rw_engine_set_weight_version(rw_engine *e, uint64_t version) {
+    if (version != e->version) {
+        /* KV of other weights is never reused: the cache empties, and what requests hold now
+         * (frozen in place across an update) is never cached */
+        rw_kv_blocks_uncache_all(&e->kvb);
+        for (int i = 0; i < e->nrun; i++)
+            if (e->running[i]->nblocks > 0) e->running[i]->kv_valid = false;
+    }
     e->version = version;
 }
 
 void rw_engine_stats_get(const rw_engine *e, rw_engine_stats *out) {
     memset(out, 0, sizeof *out);
-    out->waiting = (int)(e->wtail - e->whead);
+    out->waiting = (int)(e->wtail - e->whead) + e->nattached;
     out->running = e->nrun;
     out->paused = e->paused;
     out->steps = e->steps;
@@ -759,9 +754,21 @@ void rw_engine_stats_get(const rw_engine *e, rw_engine_stats *out) {
     const double dt = e->rate_t[newest] - e->rate_t[o];
     if (dt > 0) out->gen_tokens_per_s = (double)(e->rate_n[newest] - e->rate_n[o]) / dt;
     out->kv_blocks_total = e->kvb.nblocks;
-    out->kv_blocks_used = e->kv_released ? 0 : e->kvb.nblocks - e->kvb.nfree;
+    out->kv_blocks_used = e->kv_released ? 0 : rw_kv_blocks_held(&e->kvb);
     out->kv_block_size = e->o.kv_block_size;
     out->kv_bytes = e->m->ops->kv_block_bytes(e->m, e->o.kv_block_size) * (size_t)e->kvb.nblocks;
     out->kv_released = e->kv_released;
     out->weight_version = e->version;
+    out->kv_blocks_cached = e->kvb.ncached;
+    out->kv_blocks_allocated = e->kvb.allocated;
+    out->kv_blocks_evicted = e->kvb.evicted;
+    out->prefix_hits = e->prefix_hits;
+    out->prefix_tokens_saved = e->tokens_saved;
+    out->forked_samples = e->forks;
+    out->score_tokens = e->score_tokens;
+    out->last_tokens = e->last_tokens;
+    out->last_seqs = e->last_seqs;
+    out->last_logits = e->last_logits;
+    out->last_ctx = e->last_ctx;
+    out->last_attn = e->last_attn;
 }

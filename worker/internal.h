@@ -19,7 +19,15 @@ typedef struct rw_fwd_seq {
     int32_t tok0, ntok, pos0;
     const int32_t *blocks; /* [ceil((pos0 + ntok) / bs)] */
     int32_t logits_row;    /* row of the logits output for the sequence's last token; -1 none */
+    int32_t logits_n;      /* with logits_row >= 0: the chunk's last logits_n tokens (1..ntok) get
+                              rows logits_row .. logits_row + logits_n - 1, in token order (scoring
+                              a sequence); 0 means 1 */
 } rw_fwd_seq;
+
+/* Rows of logits a sequence asks for (0 when logits_row < 0). */
+static inline int32_t rw_fwd_seq_rows(const rw_fwd_seq *q) {
+    return q->logits_row < 0 ? 0 : q->logits_n > 1 ? q->logits_n : 1;
+}
 
 typedef struct rw_fwd_batch {
     int nseq;
@@ -41,11 +49,15 @@ rw_status rw_fwd_batch_check(const rw_model *m, const rw_fwd_batch *b, int64_t n
 /* Backend-owned KV storage: nblocks blocks of bs tokens for every layer. */
 typedef struct rw_kv rw_kv;
 
-/* One sampling request against a row of the last forward's logits. */
+/* One sampling request against a row of the last forward's logits. Several requests may name
+ * the same row (the n samples of one prompt draw their first tokens from its one logits row). */
 typedef struct rw_sample_req {
     const rw_sampling *sp;
     int64_t position; /* position of the token being generated (prompt + generated so far) */
     int row;
+    bool force; /* no draw: the token is `token` (scoring a given continuation); its
+                   logprob (sp->logprob_mode) and the top-n are computed as for a draw */
+    int32_t token;
 } rw_sample_req;
 
 typedef struct rw_sample_res {
@@ -73,6 +85,16 @@ typedef struct rw_backend_ops {
                         rw_err *err);
     /* copies logits rows [row0, row0 + nrows) to host dst [nrows, V] */
     rw_status (*logits_host)(rw_model *m, int row0, int nrows, float *dst, rw_err *err);
+    /* copies whole KV blocks src[i] -> dst[i], i < n (every layer, K and V), ordered after the
+     * forwards queued before it and before the next one: the copy-on-write of a partly filled
+     * block that the n samples of a prompt share */
+    rw_status (*kv_copy)(rw_model *m, rw_kv *kv, const int32_t *src, const int32_t *dst, int n,
+                         rw_err *err);
+    /* the router's choice in the last forward for its first ntok tokens: ids [L, ntok, top_k]
+     * int32 (descending weight) and, when wts is not NULL, their routing weights [L, ntok,
+     * top_k] fp32 (after renormalisation when norm_topk_prob), on the host. The forward always
+     * keeps every layer's choice (the experts read it from there); only this copy costs. */
+    rw_status (*routes)(rw_model *m, int64_t ntok, int32_t *ids, float *wts, rw_err *err);
     /* applies every canonical tensor of seeded random weights (rw_model_load_random; std > 0)
      * to the weight set, generated where the backend likes: the values are rw_model_rand_params'
      * rule whatever the backend (model_random.c) */
@@ -118,25 +140,8 @@ rw_status rw_model_load_random_host(rw_model *m, uint64_t seed, float std, rw_er
 rw_status rw_cpu_backend_init(rw_model *m, rw_err *err);
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err);
 
-/* The engine's paged KV block allocator (kv_blocks.c): the free blocks of a KV cache of nblocks
- * blocks of block_size tokens, and the block tables requests grow from them. */
-typedef struct rw_kv_blocks {
-    int64_t nblocks;
-    int block_size;
-    int32_t *free; /* stack of free block ids [nfree] */
-    int64_t nfree;
-} rw_kv_blocks;
-rw_status rw_kv_blocks_init(rw_kv_blocks *p, int64_t nblocks, int block_size, rw_err *err);
-void rw_kv_blocks_fini(rw_kv_blocks *p);
-/* Every block free (a new or re-created cache). */
-void rw_kv_blocks_reset(rw_kv_blocks *p);
-/* Blocks that cover positions [0, upto). */
-int rw_kv_blocks_for(const rw_kv_blocks *p, int upto);
-/* Grows the block table (*blocks [*cap], *n in use) to cover positions [0, upto). false, with
- * nothing taken, when too few blocks are free or the table cannot grow. */
-bool rw_kv_blocks_take(rw_kv_blocks *p, int32_t **blocks, int *n, int *cap, int upto);
-/* Gives the n blocks of a table back, last to first: blocks[0] is the next one taken. */
-void rw_kv_blocks_give(rw_kv_blocks *p, const int32_t *blocks, int n);
+/* The engine's paged KV block manager and prefix cache: kv_blocks.h. */
+#include "kv_blocks.h"
 
 /* The communicator: an interface over single-rank, thread-group and NCCL implementations. */
 struct rw_comm {

@@ -145,9 +145,12 @@ rw_status rw_fwd_batch_check(const rw_model *m, const rw_fwd_batch *b, int64_t n
             if (q->blocks[i] < 0 || q->blocks[i] >= nblocks)
                 RW_FAIL(err, RW_E_RANGE, "forward: sequence %d block %lld = %d outside [0, %lld)",
                         s, (long long)i, q->blocks[i], (long long)nblocks);
-        if (!b->all_logits && q->logits_row >= b->nlogits)
-            RW_FAIL(err, RW_E_RANGE, "forward: logits row %d of %d", q->logits_row, b->nlogits);
-        nrows_set += !b->all_logits && q->logits_row >= 0;
+        const int32_t rows = rw_fwd_seq_rows(q);
+        if (!b->all_logits && (q->logits_row >= b->nlogits || rows > q->ntok ||
+                               (int64_t)q->logits_row + rows > b->nlogits))
+            RW_FAIL(err, RW_E_RANGE, "forward: logits rows [%d, +%d) of %d for %d tokens",
+                    q->logits_row, rows, b->nlogits, q->ntok);
+        if (!b->all_logits) nrows_set += rows;
     }
     /* every logits row must name a token (rows are distinct by construction of the engine) */
     if (!b->all_logits && nrows_set != b->nlogits)

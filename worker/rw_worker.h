@@ -1,7 +1,9 @@
 /* rw_worker.h - the worker module's public contract: the tensor-parallel communicator, the
  * Qwen3-MoE model on a rank's weight set (CPU reference backend and CUDA backend), the paged KV
  * cache, the sampler, the generation engine (continuous batching, chunked prefill, pause/resume,
- * weight-version stamps, stats) and the `--once` command-line mode.
+ * weight-version stamps, stats; for RL: a prefix cache and shared prompt KV for n samples,
+ * routed-expert export, raw or processed logprobs, scoring of given continuations) and the
+ * `--once` command-line mode.
  *
  * Semantics are those of Hugging Face transformers' Qwen3-MoE (docs/LAYOUT.md for the weights):
  * embedding, per layer [RMSNorm -> q/k/v -> per-head q/k RMSNorm -> RoPE (rotate-half) -> causal
@@ -116,9 +118,21 @@ rw_status rw_model_score(rw_model *m, const int32_t *tokens, int n, float *logit
 #define RW_MAX_STOP 16
 #define RW_MAX_TOP_LOGPROBS 20
 
+/* What a reported logprob is the log-probability of (rw_sampling.logprob_mode). */
+typedef enum rw_logprob_mode {
+    RW_LOGPROB_RAW = 0,       /* log_softmax of the raw logits */
+    RW_LOGPROB_PROCESSED = 1, /* under the distribution actually sampled from */
+} rw_logprob_mode;
+
 /* Per-request sampling parameters. The rules, identical on every backend and TP degree:
- * - logprob = log_softmax(raw logits)[token]: the unmodified distribution (no temperature, top-k
- *   or top-p applied), the quantity an RL trainer compares against its own forward pass;
+ * - logprob_mode raw (the default): logprob = log_softmax(raw logits)[token], the unmodified
+ *   distribution (no temperature, top-k or top-p applied), the quantity an RL trainer compares
+ *   against its own forward pass;
+ * - logprob_mode processed: the log-probability under the distribution the token was drawn from:
+ *   z = logits / temperature restricted to the kept set below and renormalised, i.e.
+ *   z[token] - zmax - log(sum over the kept ids of exp(z - zmax)); -inf for an id outside the kept
+ *   set; greedy (below) puts all mass on the argmax: 0 for it, -inf for every other id. The top
+ *   logprobs are reported in the same mode (the same ids: the best raw logits);
  * - temperature <= 0 or top_k == 1: greedy (argmax of the raw logits, ties to the lower id);
  * - otherwise z = logits / temperature; keep the ids whose z is >= the k-th largest z (top_k > 0;
  *   ties at the boundary all kept); then keep the ids whose z is >= the value where the
@@ -134,6 +148,7 @@ typedef struct rw_sampling {
     int n_stop;
     int32_t stop_ids[RW_MAX_STOP]; /* generation ends after emitting one of these */
     int top_logprobs; /* 0..RW_MAX_TOP_LOGPROBS: also return the n best (id, logprob) */
+    int logprob_mode; /* rw_logprob_mode (RW_LOGPROB_RAW = 0) */
 } rw_sampling;
 
 /* Greedy, max_new_tokens 16, top_p 1, no stops. */
@@ -147,6 +162,12 @@ float rw_sample_uniform(uint64_t seed, int64_t position);
 rw_status rw_sample_row_ref(const float *logits, int V, const rw_sampling *sp, int64_t position,
                             void *scratch, int32_t *token, float *logprob, int32_t *top_ids,
                             float *top_lps, rw_err *err);
+/* The same rule for a given token (scoring a continuation; no draw): its logprob in
+ * sp->logprob_mode and the top-n, exactly as rw_sample_row_ref reports them when it draws that
+ * token. RW_E_RANGE for a token outside [0, V). */
+rw_status rw_logprob_row_ref(const float *logits, int V, const rw_sampling *sp, int32_t token,
+                             void *scratch, float *logprob, int32_t *top_ids, float *top_lps,
+                             rw_err *err);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Engine: continuous batching over a paged KV cache                                            */
@@ -159,6 +180,8 @@ typedef struct rw_engine_opts {
                              64 MiB (CPU) */
     double kv_fraction;   /* default 0.9 of the device memory free after weights and workspace */
     int max_seq_len;      /* prompt + generated tokens; 0 = max_position_embeddings */
+    bool prefix_sharing;  /* prefix cache and shared prompt KV of n samples (default true);
+                             false: every request computes and holds all of its own KV */
 } rw_engine_opts;
 
 rw_engine_opts rw_engine_opts_default(void);
@@ -178,13 +201,14 @@ typedef struct rw_version_span {
 } rw_version_span;
 
 /* A finished request. Owned by the caller after rw_engine_pop_output; free with
- * rw_output_free. */
+ * rw_output_free. A score request (rw_request_opts.n_score) reports its continuation as the
+ * `n` tokens with their logprobs, finish length, and no spans beyond the one version. */
 typedef struct rw_output {
     uint64_t id;
     int n_prompt;
     int n;               /* generated tokens */
     int32_t *tokens;     /* [n] */
-    float *logprobs;     /* [n] log_softmax of the raw logits at the sampled token */
+    float *logprobs;     /* [n] logprob of each token (sampling.logprob_mode) */
     int top_n;           /* top logprobs per token (0 when not asked) */
     int32_t *top_ids;    /* [n, top_n] */
     float *top_logprobs; /* [n, top_n] */
@@ -192,6 +216,18 @@ typedef struct rw_output {
     int n_spans;
     rw_version_span *spans;           /* [n_spans], in token order, covering [0, n) */
     double t_submit, t_first, t_done; /* rw_now() stamps */
+    /* score requests with prompt_logprobs: [n_prompt], entry 0 NaN (no token before it) */
+    float *prompt_logprobs;
+    /* routed experts (rw_request_opts.routed_experts): the router's top-k of every token and
+     * layer, token-major: [n_routed, route_layers, route_k], descending weight. n_routed is
+     * n_prompt + n (every prompt and generated token; the last generated token is run through
+     * the model once more for it) except for aborted requests, which have the tokens computed
+     * so far. Tokens whose KV came from the prefix cache or a sibling sample have the routes
+     * recorded when that KV was computed (stored with the KV blocks). */
+    int n_routed, route_layers, route_k;
+    uint16_t *routed_ids;  /* [n_routed, route_layers, route_k] expert ids */
+    float *routed_weights; /* same shape, routing weights; NULL unless asked */
+    int n_reused;          /* prompt tokens whose KV was reused (prefix cache or a sibling) */
 } rw_output;
 void rw_output_free(rw_output *o);
 
@@ -203,14 +239,26 @@ typedef enum rw_pause_mode {
 } rw_pause_mode;
 
 typedef struct rw_engine_stats {
-    int waiting, running, paused; /* requests queued, in the batch; paused flag */
+    int waiting, running, paused; /* requests queued (sibling samples waiting for their first
+                                     sample's prefill included), in the batch; paused flag */
     int64_t steps, prompt_tokens, generated_tokens, preemptions;
-    double gen_tokens_per_s; /* over the last few seconds of steps */
-    int64_t kv_blocks_total, kv_blocks_used;
+    double gen_tokens_per_s;                 /* over the last few seconds of steps */
+    int64_t kv_blocks_total, kv_blocks_used; /* used: held by requests (a shared block once) */
     int kv_block_size;
     size_t kv_bytes;
     bool kv_released;
     uint64_t weight_version;
+    /* prefix sharing (prompt_tokens above counts the tokens actually computed) */
+    int64_t kv_blocks_cached;    /* blocks in the prefix cache (held or idle) */
+    int64_t kv_blocks_allocated; /* cumulative: blocks taken for newly computed KV */
+    int64_t kv_blocks_evicted;   /* cumulative: idle cached blocks reused for other KV */
+    int64_t prefix_hits;         /* admissions that reused cached blocks */
+    int64_t prefix_tokens_saved; /* tokens whose KV was reused instead of computed */
+    int64_t forked_samples;      /* samples that started from a sibling's prefill */
+    int64_t score_tokens;        /* tokens scored (continuation and prompt logprobs) */
+    /* the last step's forward (for per-step floors): tokens, sequences, logits rows, the sum of
+     * its sequences' context lengths (keys each reads), and of (query, key) pairs attended */
+    int64_t last_tokens, last_seqs, last_logits, last_ctx, last_attn;
 } rw_engine_stats;
 
 typedef struct rw_engine rw_engine;
@@ -224,6 +272,37 @@ void rw_engine_destroy(rw_engine *e);
  * (RW_E_INVALID_ARG) for a duplicate id or bad sampling parameters. */
 rw_status rw_engine_add(rw_engine *e, uint64_t id, const int32_t *prompt, int n,
                         const rw_sampling *sp, rw_err *err);
+/* What a request asks for beyond sampling (rw_engine_add_ex). Zero is plain generation. */
+typedef struct rw_request_opts {
+    /* Generation: n_samples >= 1 requests with ids id .. id + n_samples - 1 sample the same
+     * prompt; sample i uses seed sp->seed + i (0 means 1). The first is prefilled (reusing the
+     * prefix cache); the others then start from its KV: its full blocks shared (reference
+     * counts), its partly filled last block copied, their first tokens drawn from its logits
+     * row with their own seeds. Without room (KV, max_running) or with prefix sharing off, a
+     * sample runs on its own. Either way each sample's tokens and logprob bits are those it
+     * produces alone. */
+    int n_samples;
+    /* Scoring: > 0 makes this a score request: the last n_score tokens of the request's tokens
+     * are a given continuation of the first n - n_score (the prompt, >= 1 token); one prefill,
+     * no sampling; the output's tokens and logprobs are the continuation's, with the logprobs
+     * generate reports for those tokens (sp's logprob_mode, temperature, top_k, top_p; sp's
+     * top_logprobs too). max_new_tokens, seed and stop ids are not used. */
+    int n_score;
+    bool prompt_logprobs; /* score: also the logprobs of prompt tokens 1 .. n_prompt - 1 */
+    bool routed_experts;  /* record the router's top-k of every token (rw_output) */
+    bool routing_weights; /* and their weights (needs routed_experts) */
+    /* n_samples > 1 (engine API only: the daemon's rank ops do not carry it): sample i stops
+     * after sample_max_new[i] tokens, 1..sp->max_new_tokens, instead of sp->max_new_tokens
+     * (benchmarks emulating response lengths); NULL: all after sp->max_new_tokens. Copied. */
+    const int *sample_max_new;
+} rw_request_opts;
+
+/* rw_engine_add with options (NULL: none). A score request's tokens are prompt then
+ * continuation, and it needs room for all of them (max_seq_len, KV cache). Refused
+ * (RW_E_INVALID_ARG) for n_samples outside 1..65536, n_score outside [0, n), n_samples > 1 with
+ * a score, routing_weights without routed_experts, an id of the n_samples already in use. */
+rw_status rw_engine_add_ex(rw_engine *e, uint64_t id, const int32_t *tokens, int n,
+                           const rw_sampling *sp, const rw_request_opts *o, rw_err *err);
 /* Finishes a request now (finish = abort, partial tokens kept) and frees its KV.
  * RW_E_NOT_FOUND if it is neither queued nor running. */
 rw_status rw_engine_abort(rw_engine *e, uint64_t id, rw_err *err);
@@ -251,14 +330,17 @@ rw_status rw_engine_peek(const rw_engine *e, uint64_t id, int from, int32_t *tok
 rw_status rw_engine_pause(rw_engine *e, rw_pause_mode mode, rw_err *err);
 rw_status rw_engine_resume(rw_engine *e, rw_err *err);
 bool rw_engine_paused(const rw_engine *e);
-/* Drops all cached KV. Refused (RW_E_BUSY) while any request holds KV (running or paused in
- * place). */
+/* Drops all cached KV: the prefix cache is emptied. Refused (RW_E_BUSY) while any request holds
+ * KV (running or paused in place). */
 rw_status rw_engine_flush_cache(rw_engine *e, rw_err *err);
 /* Frees the KV cache memory (for a colocated trainer); refused (RW_E_BUSY) while any request holds
  * KV. Steps do nothing until rw_engine_resume_kv re-allocates it. */
 rw_status rw_engine_release_kv(rw_engine *e, rw_err *err);
 rw_status rw_engine_resume_kv(rw_engine *e, rw_err *err);
-/* Tokens sampled from now on are stamped with `version`. */
+/* Tokens sampled from now on are stamped with `version`, and KV is cached under it. Whoever
+ * changes the weights must give them a new version: a change of version empties the prefix
+ * cache (KV of other weights is never reused), and the KV that requests still hold from before
+ * is not cached later. */
 void rw_engine_set_weight_version(rw_engine *e, uint64_t version);
 void rw_engine_stats_get(const rw_engine *e, rw_engine_stats *out);
 

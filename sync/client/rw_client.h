@@ -52,6 +52,27 @@ rw_status rw_client_send(rw_client *c, const char *cmd, rw_mw *args, const void 
 rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg, rw_reply *rep,
                          void **frame, size_t *frame_len, rw_err *err);
 
+/* Rollouts (docs/PROTOCOL.md 4.1 generate, 4.9 score): sends the command with its JSON
+ * arguments and waits for its final reply (a streaming generate's partial replies are skipped):
+ * result_json (free with rw_client_free) and the reply's data frame (routed experts; NULL when
+ * none; free with rw_client_free). */
+rw_status rw_client_generate(rw_client *c, const char *args_json, int timeout_ms,
+                             char **result_json, void **frame, size_t *frame_len, rw_err *err);
+rw_status rw_client_score(rw_client *c, const char *args_json, int timeout_ms, char **result_json,
+                          void **frame, size_t *frame_len, rw_err *err);
+/* Output i's routed experts inside the frame of a generate / score reply (borrowed from frame):
+ * ids [tokens, layers, k] of id_bytes each (1: uint8 when the model has <= 256 experts, else 2:
+ * uint16, little-endian), weights [tokens, layers, k] fp32 or NULL. RW_E_NOT_FOUND when the
+ * output has none; RW_E_PROTOCOL when they lie outside the frame. */
+typedef struct rw_client_routes {
+    int64_t tokens, layers, k;
+    int id_bytes;
+    const void *ids;
+    const float *weights;
+} rw_client_routes;
+rw_status rw_client_routes_of(const char *result_json, size_t i, const void *frame,
+                              size_t frame_len, rw_client_routes *out, rw_err *err);
+
 /* Typed calls. */
 rw_status rw_client_begin_update(rw_client *c, const char *version, bool flush_cache,
                                  uint64_t bucket_bytes, double timeout_s, int timeout_ms,

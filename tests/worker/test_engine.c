@@ -6,48 +6,15 @@
  *   version spans, request validation. */
 #include <math.h>
 
-#include "worker_util.h"
+#include "rollout_util.h"
 
-typedef struct ctx {
-    rw_config cfg;
-    rw_model *m;
-} ctx;
+typedef rw_fixture_model ctx;
 
-static int setup(void **state) {
-    ctx *c = calloc(1, sizeof *c);
-    char dir[1024], path[1100];
-    rw_err err = {0};
-    rw_test_path(dir, sizeof dir, RW_TEST_FIXTURE);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    RW_ASSERT_OK(rw_config_load(path, &c->cfg, &err), &err);
-    c->m = rw_test_load_model(&c->cfg, RW_BACKEND_CPU, dir);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state) {
-    ctx *c = *state;
-    rw_model_destroy(c->m);
-    rw_config_free(&c->cfg);
-    free(c);
-    return 0;
-}
-
+/* The batched output must reproduce the one alone. */
 static void same_output(const rw_output *a, const rw_output *b, int i) {
-    if (a->n != b->n || a->finish != b->finish)
-        fail_msg("request %d: %d tokens (%s) batched, %d (%s) alone", i, a->n,
-                 rw_finish_str(a->finish), b->n, rw_finish_str(b->finish));
-    for (int j = 0; j < a->n; j++)
-        if (a->tokens[j] != b->tokens[j] || memcmp(&a->logprobs[j], &b->logprobs[j], 4) != 0)
-            fail_msg("request %d token %d: %d (%.9g) batched, %d (%.9g) alone", i, j, a->tokens[j],
-                     a->logprobs[j], b->tokens[j], b->logprobs[j]);
-    assert_int_equal(a->top_n, b->top_n);
-    if (a->top_n) {
-        rw_assert_bytes_equal(a->top_ids, b->top_ids, sizeof(int32_t) * (size_t)(a->n * a->top_n),
-                              "top ids");
-        rw_assert_bytes_equal(a->top_logprobs, b->top_logprobs,
-                              sizeof(float) * (size_t)(a->n * a->top_n), "top logprobs");
-    }
+    char what[48];
+    snprintf(what, sizeof what, "request %d (batched vs alone)", i);
+    rw_out_same(a, b, what);
 }
 
 static rw_output *run_alone(rw_model *m, const rw_req_spec *s, rw_err *err) {
@@ -327,5 +294,5 @@ int main(void) {
         cmocka_unit_test(test_pause_modes),
         cmocka_unit_test(test_continuous_batching),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rw_fixture_model_setup, rw_fixture_model_teardown);
 }

@@ -3,7 +3,8 @@
  * lo pairs), RoPE and the KV write, attention (prefill tiles, decode, key splits), router logits
  * within named tolerances; attention's batch invariance bit for bit (a token's output is the same
  * in any tiling, split or batch); sampling: greedy, logprobs and top-n exactly or within 1e-5,
- * sampled tokens equal to the reference's for nearly every row, and bit-identical reruns. */
+ * sampled tokens equal to the reference's for nearly every row, and bit-identical reruns;
+ * processed logprobs and given tokens (scoring) within 1e-4 of the reference. */
 #include <math.h>
 
 #include "rw_test.h"
@@ -472,6 +473,27 @@ static void test_router(void **state) {
     router_case(300, 60, 512, 20);
 }
 
+/* The sampling kernel on n requests p over logits l [rows, V]: the results into got, after
+ * checking that a second run gives the same bytes. */
+static void sample_gpu(const float *l, int64_t rows, int64_t n, int64_t V,
+                       const rw_k_sample_param *p, rw_k_sample_out *got, const char *what) {
+    rw_k_sample_out *again = calloc((size_t)n, sizeof *again);
+    float *dl = rw_tdev_put(l, 4 * rows * V);
+    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
+    rw_k_sample_out *dout;
+    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
+    rw_tdev_get(got, dout, sizeof *got * n);
+    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
+    rw_tdev_get(again, dout, sizeof *again * n);
+    rw_assert_bytes_equal(got, again, sizeof *got * n, what);
+    cudaFree(dl);
+    cudaFree(dp);
+    cudaFree(dout);
+    free(again);
+}
+
 static void test_sample(void **state) {
     (void)state;
     const int64_t n = 240, V = 5003;
@@ -498,19 +520,9 @@ static void test_sample(void **state) {
             break;
         }
     }
-    rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got),
-                    *again = calloc((size_t)n, sizeof *again);
+    rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got);
     rw_k_sample_ref(l, n, V, p, ref);
-    float *dl = rw_tdev_put(l, 4 * n * V);
-    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
-    rw_k_sample_out *dout;
-    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
-    rw_err err = {0};
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(got, dout, sizeof *got * n);
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(again, dout, sizeof *again * n);
-    rw_assert_bytes_equal(got, again, sizeof *got * n, "sampling rerun");
+    sample_gpu(l, n, n, V, p, got, "sampling rerun");
     int same = 0, sampled = 0;
     for (int i = 0; i < n; i++) {
         const float *row = l + (int64_t)p[i].row * V;
@@ -538,9 +550,87 @@ static void test_sample(void **state) {
     print_message("sampled rows: %d of %d draw the reference's token\n", same, sampled);
     /* only exp() rounding differs from the reference: boundary cases are rare */
     assert_true(same >= sampled - 2);
-    cudaFree(dl);
-    cudaFree(dp);
-    cudaFree(dout);
+    free(l);
+    free(p);
+    free(ref);
+    free(got);
+}
+
+/* Processed logprobs (mode 1) and given tokens (forced >= 0) against the reference: given tokens
+ * exactly; logprobs and top-n within 1e-4 (the kernel sums the kept mass in a fixed tree, the
+ * reference in index order), -inf exactly where the reference has it; greedy rows 0 / -inf;
+ * a drawn token's processed logprob equals the one of the same token given; bit-identical
+ * reruns. */
+static void test_sample_processed(void **state) {
+    (void)state;
+    const int64_t n = 200, V = 4099;
+    float *l = malloc(4 * n * V);
+    rw_test_fill_f32(l, (size_t)(n * V), 23, 2.5f);
+    rw_k_sample_param *p = calloc((size_t)n, sizeof *p);
+    for (int i = 0; i < n; i++) {
+        p[i].row = (int32_t)((i * 7) % n);
+        p[i].seed = 500 + (uint64_t)i;
+        p[i].position = 3 + i;
+        p[i].top_p = 1.0f;
+        p[i].top_n = i % 3 ? 6 : 0;
+        p[i].mode = i % 5 == 4 ? 0 : 1;          /* mostly processed, some raw given tokens */
+        p[i].forced = i % 2 ? (int32_t)((i * 131) % V) : -1;
+        switch (i % 4) {
+        case 0: break; /* greedy */
+        case 1: p[i].temperature = 0.9f; break;
+        case 2:
+            p[i].temperature = 1.1f;
+            p[i].top_k = 60;
+            break;
+        case 3:
+            p[i].temperature = 0.8f;
+            p[i].top_p = 0.85f;
+            p[i].top_k = i % 8 == 3 ? 0 : 300;
+            break;
+        }
+    }
+    rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got),
+                    *again = calloc((size_t)n, sizeof *again);
+    rw_k_sample_ref(l, n, V, p, ref);
+    sample_gpu(l, n, n, V, p, got, "processed sampling rerun");
+    int inf = 0, same = 0, drawn = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i].forced >= 0) assert_int_equal(got[i].token, p[i].forced);
+        if (p[i].temperature == 0.0f) assert_int_equal(got[i].token, ref[i].token);
+        const bool tok_same = got[i].token == ref[i].token;
+        if (p[i].forced < 0 && p[i].temperature > 0.0f) {
+            drawn++;
+            same += tok_same;
+        }
+        if (tok_same) {
+            if (isinf(ref[i].logprob)) {
+                assert_true(isinf(got[i].logprob) && got[i].logprob < 0);
+                inf++;
+            } else if (!(fabsf(got[i].logprob - ref[i].logprob) < 1e-4f)) {
+                fail_msg("row %d: logprob %.7g, reference %.7g (mode %d, forced %d)", i,
+                         got[i].logprob, ref[i].logprob, p[i].mode, p[i].forced);
+            }
+        }
+        for (int j = 0; j < p[i].top_n; j++) {
+            assert_int_equal(got[i].top_ids[j], ref[i].top_ids[j]);
+            if (isinf(ref[i].top_lps[j]))
+                assert_true(isinf(got[i].top_lps[j]) && got[i].top_lps[j] < 0);
+            else
+                assert_true(fabsf(got[i].top_lps[j] - ref[i].top_lps[j]) < 1e-4f);
+        }
+        if (p[i].mode == 1 && p[i].temperature == 0.0f && p[i].forced < 0)
+            assert_true(got[i].logprob == 0.0f);
+    }
+    /* a drawn token given back: the same processed logprob bits */
+    for (int i = 0; i < n; i++)
+        if (p[i].forced < 0) p[i].forced = got[i].token;
+    sample_gpu(l, n, n, V, p, again, "given tokens rerun");
+    for (int i = 0; i < n; i++)
+        rw_assert_bytes_equal(&again[i].logprob, &got[i].logprob, 4, "drawn vs given logprob");
+    print_message("processed / given: %d of %d draws equal the reference's token, %d -inf\n",
+                  same, drawn, inf);
+    assert_true(same >= drawn - 2);
+    assert_true(inf > 0);
     free(l);
     free(p);
     free(ref);
@@ -555,6 +645,7 @@ int main(void) {
         cmocka_unit_test(test_rope_kv),      cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_invariance),
         cmocka_unit_test(test_router),       cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_sample_processed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

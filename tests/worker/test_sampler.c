@@ -211,6 +211,67 @@ static void *comm_rank(void *p) {
     return NULL;
 }
 
+/* Processed logprobs and given tokens: the drawn token's logprob is the same bits whether drawn
+ * or given (rw_logprob_row_ref); the kept set's probabilities sum to 1; an id outside it is
+ * -inf; greedy puts all mass on the argmax; a raw given token is log_softmax. */
+static void test_processed_and_given(void **state) {
+    (void)state;
+    enum { V = 700 };
+    float l[V];
+    static uint8_t scratch[V * 12];
+    rw_err err = {0};
+    const struct {
+        float t, p;
+        int k;
+    } cases[] = {{0.9f, 1.0f, 0}, {1.3f, 1.0f, 40}, {0.6f, 0.85f, 0}, {1.0f, 0.7f, 90}};
+    for (int c = 0; c < 4; c++) {
+        random_logits(l, V, 50 + (uint64_t)c, 2.5f);
+        rw_sampling sp = rw_sampling_default();
+        sp.temperature = cases[c].t;
+        sp.top_p = cases[c].p;
+        sp.top_k = cases[c].k;
+        sp.logprob_mode = RW_LOGPROB_PROCESSED;
+        sp.seed = 9;
+        double mass = 0;
+        int kept = 0;
+        for (int i = 0; i < V; i++) {
+            float lp;
+            RW_ASSERT_OK(rw_logprob_row_ref(l, V, &sp, i, scratch, &lp, NULL, NULL, &err), &err);
+            if (isinf(lp)) continue;
+            mass += exp(lp);
+            kept++;
+        }
+        assert_true(fabs(mass - 1.0) < 1e-5);
+        if (cases[c].k) assert_true(kept <= cases[c].k);
+        if (cases[c].p < 1.0f || cases[c].k) assert_true(kept < V);
+        for (int pos = 0; pos < 20; pos++) {
+            int32_t tok;
+            float lp, lp2;
+            RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, pos, scratch, &tok, &lp, NULL, NULL, &err),
+                         &err);
+            RW_ASSERT_OK(rw_logprob_row_ref(l, V, &sp, tok, scratch, &lp2, NULL, NULL, &err), &err);
+            assert_true(isfinite(lp));
+            rw_assert_bytes_equal(&lp, &lp2, 4, "drawn vs given token's logprob");
+        }
+    }
+    /* greedy: 0 for the argmax, -inf elsewhere; raw given tokens: log_softmax */
+    random_logits(l, V, 7, 3.0f);
+    rw_sampling g = rw_sampling_default();
+    g.logprob_mode = RW_LOGPROB_PROCESSED;
+    int arg = 0;
+    for (int i = 1; i < V; i++)
+        if (l[i] > l[arg]) arg = i;
+    float lp;
+    RW_ASSERT_OK(rw_logprob_row_ref(l, V, &g, arg, scratch, &lp, NULL, NULL, &err), &err);
+    assert_true(lp == 0.0f);
+    RW_ASSERT_OK(rw_logprob_row_ref(l, V, &g, (arg + 1) % V, scratch, &lp, NULL, NULL, &err), &err);
+    assert_true(isinf(lp) && lp < 0);
+    g.logprob_mode = RW_LOGPROB_RAW;
+    RW_ASSERT_OK(rw_logprob_row_ref(l, V, &g, 5, scratch, &lp, NULL, NULL, &err), &err);
+    assert_true(fabs(lp - (l[5] - lse(l, V))) < 1e-5);
+    assert_int_equal(rw_logprob_row_ref(l, V, &g, V, scratch, &lp, NULL, NULL, &err), RW_E_RANGE);
+}
+
 static void test_thread_comm(void **state) {
     (void)state;
     for (int size = 1; size <= 4; size++) {
@@ -242,7 +303,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_logprobs), cmocka_unit_test(test_uniform),
         cmocka_unit_test(test_frequencies),         cmocka_unit_test(test_top_k_top_p),
-        cmocka_unit_test(test_thread_comm),
+        cmocka_unit_test(test_thread_comm),         cmocka_unit_test(test_processed_and_given),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,6 +57,13 @@ typedef struct rwb_opts {
     int prefill_max_tokens;      /* engine max_batch_tokens for the prefill run (0: all tokens) */
     int prefill_reps;
     double time_limit_s;         /* 0: none */
+    /* decode: also time the G1 point with every request returning its routed experts */
+    bool routes;
+    /* rollout (R1): prompts x samples, prompt lengths uniform [pmin, pmax], response lengths
+     * log-normal (median, sigma) capped; sharing 0 off, 1 on, 2 both; series every dt s */
+    int ro_prompts, ro_n, ro_pmin, ro_pmax, ro_median, ro_cap;
+    double ro_sigma, ro_dt;
+    int ro_sharing, ro_max_running, ro_max_batch_tokens;
 } rwb_opts;
 
 /* What every line carries besides its numbers. */
@@ -190,6 +197,7 @@ void rwb_mode_disk(rwb_ctx *c);
 void rwb_mode_decode(rwb_ctx *c);
 void rwb_mode_prefill(rwb_ctx *c);
 void rwb_mode_tokenizer(rwb_ctx *c); /* tokenizer.c: encode tokens/s vs the reference tokenizers */
+void rwb_mode_rollout(rwb_ctx *c);   /* rollout.c: R1, an RL-shaped rollout (not in `all`) */
 /* Releases what engine.c cached in c->engine_state. */
 void rwb_engine_release(rwb_ctx *c);
 

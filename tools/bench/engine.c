@@ -32,8 +32,8 @@
 #include <string.h>
 
 #ifdef RWB_HAVE_WORKER
+#include "engine.h"
 #include "forward.h"
-#include "rw_worker.h"
 
 typedef struct eng_state {
     rw_model *m;
@@ -181,7 +181,7 @@ out:
     return st;
 }
 
-static rw_status model_get(rwb_ctx *c, bool quant, rw_model **out, rw_err *err) {
+rw_status rwb_engine_model(rwb_ctx *c, bool quant, rw_model **out, rw_err *err) {
     eng_state *es = state(c);
     if (!es) RW_FAIL(err, RW_E_OOM, "out of memory");
     if (es->m && es->quant == quant) {
@@ -217,21 +217,12 @@ static rw_status model_get(rwb_ctx *c, bool quant, rw_model **out, rw_err *err) 
 /* ------------------------------------------------------------------------------------------ */
 /* Memory floor of a decode step                                                                */
 /* ------------------------------------------------------------------------------------------ */
-typedef struct floor_model {
-    double fixed;       /* bytes read once per step whatever the batch: attention, router, norms,
-                           lm_head, final norm */
-    double per_expert;  /* bytes of one expert summed over the layers */
-    double per_row;     /* embedding row read per sequence */
-    double kv_per_token;/* KV bytes per cached token (all layers, K and V) */
-    int E, k;
-} floor_model;
-
 static double tbytes(const rw_tensor *t) {
     return t->data && t->ndim > 0 ? (double)rw_tensor_nbytes(t) : 0;
 }
 
-static floor_model floor_of(rw_model *m) {
-    floor_model f;
+rwb_floor rwb_floor_of(rw_model *m) {
+    rwb_floor f;
     memset(&f, 0, sizeof f);
     const rw_config *cfg = rw_model_config(m);
     rw_wset *ws = rw_model_wset(m);
@@ -258,13 +249,13 @@ static floor_model floor_of(rw_model *m) {
     return f;
 }
 
-static double floor_bytes(const floor_model *f, int batch, double ctx, double *experts) {
+double rwb_floor_bytes(const rwb_floor *f, int batch, double ctx, double *experts) {
     double d = f->E * (1.0 - pow(1.0 - (double)f->k / f->E, batch));
     if (experts) *experts = d;
     return f->fixed + f->per_row * batch + f->per_expert * d + f->kv_per_token * batch * ctx;
 }
 
-static rw_status hbm(rwb_ctx *c, const char *bench, double *gbps, rw_err *err) {
+rw_status rwb_engine_hbm(rwb_ctx *c, const char *bench, double *gbps, rw_err *err) {
     eng_state *es = state(c);
     if (!es) RW_FAIL(err, RW_E_OOM, "out of memory");
     if (es->hbm_gbps <= 0) RW_CHECK(rwb_measure_hbm(c, c->o.gpu0, bench, &es->hbm_gbps, err));
@@ -272,15 +263,18 @@ static rw_status hbm(rwb_ctx *c, const char *bench, double *gbps, rw_err *err) {
     return RW_OK;
 }
 
-static void free_outputs(rw_engine *e) {
+void rwb_free_outputs(rw_engine *e) {
     rw_output *o;
     while ((o = rw_engine_pop_output(e))) rw_output_free(o);
 }
 
 /* Queues n prompts of plen tokens (rwb_prompt_token), ids id0.., `new_tokens` each; temperature
- * 0 is greedy, 1 the RL rollout setting (full-vocabulary sampling). No stop tokens. */
+ * 0 is greedy, 1 the RL rollout setting (full-vocabulary sampling). No stop tokens. With
+ * `routes` each records its routed experts (rw_request_opts.routed_experts). */
 static rw_status add_prompts(rwb_ctx *c, rw_engine *e, const rw_config *cfg, uint64_t id0,
-                             int n, int plen, int new_tokens, float temperature, rw_err *err) {
+                             int n, int plen, int new_tokens, float temperature, bool routes,
+                             rw_err *err) {
+    const rw_request_opts ro = {.routed_experts = routes};
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)plen);
     if (!toks) RW_FAIL(err, RW_E_OOM, "out of memory");
     rw_sampling sp = rw_sampling_default();
@@ -291,7 +285,7 @@ static rw_status add_prompts(rwb_ctx *c, rw_engine *e, const rw_config *cfg, uin
     for (int i = 0; i < n && st == RW_OK; i++) {
         for (int t = 0; t < plen; t++)
             toks[t] = rwb_prompt_token(c->o.seed, i, t, cfg->vocab_size);
-        st = rw_engine_add(e, id0 + (uint64_t)i, toks, plen, &sp, err);
+        st = rw_engine_add_ex(e, id0 + (uint64_t)i, toks, plen, &sp, &ro, err);
     }
     free(toks);
     return st;
@@ -321,11 +315,11 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
         int n_new = r < 0 ? (N < 8 ? N : 8) : N;
         uint64_t id0 = (uint64_t)(r + 2) * 1000000ull;
         double t0 = rw_now();
-        if (add_prompts(c, e, cfg, id0, B, P, n_new, 0.0f, &err) != RW_OK ||
+        if (add_prompts(c, e, cfg, id0, B, P, n_new, 0.0f, false, &err) != RW_OK ||
             rw_engine_run(e, &err) != RW_OK || rwb_device_sync(c->o.gpu0, &err) != RW_OK) {
             rwb_emit_error(c, "decode", "generate_bf16", &err);
             rw_engine_abort_all(e);
-            free_outputs(e);
+            rwb_free_outputs(e);
             rw_engine_destroy(e);
             return;
         }
@@ -345,9 +339,9 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
     }
     rw_engine_destroy(e);
     rwb_stats s = rwb_stats_of(smp, done_reps);
-    floor_model f = floor_of(m);
+    rwb_floor f = rwb_floor_of(m);
     /* decode-only floor at the mean context of the run (prefill time not counted) */
-    double fb = floor_bytes(&f, B, P + N / 2.0, NULL);
+    double fb = rwb_floor_bytes(&f, B, P + N / 2.0, NULL);
     double floor_tok_s = B / (fb / (gbps * 1e9));
     json_t *j = rwb_line(c, "decode", "generate_bf16");
     rwb_set_int(j, "batch", B);
@@ -388,11 +382,12 @@ static double mean_progress(const rw_engine *e, int n) {
     return n ? sum / n : 0;
 }
 
-/* One context length: prefill the largest batch that fits, then time every batch size. */
+/* One context length: prefill the largest batch that fits, then time every batch size. With
+ * `routes` the requests record their routed experts (the cost of return_routed_experts). */
 static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *batches, int nb,
-                       double gbps) {
+                       double gbps, bool routes) {
     rw_err err = {0};
-    const char *what = quant ? "decode_mxfp8" : "decode_bf16";
+    const char *what = routes ? "decode_bf16_routes" : quant ? "decode_mxfp8" : "decode_bf16";
     const rw_config *cfg = rw_model_config(m);
     const int steps = c->o.steps < RWB_MAX_SAMPLES ? c->o.steps : RWB_MAX_SAMPLES;
     rw_engine *e = NULL;
@@ -410,7 +405,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
     }
     rw_engine_stats es;
     rw_engine_stats_get(e, &es);
-    floor_model f = floor_of(m);
+    rwb_floor f = rwb_floor_of(m);
     if (es.kv_blocks_total > 0 && es.kv_block_size > 0 && es.kv_bytes > 0)
         f.kv_per_token = (double)es.kv_bytes / ((double)es.kv_blocks_total * es.kv_block_size);
     const int bs = es.kv_block_size > 0 ? es.kv_block_size : 1;
@@ -430,7 +425,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
     }
     int cur = batches[first];
     double t0 = rw_now();
-    if (add_prompts(c, e, cfg, 0, cur, ctx, slack, 1.0f, &err) != RW_OK) goto fail;
+    if (add_prompts(c, e, cfg, 0, cur, ctx, slack, 1.0f, routes, &err) != RW_OK) goto fail;
     /* prefill until every request has its first token */
     for (;;) {
         int done = 0;
@@ -464,7 +459,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         }
         for (int i = B; i < cur; i++) rw_engine_abort(e, (uint64_t)i, NULL);
         cur = B;
-        free_outputs(e);
+        rwb_free_outputs(e);
         for (int w = 0; w < c->o.warmup; w++)
             if (rw_engine_step(e, &err) != RW_OK) goto fail;
         if (rwb_device_sync(c->o.gpu0, &err) != RW_OK) goto fail;
@@ -488,7 +483,7 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         const double ctx_mean = ctx + (g0 + g1) / 2.0;
         rwb_stats st = rwb_stats_of(smp, nsteps);
         double experts;
-        double fb = floor_bytes(&f, B, ctx_mean, &experts);
+        double fb = rwb_floor_bytes(&f, B, ctx_mean, &experts);
         double floor_s = fb / (gbps * 1e9);
         json_t *j = rwb_line(c, "decode", what);
         rwb_set_int(j, "batch", B);
@@ -510,7 +505,14 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         if (gen != (int64_t)B * nsteps)
             rwb_set_str(j, "warning", "generated tokens differ from batch x steps");
         const bool g1pt = B == c->o.g1_batch && ctx == c->o.g1_ctx;
-        if (!quant && g1pt) {
+        if (routes) {
+            const double g1 = state(c)->g1_tok_s;
+            if (g1 > 0) rwb_set_num(j, "vs_plain", achieved / g1);
+            rwb_set_str(j, "routes", "return_routed_experts: ids of every layer copied out per step");
+            if (g1pt)
+                rwb_line_target(j, "routes", "decode tok/s with routed experts >= 0.98 x without",
+                                g1 > 0 ? achieved >= 0.98 * g1 : -1);
+        } else if (!quant && g1pt) {
             state(c)->g1_tok_s = achieved;
             rwb_line_target(j, "G1", "decode tok/s >= 0.6 x memory floor (0.8 later)",
                             achieved >= 0.6 * (B / floor_s));
@@ -527,13 +529,13 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         rwb_emit(j);
     }
     rw_engine_abort_all(e);
-    free_outputs(e);
+    rwb_free_outputs(e);
     rw_engine_destroy(e);
     return;
 fail:
     rwb_emit_error(c, "decode", what, &err);
     rw_engine_abort_all(e);
-    free_outputs(e);
+    rwb_free_outputs(e);
     rw_engine_destroy(e);
 }
 
@@ -541,11 +543,11 @@ void rwb_mode_decode(rwb_ctx *c) {
     rw_err err = {0};
     double gbps = 0;
     rw_model *m = NULL;
-    if (hbm(c, "decode", &gbps, &err) != RW_OK) {
+    if (rwb_engine_hbm(c, "decode", &gbps, &err) != RW_OK) {
         rwb_emit_error(c, "decode", "hbm_copy", &err);
         return;
     }
-    if (model_get(c, false, &m, &err) != RW_OK) {
+    if (rwb_engine_model(c, false, &m, &err) != RW_OK) {
         rwb_emit_error(c, "decode", "decode_bf16", &err);
         return;
     }
@@ -554,17 +556,22 @@ void rwb_mode_decode(rwb_ctx *c) {
     int nb = c->o.nbatches;
     memcpy(batches, c->o.batches, sizeof(int) * (size_t)nb);
     qsort(batches, (size_t)nb, sizeof(int), cmp_desc);
-    for (int i = 0; i < c->o.nctxs; i++) decode_ctx(c, m, false, c->o.ctxs[i], batches, nb, gbps);
+    for (int i = 0; i < c->o.nctxs; i++)
+        decode_ctx(c, m, false, c->o.ctxs[i], batches, nb, gbps, false);
+    if (c->o.routes) { /* the G1 point again, every request returning its routed experts */
+        int one[1] = {c->o.g1_batch};
+        decode_ctx(c, m, false, c->o.g1_ctx, one, 1, gbps, true);
+    }
     if (!c->o.no_quant && rwb_out_of_time(c)) {
         rwb_emit_skip(c, "decode", "decode_mxfp8", "time limit reached", NULL);
     } else if (!c->o.no_quant) {
-        if (model_get(c, true, &m, &err) != RW_OK) {
+        if (rwb_engine_model(c, true, &m, &err) != RW_OK) {
             rwb_emit_error(c, "decode", "decode_mxfp8", &err);
         } else if (c->o.full) {
-            decode_ctx(c, m, true, c->o.g1_ctx, batches, nb, gbps);
+            decode_ctx(c, m, true, c->o.g1_ctx, batches, nb, gbps, false);
         } else {
             int one[1] = {c->o.g1_batch};
-            decode_ctx(c, m, true, c->o.g1_ctx, one, 1, gbps);
+            decode_ctx(c, m, true, c->o.g1_ctx, one, 1, gbps, false);
         }
     }
     /* the worker's forward-level entry point builds its own model: free ours first */
@@ -646,7 +653,7 @@ void rwb_mode_prefill(rwb_ctx *c) {
 
     /* 3. the engine's prefill */
     rw_model *m = NULL;
-    if (model_get(c, false, &m, &err) != RW_OK) {
+    if (rwb_engine_model(c, false, &m, &err) != RW_OK) {
         rwb_emit_error(c, "prefill", "prefill_bf16", &err);
         return;
     }
@@ -665,16 +672,16 @@ void rwb_mode_prefill(rwb_ctx *c) {
     for (int r = -1; r < reps; r++) {
         double t0 = rw_now();
         if (add_prompts(c, e, cfg, (uint64_t)(r + 2) * 1000000ull, c->o.nprompt, c->o.plen, 1,
-                        0.0f, &err) != RW_OK ||
+                        0.0f, false, &err) != RW_OK ||
             rw_engine_run(e, &err) != RW_OK || rwb_device_sync(c->o.gpu0, &err) != RW_OK) {
             rwb_emit_error(c, "prefill", "prefill_bf16", &err);
             rw_engine_abort_all(e);
-            free_outputs(e);
+            rwb_free_outputs(e);
             rw_engine_destroy(e);
             return;
         }
         double t1 = rw_now();
-        free_outputs(e);
+        rwb_free_outputs(e);
         if (r >= 0) {
             smp[r] = t1 - t0;
             done_reps++;

@@ -27,7 +27,9 @@ static void usage(FILE *f) {
             "  prefill   G4: 8 x 2k-token prompts, GEMM TFLOP/s vs cuBLASLt 8192^3 and model shapes\n"
             "  decode    G1 G2 G3 + generate (rw side of G5): tok/s vs the memory floor\n"
             "  tokenizer encode tokens/s on 1 MB of text vs the reference tokenizers (CPU)\n"
-            "  all       ceilings,sync,pack,disk,prefill,decode\n"
+            "  rollout   R1: an RL-shaped rollout (64 prompts x 16 samples; --rollout), sum of\n"
+            "            per-step floors / wall time, sharing on and off (only when named)\n"
+            "  all       ceilings,sync,pack,disk,prefill,decode,tokenizer\n"
             "\n"
             "options:\n"
             "  --config FILE        model config.json (default %s)\n"
@@ -53,6 +55,16 @@ static void usage(FILE *f) {
             "  --prefill NP,PLEN    prompts and their length (default 8,2048)\n"
             "  --prefill-max-tokens N  engine token budget per step for prefill (default NP*PLEN)\n"
             "  --prefill-reps N     (default 5)\n"
+            "  --routed-experts     decode: time the G1 point again with every request returning\n"
+            "                       its routed experts (the cost of return_routed_experts)\n"
+            "  --rollout P,N[,PMIN,PMAX[,MEDIAN,CAP]]  rollout (R1): P prompts x N samples,\n"
+            "                       prompt lengths uniform in [PMIN, PMAX], responses log-normal\n"
+            "                       with median MEDIAN capped at CAP (default 64,16,256,1024,1500,8192)\n"
+            "  --rollout-sigma S    log-normal sigma of the response lengths (default 0.8)\n"
+            "  --rollout-sharing on|off|both  prefix sharing of the rollout runs (default both)\n"
+            "  --rollout-max-running N  engine batch size for the rollout (default 512)\n"
+            "  --rollout-max-batch-tokens N  engine token budget per step (default 8192)\n"
+            "  --rollout-dt S       time-series interval in seconds (default 0.5)\n"
             "  --list               print the plan and exit (no device needed)\n"
             "  --print-prompts      print the generate prompts (--gen B,P,N; --seed) as JSON and exit\n"
             "\n"
@@ -84,6 +96,17 @@ static void defaults(rwb_opts *o) {
     o->nprompt = 8;
     o->plen = 2048;
     o->prefill_reps = 5;
+    o->ro_prompts = 64;
+    o->ro_n = 16;
+    o->ro_pmin = 256;
+    o->ro_pmax = 1024;
+    o->ro_median = 1500;
+    o->ro_cap = 8192;
+    o->ro_sigma = 0.8;
+    o->ro_dt = 0.5;
+    o->ro_sharing = 2;
+    o->ro_max_running = 512;
+    o->ro_max_batch_tokens = 8192;
 }
 
 /* The reduced default grids, or the full ones; lists given on the command line win. */
@@ -135,10 +158,12 @@ typedef void (*mode_fn)(rwb_ctx *);
 static const struct {
     const char *name;
     mode_fn fn;
+    bool not_in_all; /* runs only when named (longer than a stage of tools/gpu/run-all.sh) */
 } MODES[] = {
-    {"ceilings", rwb_mode_ceilings}, {"sync", rwb_mode_sync},       {"pack", rwb_mode_pack},
-    {"disk", rwb_mode_disk},         {"prefill", rwb_mode_prefill}, {"decode", rwb_mode_decode},
-    {"tokenizer", rwb_mode_tokenizer},
+    {"ceilings", rwb_mode_ceilings, false}, {"sync", rwb_mode_sync, false},
+    {"pack", rwb_mode_pack, false},         {"disk", rwb_mode_disk, false},
+    {"prefill", rwb_mode_prefill, false},   {"decode", rwb_mode_decode, false},
+    {"tokenizer", rwb_mode_tokenizer, false}, {"rollout", rwb_mode_rollout, true},
 };
 #define NMODES ((int)(sizeof MODES / sizeof MODES[0]))
 
@@ -173,7 +198,16 @@ static void print_plan(const rwb_opts *o, const bool *run) {
                 fprintf(stderr, "random checkpoint of all layers under %s", o->scratch);
         } else if (!strcmp(MODES[i].name, "pack")) {
             fprintf(stderr, "%d layer(s) of experts per rep", o->pack_layers);
+        } else if (!strcmp(MODES[i].name, "rollout")) {
+            fprintf(stderr,
+                    "%d prompts x %d, prompts %d..%d tokens, responses log-normal median %d "
+                    "sigma %.2f cap %d; sharing %s; max running %d",
+                    o->ro_prompts, o->ro_n, o->ro_pmin, o->ro_pmax, o->ro_median, o->ro_sigma,
+                    o->ro_cap, o->ro_sharing == 2 ? "on and off" : o->ro_sharing ? "on" : "off",
+                    o->ro_max_running);
         }
+        if (!strcmp(MODES[i].name, "decode") && o->routes)
+            fprintf(stderr, "; the G1 point with routed experts");
         fprintf(stderr, "\n");
     }
 #ifndef RWB_HAVE_SYNC
@@ -215,7 +249,8 @@ int main(int argc, char **argv) {
                  t = strtok_r(NULL, ",", &save)) {
                 bool found = false;
                 for (int k = 0; k < NMODES; k++)
-                    if (!strcmp(t, "all") || !strcmp(t, MODES[k].name)) {
+                    if ((!strcmp(t, "all") && !MODES[k].not_in_all) ||
+                        !strcmp(t, MODES[k].name)) {
                         run[k] = true;
                         found = true;
                     }
@@ -234,6 +269,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-quant")) {
             o->no_quant = true;
+            continue;
+        }
+        if (!strcmp(a, "--routed-experts")) {
+            o->routes = true;
             continue;
         }
         if (!strcmp(a, "--list")) {
@@ -269,6 +308,8 @@ int main(int argc, char **argv) {
         INT_OPT("--prefill-reps", 1, RWB_MAX_SAMPLES, o->prefill_reps)
         INT_OPT("--setup-timeout", 1, 100000, o->setup_timeout_s)
         INT_OPT("--time-limit", 0, 100000, o->time_limit_s)
+        INT_OPT("--rollout-max-running", 1, 4096, o->ro_max_running)
+        INT_OPT("--rollout-max-batch-tokens", 1, 1L << 20, o->ro_max_batch_tokens)
 #undef INT_OPT
         if (!strcmp(a, "--config")) {
             o->config_path = val;
@@ -298,6 +339,36 @@ int main(int argc, char **argv) {
             o->gen_batch = (int)lv[0];
             o->gen_prompt = (int)lv[1];
             o->gen_new = (int)lv[2];
+        } else if (!strcmp(a, "--rollout")) {
+            if ((n = parse_list(val, 1, 1L << 20, lv, 6)) != 2 && n != 4 && n != 6) goto bad;
+            o->ro_prompts = (int)lv[0];
+            o->ro_n = (int)lv[1];
+            if (n >= 4) {
+                o->ro_pmin = (int)lv[2];
+                o->ro_pmax = (int)lv[3];
+            }
+            if (n == 6) {
+                o->ro_median = (int)lv[4];
+                o->ro_cap = (int)lv[5];
+            }
+            if (o->ro_pmin > o->ro_pmax || o->ro_n > 65536) goto bad;
+        } else if (!strcmp(a, "--rollout-sigma") || !strcmp(a, "--rollout-dt")) {
+            char *end;
+            const double x = strtod(val, &end);
+            if (end == val || *end || !(x > 0 && x <= 100)) goto bad;
+            if (!strcmp(a, "--rollout-sigma"))
+                o->ro_sigma = x;
+            else
+                o->ro_dt = x;
+        } else if (!strcmp(a, "--rollout-sharing")) {
+            if (!strcmp(val, "on"))
+                o->ro_sharing = 1;
+            else if (!strcmp(val, "off"))
+                o->ro_sharing = 0;
+            else if (!strcmp(val, "both"))
+                o->ro_sharing = 2;
+            else
+                goto bad;
         } else if (!strcmp(a, "--prefill")) {
             if (parse_list(val, 1, 1L << 20, lv, 2) != 2) goto bad;
             o->nprompt = (int)lv[0];

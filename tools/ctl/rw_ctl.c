@@ -15,34 +15,42 @@ enum { EXIT_OK = 0, EXIT_ERR_REPLY = 1, EXIT_USAGE = 2, EXIT_NO_REPLY = 3 };
 
 static void usage(FILE *f) {
     char list[512];
-    fprintf(f,
-            "usage: rw-ctl --to ADDR [--timeout-ms N] [--auth-token T] COMMAND [options]\n"
-            "commands (dashes or underscores): %s\n"
-            "options per command:\n"
-            "  generate --prompt 1,2,3 [--prompt ...] [--n N] [--max-new-tokens N]\n"
-            "           [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop 7,8]\n"
-            "           [--top-logprobs N] [--no-logprobs] [--stream]\n"
-            "  abort (--request-id ID | --all)\n"
-            "  pause [--mode abort|retract|in_place]      resume      flush_cache\n"
-            "  init_weights_update_group --unique-id HEX --world-size N --rank-offset K\n"
-            "           [--group-name NAME] [--timeout-s S]\n"
-            "  begin_update --version V [--flush-cache] [--bucket-bytes N] [--timeout-s S]\n"
-            "           [--pause-mode abort|retract|in_place]\n"
-            "  update_weights --manifest JSON|@FILE --data FILE [--transport zmq|nccl]\n"
-            "           [--group-name NAME]\n"
-            "  update_weights_from_disk --path DIR [--version V] [--only REGEX] [--flush-cache]\n"
-            "           [--pause-mode M] [--timeout-s S]\n"
-            "  commit_update      abort_update      get_weight_version\n"
-            "  get_weights --name NAME [--rank R] [--out FILE]\n"
-            "  checksum [--name NAME ...]\n"
-            "  release_memory [--weights] [--kv-cache]   resume_memory [--weights] [--kv-cache]\n"
-            "           (neither flag: both)\n"
-            "  health      stats      shutdown\n"
-            "  call COMMAND [ARGS_JSON]      any command with raw JSON arguments\n"
-            "Every command also takes --arg KEY=JSON to add a field to its arguments.\n"
-            "The auth token defaults to $RW_AUTH_TOKEN. Exit: 0 ok, 1 error reply, 2 usage,\n"
-            "3 no reply (timeout or transport).\n",
-            rw_cmd_list(list, sizeof list));
+    fprintf(
+        f,
+        "usage: rw-ctl --to ADDR [--timeout-ms N] [--auth-token T] COMMAND [options]\n"
+        "commands (dashes or underscores): %s\n"
+        "options per command:\n"
+        "  generate --prompt 1,2,3 [--prompt ...] [--n N] [--max-new-tokens N]\n"
+        "           [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop 7,8]\n"
+        "           [--top-logprobs N] [--no-logprobs] [--stream] [--logprob-mode raw|processed]\n"
+        "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
+        "  score --prompt 1,2,3 --continuation 4,5 [--prompt ... --continuation ...]\n"
+        "           [--prompt-logprobs] [--logprob-mode raw|processed] [--temperature T]\n"
+        "           [--top-p P] [--top-k K] [--top-logprobs N]\n"
+        "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
+        "  (routed experts come in the reply's data frame: --out writes it to FILE; the\n"
+        "  result's routed_experts / routing_weights give offset, nbytes, shape and dtype)\n"
+        "  abort (--request-id ID | --all)\n"
+        "  pause [--mode abort|retract|in_place]      resume      flush_cache\n"
+        "  init_weights_update_group --unique-id HEX --world-size N --rank-offset K\n"
+        "           [--group-name NAME] [--timeout-s S]\n"
+        "  begin_update --version V [--flush-cache] [--bucket-bytes N] [--timeout-s S]\n"
+        "           [--pause-mode abort|retract|in_place]\n"
+        "  update_weights --manifest JSON|@FILE --data FILE [--transport zmq|nccl]\n"
+        "           [--group-name NAME]\n"
+        "  update_weights_from_disk --path DIR [--version V] [--only REGEX] [--flush-cache]\n"
+        "           [--pause-mode M] [--timeout-s S]\n"
+        "  commit_update      abort_update      get_weight_version\n"
+        "  get_weights --name NAME [--rank R] [--out FILE]\n"
+        "  checksum [--name NAME ...]\n"
+        "  release_memory [--weights] [--kv-cache]   resume_memory [--weights] [--kv-cache]\n"
+        "           (neither flag: both)\n"
+        "  health      stats      shutdown\n"
+        "  call COMMAND [ARGS_JSON]      any command with raw JSON arguments\n"
+        "Every command also takes --arg KEY=JSON to add a field to its arguments.\n"
+        "The auth token defaults to $RW_AUTH_TOKEN. Exit: 0 ok, 1 error reply, 2 usage,\n"
+        "3 no reply (timeout or transport).\n",
+        rw_cmd_list(list, sizeof list));
 }
 
 /* "1,2,3" -> a JSON array of integers (NULL on a malformed list). */
@@ -139,7 +147,8 @@ typedef struct ctl {
 static int build_args(ctl *c, int argc, char **argv) {
     json_t *a = c->args;
     const rw_cmd cmd = rw_cmd_parse(c->cmd);
-    json_t *prompts = NULL, *names = NULL;
+    json_t *prompts = NULL, *names = NULL, *conts = NULL;
+    const bool gen_or_score = cmd == RW_CMD_GENERATE || cmd == RW_CMD_SCORE;
     bool weights = false, kv = false;
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = NULL;
@@ -156,12 +165,28 @@ static int build_args(ctl *c, int argc, char **argv) {
             char key[256];
             snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
             json_object_set_new(a, key, val);
-        } else if (cmd == RW_CMD_GENERATE && !strcmp(o, "--prompt")) {
+        } else if (gen_or_score && !strcmp(o, "--prompt")) {
             NEED(o);
             json_t *p = id_list(v);
             if (!p) BAD(o);
             if (!prompts) prompts = json_array();
             json_array_append_new(prompts, p);
+        } else if (cmd == RW_CMD_SCORE && !strcmp(o, "--continuation")) {
+            NEED(o);
+            json_t *p = id_list(v);
+            if (!p) BAD(o);
+            if (!conts) conts = json_array();
+            json_array_append_new(conts, p);
+        } else if (gen_or_score &&
+                   (!strcmp(o, "--return-routed-experts") ||
+                    !strcmp(o, "--return-routing-weights") || !strcmp(o, "--prompt-logprobs"))) {
+            char key[64];
+            snprintf(key, sizeof key, "%s", o + 2);
+            canon(key);
+            json_object_set_new(a, key, json_true());
+        } else if (gen_or_score && !strcmp(o, "--logprob-mode")) {
+            NEED(o);
+            json_object_set_new(a, "logprob_mode", json_string(v));
         } else if (!strcmp(o, "--stop")) {
             NEED(o);
             json_t *p = id_list(v);
@@ -250,6 +275,13 @@ static int build_args(ctl *c, int argc, char **argv) {
             json_object_set(a, "prompts", prompts);
         json_decref(prompts);
     }
+    if (conts) {
+        if (json_array_size(conts) == 1)
+            json_object_set(a, "continuation", json_array_get(conts, 0));
+        else
+            json_object_set(a, "continuations", conts);
+        json_decref(conts);
+    }
     if (names) json_object_set_new(a, "names", names);
     if ((weights || kv) && (cmd == RW_CMD_RELEASE_MEMORY || cmd == RW_CMD_RESUME_MEMORY)) {
         json_object_set_new(a, "weights", json_boolean(weights));
@@ -257,6 +289,10 @@ static int build_args(ctl *c, int argc, char **argv) {
     }
     if (cmd == RW_CMD_GENERATE && !json_object_get(a, "prompt") && !json_object_get(a, "prompts")) {
         fprintf(stderr, "rw-ctl: generate needs --prompt\n");
+        return EXIT_USAGE;
+    }
+    if (cmd == RW_CMD_SCORE && (!json_object_get(a, "prompt") && !json_object_get(a, "prompts"))) {
+        fprintf(stderr, "rw-ctl: score needs --prompt and --continuation (one per prompt)\n");
         return EXIT_USAGE;
     }
     return 0;

@@ -47,7 +47,7 @@ _ALIGN = 256  # RW_SYNC_ALIGN: every piece of a bucket starts at a multiple of t
 COMMANDS = ("generate", "abort", "pause", "resume", "flush_cache", "init_weights_update_group",
             "begin_update", "update_weights", "update_weights_from_disk", "commit_update",
             "abort_update", "get_weight_version", "get_weights", "checksum", "release_memory",
-            "resume_memory", "health", "stats", "shutdown")
+            "resume_memory", "health", "stats", "shutdown", "score")
 
 
 class RWError(Exception):
@@ -385,6 +385,39 @@ class Worker:
 
 
 # ---------------------------------------------------------------------------------------------
+# Routed experts
+# ---------------------------------------------------------------------------------------------
+class Routes:
+    """One output's routed experts (or routing weights) from a reply's data frame: `shape`
+    [tokens, layers, top_k], `dtype` "u8" / "u16" (expert ids) or "f32" (weights), `data` the
+    little-endian bytes. tolist() gives nested lists, numpy() an array (numpy needed)."""
+
+    _FMT = {"u8": "B", "u16": "H", "f32": "f"}
+
+    def __init__(self, desc, frame):
+        self.shape = list(desc["shape"])
+        self.dtype = desc["dtype"]
+        off, n = desc["offset"], desc["nbytes"]
+        if frame is None or off + n > len(frame):
+            raise RWError("protocol", "routes outside the reply's data frame")
+        self.data = bytes(frame[off:off + n])
+
+    def tolist(self):
+        t, l, k = self.shape
+        v = struct.unpack("<%d%s" % (t * l * k, self._FMT[self.dtype]), self.data)
+        return [[list(v[(i * l + j) * k:(i * l + j + 1) * k]) for j in range(l)]
+                for i in range(t)]
+
+    def numpy(self):
+        import numpy as np
+        dt = {"u8": np.uint8, "u16": "<u2", "f32": "<f4"}[self.dtype]
+        return np.frombuffer(self.data, dtype=dt).reshape(self.shape)
+
+    def __repr__(self):
+        return "Routes(shape=%s, dtype=%s)" % (self.shape, self.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
 # Control client
 # ---------------------------------------------------------------------------------------------
 class Client:
@@ -465,13 +498,46 @@ class Client:
 
     def generate(self, prompts, max_new_tokens=16, temperature=0.0, top_p=None, top_k=None,
                  seed=None, stop=None, top_logprobs=None, n=None, logprobs=True,
-                 timeout_ms=None):
+                 timeout_ms=None, logprob_mode=None, return_routed_experts=None,
+                 return_routing_weights=None):
         """Generates for every prompt (lists of token ids); returns the outputs, one per request
-        (prompt x n): {tokens, logprobs, finish, weight_version, version_spans, ...}."""
+        (prompt x n): {tokens, logprobs, finish, weight_version, version_spans, ...}.
+        logprob_mode "processed": logprobs under the distribution sampled from (temperature,
+        top-k / top-p applied). return_routed_experts: each output's "routed_experts" is a
+        Routes of [prompt + generated tokens, layers, top_k] expert ids (return_routing_weights:
+        "routing_weights" a Routes of fp32 weights)."""
         a = self._gen_args(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                            top_p=top_p, top_k=top_k, seed=seed, stop=stop,
-                           top_logprobs=top_logprobs, n=n, logprobs=logprobs)
-        return self.call("generate", a, timeout_ms=timeout_ms)["outputs"]
+                           top_logprobs=top_logprobs, n=n, logprobs=logprobs,
+                           logprob_mode=logprob_mode, return_routed_experts=return_routed_experts,
+                           return_routing_weights=return_routing_weights)
+        return self._outputs("generate", a, timeout_ms)
+
+    def score(self, prompts, continuations, prompt_logprobs=None, logprob_mode=None,
+              temperature=None, top_p=None, top_k=None, top_logprobs=None,
+              return_routed_experts=None, return_routing_weights=None, timeout_ms=None):
+        """Log-probabilities of given continuations (lists of token ids, one per prompt), one
+        prefill each, no sampling: per pair {logprobs (one per continuation token),
+        prompt_logprobs (with prompt_logprobs: entry 0 None), ...}; the same values generate
+        reports for those tokens under the same logprob_mode / temperature / top_k / top_p."""
+        a = {"prompts": [list(map(int, p)) for p in prompts],
+             "continuations": [list(map(int, c)) for c in continuations]}
+        kw = dict(prompt_logprobs=prompt_logprobs, logprob_mode=logprob_mode,
+                  temperature=temperature, top_p=top_p, top_k=top_k, top_logprobs=top_logprobs,
+                  return_routed_experts=return_routed_experts,
+                  return_routing_weights=return_routing_weights)
+        a.update({k: v for k, v in kw.items() if v is not None})
+        return self._outputs("score", a, timeout_ms)
+
+    def _outputs(self, cmd, args, timeout_ms):
+        """The outputs of a generate / score reply, routes taken out of its data frame."""
+        result, frame = self.wait(self.send(cmd, args), timeout_ms, want_frame=True)
+        outs = result["outputs"]
+        for o in outs:
+            for key in ("routed_experts", "routing_weights"):
+                if key in o:
+                    o[key] = Routes(o[key], frame)
+        return outs
 
     def generate_stream(self, prompts, timeout_ms=None, **kw):
         """Yields partial results ({"stream": true, outputs: [{index, offset, tokens, ...}]}) as

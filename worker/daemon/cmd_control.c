@@ -166,7 +166,7 @@ rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err) {
     rw_mw *w = s->w;
     rw_mw_reset(w);
     rw_mw_reply_ok(w, req->id);
-    rw_mw_map(w, 9);
+    rw_mw_map(w, 10);
     rw_mw_kv_str(w, "state", rw_srv_worker_state(s));
     rw_mw_kv_i64(w, "tp", s->r->tp);
     rw_mw_kv_str(w, "device", rw_backend_str(s->o->backend));
@@ -198,6 +198,17 @@ rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err) {
     rw_mw_kv_i64(w, "kv_block_size", es.kv_block_size);
     rw_mw_kv_bool(w, "kv_released", es.kv_released);
     rw_mw_kv_u64(w, "staging_bytes", i.staging_bytes);
+    rw_mw_str(w, "prefix_cache");
+    rw_mw_map(w, 9);
+    rw_mw_kv_bool(w, "enabled", !s->o->no_prefix_cache);
+    rw_mw_kv_i64(w, "hits", es.prefix_hits);
+    rw_mw_kv_i64(w, "tokens_saved", es.prefix_tokens_saved);
+    rw_mw_kv_i64(w, "blocks_cached", es.kv_blocks_cached);
+    rw_mw_kv_i64(w, "blocks_allocated", es.kv_blocks_allocated);
+    rw_mw_kv_i64(w, "blocks_evicted", es.kv_blocks_evicted);
+    rw_mw_kv_i64(w, "forked_samples", es.forked_samples);
+    rw_mw_kv_i64(w, "score_tokens", es.score_tokens);
+    rw_mw_kv_i64(w, "prefill_tokens", es.prompt_tokens);
     rw_mw_str(w, "weights");
     rw_mw_map(w, 10);
     rw_mw_kv_str(w, "version", i.version);

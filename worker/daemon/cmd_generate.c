@@ -1,7 +1,8 @@
-/* cmd_generate.c - the generate command (batches of prompts, n samples each, many commands in
- * flight, streaming) and its bookkeeping on rank 0: requests added to every rank's engine, finished
- * outputs collected into final replies stamped with the weight versions that made them, partial
- * replies for streaming commands; and the abort command. */
+/* cmd_generate.c - the generate command (batches of prompts, n samples each sharing their
+ * prompt's KV, many commands in flight, streaming, routed experts) and its bookkeeping on rank 0:
+ * requests added to every rank's engine, finished outputs collected into final replies stamped
+ * with the weight versions that made them, partial replies for streaming commands; and the abort
+ * command. The score command (cmd_rollout.c) shares the bookkeeping. */
 #include "server_internal.h"
 
 #include <inttypes.h>
@@ -57,13 +58,41 @@ static rw_mw *gen_head(rw_server *s, const rw_gen *g, bool stream, uint32_t n) {
     return w;
 }
 
-/* The final reply of a generate command. */
+void rw_srv_put_logprobs(rw_mw *w, const rw_output *o, bool top_only) {
+    if (!top_only) {
+        rw_mw_str(w, "logprobs");
+        rw_mw_array(w, (uint32_t)o->n);
+        for (int i = 0; i < o->n; i++)
+            rw_srv_lp(w, o->logprobs[i]);
+    }
+    if (o->top_n <= 0) return;
+    rw_mw_str(w, "top_logprobs");
+    rw_mw_array(w, (uint32_t)o->n);
+    for (int i = 0; i < o->n; i++) {
+        rw_mw_array(w, (uint32_t)o->top_n);
+        for (int j = 0; j < o->top_n; j++) {
+            rw_mw_array(w, 2);
+            rw_mw_i64(w, o->top_ids[(size_t)i * o->top_n + j]);
+            rw_srv_lp(w, o->top_logprobs[(size_t)i * o->top_n + j]);
+        }
+    }
+}
+
+/* The final reply of a generate command (routed experts in its data frame). */
 static void gen_reply(rw_server *s, rw_gen *g) {
+    size_t *offs = g->routes ? calloc((size_t)g->n * 2, sizeof *offs) : NULL;
+    rw_sync_out_frame of = {0};
+    rw_err e;
+    if (g->routes && (!offs || rw_srv_routes_frame(s, g, offs, &of, &e) != RW_OK)) {
+        rw_srv_reply_err(s, g->zm, g->req_id, RW_E_OOM, "generate: out of memory for the routes");
+        free(offs);
+        return;
+    }
     rw_mw *w = gen_head(s, g, false, (uint32_t)g->n);
     for (int k = 0; k < g->n; k++) {
         const rw_output *o = g->outs[k];
         const bool top = o->top_n > 0;
-        rw_mw_map(w, 10 + (g->logprobs ? 1 : 0) + (top ? 1 : 0));
+        rw_mw_map(w, 10 + (g->logprobs ? 1 : 0) + (top ? 1 : 0) + rw_srv_routes_nfields(g));
         rw_mw_kv_u64(w, "index", (uint64_t)k);
         rw_mw_kv_u64(w, "prompt_index", (uint64_t)(k / g->per_prompt));
         rw_mw_kv_u64(w, "sample", (uint64_t)(k % g->per_prompt));
@@ -71,24 +100,7 @@ static void gen_reply(rw_server *s, rw_gen *g) {
         rw_mw_array(w, (uint32_t)o->n);
         for (int i = 0; i < o->n; i++)
             rw_mw_i64(w, o->tokens[i]);
-        if (g->logprobs) {
-            rw_mw_str(w, "logprobs");
-            rw_mw_array(w, (uint32_t)o->n);
-            for (int i = 0; i < o->n; i++)
-                rw_mw_f64(w, o->logprobs[i]);
-        }
-        if (top) {
-            rw_mw_str(w, "top_logprobs");
-            rw_mw_array(w, (uint32_t)o->n);
-            for (int i = 0; i < o->n; i++) {
-                rw_mw_array(w, (uint32_t)o->top_n);
-                for (int j = 0; j < o->top_n; j++) {
-                    rw_mw_array(w, 2);
-                    rw_mw_i64(w, o->top_ids[(size_t)i * o->top_n + j]);
-                    rw_mw_f64(w, o->top_logprobs[(size_t)i * o->top_n + j]);
-                }
-            }
-        }
+        if (g->logprobs || top) rw_srv_put_logprobs(w, o, !g->logprobs);
         rw_mw_kv_str(w, "finish", rw_finish_str(o->finish));
         rw_mw_kv_u64(w, "prompt_tokens", (uint64_t)o->n_prompt);
         /* the version that produced the last token (the serving one when nothing was made) */
@@ -106,8 +118,10 @@ static void gen_reply(rw_server *s, rw_gen *g) {
         /* seconds from the command's arrival */
         rw_mw_kv_f64(w, "first_token_s", o->t_first > 0 ? o->t_first - g->t_recv : -1);
         rw_mw_kv_f64(w, "total_s", o->t_done - g->t_recv);
+        rw_srv_routes_fields(w, s, g, k, offs);
     }
-    rw_srv_send(s, g->zm, w, NULL);
+    rw_srv_send(s, g->zm, w, of.data ? &of : NULL);
+    free(offs);
 }
 
 void rw_srv_gen_remove(rw_server *s, int pos) {
@@ -130,7 +144,10 @@ void rw_srv_collect_outputs(rw_server *s) {
         g->done++;
         s->n_finished++;
         if (g->done == g->n) {
-            gen_reply(s, g);
+            if (g->score)
+                rw_srv_score_reply(s, g);
+            else
+                gen_reply(s, g);
             rw_srv_gen_remove(s, pos);
         }
     }
@@ -178,7 +195,7 @@ void rw_srv_stream_partials(rw_server *s) {
                 rw_mw_str(w, "logprobs");
                 rw_mw_array(w, (uint32_t)got);
                 for (int i = 0; i < got; i++)
-                    rw_mw_f64(w, s->peek_lp[i]);
+                    rw_srv_lp(w, s->peek_lp[i]);
             }
             g->sent[k] += got;
         }
@@ -206,7 +223,7 @@ static rw_status grow_tokens(rw_server *s, size_t n, rw_err *err) {
     return RW_OK;
 }
 
-static rw_status read_prompt(rw_server *s, const rw_mobj *p, const char *what, int *n,
+rw_status rw_srv_read_tokens(rw_server *s, const rw_mobj *p, const char *what, int *n,
                              rw_err *err) {
     if (rw_mobj_type(p) != RW_M_ARRAY)
         RW_FAIL(err, RW_E_PROTOCOL, "%s: expected an array of token ids, got %s", what,
@@ -228,15 +245,9 @@ static rw_status read_prompt(rw_server *s, const rw_mobj *p, const char *what, i
     return RW_OK;
 }
 
-/* Parses the sampling fields shared by every request of the command. */
-static rw_status read_sampling(rw_mfields *f, rw_sampling *sp, rw_err *err) {
-    *sp = rw_sampling_default();
+rw_status rw_srv_read_dist(rw_mfields *f, rw_sampling *sp, rw_err *err) {
     uint64_t u;
     double d;
-    RW_CHECK(rw_mfields_u64(f, "max_new_tokens", (uint64_t)sp->max_new_tokens, &u, err));
-    if (u < 1 || u > (1u << 24))
-        RW_FAIL(err, RW_E_RANGE, "args.max_new_tokens: %" PRIu64 " outside [1, 2^24]", u);
-    sp->max_new_tokens = (int)u;
     RW_CHECK(rw_mfields_f64(f, "temperature", 0.0, &d, err));
     if (!(d >= 0 && d <= 1e6)) RW_FAIL(err, RW_E_RANGE, "args.temperature: %g outside [0, 1e6]", d);
     sp->temperature = (float)d;
@@ -246,12 +257,24 @@ static rw_status read_sampling(rw_mfields *f, rw_sampling *sp, rw_err *err) {
     RW_CHECK(rw_mfields_u64(f, "top_k", 0, &u, err));
     if (u > (1u << 30)) RW_FAIL(err, RW_E_RANGE, "args.top_k: %" PRIu64 " too large", u);
     sp->top_k = (int)u;
-    RW_CHECK(rw_mfields_u64(f, "seed", 0, &sp->seed, err));
     RW_CHECK(rw_mfields_u64(f, "top_logprobs", 0, &u, err));
     if (u > RW_MAX_TOP_LOGPROBS)
         RW_FAIL(err, RW_E_RANGE, "args.top_logprobs: %" PRIu64 " (at most %d)", u,
                 RW_MAX_TOP_LOGPROBS);
     sp->top_logprobs = (int)u;
+    return RW_OK;
+}
+
+/* Parses the sampling fields shared by every request of the command. */
+static rw_status read_sampling(rw_mfields *f, rw_sampling *sp, rw_err *err) {
+    *sp = rw_sampling_default();
+    uint64_t u;
+    RW_CHECK(rw_mfields_u64(f, "max_new_tokens", (uint64_t)sp->max_new_tokens, &u, err));
+    if (u < 1 || u > (1u << 24))
+        RW_FAIL(err, RW_E_RANGE, "args.max_new_tokens: %" PRIu64 " outside [1, 2^24]", u);
+    sp->max_new_tokens = (int)u;
+    RW_CHECK(rw_srv_read_dist(f, sp, err));
+    RW_CHECK(rw_mfields_u64(f, "seed", 0, &sp->seed, err));
     const rw_mobj *stop = rw_mfields_get(f, "stop");
     if (stop) {
         int64_t ids[RW_MAX_STOP];
@@ -285,10 +308,69 @@ static rw_status gen_gate(const rw_server *s, rw_err *err) {
     return RW_OK;
 }
 
+rw_gen *rw_srv_gen_new(rw_server *s, const rw_srv_call *c, int n, int per_prompt) {
+    rw_gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->outs = calloc((size_t)n, sizeof *g->outs);
+    g->sent = calloc((size_t)n, sizeof *g->sent);
+    if (!g->outs || !g->sent) {
+        rw_srv_gen_free(g);
+        return NULL;
+    }
+    g->n = n;
+    g->per_prompt = per_prompt;
+    g->base = s->next_eid;
+    g->req_id = c->req->id;
+    g->t_recv = rw_now();
+    const void *peer = rw_zmq_msg_peer(c->zm, &g->peer_len);
+    if (g->peer_len > sizeof g->peer) g->peer_len = sizeof g->peer;
+    memcpy(g->peer, peer, g->peer_len);
+    return g;
+}
+
+void rw_srv_relay_add(rw_server *s, uint64_t eid, const int32_t *tokens, int n,
+                      const rw_sampling *sp, const rw_request_opts *ro) {
+    if (!s->peers->n) return;
+    rw_err pe;
+    if (rw_op_add_ex_encode(s->w2, tokens, n, sp, ro, &pe) != RW_OK) {
+        RW_LOGE("add: %s", pe.msg);
+        s->fatal = s->shutdown = true;
+        return;
+    }
+    const void *pl;
+    size_t plen;
+    rw_mw_finish(s->w2, &pl, &plen, NULL);
+    rw_srv_relay(s, RW_OP_ADD, eid, pl, plen);
+}
+
+rw_status rw_srv_gen_register(rw_server *s, rw_srv_call *c, rw_gen *g, rw_err *err) {
+    s->next_eid += (uint64_t)g->n;
+    s->n_requests += (uint64_t)g->n;
+    if (s->ngens == s->capgens) {
+        int nc = s->capgens ? 2 * s->capgens : 64;
+        rw_gen **p = realloc(s->gens, sizeof *p * (size_t)nc);
+        if (!p) {
+            /* registered nowhere: take the requests back everywhere */
+            for (int k = 0; k < g->n; k++) {
+                rw_engine_abort(s->r->eng, g->base + (uint64_t)k, NULL);
+                rw_srv_relay(s, RW_OP_ABORT, g->base + (uint64_t)k, NULL, 0);
+            }
+            rw_srv_collect_outputs(s);
+            rw_srv_gen_free(g);
+            RW_FAIL(err, RW_E_OOM, "%s: command table", c->req->cmd);
+        }
+        s->gens = p;
+        s->capgens = nc;
+    }
+    g->zm = c->zm;
+    s->gens[s->ngens++] = g;
+    c->kept = true;
+    return RW_OK;
+}
+
 /* Handles generate. On success the command is registered (its message kept). */
 rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     const rw_request *req = c->req;
-    rw_zmq_msg *zm = c->zm;
     RW_CHECK(gen_gate(s, err));
     rw_mfields f;
     RW_CHECK(rw_mfields_init(&f, req->args, "args", err));
@@ -312,45 +394,36 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
                 per, MAX_PROMPTS_PER_CMD);
     rw_sampling sp;
     RW_CHECK(read_sampling(&f, &sp, err));
+    rw_request_opts ro;
+    RW_CHECK(rw_srv_rollout_args(&f, &sp, &ro, err));
     bool stream, logprobs;
     RW_CHECK(rw_mfields_bool(&f, "stream", false, &stream, err));
     RW_CHECK(rw_mfields_bool(&f, "logprobs", true, &logprobs, err));
     RW_CHECK(rw_mfields_done(&f, err));
 
     const int total = (int)(np * per);
-    rw_gen *g = calloc(1, sizeof *g);
-    if (!g) RW_FAIL(err, RW_E_OOM, "generate");
-    g->outs = calloc((size_t)total, sizeof *g->outs);
-    g->sent = calloc((size_t)total, sizeof *g->sent);
-    if (!g->outs || !g->sent) {
-        rw_srv_gen_free(g);
-        RW_FAIL(err, RW_E_OOM, "generate: %d requests", total);
-    }
-    g->n = total;
-    g->per_prompt = (int)per;
-    g->base = s->next_eid;
-    g->req_id = req->id;
+    rw_gen *g = rw_srv_gen_new(s, c, total, (int)per);
+    if (!g) RW_FAIL(err, RW_E_OOM, "generate: %d requests", total);
     g->stream = stream;
     g->logprobs = logprobs;
-    g->t_recv = rw_now();
-    const void *peer = rw_zmq_msg_peer(zm, &g->peer_len);
-    if (g->peer_len > sizeof g->peer) g->peer_len = sizeof g->peer;
-    memcpy(g->peer, peer, g->peer_len);
+    g->routes = ro.routed_experts;
+    g->weights = ro.routing_weights;
 
-    /* add every request on rank 0 first; any refusal rolls the command back before a follower
-     * heard of it */
+    /* add every prompt's n samples on rank 0 first (request k = prompt k / n, sample k % n,
+     * seed + k: the engine gives sample i of a prompt its first seed + i); any refusal rolls the
+     * command back before a follower heard of it */
     rw_status st = RW_OK;
-    int added = 0;
+    size_t added = 0;
     const uint64_t seed0 = sp.seed;
-    for (int k = 0; k < total && st == RW_OK; k++) {
-        const size_t pi = (size_t)k / per;
+    ro.n_samples = (int)per;
+    for (size_t pi = 0; pi < np && st == RW_OK; pi++) {
         char what[48];
         snprintf(what, sizeof what, prompts ? "args.prompts[%zu]" : "args.prompt", pi);
         int n = 0;
-        st = read_prompt(s, prompts ? rw_mobj_at(prompts, pi) : prompt, what, &n, err);
+        st = rw_srv_read_tokens(s, prompts ? rw_mobj_at(prompts, pi) : prompt, what, &n, err);
         if (st != RW_OK) break;
-        sp.seed = seed0 + (uint64_t)k;
-        st = rw_engine_add(s->r->eng, g->base + (uint64_t)k, s->tok, n, &sp, err);
+        sp.seed = seed0 + (uint64_t)(pi * per);
+        st = rw_engine_add_ex(s->r->eng, g->base + pi * per, s->tok, n, &sp, &ro, err);
         if (st != RW_OK) {
             rw_err_prefix(err, "%s", what);
             break;
@@ -358,7 +431,7 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
         added++;
     }
     if (st != RW_OK) {
-        for (int k = 0; k < added; k++)
+        for (size_t k = 0; k < added * per; k++)
             rw_engine_abort(s->r->eng, g->base + (uint64_t)k, NULL);
         rw_srv_collect_outputs(
             s); /* drops the rolled-back outputs: the command is not registered */
@@ -366,45 +439,16 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
         return st;
     }
     /* the same adds on every other rank */
-    for (int k = 0; k < total && s->peers->n; k++) {
-        const size_t pi = (size_t)k / per;
+    for (size_t pi = 0; pi < np && s->peers->n; pi++) {
         int n = 0;
         rw_err pe;
-        if (read_prompt(s, prompts ? rw_mobj_at(prompts, pi) : prompt, "prompt", &n, &pe) != RW_OK)
+        if (rw_srv_read_tokens(s, prompts ? rw_mobj_at(prompts, pi) : prompt, "prompt", &n, &pe) !=
+            RW_OK)
             break; /* cannot happen: the same read succeeded above */
-        sp.seed = seed0 + (uint64_t)k;
-        if (rw_op_add_encode(s->w2, s->tok, n, &sp, &pe) != RW_OK) {
-            RW_LOGE("generate: %s", pe.msg);
-            s->fatal = s->shutdown = true;
-            break;
-        }
-        const void *pl;
-        size_t plen;
-        rw_mw_finish(s->w2, &pl, &plen, NULL);
-        rw_srv_relay(s, RW_OP_ADD, g->base + (uint64_t)k, pl, plen);
+        sp.seed = seed0 + (uint64_t)(pi * per);
+        rw_srv_relay_add(s, g->base + pi * per, s->tok, n, &sp, &ro);
     }
-    s->next_eid += (uint64_t)total;
-    s->n_requests += (uint64_t)total;
-    if (s->ngens == s->capgens) {
-        int nc = s->capgens ? 2 * s->capgens : 64;
-        rw_gen **p = realloc(s->gens, sizeof *p * (size_t)nc);
-        if (!p) {
-            /* registered nowhere: take the requests back everywhere */
-            for (int k = 0; k < total; k++) {
-                rw_engine_abort(s->r->eng, g->base + (uint64_t)k, NULL);
-                rw_srv_relay(s, RW_OP_ABORT, g->base + (uint64_t)k, NULL, 0);
-            }
-            rw_srv_collect_outputs(s);
-            rw_srv_gen_free(g);
-            RW_FAIL(err, RW_E_OOM, "generate: command table");
-        }
-        s->gens = p;
-        s->capgens = nc;
-    }
-    g->zm = zm;
-    s->gens[s->ngens++] = g;
-    c->kept = true;
-    return RW_OK;
+    return rw_srv_gen_register(s, c, g, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */

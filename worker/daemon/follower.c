@@ -48,8 +48,9 @@ static void follower_exec(rw_rank *r, void *sock, const rw_op_msg *m) {
         int32_t *prompt = NULL;
         int n = 0;
         rw_sampling sp;
-        st = rw_op_add_decode(payload, plen, &prompt, &n, &sp, &e);
-        if (st == RW_OK) st = rw_engine_add(r->eng, m->h.a, prompt, n, &sp, &e);
+        rw_request_opts ro;
+        st = rw_op_add_ex_decode(payload, plen, &prompt, &n, &sp, &ro, &e);
+        if (st == RW_OK) st = rw_engine_add_ex(r->eng, m->h.a, prompt, n, &sp, &ro, &e);
         free(prompt);
         break;
     }

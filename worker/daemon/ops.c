@@ -140,12 +140,23 @@ void rw_op_frames(const rw_op_msg *m, rw_sync_frames *out) {
 
 /* ------------------------------------------------------------------------------------------ */
 /* ADD payload: [prompt ids], temperature, top_p, top_k, seed, max_new_tokens, [stop ids],     */
-/* top_logprobs (a msgpack array; floats as f64, which round-trips a float exactly).            */
+/* top_logprobs, logprob_mode, then the request options n_samples, n_score, prompt_logprobs,   */
+/* routed_experts, routing_weights (a msgpack array; floats as f64, which round-trips a float   */
+/* exactly).                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
+#define ADD_FIELDS 14
+
 rw_status rw_op_add_encode(rw_mw *w, const int32_t *prompt, int n, const rw_sampling *sp,
                            rw_err *err) {
+    return rw_op_add_ex_encode(w, prompt, n, sp, NULL, err);
+}
+
+rw_status rw_op_add_ex_encode(rw_mw *w, const int32_t *prompt, int n, const rw_sampling *sp,
+                              const rw_request_opts *ro, rw_err *err) {
+    const rw_request_opts none = {0};
+    if (!ro) ro = &none;
     rw_mw_reset(w);
-    rw_mw_array(w, 8);
+    rw_mw_array(w, ADD_FIELDS);
     rw_mw_array(w, (uint32_t)n);
     for (int i = 0; i < n; i++)
         rw_mw_i64(w, prompt[i]);
@@ -158,6 +169,12 @@ rw_status rw_op_add_encode(rw_mw *w, const int32_t *prompt, int n, const rw_samp
     for (int i = 0; i < sp->n_stop; i++)
         rw_mw_i64(w, sp->stop_ids[i]);
     rw_mw_i64(w, sp->top_logprobs);
+    rw_mw_i64(w, sp->logprob_mode);
+    rw_mw_i64(w, ro->n_samples);
+    rw_mw_i64(w, ro->n_score);
+    rw_mw_bool(w, ro->prompt_logprobs);
+    rw_mw_bool(w, ro->routed_experts);
+    rw_mw_bool(w, ro->routing_weights);
     const void *d;
     size_t len;
     return rw_mw_finish(w, &d, &len, err);
@@ -165,14 +182,21 @@ rw_status rw_op_add_encode(rw_mw *w, const int32_t *prompt, int n, const rw_samp
 
 rw_status rw_op_add_decode(const void *buf, size_t len, int32_t **prompt, int *n, rw_sampling *sp,
                            rw_err *err) {
+    rw_request_opts ro;
+    return rw_op_add_ex_decode(buf, len, prompt, n, sp, &ro, err);
+}
+
+rw_status rw_op_add_ex_decode(const void *buf, size_t len, int32_t **prompt, int *n,
+                              rw_sampling *sp, rw_request_opts *ro, rw_err *err) {
+    memset(ro, 0, sizeof *ro);
     *prompt = NULL;
     rw_msg *m = NULL;
     const rw_mobj *v;
     RW_CHECK(rw_msg_decode_value(buf, len, &m, &v, err));
     rw_status st = RW_OK;
     int64_t *tmp = NULL;
-    if (rw_mobj_type(v) != RW_M_ARRAY || rw_mobj_len(v) != 8) {
-        st = RW_ERR(err, RW_E_PROTOCOL, "rank op add: expected an array of 8");
+    if (rw_mobj_type(v) != RW_M_ARRAY || rw_mobj_len(v) != ADD_FIELDS) {
+        st = RW_ERR(err, RW_E_PROTOCOL, "rank op add: expected an array of %d", ADD_FIELDS);
         goto out;
     }
     const rw_mobj *pa = rw_mobj_at(v, 0);
@@ -212,6 +236,18 @@ rw_status rw_op_add_decode(const void *buf, size_t len, int32_t **prompt, int *n
         sp->stop_ids[i] = (int32_t)stops[i];
     RW_CHECKGOTO(rw_mobj_i64(rw_mobj_at(v, 7), "top_logprobs", &x, err), st, out);
     sp->top_logprobs = (int)x;
+    RW_CHECKGOTO(rw_mobj_i64(rw_mobj_at(v, 8), "logprob_mode", &x, err), st, out);
+    sp->logprob_mode = (int)x;
+    RW_CHECKGOTO(rw_mobj_i64(rw_mobj_at(v, 9), "n_samples", &x, err), st, out);
+    ro->n_samples = (int)x;
+    RW_CHECKGOTO(rw_mobj_i64(rw_mobj_at(v, 10), "n_score", &x, err), st, out);
+    ro->n_score = (int)x;
+    RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 11), "prompt_logprobs", &ro->prompt_logprobs, err), st,
+                 out);
+    RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 12), "routed_experts", &ro->routed_experts, err), st,
+                 out);
+    RW_CHECKGOTO(rw_mobj_bool(rw_mobj_at(v, 13), "routing_weights", &ro->routing_weights, err), st,
+                 out);
 out:
     free(tmp);
     if (st != RW_OK) {

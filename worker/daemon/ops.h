@@ -31,7 +31,7 @@ typedef enum rw_op {
     RW_OP_HELLO = 1, /* follower -> 0: a = rank, b = tp; 0 -> follower: payload NCCL id */
     RW_OP_READY = 2, /* follower -> 0: status, payload = message */
     RW_OP_STEP = 3,  /* one engine step */
-    RW_OP_ADD = 4,   /* a = engine id; payload = msgpack {prompt, sampling} */
+    RW_OP_ADD = 4,   /* a = engine id; payload = msgpack [prompt, sampling, request options] */
     RW_OP_ABORT = 5, /* a = engine id */
     RW_OP_ABORT_ALL = 6,
     RW_OP_PAUSE = 7, /* a = rw_pause_mode */
@@ -87,6 +87,11 @@ rw_status rw_op_add_encode(rw_mw *w, const int32_t *prompt, int n, const rw_samp
 /* Decodes into a malloc'd prompt (*prompt, free()) and *sp. */
 rw_status rw_op_add_decode(const void *buf, size_t len, int32_t **prompt, int *n, rw_sampling *sp,
                            rw_err *err);
+/* The same with the request's options (rw_engine_add_ex; NULL when encoding: none). */
+rw_status rw_op_add_ex_encode(rw_mw *w, const int32_t *prompt, int n, const rw_sampling *sp,
+                              const rw_request_opts *ro, rw_err *err);
+rw_status rw_op_add_ex_decode(const void *buf, size_t len, int32_t **prompt, int *n,
+                              rw_sampling *sp, rw_request_opts *ro, rw_err *err);
 
 /* Fields of a client request's args that the daemon reads itself and a sync handler must not
  * see: rank 0 takes them out of its own view of the request (rw_request_take_args) and relays the

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "                 [--device cpu|cuda] [--gpu G] [--kv-fraction F] [--kv-mb MB]\n"
             "                 [--max-batch N] [--max-batch-tokens N] [--log-level L]\n"
             "                 [--ready-file PATH] [--startup-timeout S] [--rank-timeout S]\n"
+            "                 [--no-prefix-cache]\n"
             "  Serves the control protocol (docs/PROTOCOL.md) on --control (default %s).\n"
             "  --config without --random-weights starts with incomplete weights: generate is\n"
             "  refused until an update (push or update_weights_from_disk) fills them.\n"
@@ -29,6 +30,8 @@ static void usage(FILE *f) {
             "  other's memory as free), need --kv-mb.\n"
             "  A control address that is not loopback needs --auth-token (or RW_AUTH_TOKEN).\n"
             "  The bound control endpoint is printed on stdout as a JSON line once ready.\n"
+            "  --no-prefix-cache: every request computes and holds all of its own KV (no prefix\n"
+            "  cache across requests, no shared prompt KV for the n samples of a prompt).\n"
             "  rw-worker --once ...: see that mode's usage (benchmarks: rw-bench).\n",
             RW_DAEMON_DEFAULT_CONTROL);
 }
@@ -90,6 +93,8 @@ int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
     } while (0)
         if (!strcmp(a, "--random-weights")) {
             o->random_weights = true;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            o->no_prefix_cache = true;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 2;

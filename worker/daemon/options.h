@@ -33,6 +33,7 @@ typedef struct rw_dopts {
     double startup_timeout_s; /* --startup-timeout: rendezvous / rank start-up bound */
     double rank_timeout_s;    /* --rank-timeout: bound on a follower's answer to an op */
     const char *self_exe;     /* this executable (launcher mode re-executes it per rank) */
+    bool no_prefix_cache;     /* --no-prefix-cache: no prefix cache, no shared sample KV */
 } rw_dopts;
 
 /* Parses argv (after the program name). Returns 0 on success, 2 on a usage error (message

@@ -97,6 +97,7 @@ rw_status rw_rank_open(const rw_dopts *o, int rank, rw_comm *comm, rw_rank **out
     if (o->max_batch_tokens > 0) eo.max_batch_tokens = o->max_batch_tokens;
     if (o->kv_mb > 0) eo.kv_bytes = (size_t)(o->kv_mb * 1048576.0);
     eo.kv_fraction = o->kv_fraction;
+    eo.prefix_sharing = !o->no_prefix_cache;
     RW_CHECKGOTO(rw_engine_create(r->model, &eo, &r->eng, err), st, fail);
     {
         rw_engine_stats es;

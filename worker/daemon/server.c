@@ -177,6 +177,7 @@ static const cmd_entry commands[RW_CMD_COUNT] = {
     [RW_CMD_HEALTH] = {rw_srv_health, CMD_NO_FRAMES},
     [RW_CMD_STATS] = {rw_srv_stats, CMD_NO_FRAMES},
     [RW_CMD_SHUTDOWN] = {rw_srv_shutdown, CMD_NO_FRAMES},
+    [RW_CMD_SCORE] = {rw_srv_score, CMD_NO_FRAMES},
 };
 
 /* The token check of a worker that requires one: args.auth must carry it; it is then taken out

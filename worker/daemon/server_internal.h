@@ -11,6 +11,8 @@
 #ifndef RW_DAEMON_SERVER_INTERNAL_H
 #define RW_DAEMON_SERVER_INTERNAL_H
 
+#include <math.h>
+
 #include "server.h"
 
 /* One generate command in flight: its requests are engine ids base .. base + n - 1. */
@@ -27,6 +29,8 @@ typedef struct rw_gen {
     bool stream, logprobs;
     int *sent; /* [n] tokens already streamed */
     double t_recv;
+    bool score;           /* a score command (cmd_rollout.c answers it) */
+    bool routes, weights; /* return_routed_experts / return_routing_weights */
 } rw_gen;
 
 typedef struct rw_server {
@@ -112,6 +116,50 @@ void rw_srv_abort_everything(rw_server *s);
 int64_t rw_srv_requests_in_flight(const rw_server *s);
 void rw_srv_gen_remove(rw_server *s, int pos);
 void rw_srv_gen_free(rw_gen *g);
+/* Reads the token ids of `p` (an array, 1..INT32_MAX ids in [0, V)) into s->tok; *n gets the
+ * count. Errors name `what`. */
+rw_status rw_srv_read_tokens(rw_server *s, const rw_mobj *p, const char *what, int *n, rw_err *err);
+/* A command of n requests (per_prompt each) for the client of c, with its bookkeeping arrays;
+ * NULL when out of memory. */
+rw_gen *rw_srv_gen_new(rw_server *s, const rw_srv_call *c, int n, int per_prompt);
+/* Registers a command whose requests every rank has (it is answered when they finish); on
+ * failure takes them back everywhere and frees g. */
+rw_status rw_srv_gen_register(rw_server *s, rw_srv_call *c, rw_gen *g, rw_err *err);
+/* Sends the add of request(s) eid .. (rw_engine_add_ex) to every follower. */
+void rw_srv_relay_add(rw_server *s, uint64_t eid, const int32_t *tokens, int n,
+                      const rw_sampling *sp, const rw_request_opts *ro);
+
+/* A logprob on the wire: a float, or nil for -inf (processed logprobs of ids outside the kept
+ * set) and NaN, which JSON cannot carry. */
+static inline void rw_srv_lp(rw_mw *w, float lp) {
+    if (isfinite(lp))
+        rw_mw_f64(w, lp);
+    else
+        rw_mw_nil(w);
+}
+/* Writes an output's "logprobs" (unless top_only) and, when it has them, "top_logprobs"
+ * ([[id, logprob], ...] per token) as key / value pairs of the map being written. */
+void rw_srv_put_logprobs(rw_mw *w, const rw_output *o, bool top_only);
+/* The distribution fields generate and score share: temperature, top_p, top_k, top_logprobs. */
+rw_status rw_srv_read_dist(rw_mfields *f, rw_sampling *sp, rw_err *err);
+
+/* --- cmd_rollout.c: what RL trainers need beyond generation -------------------------------- */
+/* The score command: given continuations' logprobs, one prefill each, no sampling. */
+rw_status rw_srv_score(rw_server *s, rw_srv_call *c, rw_err *err);
+/* The final reply of a score command. */
+void rw_srv_score_reply(rw_server *s, rw_gen *g);
+/* The fields generate and score share: logprob_mode (into sp), return_routed_experts and
+ * return_routing_weights (into ro, and g's flags when g is not NULL). */
+rw_status rw_srv_rollout_args(rw_mfields *f, rw_sampling *sp, rw_request_opts *ro, rw_err *err);
+/* The data frame of a reply with routes: every output's expert ids ([tokens, layers, k] uint8
+ * when num_experts <= 256, else uint16), then its weights (fp32) when asked, each at an offset
+ * aligned to 8 (offs[2k] ids, offs[2k + 1] weights of output k; offs has 2n entries).
+ * of->data is NULL when the command asked for no routes. */
+rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, size_t *offs,
+                              rw_sync_out_frame *of, rw_err *err);
+/* The number of routes fields an output has (0..2), and writes them for output k. */
+int rw_srv_routes_nfields(const rw_gen *g);
+void rw_srv_routes_fields(rw_mw *w, const rw_server *s, const rw_gen *g, int k, const size_t *offs);
 
 /* --- cmd_control.c -------------------------------------------------------------------------- */
 rw_status rw_srv_pause(rw_server *s, rw_srv_call *c, rw_err *err);

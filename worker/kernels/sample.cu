@@ -136,11 +136,16 @@ __global__ void __launch_bounds__(SMP_THREADS)
         se += expf(l[i] - mx);
     const float lse = mx + logf(block_sum(se, shf));
 
-    int32_t tok = best.i;
-    if (p.temperature > 0.0f && p.top_k != 1) {
-        const float inv_t = 1.0f / p.temperature;
-        const float zmax = mx * inv_t;
-        uint32_t thr = 0; /* keep ids with key >= thr */
+    /* forced >= 0 scores a given token: no draw. The kept set (thr) is needed for a draw and for
+     * processed logprobs. Every branch below is uniform over the CTA (p is). */
+    int32_t tok = p.forced >= 0 ? p.forced : best.i;
+    const bool greedy = !(p.temperature > 0.0f && p.top_k != 1);
+    const bool processed = p.mode == 1;
+    float inv_t = 1.0f, zmax = 0.0f, lkept = 0.0f;
+    uint32_t thr = 0; /* keep ids with key >= thr */
+    if (!greedy && (p.forced < 0 || processed)) {
+        inv_t = 1.0f / p.temperature;
+        zmax = mx * inv_t;
         if (p.top_k > 0 && p.top_k < V)
             thr = radix_select(l, V, inv_t, zmax, 0, false, (uint64_t)p.top_k, hist);
         if (p.top_p < 1.0f) {
@@ -154,6 +159,8 @@ __global__ void __launch_bounds__(SMP_THREADS)
             const uint32_t tp = radix_select(l, V, inv_t, zmax, thr, true, target, hist);
             thr = tp > thr ? tp : thr;
         }
+    }
+    if (!greedy && p.forced < 0) {
         /* draw: contiguous id ranges per thread, exclusive scan of their kept masses */
         const int64_t per = (V + blockDim.x - 1) / blockDim.x;
         const int64_t i0 = threadIdx.x * per, i1 = min(V, i0 + per);
@@ -198,6 +205,22 @@ __global__ void __launch_bounds__(SMP_THREADS)
         __syncthreads();
         if (pick >= 0) tok = pick;
     }
+    if (processed && !greedy) {
+        /* log of the kept set's mass, an fp32 fixed-tree sum (the same bits in any batch) */
+        float sk = 0.0f;
+        for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+            const float z = l[i] * inv_t;
+            if (okey(z) >= thr) sk += expf(z - zmax);
+        }
+        lkept = logf(block_sum(sk, shf));
+    }
+    /* the logprob of id in the requested mode (processed: under the distribution drawn from) */
+    auto lp_of = [&](int32_t id) -> float {
+        if (!processed) return l[id] - lse;
+        if (greedy) return id == best.i ? 0.0f : -INFINITY;
+        const float z = l[id] * inv_t;
+        return okey(z) >= thr ? (z - zmax) - lkept : -INFINITY;
+    };
     /* top-n logprobs: n rounds of argmax below the previous pick */
     float pv = INFINITY;
     int32_t pid = -1;
@@ -213,14 +236,14 @@ __global__ void __launch_bounds__(SMP_THREADS)
         if (b.i < 0) b.i = 0;
         if (threadIdx.x == 0) {
             o->top_ids[jn] = b.i;
-            o->top_lps[jn] = l[b.i] - lse;
+            o->top_lps[jn] = lp_of(b.i);
         }
         pv = l[b.i];
         pid = b.i;
     }
     if (threadIdx.x == 0) {
         o->token = tok;
-        o->logprob = l[tok] - lse;
+        o->logprob = lp_of(tok);
     }
 }
 

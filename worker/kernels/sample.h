@@ -23,13 +23,21 @@ RW_HD float rw_sample_uniform_dev(uint64_t seed, int64_t position) {
  * rw_sampling (rw_worker.h) with one documented difference: probability masses are summed as
  * 32.32 fixed point (exp(z - zmax) * 2^32, truncated) in uint64, which makes the sums exact and
  * independent of the reduction order (so reruns give the same tokens); an id whose mass rounds
- * to zero is never drawn. */
+ * to zero is never drawn.
+ * forced >= 0: no draw, the token is `forced` (scoring a given continuation).
+ * mode 1 (processed logprobs, RW_LOGPROB_PROCESSED): the logprob of the token and the top-n are
+ * z - zmax - log(S) over the kept set (z = logit / temperature; S = sum of exp(z - zmax) over the
+ * kept ids, an fp32 fixed-tree block sum, so a row gives the same bits in any batch), -inf
+ * outside it; greedy: 0 for the argmax, -inf elsewhere. The reference sums S in index order, so
+ * they agree to rounding, not bits. */
 typedef struct rw_k_sample_param {
     float temperature, top_p;
     int32_t top_k, top_n;
     uint64_t seed;
     int64_t position;
-    int32_t row; /* row of `logits` this request samples from */
+    int32_t row;    /* row of `logits` this request samples from */
+    int32_t mode;   /* 0 raw, 1 processed logprobs */
+    int32_t forced; /* >= 0: the token (no draw); -1: draw */
     int32_t pad;
 } rw_k_sample_param;
 typedef struct rw_k_sample_out {

@@ -70,11 +70,13 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
         for (int64_t i = 0; i < V; i++)
             se += expf(l[i] - mx);
         const float lse = mx + logf(se);
-        int32_t tok = arg;
-        if (pr->temperature > 0.0f && pr->top_k != 1 && s) {
-            const float inv_t = 1.0f / pr->temperature;
-            const float zmax = mx * inv_t;
-            float thr;
+        int32_t tok = pr->forced >= 0 ? pr->forced : arg;
+        const bool greedy = !(pr->temperature > 0.0f && pr->top_k != 1) || !s;
+        const bool processed = pr->mode == 1;
+        float inv_t = 1.0f, zmax = 0.0f, thr = -INFINITY, lkept = 0.0f;
+        if (!greedy && (pr->forced < 0 || processed)) {
+            inv_t = 1.0f / pr->temperature;
+            zmax = mx * inv_t;
             const int64_t nk = rw_sample_sort_top_k(l, V, inv_t, pr->top_k, s, &thr);
             if (pr->top_p < 1.0f) {
                 uint64_t tot = 0;
@@ -91,6 +93,8 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
                     }
                 }
             }
+        }
+        if (!greedy && pr->forced < 0) {
             uint64_t W = 0;
             for (int64_t i = 0; i < V; i++)
                 if (l[i] * inv_t >= thr) W += fixed_mass(l[i] * inv_t, zmax);
@@ -110,9 +114,25 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
             }
             if (tok < 0) tok = arg;
         }
+        if (processed && !greedy) {
+            /* the kernel sums in a fixed tree; index order here: equal to rounding */
+            float sk = 0.0f;
+            for (int64_t i = 0; i < V; i++)
+                if (l[i] * inv_t >= thr) sk += expf(l[i] * inv_t - zmax);
+            lkept = logf(sk);
+        }
+#define LP_OF(id)                                                                                  \
+    (!processed             ? l[id] - lse                                                          \
+     : greedy               ? ((id) == arg ? 0.0f : -INFINITY)                                     \
+     : l[id] * inv_t >= thr ? (l[id] * inv_t - zmax) - lkept                                       \
+                            : -INFINITY)
         o->token = tok;
-        o->logprob = l[tok] - lse;
-        rw_sample_top_n(l, V, pr->top_n < 20 ? pr->top_n : 20, lse, o->top_ids, o->top_lps);
+        o->logprob = LP_OF(tok);
+        const int tn = pr->top_n < 20 ? pr->top_n : 20;
+        rw_sample_top_n(l, V, tn, lse, o->top_ids, o->top_lps);
+        for (int j = 0; j < tn; j++)
+            o->top_lps[j] = LP_OF(o->top_ids[j]);
+#undef LP_OF
     }
     free(s);
 }
