@@ -11,7 +11,11 @@
 #ifndef RW_DAEMON_SERVER_INTERNAL_H
 #define RW_DAEMON_SERVER_INTERNAL_H
 
+#include "metrics.h"
+#include "rw_tokenizer.h"
 #include "server.h"
+
+struct rw_http; /* http.h: the HTTP server of rank 0 */
 
 /* One generate command in flight: its requests are engine ids base .. base + n - 1. */
 typedef struct rw_gen {
@@ -27,6 +31,8 @@ typedef struct rw_gen {
     bool stream, logprobs;
     int *sent; /* [n] tokens already streamed */
     double t_recv;
+    bool return_text; /* outputs carry `text` (decoded with the worker's tokenizer) */
+    bool skip_special;
 } rw_gen;
 
 typedef struct rw_server {
@@ -59,6 +65,12 @@ typedef struct rw_server {
     int32_t *peek_tok;
     float *peek_lp;
     size_t peekcap;
+    rw_srv_metrics metrics; /* latency histograms (stats, GET /metrics) */
+    rw_tok *tokenizer;      /* --tokenizer (or the model's); NULL: no text */
+    char tokenizer_dir[1024];
+    struct rw_http *http; /* --http; NULL when not served */
+    char inproc[64];      /* the ROUTER's in-process endpoint the HTTP server talks to */
+    char http_url[128];   /* "http://HOST:PORT" as bound */
 } rw_server;
 
 /* One received command on its way through the dispatch table. */
