@@ -410,19 +410,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (!r->answered) {
-            if (r->body.n + *upload_data_size > RW_HTTP_MAX_BODY) {
-                r->too_large = true;
-                rw_tbuf_free(&r->body);
-                *upload_data_size = 0;
-                return rw_hreply_error(r, 413, "request body longer than %u bytes",
-                                       RW_HTTP_MAX_BODY);
-            }
-            rw_tbuf_put(&r->body, upload_data, *upload_data_size);
+        /* libmicrohttpd takes no response before the body is read: a body over the limit is
+         * read and dropped (memory stays bounded) and answered 413 at its end; one that goes on
+         * past four times the limit is cut off */
+        if (!r->answered && !r->too_large && r->body.n + *upload_data_size > RW_HTTP_MAX_BODY) {
+            r->too_large = true;
+            rw_tbuf_free(&r->body);
         }
+        if (r->too_large) {
+            r->dropped += *upload_data_size;
+            *upload_data_size = 0;
+            return r->dropped > 4ull * RW_HTTP_MAX_BODY ? MHD_NO : MHD_YES;
+        }
+        if (!r->answered) rw_tbuf_put(&r->body, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (r->too_large && !r->answered)
+        return rw_hreply_error(r, 413, "request body longer than %u bytes", RW_HTTP_MAX_BODY);
     if (r->answered) return MHD_YES;
     if (r->body.failed) return rw_hreply_error(r, 503, "out of memory for the request body");
     return dispatch(r);
@@ -498,11 +503,11 @@ rw_status rw_http_start(const rw_http_opts *o, rw_http **out, char *bound, size_
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)RW_HTTP_MAX_CONN,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (!h->d) {
         rw_http_stop(h);
         RW_FAIL(err, RW_E_IO, "cannot serve HTTP on '%s' (address in use, or not this host's?)",

@@ -31,6 +31,7 @@ typedef struct rw_hreq {
     const char *method, *url;
     rw_tbuf body;
     bool too_large;  /* the body passed RW_HTTP_MAX_BODY: answered 413 */
+    unsigned long long dropped; /* body bytes read and dropped after that */
     bool answered;   /* a response was queued */
     bool openai;     /* a /v1 route (OpenAI error types) */
     int client_fd;   /* the connection's socket: a client that goes away aborts its work */

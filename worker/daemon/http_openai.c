@@ -23,6 +23,7 @@ typedef struct oai_gen {
     char id[64];
     char model[256];
     long created;
+    json_t *body; /* the request (stop strings point into it) */
 } oai_gen;
 
 static void oai_free(void *arg) {
@@ -31,6 +32,7 @@ static void oai_free(void *arg) {
     for (size_t i = 0; i < q->np && q->prompts; i++)
         rw_tok_ids_free(&q->prompts[i]);
     free(q->prompts);
+    json_decref(q->body);
     free(q);
 }
 
@@ -437,7 +439,7 @@ static enum MHD_Result completions(rw_hreq *r, bool chat) {
         if (st == RW_OK && suffix) st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__, "suffix: not supported by rw");
         if (st == RW_OK) st = read_prompt(r, json_object_get(b, "prompt"), q, &e);
     }
-    json_decref(b);
+    q->body = b;
     if (st == RW_OK && (int64_t)q->np * p.n > 4096)
         st = rw_err_set(&e, RW_E_RANGE, __FILE__, __LINE__, "%zu prompts x n %d (at most 4096 choices)", q->np, p.n);
     if (st != RW_OK) {

@@ -22,6 +22,7 @@ typedef struct sgl_gen {
     bool batch;         /* a list input, or n > 1: the reply is a list */
     bool logprob, logprob_text;
     json_t *rids;       /* the request's rid (string or list), or NULL */
+    json_t *body;       /* the request (stop strings point into it) */
     int64_t max_new;
     bool done_sent;
 } sgl_gen;
@@ -33,6 +34,7 @@ static void sgl_free(void *arg) {
         rw_tok_ids_free(&q->prompts[i]);
     free(q->prompts);
     json_decref(q->rids);
+    json_decref(q->body);
     free(q);
 }
 
@@ -301,7 +303,7 @@ static enum MHD_Result route_generate(rw_hreq *r) {
         if (!json_is_string(rid) && !json_is_array(rid)) st = rw_err_set(&e, RW_E_INVALID_ARG, __FILE__, __LINE__, "rid: expected a string or a list of strings");
         else q->rids = json_incref((json_t *)rid);
     }
-    json_decref(b);
+    q->body = b;
     if (st != RW_OK) {
         sgl_free(q);
         return rw_hreply_status(r, st, e.msg);

@@ -3,13 +3,14 @@
 #ifndef RW_DAEMON_OPTIONS_H
 #define RW_DAEMON_OPTIONS_H
 
+#include "rw_msg.h"
 #include "rw_worker.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define RW_DAEMON_DEFAULT_CONTROL "tcp://127.0.0.1:5557"
+#define RW_DAEMON_DEFAULT_CONTROL RW_DEFAULT_CONTROL /* rw_msg.h: clients share it */
 #define RW_DAEMON_MAX_TP 64
 #ifndef RW_VERSION
 #define RW_VERSION "unknown"
