@@ -5,7 +5,7 @@
  *
  * Wire schema: docs/PROTOCOL.md. This header uses only plain C types (opaque handles, char *,
  * integers, caller-owned buffers) and the manifests of rw_sync.h, so that a ctypes wrapper
- * (tools/python/rw_client.py) can call it. Conventions as in rw_sync.h. */
+ * (python/rw_client) can call it. Conventions as in rw_sync.h. */
 #ifndef RW_CLIENT_H
 #define RW_CLIENT_H
 
