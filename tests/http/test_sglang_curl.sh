@@ -103,13 +103,13 @@ check "generate: stop string" ".meta_info.finish_reason.type == \"stop\" and .me
 # --- server-sent events ----------------------------------------------------------------------------
 curl -sN "${A[@]}" "${J[@]}" -XPOST "$H/generate" \
     -d "{\"input_ids\": $p0, \"sampling_params\": {\"temperature\": 0, \"max_new_tokens\": 24}, \"stream\": true}" >"$tmp/sse"
-[ "$(tail -n 2 "$tmp/sse" | head -1)" = "data: [DONE]" ] && [ "$(tail -c 2 "$tmp/sse" | od -An -tx1 | tr -d ' ')" = 0a0a ] &&
+[ "$(tail -n 2 "$tmp/sse" | sed -n 1p)" = "data: [DONE]" ] && [ "$(tail -c 2 "$tmp/sse" | od -An -tx1 | tr -d ' ')" = 0a0a ] &&
     ok "SSE ends with data: [DONE] and a blank line" || bad "SSE end: $(tail -c 40 "$tmp/sse")"
 n=$(grep -c '^data: {' "$tmp/sse")
 [ "$n" -ge 2 ] && ok "SSE: $n events" || bad "SSE: $n events"
 last=$(grep '^data: {' "$tmp/sse" | tail -1 | sed 's/^data: //')
 check "SSE: final event = reference" ".output_ids == $g0 and .meta_info.finish_reason.type == \"length\"" "$last"
-first=$(grep '^data: {' "$tmp/sse" | head -1 | sed 's/^data: //')
+first=$(grep '^data: {' "$tmp/sse" | sed -n 1p | sed 's/^data: //')
 check "SSE: events are cumulative" "(.output_ids | length) < 24 and .meta_info.finish_reason == null and ($g0[0:(.output_ids | length)] == .output_ids)" "$first"
 grep -q '^$' "$tmp/sse" && ok "SSE: events end with a blank line" || bad "SSE framing"
 code "${A[@]}" -XPOST "$H/generate" -d '{"input_ids": [1, 2], "stream": true, "sampling_params": {"max_new_tokens": 0}}' >/dev/null
