@@ -54,11 +54,14 @@ static rw_status probe_tcp(const char *addr, const char *hp, int timeout_ms, rw_
     close(fd);
     freeaddrinfo(res);
     if (e == ETIMEDOUT)
-        RW_FAIL(err, RW_E_ZMQ, "nothing answers at %s within %d ms (a firewall, or a host that is down)",
-                addr, timeout_ms);
+        RW_FAIL(err, RW_E_ZMQ,
+                "nothing answers at %s within %d ms (a firewall, or a host that is down)", addr,
+                timeout_ms);
     if (e)
-        RW_FAIL(err, RW_E_ZMQ, "nothing listens at %s (%s): is rw-worker running there? (its ready "
-                "line names its control address)", addr, strerror(e));
+        RW_FAIL(err, RW_E_ZMQ,
+                "nothing listens at %s (%s): is rw-worker running there? (its ready "
+                "line names its control address)",
+                addr, strerror(e));
     return RW_OK;
 }
 
@@ -69,8 +72,7 @@ rw_status rw_client_probe(const char *addr, int timeout_ms, rw_err *err) {
         if (stat(addr + 6, &st) != 0)
             RW_FAIL(err, RW_E_ZMQ, "nothing listens at %s (%s): is rw-worker running there?", addr,
                     strerror(errno));
-        if (!S_ISSOCK(st.st_mode))
-            RW_FAIL(err, RW_E_ZMQ, "%s: %s is not a socket", addr, addr + 6);
+        if (!S_ISSOCK(st.st_mode)) RW_FAIL(err, RW_E_ZMQ, "%s: %s is not a socket", addr, addr + 6);
     }
     return RW_OK;
 }

@@ -69,8 +69,8 @@ enum MHD_Result rw_hreply_error(rw_hreq *r, unsigned status, const char *fmt, ..
     /* messages quote the client's own input: keep the reply valid JSON whatever it held */
     json_t *m = json_string(msg);
     if (!m) m = json_string("(the error message is not valid UTF-8)");
-    json_t *e = json_pack("{s:o, s:s, s:n, s:i}", "message", m, "type", error_type(status),
-                          "param", "code", (int)status);
+    json_t *e = json_pack("{s:o, s:s, s:n, s:i}", "message", m, "type", error_type(status), "param",
+                          "code", (int)status);
     return rw_hreply_json(r, status, json_pack("{s:o}", "error", e));
 }
 
@@ -150,11 +150,13 @@ static bool client_closed(rw_hreq *r, short revents) {
 rw_status rw_hcall_recv(rw_hreq *r, uint64_t id, json_t **result, rw_err *err) {
     *result = NULL;
     for (;;) {
-        if (atomic_load(&r->h->stopping))
-            RW_FAIL(err, RW_E_ABORTED, "the worker is shutting down");
         zmq_pollitem_t it[2] = {{r->sock, 0, ZMQ_POLLIN, 0}, {NULL, r->client_fd, ZMQ_POLLIN, 0}};
         int n = zmq_poll(it, r->client_fd >= 0 ? 2 : 1, WAIT_SLICE_MS);
         if (n < 0 && errno != EINTR) RW_FAIL(err, RW_E_ZMQ, "HTTP: poll: %s", zmq_strerror(errno));
+        /* a reply that is there is still taken (the daemon answers everything in flight before
+         * it stops) */
+        if (!(it[0].revents & ZMQ_POLLIN) && atomic_load(&r->h->stopping))
+            RW_FAIL(err, RW_E_ABORTED, "the worker is shutting down");
         if (r->client_fd >= 0 && (it[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) &&
             client_closed(r, (short)((it[1].revents & ZMQ_POLLERR) ? POLLERR : 0))) {
             r->client_gone = true;
@@ -374,9 +376,8 @@ static enum MHD_Result dispatch(rw_hreq *r) {
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
     (void)version;
     rw_http *h = cls;
     rw_hreq *r = *con_cls;
@@ -471,7 +472,8 @@ static rw_status parse_addr(const char *a, struct sockaddr_storage *ss, bool *v6
     long p = strtol(port, &end, 10);
     if (end == port || *end || p < 0 || p > 65535)
         RW_FAIL(err, RW_E_INVALID_ARG, "'%s': expected PORT or HOST:PORT (port 0..65535)", a);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int rc = getaddrinfo(host, port, &hints, &res);
@@ -502,12 +504,11 @@ rw_status rw_http_start(const rw_http_opts *o, rw_http **out, char *bound, size_
     if (timeout < 1) timeout = 1;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)RW_HTTP_MAX_CONN,
-                            MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    h->d =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
+                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)RW_HTTP_MAX_CONN, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (!h->d) {
         rw_http_stop(h);
         RW_FAIL(err, RW_E_IO, "cannot serve HTTP on '%s' (address in use, or not this host's?)",

@@ -41,17 +41,16 @@ typedef struct rw_http_opts {
     const rw_tok *tok;      /* tokenizer (borrowed, outlives the server); NULL: ids only */
     const char *model_name; /* OpenAI "model" (copied) */
     const char *model_path, *tokenizer_path; /* reported by /get_model_info (copied; may be NULL) */
-    int64_t max_seq_len;    /* prompt + generated tokens the engine takes */
+    int64_t max_seq_len;                     /* prompt + generated tokens the engine takes */
     int64_t vocab_size;
     int32_t eos[RW_HTTP_MAX_EOS]; /* ids that end a generation unless ignore_eos */
     int n_eos;
-    double timeout_s;       /* idle connection timeout */
+    double timeout_s; /* idle connection timeout */
 } rw_http_opts;
 
 /* Starts the server (its own threads). `bound` (cap bytes) gets "http://HOST:PORT" with the
  * port actually bound. RW_E_INVALID_ARG for a malformed address, RW_E_IO when it cannot bind. */
-rw_status rw_http_start(const rw_http_opts *o, rw_http **out, char *bound, size_t cap,
-                        rw_err *err);
+rw_status rw_http_start(const rw_http_opts *o, rw_http **out, char *bound, size_t cap, rw_err *err);
 /* Stops accepting, wakes and joins every connection thread. NULL is a no-op. Call before the
  * control socket closes (connection threads may still be waiting for replies). */
 void rw_http_stop(rw_http *h);

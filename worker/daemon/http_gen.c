@@ -67,7 +67,8 @@ rw_status rw_hgen_start(rw_hgen *g, rw_hreq *r, const rw_hgen_params *p, rw_err 
         size_t n = strlen(p->stop_strs[i]);
         if (n == 0) RW_FAIL(err, RW_E_INVALID_ARG, "stop[%d]: an empty stop string", i);
         if (n > RW_HGEN_MAX_STOP_LEN)
-            RW_FAIL(err, RW_E_RANGE, "stop[%d]: %zu bytes (at most %d)", i, n, RW_HGEN_MAX_STOP_LEN);
+            RW_FAIL(err, RW_E_RANGE, "stop[%d]: %zu bytes (at most %d)", i, n,
+                    RW_HGEN_MAX_STOP_LEN);
         if (n - 1 > g->hold) g->hold = n - 1;
     }
     if (p->n_stop_strs && !h->o.tok)
@@ -191,16 +192,17 @@ static rw_status apply_final(rw_hgen *g, const json_t *outs, rw_err *err) {
             for (int j = 0; j < n; j++)
                 for (int q = 0; q < t; q++) {
                     const json_t *pair = json_array_get(json_array_get(top, (size_t)j), (size_t)q);
-                    o->top_ids[(size_t)j * t + q] = (int32_t)json_integer_value(json_array_get(pair, 0));
+                    o->top_ids[(size_t)j * t + q] =
+                        (int32_t)json_integer_value(json_array_get(pair, 0));
                     o->top_lps[(size_t)j * t + q] = json_number_value(json_array_get(pair, 1));
                 }
         }
         const char *fin = json_string_value(json_object_get(e, "finish"));
-        o->finish = o->cut ? "stop"
-                    : !fin ? "abort"
+        o->finish = o->cut                   ? "stop"
+                    : !fin                   ? "abort"
                     : !strcmp(fin, "length") ? "length"
-                    : !strcmp(fin, "stop") ? "stop"
-                                           : "abort";
+                    : !strcmp(fin, "stop")   ? "stop"
+                                             : "abort";
         o->final = json_incref(e);
         RW_CHECK(feed(g, (int)k, true, err));
     }
@@ -214,7 +216,7 @@ rw_status rw_hgen_next(rw_hgen *g, rw_err *err) {
     RW_CHECK(rw_hcall_recv(g->r, g->id, &res, err));
     const json_t *outs = json_object_get(res, "outputs");
     rw_status st = json_is_true(json_object_get(res, "stream")) ? apply_partial(g, outs, err)
-                                                                  : apply_final(g, outs, err);
+                                                                : apply_final(g, outs, err);
     json_decref(res);
     RW_CHECK(st);
     if (!g->final && !g->abort_sent && g->p.n_stop_strs) {

@@ -30,15 +30,15 @@ typedef struct rw_hreq {
     struct MHD_Connection *conn;
     const char *method, *url;
     rw_tbuf body;
-    bool too_large;  /* the body passed RW_HTTP_MAX_BODY: answered 413 */
+    bool too_large;             /* the body passed RW_HTTP_MAX_BODY: answered 413 */
     unsigned long long dropped; /* body bytes read and dropped after that */
-    bool answered;   /* a response was queued */
-    bool openai;     /* a /v1 route (OpenAI error types) */
-    int client_fd;   /* the connection's socket: a client that goes away aborts its work */
+    bool answered;              /* a response was queued */
+    bool openai;                /* a /v1 route (OpenAI error types) */
+    int client_fd; /* the connection's socket: a client that goes away aborts its work */
     bool client_gone;
-    void *sock;      /* DEALER on the daemon's in-process endpoint, opened on first use */
+    void *sock; /* DEALER on the daemon's in-process endpoint, opened on first use */
     uint64_t next_id;
-    uint64_t num;    /* this request's number (rw_http.seq) */
+    uint64_t num;       /* this request's number (rw_http.seq) */
     rw_hstream *stream; /* a streamed (SSE) response in progress */
     int refs;           /* the connection, and a stream while one is attached */
 } rw_hreq;
@@ -105,8 +105,8 @@ rw_status rw_hj_body(rw_hreq *r, json_t **out, rw_err *err);
 typedef struct rw_hgen_params {
     const rw_tok_ids *prompts; /* [np] (borrowed) */
     size_t np;
-    int n;                     /* samples per prompt */
-    int64_t max_new_tokens;    /* <= 0: as many as fit (max_seq_len - prompt) */
+    int n;                  /* samples per prompt */
+    int64_t max_new_tokens; /* <= 0: as many as fit (max_seq_len - prompt) */
     double temperature, top_p;
     int64_t top_k;
     uint64_t seed;
@@ -128,15 +128,15 @@ typedef struct rw_hgen_out {
     double *top_lps;
     int top_n;
     rw_tok_stream *ts;
-    int ndec;          /* ids fed to the decoder */
-    rw_tbuf text;      /* decoded, final text */
-    size_t emitted;    /* text bytes handed to the client */
-    int ids_emitted;   /* ids handed to the client */
+    int ndec;           /* ids fed to the decoder */
+    rw_tbuf text;       /* decoded, final text */
+    size_t emitted;     /* text bytes handed to the client */
+    int ids_emitted;    /* ids handed to the client */
     const char *finish; /* NULL while running; "length", "stop", "abort" */
-    bool cut;          /* a stop string ended the text */
-    int matched_str;   /* index of the stop string, -1 */
+    bool cut;           /* a stop string ended the text */
+    int matched_str;    /* index of the stop string, -1 */
     int prompt_tokens;
-    json_t *final;     /* the daemon's final output object (weight_version, version_spans, ...) */
+    json_t *final; /* the daemon's final output object (weight_version, version_spans, ...) */
 } rw_hgen_out;
 
 typedef struct rw_hgen {
@@ -145,9 +145,9 @@ typedef struct rw_hgen {
     uint64_t id;
     int nout;
     rw_hgen_out *out;
-    bool final;      /* the final reply came */
+    bool final; /* the final reply came */
     bool abort_sent;
-    size_t hold;     /* bytes held back while a stop string may still be forming */
+    size_t hold; /* bytes held back while a stop string may still be forming */
     double t0;
 } rw_hgen;
 

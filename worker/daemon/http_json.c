@@ -54,7 +54,8 @@ static int depth(const json_t *j, int d) {
 
 rw_status rw_hj_body(rw_hreq *r, json_t **out, rw_err *err) {
     *out = NULL;
-    if (!r->body.n) RW_FAIL(err, RW_E_INVALID_ARG, "the request body is empty (expected a JSON object)");
+    if (!r->body.n)
+        RW_FAIL(err, RW_E_INVALID_ARG, "the request body is empty (expected a JSON object)");
     json_error_t je;
     json_t *j = json_loadb(r->body.p, r->body.n, JSON_REJECT_DUPLICATES, &je);
     if (!j)
@@ -96,7 +97,8 @@ rw_status rw_hj_bool(const json_t *o, const char *what, const char *key, bool de
     if (!v || json_is_null(v)) return RW_OK;
     char f[160];
     name(f, sizeof f, what, key);
-    if (!json_is_boolean(v)) RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected a boolean, got %s", f, jtype(v));
+    if (!json_is_boolean(v))
+        RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected a boolean, got %s", f, jtype(v));
     *out = json_is_true(v);
     return RW_OK;
 }
@@ -131,7 +133,8 @@ rw_status rw_hj_num(const json_t *o, const char *what, const char *key, double d
     if (!v || json_is_null(v)) return RW_OK;
     char f[160];
     name(f, sizeof f, what, key);
-    if (!json_is_number(v)) RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected a number, got %s", f, jtype(v));
+    if (!json_is_number(v))
+        RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected a number, got %s", f, jtype(v));
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi)) RW_FAIL(err, RW_E_RANGE, "%s: %g outside [%g, %g]", f, x, lo, hi);
     *out = x;
@@ -154,7 +157,8 @@ rw_status rw_hj_str(const json_t *o, const char *what, const char *key, const ch
 
 rw_status rw_hj_ids(const json_t *a, const char *what, int64_t hi, rw_tok_ids *out, rw_err *err) {
     if (!json_is_array(a))
-        RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected an array of token ids, got %s", what, jtype(a));
+        RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected an array of token ids, got %s", what,
+                jtype(a));
     const size_t n = json_array_size(a);
     if (out->cap < out->n + n) {
         int32_t *p = realloc(out->ids, sizeof *p * (out->n + n));
@@ -185,8 +189,8 @@ rw_status rw_hj_strs(const json_t *v, const char *what, const char **strs, int c
         return RW_OK;
     }
     if (!json_is_array(v))
-        RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected a string or an array of strings, got %s",
-                what, jtype(v));
+        RW_FAIL(err, RW_E_INVALID_ARG, "%s: expected a string or an array of strings, got %s", what,
+                jtype(v));
     if (json_array_size(v) > (size_t)cap)
         RW_FAIL(err, RW_E_RANGE, "%s: %zu strings (at most %d)", what, json_array_size(v), cap);
     for (size_t i = 0; i < json_array_size(v); i++) {

@@ -19,10 +19,10 @@ typedef struct sgl_gen {
     rw_hgen g;
     rw_tok_ids *prompts;
     size_t np;
-    bool batch;         /* a list input, or n > 1: the reply is a list */
+    bool batch; /* a list input, or n > 1: the reply is a list */
     bool logprob, logprob_text;
-    json_t *rids;       /* the request's rid (string or list), or NULL */
-    json_t *body;       /* the request (stop strings point into it) */
+    json_t *rids; /* the request's rid (string or list), or NULL */
+    json_t *body; /* the request (stop strings point into it) */
     int64_t max_new;
     bool done_sent;
 } sgl_gen;
@@ -45,7 +45,8 @@ static json_t *rid_of(const sgl_gen *q, const rw_hreq *r, int k) {
         snprintf(b, sizeof b, "%s-%d", json_string_value(q->rids), k);
         return json_string(b);
     }
-    if (json_is_array(q->rids) && json_is_string(json_array_get(q->rids, (size_t)k / (size_t)q->g.p.n)))
+    if (json_is_array(q->rids) &&
+        json_is_string(json_array_get(q->rids, (size_t)k / (size_t)q->g.p.n)))
         return json_incref(json_array_get(q->rids, (size_t)k / (size_t)q->g.p.n));
     char b[64];
     if (q->batch)
@@ -60,21 +61,25 @@ static json_t *token_logprobs(const sgl_gen *q, const rw_hreq *r, int k, int n) 
     const rw_hgen_out *o = &q->g.out[k];
     json_t *a = json_array();
     for (int i = 0; i < n; i++)
-        json_array_append_new(a, json_pack("[o, i, o]", rw_hj_logprob(o->lps[i]), (int)o->ids[i],
-                                           q->logprob_text ? rw_hgen_token_str(r->h, o->ids[i])
-                                                           : json_null()));
+        json_array_append_new(
+            a, json_pack("[o, i, o]", rw_hj_logprob(o->lps[i]), (int)o->ids[i],
+                         q->logprob_text ? rw_hgen_token_str(r->h, o->ids[i]) : json_null()));
     return a;
 }
 
 static json_t *finish_reason(const sgl_gen *q, int k, int n) {
     const rw_hgen_out *o = &q->g.out[k];
     if (!o->finish) return json_null();
-    if (!strcmp(o->finish, "length")) return json_pack("{s:s, s:I}", "type", "length", "length", (json_int_t)q->max_new);
+    if (!strcmp(o->finish, "length"))
+        return json_pack("{s:s, s:I}", "type", "length", "length", (json_int_t)q->max_new);
     if (!strcmp(o->finish, "stop")) {
-        if (o->cut) return json_pack("{s:s, s:s}", "type", "stop", "matched", q->g.p.stop_strs[o->matched_str]);
+        if (o->cut)
+            return json_pack("{s:s, s:s}", "type", "stop", "matched",
+                             q->g.p.stop_strs[o->matched_str]);
         return json_pack("{s:s, s:i}", "type", "stop", "matched", n ? (int)o->ids[n - 1] : -1);
     }
-    return json_pack("{s:s, s:s}", "type", "abort", "message", "aborted (abort, pause with mode abort, shutdown or a lost rank)");
+    return json_pack("{s:s, s:s}", "type", "abort", "message",
+                     "aborted (abort, pause with mode abort, shutdown or a lost rank)");
 }
 
 /* One output object {text, output_ids, meta_info} (cumulative, as SGLang streams it too). */
@@ -100,7 +105,9 @@ static json_t *output_obj(const sgl_gen *q, const rw_hreq *r, int k, size_t text
             json_int_t b = json_integer_value(json_object_get(sp, "begin"));
             json_int_t e = json_integer_value(json_object_get(sp, "end"));
             if (b >= n && b > 0) break;
-            json_array_append_new(spans, json_pack("{s:O, s:I, s:I}", "version", json_object_get(sp, "version"), "start", b, "end", e < n ? e : (json_int_t)n));
+            json_array_append_new(spans, json_pack("{s:O, s:I, s:I}", "version",
+                                                   json_object_get(sp, "version"), "start", b,
+                                                   "end", e < n ? e : (json_int_t)n));
         }
         json_object_set_new(m, "weight_versions", spans);
         json_object_set(m, "first_token_s", json_object_get(o->final, "first_token_s"));
@@ -114,8 +121,11 @@ static json_t *output_obj(const sgl_gen *q, const rw_hreq *r, int k, size_t text
                 json_t *row = json_array();
                 for (int t = 0; t < o->top_n; t++) {
                     const size_t at = (size_t)i * o->top_n + t;
-                    json_array_append_new(row, json_pack("[o, i, o]", rw_hj_logprob(o->top_lps[at]), (int)o->top_ids[at],
-                                                         q->logprob_text ? rw_hgen_token_str(r->h, o->top_ids[at]) : json_null()));
+                    json_array_append_new(
+                        row,
+                        json_pack("[o, i, o]", rw_hj_logprob(o->top_lps[at]), (int)o->top_ids[at],
+                                  q->logprob_text ? rw_hgen_token_str(r->h, o->top_ids[at])
+                                                  : json_null()));
                 }
                 json_array_append_new(top, row);
             }
@@ -153,7 +163,8 @@ static bool sgl_pump(void *arg, rw_hreq *r, rw_tbuf *out) {
         rw_status st = rw_hgen_next(&q->g, &e);
         if (st != RW_OK) {
             if (!r->client_gone)
-                rw_sse_json(out, json_pack("{s:{s:s, s:s}}", "error", "message", e.msg, "status", rw_status_str(st)));
+                rw_sse_json(out, json_pack("{s:{s:s, s:s}}", "error", "message", e.msg, "status",
+                                           rw_status_str(st)));
             rw_tbuf_put(out, "data: [DONE]\n\n", 14);
             return false;
         }
@@ -168,9 +179,12 @@ static rw_status read_inputs(rw_hreq *r, const json_t *b, sgl_gen *q, rw_err *er
     if (!text == !ids) RW_FAIL(err, RW_E_INVALID_ARG, "give exactly one of 'text' and 'input_ids'");
     if (text) {
         if (!r->h->o.tok)
-            RW_FAIL(err, RW_E_UNSUPPORTED, "'text' needs a tokenizer: start rw-worker with --tokenizer DIR (or send input_ids)");
+            RW_FAIL(err, RW_E_UNSUPPORTED,
+                    "'text' needs a tokenizer: start rw-worker with --tokenizer DIR (or send "
+                    "input_ids)");
         const bool one = json_is_string(text);
-        if (!one && !json_is_array(text)) RW_FAIL(err, RW_E_INVALID_ARG, "text: expected a string or a list of strings");
+        if (!one && !json_is_array(text))
+            RW_FAIL(err, RW_E_INVALID_ARG, "text: expected a string or a list of strings");
         q->np = one ? 1 : json_array_size(text);
         q->batch = !one;
         if (!q->np) RW_FAIL(err, RW_E_INVALID_ARG, "text: an empty list");
@@ -178,16 +192,22 @@ static rw_status read_inputs(rw_hreq *r, const json_t *b, sgl_gen *q, rw_err *er
         if (!q->prompts) RW_FAIL(err, RW_E_OOM, "prompts");
         for (size_t i = 0; i < q->np; i++) {
             const json_t *s = one ? text : json_array_get(text, i);
-            if (!json_is_string(s)) RW_FAIL(err, RW_E_INVALID_ARG, "text[%zu]: expected a string", i);
-            RW_CHECK(rw_tok_encode(r->h->o.tok, json_string_value(s), json_string_length(s), 0, &q->prompts[i], err));
+            if (!json_is_string(s))
+                RW_FAIL(err, RW_E_INVALID_ARG, "text[%zu]: expected a string", i);
+            RW_CHECK(rw_tok_encode(r->h->o.tok, json_string_value(s), json_string_length(s), 0,
+                                   &q->prompts[i], err));
             for (size_t j = 0; j < q->prompts[i].n; j++)
                 if (q->prompts[i].ids[j] >= r->h->o.vocab_size)
-                    RW_FAIL(err, RW_E_RANGE, "text[%zu]: encodes to token id %d, outside the model's vocabulary [0, %lld)",
+                    RW_FAIL(err, RW_E_RANGE,
+                            "text[%zu]: encodes to token id %d, outside the model's vocabulary [0, "
+                            "%lld)",
                             i, (int)q->prompts[i].ids[j], (long long)r->h->o.vocab_size);
         }
         return RW_OK;
     }
-    if (!json_is_array(ids) || !json_array_size(ids)) RW_FAIL(err, RW_E_INVALID_ARG, "input_ids: expected a non-empty list of token ids or of lists");
+    if (!json_is_array(ids) || !json_array_size(ids))
+        RW_FAIL(err, RW_E_INVALID_ARG,
+                "input_ids: expected a non-empty list of token ids or of lists");
     q->batch = json_is_array(json_array_get(ids, 0));
     q->np = q->batch ? json_array_size(ids) : 1;
     q->prompts = calloc(q->np, sizeof *q->prompts);
@@ -195,29 +215,55 @@ static rw_status read_inputs(rw_hreq *r, const json_t *b, sgl_gen *q, rw_err *er
     for (size_t i = 0; i < q->np; i++) {
         char what[48];
         snprintf(what, sizeof what, q->batch ? "input_ids[%zu]" : "input_ids", i);
-        RW_CHECK(rw_hj_ids(q->batch ? json_array_get(ids, i) : ids, what, r->h->o.vocab_size, &q->prompts[i], err));
+        RW_CHECK(rw_hj_ids(q->batch ? json_array_get(ids, i) : ids, what, r->h->o.vocab_size,
+                           &q->prompts[i], err));
     }
     return RW_OK;
 }
 
 /* sampling_params into p (SGLang's defaults: temperature 1, max_new_tokens 128). */
-static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, sgl_gen *q, rw_err *err) {
-    static const char *const allowed[] = {
-        "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "n",
-        "ignore_eos", "skip_special_tokens", "sampling_seed", "seed", "frequency_penalty",
-        "presence_penalty", "repetition_penalty", "min_new_tokens", "no_stop_trim",
-        "spaces_between_special_tokens", "json_schema", "regex", "ebnf", "structural_tag",
-        "custom_params", "stream_interval", "logit_bias", NULL};
+static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, sgl_gen *q,
+                               rw_err *err) {
+    static const char *const allowed[] = {"max_new_tokens",
+                                          "temperature",
+                                          "top_p",
+                                          "top_k",
+                                          "min_p",
+                                          "stop",
+                                          "stop_token_ids",
+                                          "n",
+                                          "ignore_eos",
+                                          "skip_special_tokens",
+                                          "sampling_seed",
+                                          "seed",
+                                          "frequency_penalty",
+                                          "presence_penalty",
+                                          "repetition_penalty",
+                                          "min_new_tokens",
+                                          "no_stop_trim",
+                                          "spaces_between_special_tokens",
+                                          "json_schema",
+                                          "regex",
+                                          "ebnf",
+                                          "structural_tag",
+                                          "custom_params",
+                                          "stream_interval",
+                                          "logit_bias",
+                                          NULL};
     const char *W = "sampling_params";
-    if (sp && !json_is_null(sp) && !json_is_object(sp)) RW_FAIL(err, RW_E_INVALID_ARG, "sampling_params: expected an object");
+    if (sp && !json_is_null(sp) && !json_is_object(sp))
+        RW_FAIL(err, RW_E_INVALID_ARG, "sampling_params: expected an object");
     json_t *empty = json_object();
     if (!sp || json_is_null(sp)) sp = empty;
     rw_status st = rw_hj_only(sp, W, allowed, err);
-    int64_t x;
+    int64_t x = 0;
     double d;
-    bool b;
-    if (st == RW_OK) st = rw_hj_int(sp, W, "max_new_tokens", 128, 0, 1 << 24, &p->max_new_tokens, err);
-    if (st == RW_OK && p->max_new_tokens == 0) st = rw_err_set(err, RW_E_RANGE, __FILE__, __LINE__, "sampling_params.max_new_tokens: 0 (at least 1)");
+    bool b = false;
+    if (st == RW_OK)
+        st = rw_hj_int(sp, W, "max_new_tokens", 128, 0, 1 << 24, &p->max_new_tokens, err);
+    if (st == RW_OK && p->max_new_tokens == 0)
+        st = rw_err_set(err, RW_E_RANGE, __FILE__, __LINE__,
+                        "sampling_params.max_new_tokens: 0 (at least 1)");
     if (st == RW_OK) st = rw_hj_num(sp, W, "temperature", 1.0, 0, 1e6, &p->temperature, err);
     if (st == RW_OK) st = rw_hj_num(sp, W, "top_p", 1.0, 1e-9, 1, &p->top_p, err);
     if (st == RW_OK) st = rw_hj_int(sp, W, "top_k", -1, -1, 1 << 30, &x, err);
@@ -232,12 +278,17 @@ static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, 
     if (st == RW_OK) st = rw_hj_bool(sp, W, "skip_special_tokens", true, &p->skip_special, err);
     bool ignore_eos = false;
     if (st == RW_OK) st = rw_hj_bool(sp, W, "ignore_eos", false, &ignore_eos, err);
-    if (st == RW_OK) st = rw_hj_strs(json_object_get(sp, "stop"), "sampling_params.stop", p->stop_strs, RW_HGEN_MAX_STOP_STR, &p->n_stop_strs, err);
+    if (st == RW_OK)
+        st = rw_hj_strs(json_object_get(sp, "stop"), "sampling_params.stop", p->stop_strs,
+                        RW_HGEN_MAX_STOP_STR, &p->n_stop_strs, err);
     const json_t *sti = json_object_get(sp, "stop_token_ids");
     if (st == RW_OK && sti && !json_is_null(sti)) {
         rw_tok_ids v = {0};
         st = rw_hj_ids(sti, "sampling_params.stop_token_ids", INT32_MAX, &v, err);
-        if (st == RW_OK && v.n > RW_MAX_STOP) st = rw_err_set(err, RW_E_RANGE, __FILE__, __LINE__, "sampling_params.stop_token_ids: %zu ids (at most %d)", v.n, RW_MAX_STOP);
+        if (st == RW_OK && v.n > RW_MAX_STOP)
+            st = rw_err_set(err, RW_E_RANGE, __FILE__, __LINE__,
+                            "sampling_params.stop_token_ids: %zu ids (at most %d)", v.n,
+                            RW_MAX_STOP);
         for (size_t i = 0; st == RW_OK && i < v.n; i++)
             p->stop_ids[p->n_stop++] = v.ids[i];
         rw_tok_ids_free(&v);
@@ -249,11 +300,16 @@ static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, 
     if (st == RW_OK) st = rw_hj_num(sp, W, "repetition_penalty", 1, 1, 1, &d, err);
     if (st == RW_OK) st = rw_hj_int(sp, W, "min_new_tokens", 0, 0, 0, &x, err);
     if (st == RW_OK) st = rw_hj_bool(sp, W, "no_stop_trim", false, &b, err);
-    if (st == RW_OK && b) st = rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__, "sampling_params.no_stop_trim: only false");
-    static const char *const nulls[] = {"json_schema", "regex", "ebnf", "structural_tag", "logit_bias", NULL};
+    if (st == RW_OK && b)
+        st = rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                        "sampling_params.no_stop_trim: only false");
+    static const char *const nulls[] = {"json_schema",    "regex",      "ebnf",
+                                        "structural_tag", "logit_bias", NULL};
     for (int i = 0; st == RW_OK && nulls[i]; i++) {
         const json_t *v = json_object_get(sp, nulls[i]);
-        if (v && !json_is_null(v)) st = rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__, "sampling_params.%s: not supported by rw", nulls[i]);
+        if (v && !json_is_null(v))
+            st = rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                            "sampling_params.%s: not supported by rw", nulls[i]);
     }
     json_decref(empty);
     RW_CHECK(st);
@@ -265,11 +321,24 @@ static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, 
 }
 
 static enum MHD_Result route_generate(rw_hreq *r) {
-    static const char *const allowed[] = {
-        "text", "input_ids", "sampling_params", "return_logprob", "top_logprobs_num", "stream",
-        "rid", "logprob_start_len", "return_text_in_logprobs", "log_metrics", "lora_path",
-        "image_data", "token_ids_logprob", "return_hidden_states", "custom_logit_processor",
-        "input_embeds", "session_params", NULL};
+    static const char *const allowed[] = {"text",
+                                          "input_ids",
+                                          "sampling_params",
+                                          "return_logprob",
+                                          "top_logprobs_num",
+                                          "stream",
+                                          "rid",
+                                          "logprob_start_len",
+                                          "return_text_in_logprobs",
+                                          "log_metrics",
+                                          "lora_path",
+                                          "image_data",
+                                          "token_ids_logprob",
+                                          "return_hidden_states",
+                                          "custom_logit_processor",
+                                          "input_embeds",
+                                          "session_params",
+                                          NULL};
     json_t *b = NULL;
     rw_err e;
     rw_status st = rw_hj_body(r, &b, &e);
@@ -281,16 +350,26 @@ static enum MHD_Result route_generate(rw_hreq *r) {
     }
     rw_hgen_params p = {0};
     bool stream = false;
-    int64_t top = 0, x;
+    int64_t top = 0, x = 0;
     st = rw_hj_only(b, "", allowed, &e);
-    static const char *const nulls[] = {"lora_path", "image_data", "token_ids_logprob", "custom_logit_processor", "input_embeds", "session_params", NULL};
+    static const char *const nulls[] = {"lora_path",
+                                        "image_data",
+                                        "token_ids_logprob",
+                                        "custom_logit_processor",
+                                        "input_embeds",
+                                        "session_params",
+                                        NULL};
     for (int i = 0; st == RW_OK && nulls[i]; i++) {
         const json_t *v = json_object_get(b, nulls[i]);
-        if (v && !json_is_null(v)) st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__, "%s: not supported by rw", nulls[i]);
+        if (v && !json_is_null(v))
+            st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__, "%s: not supported by rw",
+                            nulls[i]);
     }
     bool hidden = false;
     if (st == RW_OK) st = rw_hj_bool(b, "", "return_hidden_states", false, &hidden, &e);
-    if (st == RW_OK && hidden) st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__, "return_hidden_states: not supported by rw");
+    if (st == RW_OK && hidden)
+        st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                        "return_hidden_states: not supported by rw");
     if (st == RW_OK) st = read_inputs(r, b, q, &e);
     if (st == RW_OK) st = read_sampling(r, json_object_get(b, "sampling_params"), &p, q, &e);
     if (st == RW_OK) st = rw_hj_bool(b, "", "return_logprob", false, &q->logprob, &e);
@@ -300,8 +379,11 @@ static enum MHD_Result route_generate(rw_hreq *r) {
     if (st == RW_OK) st = rw_hj_bool(b, "", "stream", false, &stream, &e);
     const json_t *rid = json_object_get(b, "rid");
     if (st == RW_OK && rid && !json_is_null(rid)) {
-        if (!json_is_string(rid) && !json_is_array(rid)) st = rw_err_set(&e, RW_E_INVALID_ARG, __FILE__, __LINE__, "rid: expected a string or a list of strings");
-        else q->rids = json_incref((json_t *)rid);
+        if (!json_is_string(rid) && !json_is_array(rid))
+            st = rw_err_set(&e, RW_E_INVALID_ARG, __FILE__, __LINE__,
+                            "rid: expected a string or a list of strings");
+        else
+            q->rids = json_incref((json_t *)rid);
     }
     q->body = b;
     if (st != RW_OK) {
@@ -327,7 +409,10 @@ static enum MHD_Result route_generate(rw_hreq *r) {
     json_t *res = q->batch ? json_array() : NULL;
     for (int k = 0; k < q->g.nout; k++) {
         json_t *o = output_obj(q, r, k, q->g.out[k].text.n);
-        if (res) json_array_append_new(res, o); else res = o;
+        if (res)
+            json_array_append_new(res, o);
+        else
+            res = o;
     }
     sgl_free(q);
     return rw_hreply_json(r, 200, res);
@@ -359,7 +444,8 @@ static enum MHD_Result route_health(rw_hreq *r) {
     if (st != RW_OK) return rw_hreply_status(r, st, e.msg);
     const char *state = json_string_value(json_object_get(res, "state"));
     /* a worker that cannot generate is not healthy for a router */
-    const bool ok = state && strcmp(state, "weights_incomplete") && strcmp(state, "weights_released");
+    const bool ok =
+        state && strcmp(state, "weights_incomplete") && strcmp(state, "weights_released");
     return rw_hreply_json(r, ok ? 200 : 503, res);
 }
 
@@ -378,10 +464,11 @@ static enum MHD_Result route_model_info(rw_hreq *r) {
     rw_status st = rw_hcall(r, "get_weight_version", NULL, &res, &e);
     if (st != RW_OK) return rw_hreply_status(r, st, e.msg);
     const rw_http *h = r->h;
-    json_t *j = json_pack("{s:s?, s:s?, s:b, s:n, s:O, s:s, s:I}", "model_path", h->model_path, "tokenizer_path",
-                          h->tokenizer_path, "is_generation", 1, "preferred_sampling_params",
-                          "weight_version", json_object_get(res, "version"), "served_model_name",
-                          h->model_name, "max_total_num_tokens", (json_int_t)h->o.max_seq_len);
+    json_t *j = json_pack("{s:s?, s:s?, s:b, s:n, s:O, s:s, s:I}", "model_path", h->model_path,
+                          "tokenizer_path", h->tokenizer_path, "is_generation", 1,
+                          "preferred_sampling_params", "weight_version",
+                          json_object_get(res, "version"), "served_model_name", h->model_name,
+                          "max_total_num_tokens", (json_int_t)h->o.max_seq_len);
     json_decref(res);
     return rw_hreply_json(r, 200, j);
 }
@@ -424,25 +511,29 @@ static enum MHD_Result route_continue(rw_hreq *r) {
 }
 
 static enum MHD_Result route_update_disk(rw_hreq *r) {
-    static const char *const allowed[] = {"model_path", "load_format", "flush_cache", "abort_all_requests",
-                                          "weight_version", "is_async", "torch_empty_cache", "keep_pause",
-                                          "recapture_cuda_graph", "token_step", NULL};
+    static const char *const allowed[] = {
+        "model_path", "load_format",       "flush_cache", "abort_all_requests",   "weight_version",
+        "is_async",   "torch_empty_cache", "keep_pause",  "recapture_cuda_graph", "token_step",
+        NULL};
     json_t *b, *res = NULL, *h = NULL;
     rw_err e;
     rw_status st = body_or_empty(r, allowed, &b, &e);
     const char *path = NULL, *fmt = NULL, *version = NULL;
     bool flush = true, abort_all = false;
     if (st == RW_OK) st = rw_hj_str(b, "", "model_path", &path, &e);
-    if (st == RW_OK && !path) st = rw_err_set(&e, RW_E_INVALID_ARG, __FILE__, __LINE__, "model_path: missing");
+    if (st == RW_OK && !path)
+        st = rw_err_set(&e, RW_E_INVALID_ARG, __FILE__, __LINE__, "model_path: missing");
     if (st == RW_OK) st = rw_hj_str(b, "", "load_format", &fmt, &e);
     if (st == RW_OK && fmt && strcmp(fmt, "auto") && strcmp(fmt, "safetensors"))
-        st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__, "load_format '%s': rw reads safetensors ('auto' or 'safetensors')", fmt);
+        st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__,
+                        "load_format '%s': rw reads safetensors ('auto' or 'safetensors')", fmt);
     if (st == RW_OK) st = rw_hj_bool(b, "", "flush_cache", true, &flush, &e);
     if (st == RW_OK) st = rw_hj_bool(b, "", "abort_all_requests", false, &abort_all, &e);
     if (st == RW_OK) st = rw_hj_str(b, "", "weight_version", &version, &e);
     json_t *a = NULL;
     if (st == RW_OK) {
-        a = json_pack("{s:s, s:b, s:s}", "path", path, "flush_cache", flush, "pause_mode", abort_all ? "abort" : "retract");
+        a = json_pack("{s:s, s:b, s:s}", "path", path, "flush_cache", flush, "pause_mode",
+                      abort_all ? "abort" : "retract");
         if (version) json_object_set_new(a, "version", json_string(version));
     }
     json_decref(b);
@@ -456,12 +547,16 @@ static enum MHD_Result route_update_disk(rw_hreq *r) {
     if (st != RW_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "%s: %s", rw_status_str(st), e.msg);
-        return rw_hreply_json(r, rw_http_status(st), json_pack("{s:b, s:s, s:I, s:s}", "success", 0, "message", msg,
-                                                                "num_paused_requests", paused, "status", rw_status_str(st)));
+        return rw_hreply_json(r, rw_http_status(st),
+                              json_pack("{s:b, s:s, s:I, s:s}", "success", 0, "message", msg,
+                                        "num_paused_requests", paused, "status",
+                                        rw_status_str(st)));
     }
     char msg[300];
     snprintf(msg, sizeof msg, "Succeeded to update model weights. Weight version updated to %s.",
-             json_string_value(json_object_get(res, "version")) ? json_string_value(json_object_get(res, "version")) : "?");
+             json_string_value(json_object_get(res, "version"))
+                 ? json_string_value(json_object_get(res, "version"))
+                 : "?");
     json_object_set_new(res, "success", json_true());
     json_object_set_new(res, "message", json_string(msg));
     json_object_set_new(res, "num_paused_requests", json_integer(paused));
@@ -482,10 +577,14 @@ static enum MHD_Result memory(rw_hreq *r, const char *cmd) {
         int n = 0;
         st = rw_hj_strs(tags, "tags", t, 8, &n, &e);
         for (int i = 0; st == RW_OK && i < n; i++) {
-            if (!strcmp(t[i], "weights")) weights = true;
-            else if (!strcmp(t[i], "kv_cache")) kv = true;
+            if (!strcmp(t[i], "weights"))
+                weights = true;
+            else if (!strcmp(t[i], "kv_cache"))
+                kv = true;
             else if (strcmp(t[i], "cuda_graph"))
-                st = rw_err_set(&e, RW_E_INVALID_ARG, __FILE__, __LINE__, "tags[%d]: unknown tag '%s' (weights, kv_cache, cuda_graph)", i, t[i]);
+                st = rw_err_set(&e, RW_E_INVALID_ARG, __FILE__, __LINE__,
+                                "tags[%d]: unknown tag '%s' (weights, kv_cache, cuda_graph)", i,
+                                t[i]);
         }
         if (st == RW_OK && !weights && !kv) {
             json_decref(b);
@@ -519,7 +618,8 @@ static enum MHD_Result route_abort(rw_hreq *r) {
     json_decref(b);
     if (st == RW_OK && !all)
         st = rw_err_set(&e, RW_E_UNSUPPORTED, __FILE__, __LINE__,
-                        "abort_request: only abort_all is supported (a request is aborted when its HTTP client disconnects)");
+                        "abort_request: only abort_all is supported (a request is aborted when its "
+                        "HTTP client disconnects)");
     if (st != RW_OK) return rw_hreply_status(r, st, e.msg);
     json_t *a = json_pack("{s:b}", "all", 1);
     st = rw_hcall(r, "abort", a, &res, &e);

@@ -24,13 +24,13 @@ void rw_srv_metrics_init(rw_srv_metrics *m) {
     /* bounds for a rollout worker: first tokens from milliseconds (tiny models, warm batch) to a
      * minute (long prompts queued behind a paused update), gaps from a millisecond to seconds */
     static const double ttft[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                  0.75, 1, 2.5, 5, 7.5, 10, 15, 20, 30, 60};
-    static const double itl[] = {0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
-                                 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5};
-    static const double e2e[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120,
-                                 300, 600, 1200};
-    static const double upd[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300,
-                                 600};
+                                  0.75,  1,     2.5,  5,    7.5,  10,   15,   20,  30,   60};
+    static const double itl[] = {0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+                                 0.075, 0.1,   0.15,  0.2,  0.3,   0.4,  0.5,   0.75, 1,    2.5};
+    static const double e2e[] = {0.1, 0.25, 0.5, 1,  2.5, 5,   10,  15,  20,
+                                 30,  40,   50,  60, 120, 300, 600, 1200};
+    static const double upd[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1,   2,  5,
+                                 10,   20,   30,  60,   120, 300, 600};
     memset(m, 0, sizeof *m);
     hist_init(&m->ttft, ttft, (int)(sizeof ttft / sizeof *ttft));
     hist_init(&m->itl, itl, (int)(sizeof itl / sizeof *itl));
@@ -271,8 +271,7 @@ rw_status rw_metrics_render(const char *stats_json, const char *model, char **ou
            "throughput.steps");
     metric(r, "rw_generation_tokens_per_second", "gauge",
            "Generation throughput over the last steps.", "throughput.generated_tokens_per_s");
-    metric(r, "rw_commands_total", "counter", "Control commands received.",
-           "throughput.commands");
+    metric(r, "rw_commands_total", "counter", "Control commands received.", "throughput.commands");
     metric(r, "rw_error_replies_total", "counter", "Error replies sent.", "errors");
     const double used = num(r, "memory.kv_blocks_used"), total = num(r, "memory.kv_blocks_total");
     head(r, "rw_kv_cache_usage_ratio", "gauge", "Fraction of the KV cache's blocks in use.");
@@ -297,8 +296,7 @@ rw_status rw_metrics_render(const char *stats_json, const char *model, char **ou
     rw_tbuf_put(&r->b, "\"} 1\n", 5);
     metric(r, "rw_weight_versions_served", "gauge", "Weight versions stamped since start.",
            "weights.versions_served");
-    metric(r, "rw_weight_updates_total", "counter", "Committed weight updates.",
-           "weights.updates");
+    metric(r, "rw_weight_updates_total", "counter", "Committed weight updates.", "weights.updates");
     metric(r, "rw_weight_updates_aborted_total", "counter", "Weight update sessions aborted.",
            "weights.updates_aborted");
     metric(r, "rw_weight_update_bytes_total", "counter", "Bytes of every committed update.",

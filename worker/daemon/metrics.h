@@ -21,8 +21,8 @@ extern "C" {
 #define RW_HIST_MAX 32
 
 typedef struct rw_hist {
-    int n;                   /* bounds */
-    double le[RW_HIST_MAX];  /* upper bounds, ascending; +Inf is implicit */
+    int n;                         /* bounds */
+    double le[RW_HIST_MAX];        /* upper bounds, ascending; +Inf is implicit */
     uint64_t cnt[RW_HIST_MAX + 1]; /* per bucket (not cumulative); [n] above the last bound */
     uint64_t count;
     double sum;
