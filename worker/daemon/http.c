@@ -262,20 +262,16 @@ static void stream_free(void *cls) {
     req_release(r);
 }
 
-enum MHD_Result rw_hreply_stream(rw_hreq *r, rw_hpump pump, void (*done)(void *), void *arg,
-                                 rw_tbuf *first) {
+enum MHD_Result rw_hreply_stream(rw_hreq *r, rw_hpump pump, void (*done)(void *), void *arg) {
     rw_hstream *st = calloc(1, sizeof *st);
     if (!st) {
         if (done) done(arg);
-        rw_tbuf_free(first);
         return rw_hreply_error(r, 503, "out of memory");
     }
     st->r = r;
     st->pump = pump;
     st->done = done;
     st->arg = arg;
-    st->out = *first; /* what was made while deciding the status */
-    memset(first, 0, sizeof *first);
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 << 10, stream_read, st, stream_free);
     if (!resp) {

@@ -143,14 +143,22 @@ static rw_status feed(rw_hgen *g, int k, bool ending, rw_err *err) {
     return RW_OK;
 }
 
+/* The output a reply's entry is about (its "index"), or NULL. */
+static rw_hgen_out *output_of(rw_hgen *g, const json_t *e, int *k) {
+    const json_int_t i = json_integer_value(json_object_get(e, "index"));
+    if (i < 0 || i >= g->nout) return NULL;
+    *k = (int)i;
+    return &g->out[i];
+}
+
 /* A partial reply: {stream: true, outputs: [{index, offset, tokens, logprobs}]}. */
 static rw_status apply_partial(rw_hgen *g, const json_t *outs, rw_err *err) {
     size_t i;
     json_t *e;
+    int k;
     json_array_foreach(outs, i, e) {
-        const json_int_t k = json_integer_value(json_object_get(e, "index"));
-        if (k < 0 || k >= g->nout) continue;
-        rw_hgen_out *o = &g->out[k];
+        rw_hgen_out *o = output_of(g, e, &k);
+        if (!o) continue;
         const json_int_t off = json_integer_value(json_object_get(e, "offset"));
         const json_t *tk = json_object_get(e, "tokens"), *lp = json_object_get(e, "logprobs");
         const int n = (int)json_array_size(tk);
@@ -161,7 +169,7 @@ static rw_status apply_partial(rw_hgen *g, const json_t *outs, rw_err *err) {
             o->lps[off + j] = lp ? json_number_value(json_array_get(lp, (size_t)j)) : 0;
         }
         o->n = (int)off + n;
-        RW_CHECK(feed(g, (int)k, false, err));
+        RW_CHECK(feed(g, k, false, err));
     }
     return RW_OK;
 }
@@ -170,10 +178,10 @@ static rw_status apply_partial(rw_hgen *g, const json_t *outs, rw_err *err) {
 static rw_status apply_final(rw_hgen *g, const json_t *outs, rw_err *err) {
     size_t i;
     json_t *e;
+    int k;
     json_array_foreach(outs, i, e) {
-        const json_int_t k = json_integer_value(json_object_get(e, "index"));
-        if (k < 0 || k >= g->nout) continue;
-        rw_hgen_out *o = &g->out[k];
+        rw_hgen_out *o = output_of(g, e, &k);
+        if (!o) continue;
         const json_t *tk = json_object_get(e, "tokens"), *lp = json_object_get(e, "logprobs"),
                      *top = json_object_get(e, "top_logprobs");
         const int n = (int)json_array_size(tk);
@@ -204,7 +212,7 @@ static rw_status apply_final(rw_hgen *g, const json_t *outs, rw_err *err) {
                     : !strcmp(fin, "stop")   ? "stop"
                                              : "abort";
         o->final = json_incref(e);
-        RW_CHECK(feed(g, (int)k, true, err));
+        RW_CHECK(feed(g, k, true, err));
     }
     g->final = true;
     return RW_OK;
@@ -234,6 +242,11 @@ rw_status rw_hgen_next(rw_hgen *g, rw_err *err) {
         }
     }
     return RW_OK;
+}
+
+rw_status rw_hgen_begin(rw_hgen *g, rw_hreq *r, const rw_hgen_params *p, bool stream, rw_err *err) {
+    RW_CHECK(rw_hgen_start(g, r, p, err));
+    return stream ? rw_hgen_next(g, err) : rw_hgen_run(g, err);
 }
 
 rw_status rw_hgen_run(rw_hgen *g, rw_err *err) {

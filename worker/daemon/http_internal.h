@@ -71,8 +71,7 @@ rw_status rw_hcall(rw_hreq *r, const char *cmd, json_t *args, json_t **result, r
  * whenever the client can take more; it appends "data: ...\n\n" events to `out` and returns
  * true while more will come (false: the stream ends after `out`). `done` frees `arg`. */
 typedef bool (*rw_hpump)(void *arg, rw_hreq *r, rw_tbuf *out);
-enum MHD_Result rw_hreply_stream(rw_hreq *r, rw_hpump pump, void (*done)(void *), void *arg,
-                                 rw_tbuf *first);
+enum MHD_Result rw_hreply_stream(rw_hreq *r, rw_hpump pump, void (*done)(void *), void *arg);
 /* Appends "data: <json>\n\n" (j is consumed). */
 void rw_sse_json(rw_tbuf *out, json_t *j);
 
@@ -97,6 +96,9 @@ rw_status rw_hj_strs(const json_t *v, const char *what, const char **strs, int c
                      rw_err *err);
 /* Reads the body as a JSON object (400-worthy errors: malformed, not an object). */
 rw_status rw_hj_body(rw_hreq *r, json_t **out, rw_err *err);
+/* rw_hj_body, then rw_hj_only(allowed); an empty body is {} when empty_ok. *out: caller decrefs. */
+rw_status rw_hj_request(rw_hreq *r, const char *const *allowed, bool empty_ok, json_t **out,
+                        rw_err *err);
 
 /* --- http_gen.c: one generation through the daemon -------------------------------------------- */
 #define RW_HGEN_MAX_STOP_STR 8
@@ -158,6 +160,9 @@ rw_status rw_hgen_start(rw_hgen *g, rw_hreq *r, const rw_hgen_params *p, rw_err 
 rw_status rw_hgen_next(rw_hgen *g, rw_err *err);
 /* Runs the command to its final reply. */
 rw_status rw_hgen_run(rw_hgen *g, rw_err *err);
+/* start, then run to the point where the HTTP status is known: the end (stream false), or the
+ * first reply (stream true: a refused request still gets its 4xx before any event). */
+rw_status rw_hgen_begin(rw_hgen *g, rw_hreq *r, const rw_hgen_params *p, bool stream, rw_err *err);
 /* Text of output k that may be shown now: [out[k].emitted, returned end). */
 size_t rw_hgen_avail(const rw_hgen *g, int k);
 /* Ids of output k that belong to its text (all, or up to the stop string). */

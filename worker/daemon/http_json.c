@@ -201,3 +201,19 @@ rw_status rw_hj_strs(const json_t *v, const char *what, const char **strs, int c
     }
     return RW_OK;
 }
+
+rw_status rw_hj_request(rw_hreq *r, const char *const *allowed, bool empty_ok, json_t **out,
+                        rw_err *err) {
+    *out = NULL;
+    if (!r->body.n && empty_ok) {
+        *out = json_object();
+        return *out ? RW_OK : rw_err_set(err, RW_E_OOM, __FILE__, __LINE__, "request body");
+    }
+    RW_CHECK(rw_hj_body(r, out, err));
+    rw_status st = rw_hj_only(*out, "", allowed, err);
+    if (st != RW_OK) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return st;
+}

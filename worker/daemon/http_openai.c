@@ -429,63 +429,24 @@ static rw_status read_messages(rw_hreq *r, const json_t *b, oai_gen *q, rw_err *
 }
 
 static enum MHD_Result completions(rw_hreq *r, bool chat) {
-    static const char *const allowed_c[] = {"model",
-                                            "prompt",
-                                            "max_tokens",
-                                            "temperature",
-                                            "top_p",
-                                            "n",
-                                            "stream",
-                                            "stream_options",
-                                            "logprobs",
-                                            "echo",
-                                            "stop",
-                                            "presence_penalty",
-                                            "frequency_penalty",
-                                            "best_of",
-                                            "logit_bias",
-                                            "user",
-                                            "seed",
-                                            "suffix",
-                                            "top_k",
-                                            "min_p",
-                                            "ignore_eos",
-                                            "skip_special_tokens",
-                                            "stop_token_ids",
-                                            "repetition_penalty",
-                                            NULL};
-    static const char *const allowed_chat[] = {"model",
-                                               "messages",
-                                               "max_tokens",
-                                               "max_completion_tokens",
-                                               "temperature",
-                                               "top_p",
-                                               "n",
-                                               "stream",
-                                               "stream_options",
-                                               "logprobs",
-                                               "top_logprobs",
-                                               "stop",
-                                               "presence_penalty",
-                                               "frequency_penalty",
-                                               "logit_bias",
-                                               "user",
-                                               "seed",
-                                               "tools",
-                                               "tool_choice",
-                                               "parallel_tool_calls",
-                                               "response_format",
-                                               "chat_template_kwargs",
-                                               "top_k",
-                                               "min_p",
-                                               "ignore_eos",
-                                               "skip_special_tokens",
-                                               "stop_token_ids",
-                                               "repetition_penalty",
-                                               NULL};
+    // clang-format off
+    static const char *const allowed_c[] = {
+        "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options",
+        "logprobs", "echo", "stop", "presence_penalty", "frequency_penalty", "best_of",
+        "logit_bias", "user", "seed", "suffix", "top_k", "min_p", "ignore_eos",
+        "skip_special_tokens", "stop_token_ids", "repetition_penalty", NULL};
+    // clang-format on
+    // clang-format off
+    static const char *const allowed_chat[] = {
+        "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
+        "stream", "stream_options", "logprobs", "top_logprobs", "stop", "presence_penalty",
+        "frequency_penalty", "logit_bias", "user", "seed", "tools", "tool_choice",
+        "parallel_tool_calls", "response_format", "chat_template_kwargs", "top_k", "min_p",
+        "ignore_eos", "skip_special_tokens", "stop_token_ids", "repetition_penalty", NULL};
+    // clang-format on
     json_t *b = NULL;
     rw_err e;
-    rw_status st = rw_hj_body(r, &b, &e);
+    rw_status st = rw_hj_request(r, chat ? allowed_chat : allowed_c, false, &b, &e);
     if (st != RW_OK) return rw_hreply_status(r, st, e.msg);
     oai_gen *q = calloc(1, sizeof *q);
     if (!q) {
@@ -498,8 +459,7 @@ static enum MHD_Result completions(rw_hreq *r, bool chat) {
     rw_hgen_params p = {0};
     bool stream = false;
     int64_t x = 0;
-    st = rw_hj_only(b, "", chat ? allowed_chat : allowed_c, &e);
-    if (st == RW_OK) st = read_common(r, b, &p, &stream, q, &e);
+    st = read_common(r, b, &p, &stream, q, &e);
     if (chat) {
         bool lp = false;
         if (st == RW_OK)
@@ -561,17 +521,12 @@ static enum MHD_Result completions(rw_hreq *r, bool chat) {
     p.top_logprobs = q->logprobs > 0 ? q->logprobs : 0;
     /* top logprobs come with the final reply only: such a stream sends its tokens at the end */
     p.stream = (stream && p.top_logprobs == 0) || p.n_stop_strs > 0;
-    st = rw_hgen_start(&q->g, r, &p, &e);
-    if (st == RW_OK && !stream) st = rw_hgen_run(&q->g, &e);
-    if (st == RW_OK && stream) st = rw_hgen_next(&q->g, &e); /* errors still get a status */
+    st = rw_hgen_begin(&q->g, r, &p, stream, &e);
     if (st != RW_OK) {
         oai_free(q);
         return rw_hreply_status(r, st, e.msg);
     }
-    if (stream) {
-        rw_tbuf first = {0};
-        return rw_hreply_stream(r, oai_pump, oai_free, q, &first);
-    }
+    if (stream) return rw_hreply_stream(r, oai_pump, oai_free, q);
     json_t *res = response(q, r);
     oai_free(q);
     return rw_hreply_json(r, 200, res);

@@ -224,32 +224,14 @@ static rw_status read_inputs(rw_hreq *r, const json_t *b, sgl_gen *q, rw_err *er
 /* sampling_params into p (SGLang's defaults: temperature 1, max_new_tokens 128). */
 static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, sgl_gen *q,
                                rw_err *err) {
-    static const char *const allowed[] = {"max_new_tokens",
-                                          "temperature",
-                                          "top_p",
-                                          "top_k",
-                                          "min_p",
-                                          "stop",
-                                          "stop_token_ids",
-                                          "n",
-                                          "ignore_eos",
-                                          "skip_special_tokens",
-                                          "sampling_seed",
-                                          "seed",
-                                          "frequency_penalty",
-                                          "presence_penalty",
-                                          "repetition_penalty",
-                                          "min_new_tokens",
-                                          "no_stop_trim",
-                                          "spaces_between_special_tokens",
-                                          "json_schema",
-                                          "regex",
-                                          "ebnf",
-                                          "structural_tag",
-                                          "custom_params",
-                                          "stream_interval",
-                                          "logit_bias",
-                                          NULL};
+    // clang-format off
+    static const char *const allowed[] = {
+        "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "n",
+        "ignore_eos", "skip_special_tokens", "sampling_seed", "seed", "frequency_penalty",
+        "presence_penalty", "repetition_penalty", "min_new_tokens", "no_stop_trim",
+        "spaces_between_special_tokens", "json_schema", "regex", "ebnf", "structural_tag",
+        "custom_params", "stream_interval", "logit_bias", NULL};
+    // clang-format on
     const char *W = "sampling_params";
     if (sp && !json_is_null(sp) && !json_is_object(sp))
         RW_FAIL(err, RW_E_INVALID_ARG, "sampling_params: expected an object");
@@ -303,8 +285,10 @@ static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, 
     if (st == RW_OK && b)
         st = rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
                         "sampling_params.no_stop_trim: only false");
-    static const char *const nulls[] = {"json_schema",    "regex",      "ebnf",
-                                        "structural_tag", "logit_bias", NULL};
+    // clang-format off
+    static const char *const nulls[] = {
+        "json_schema", "regex", "ebnf", "structural_tag", "logit_bias", NULL};
+    // clang-format on
     for (int i = 0; st == RW_OK && nulls[i]; i++) {
         const json_t *v = json_object_get(sp, nulls[i]);
         if (v && !json_is_null(v))
@@ -321,27 +305,16 @@ static rw_status read_sampling(rw_hreq *r, const json_t *sp, rw_hgen_params *p, 
 }
 
 static enum MHD_Result route_generate(rw_hreq *r) {
-    static const char *const allowed[] = {"text",
-                                          "input_ids",
-                                          "sampling_params",
-                                          "return_logprob",
-                                          "top_logprobs_num",
-                                          "stream",
-                                          "rid",
-                                          "logprob_start_len",
-                                          "return_text_in_logprobs",
-                                          "log_metrics",
-                                          "lora_path",
-                                          "image_data",
-                                          "token_ids_logprob",
-                                          "return_hidden_states",
-                                          "custom_logit_processor",
-                                          "input_embeds",
-                                          "session_params",
-                                          NULL};
+    // clang-format off
+    static const char *const allowed[] = {
+        "text", "input_ids", "sampling_params", "return_logprob", "top_logprobs_num", "stream",
+        "rid", "logprob_start_len", "return_text_in_logprobs", "log_metrics", "lora_path",
+        "image_data", "token_ids_logprob", "return_hidden_states", "custom_logit_processor",
+        "input_embeds", "session_params", NULL};
+    // clang-format on
     json_t *b = NULL;
     rw_err e;
-    rw_status st = rw_hj_body(r, &b, &e);
+    rw_status st = rw_hj_request(r, allowed, false, &b, &e);
     if (st != RW_OK) return rw_hreply_status(r, st, e.msg);
     sgl_gen *q = calloc(1, sizeof *q);
     if (!q) {
@@ -351,14 +324,11 @@ static enum MHD_Result route_generate(rw_hreq *r) {
     rw_hgen_params p = {0};
     bool stream = false;
     int64_t top = 0, x = 0;
-    st = rw_hj_only(b, "", allowed, &e);
-    static const char *const nulls[] = {"lora_path",
-                                        "image_data",
-                                        "token_ids_logprob",
-                                        "custom_logit_processor",
-                                        "input_embeds",
-                                        "session_params",
-                                        NULL};
+    // clang-format off
+    static const char *const nulls[] = {
+        "lora_path", "image_data", "token_ids_logprob", "custom_logit_processor", "input_embeds",
+        "session_params", NULL};
+    // clang-format on
     for (int i = 0; st == RW_OK && nulls[i]; i++) {
         const json_t *v = json_object_get(b, nulls[i]);
         if (v && !json_is_null(v))
@@ -395,17 +365,12 @@ static enum MHD_Result route_generate(rw_hreq *r) {
     p.logprobs = q->logprob;
     p.top_logprobs = q->logprob ? (int)top : 0;
     p.stream = stream || p.n_stop_strs > 0;
-    st = rw_hgen_start(&q->g, r, &p, &e);
-    if (st == RW_OK && !stream) st = rw_hgen_run(&q->g, &e);
-    if (st == RW_OK && stream) st = rw_hgen_next(&q->g, &e); /* errors still get a status */
+    st = rw_hgen_begin(&q->g, r, &p, stream, &e);
     if (st != RW_OK) {
         sgl_free(q);
         return rw_hreply_status(r, st, e.msg);
     }
-    if (stream) {
-        rw_tbuf first = {0};
-        return rw_hreply_stream(r, sgl_pump, sgl_free, q, &first);
-    }
+    if (stream) return rw_hreply_stream(r, sgl_pump, sgl_free, q);
     json_t *res = q->batch ? json_array() : NULL;
     for (int k = 0; k < q->g.nout; k++) {
         json_t *o = output_obj(q, r, k, q->g.out[k].text.n);
@@ -421,22 +386,6 @@ static enum MHD_Result route_generate(rw_hreq *r) {
 /* ------------------------------------------------------------------------------------------ */
 /* Control routes                                                                               */
 /* ------------------------------------------------------------------------------------------ */
-/* The body as an object ({} when empty), refusing fields outside allowed[]. */
-static rw_status body_or_empty(rw_hreq *r, const char *const *allowed, json_t **out, rw_err *err) {
-    *out = NULL;
-    if (!r->body.n) {
-        *out = json_object();
-        return RW_OK;
-    }
-    RW_CHECK(rw_hj_body(r, out, err));
-    rw_status st = rw_hj_only(*out, "", allowed, err);
-    if (st != RW_OK) {
-        json_decref(*out);
-        *out = NULL;
-    }
-    return st;
-}
-
 static enum MHD_Result route_health(rw_hreq *r) {
     json_t *res;
     rw_err e;
@@ -484,10 +433,13 @@ static enum MHD_Result route_flush(rw_hreq *r) {
 }
 
 static enum MHD_Result route_pause(rw_hreq *r) {
-    static const char *const allowed[] = {"mode", NULL};
+    // clang-format off
+    static const char *const allowed[] = {
+        "mode", NULL};
+    // clang-format on
     json_t *b, *res;
     rw_err e;
-    rw_status st = body_or_empty(r, allowed, &b, &e);
+    rw_status st = rw_hj_request(r, allowed, true, &b, &e);
     const char *mode = NULL;
     if (st == RW_OK) st = rw_hj_str(b, "", "mode", &mode, &e);
     json_t *a = json_pack("{s:s}", "mode", mode ? mode : "abort");
@@ -511,13 +463,14 @@ static enum MHD_Result route_continue(rw_hreq *r) {
 }
 
 static enum MHD_Result route_update_disk(rw_hreq *r) {
+    // clang-format off
     static const char *const allowed[] = {
-        "model_path", "load_format",       "flush_cache", "abort_all_requests",   "weight_version",
-        "is_async",   "torch_empty_cache", "keep_pause",  "recapture_cuda_graph", "token_step",
-        NULL};
+        "model_path", "load_format", "flush_cache", "abort_all_requests", "weight_version",
+        "is_async", "torch_empty_cache", "keep_pause", "recapture_cuda_graph", "token_step", NULL};
+    // clang-format on
     json_t *b, *res = NULL, *h = NULL;
     rw_err e;
-    rw_status st = body_or_empty(r, allowed, &b, &e);
+    rw_status st = rw_hj_request(r, allowed, true, &b, &e);
     const char *path = NULL, *fmt = NULL, *version = NULL;
     bool flush = true, abort_all = false;
     if (st == RW_OK) st = rw_hj_str(b, "", "model_path", &path, &e);
@@ -565,10 +518,13 @@ static enum MHD_Result route_update_disk(rw_hreq *r) {
 
 /* release / resume_memory_occupation: tags "weights", "kv_cache" ("cuda_graph": nothing to do). */
 static enum MHD_Result memory(rw_hreq *r, const char *cmd) {
-    static const char *const allowed[] = {"tags", NULL};
+    // clang-format off
+    static const char *const allowed[] = {
+        "tags", NULL};
+    // clang-format on
     json_t *b, *res;
     rw_err e;
-    rw_status st = body_or_empty(r, allowed, &b, &e);
+    rw_status st = rw_hj_request(r, allowed, true, &b, &e);
     bool weights = true, kv = true;
     const json_t *tags = b ? json_object_get(b, "tags") : NULL;
     if (st == RW_OK && tags && !json_is_null(tags)) {
@@ -609,10 +565,13 @@ static enum MHD_Result route_resume(rw_hreq *r) {
 }
 
 static enum MHD_Result route_abort(rw_hreq *r) {
-    static const char *const allowed[] = {"rid", "abort_all", NULL};
+    // clang-format off
+    static const char *const allowed[] = {
+        "rid", "abort_all", NULL};
+    // clang-format on
     json_t *b, *res;
     rw_err e;
-    rw_status st = body_or_empty(r, allowed, &b, &e);
+    rw_status st = rw_hj_request(r, allowed, true, &b, &e);
     bool all = false;
     if (st == RW_OK) st = rw_hj_bool(b, "", "abort_all", false, &all, &e);
     json_decref(b);
