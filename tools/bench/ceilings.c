@@ -1,4 +1,4 @@
-/* ceilings.c - `rw-bench ceilings`: the machine's ceilings of spec/targets.md measured now (HBM
+/* ceilings.c - `rw-bench ceilings`: the machine's ceilings of docs/TARGETS.md measured now (HBM
  * copy, pinned host -> device, raw NCCL broadcast GPU0 -> GPU1 at one large and one 64 MiB bucket,
  * bf16 GEMM 8192^3), for the ceilings table of docs/BENCHMARKS.md. Every other mode measures the
  * ceiling it compares against itself, in its own run. */

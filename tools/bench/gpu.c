@@ -1,6 +1,6 @@
 /* gpu.c - the ceilings rw-bench measures in the same run as each benchmark (CUDA builds): device
  * copy bandwidth, pinned host -> device bandwidth, a raw NCCL broadcast between two GPUs of this
- * process, and cuBLASLt bf16 GEMMs. Timing follows spec/targets.md: warm-up first, CUDA events (or
+ * process, and cuBLASLt bf16 GEMMs. Timing follows docs/TARGETS.md: warm-up first, CUDA events (or
  * a synchronize before the host clock), every rep recorded, random data, rotating buffers larger
  * than L2. */
 #include "bench.h"

@@ -1,4 +1,4 @@
-/* main.c - rw-bench: the benchmarks of spec/targets.md (S1-S5, G1-G4 and the rw side of G5) on the
+/* main.c - rw-bench: the benchmarks of docs/TARGETS.md (S1-S5, G1-G4 and the rw side of G5) on the
  * Qwen3-30B-A3B shape with random weights generated on the GPU. Each mode measures the ceiling it
  * is compared against in the same run and prints one JSON line per measurement on stdout
  * (docs/BENCHMARKS.md describes the fields; tools/bench/report.py turns them into its table). */
