@@ -94,6 +94,11 @@ r=$(gen '{"text": "a b c", "sampling_params": {"temperature": 0, "max_new_tokens
 check "generate: text in, text out" '(.output_ids | length) == 6 and (.text | type) == "string" and .meta_info.prompt_tokens > 0' "$r"
 zt=$("$build/tools/ctl/rw-ctl" --to "$ep" generate --text "a b c" --max-new-tokens 6)
 check "generate: text = ZeroMQ generate's text" ".output_ids == $(jq -c '.outputs[0].tokens' <<<"$zt") and .text == $(jq '.outputs[0].text' <<<"$zt")" "$r"
+out=$("$build/tools/ctl/rw-ctl" --to "$ep" generate --text "Hello there" 2>&1) && bad "ZeroMQ text outside the vocabulary" ||
+    { grep -q "args.text: the text encodes to token id .* outside the model's vocabulary \[0, 512)" <<<"$out" &&
+      ok "ZeroMQ text outside the vocabulary: range, named" || bad "ZeroMQ text error: $out"; }
+zb=$("$build/tools/ctl/rw-ctl" --to "$ep" generate --text "a b" --text "c d" --max-new-tokens 4 --arg skip_special_tokens=false)
+check "ZeroMQ text batch" '(.outputs | length) == 2 and all(.outputs[]; (.text | type) == "string" and (.tokens | length) == 4)' "$zb"
 # a stop string taken from the greedy text itself: the text ends before it
 full=$(gen "{\"input_ids\": $p0, \"sampling_params\": {\"temperature\": 0, \"max_new_tokens\": 24}}")
 stop=$(jq -r '.text[4:7]' <<<"$full")
