@@ -31,6 +31,7 @@ static void cuda_destroy(rw_model *m) {
     rw_cuda_free_scratch(be);
     cudaFree(be->inv_freq);
     cudaFree(be->wdeq);
+    if (be->meta_ev) cudaEventDestroy(be->meta_ev);
     if (be->st) cudaStreamDestroy(be->st);
     free(be);
     m->be = NULL;
@@ -62,6 +63,8 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
     float *inv = NULL;
     RW_CUDA_CHECKGOTO(err, cudaSetDevice(m->device), st, fail);
     RW_CUDA_CHECKGOTO(err, cudaStreamCreateWithFlags(&be->st, cudaStreamNonBlocking), st, fail);
+    RW_CUDA_CHECKGOTO(err, cudaEventCreateWithFlags(&be->meta_ev, cudaEventDisableTiming), st,
+                      fail);
     RW_CUDA_CHECKGOTO(
         err, cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, m->device), st, fail);
     const int64_t hd = c->head_dim, H = c->hidden_size;

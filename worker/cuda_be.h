@@ -63,8 +63,13 @@ typedef struct cuda_be {
     void *moe_ws;
     size_t moe_ws_bytes;
     float *inv_freq;
-    /* metadata: device buffer and its pinned host mirror, layout fixed by the capacities */
+    /* metadata: device buffer and its pinned host mirror, layout fixed by the capacities. The
+     * upload is asynchronous: meta_ev marks it done, and the mirror is not rewritten before it is
+     * (a prefill chunk queues no host sync, so the next chunk would otherwise overwrite the
+     * mirror while the previous copy waits in the stream) */
     uint8_t *meta_d, *meta_h;
+    cudaEvent_t meta_ev;
+    bool meta_pending;
     size_t meta_bytes;
     size_t off_pos, off_slot, off_rows, off_tiles, off_bt;
     rw_k_sample_param *sp_d, *sp_h;

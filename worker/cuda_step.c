@@ -30,6 +30,12 @@ rw_status rw_cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err 
     const int nseq = B ? B : b->nseq;
     const int64_t nlog = B ? B : b->nlogits;
     RW_CHECK(rw_cuda_ensure(m, ntok, nlog, nseq, maxb, err));
+    /* the previous step's upload must have left the mirror before it is rewritten: prefill
+     * chunks queue no host sync, and without this wait a chunk's metadata could replace the one
+     * before it while that one's copy still waits in the stream (a request then came out
+     * different under a small token budget: tests/worker/test_invariance_gpu.c) */
+    if (be->meta_pending) RW_CUDA_CHECK(err, cudaEventSynchronize(be->meta_ev));
+    be->meta_pending = false;
 
     /* metadata into the pinned mirror */
     int32_t *h_tok = (int32_t *)be->meta_h;
@@ -71,6 +77,8 @@ rw_status rw_cuda_forward(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, rw_err 
     RW_CUDA_CHECK(err,
                   cudaMemcpyAsync(be->meta_d, be->meta_h, be->off_bt + (size_t)nseq * stride * 4,
                                   cudaMemcpyHostToDevice, be->st));
+    RW_CUDA_CHECK(err, cudaEventRecord(be->meta_ev, be->st));
+    be->meta_pending = true;
     if (be->hook) {
         RW_CHECK(rw_cuda_run_hooked(m, kv, B, ntok, ntiles, qt, nlog, stride, max_ctx, err));
     } else if (!B) {

@@ -30,19 +30,22 @@ enum {
     RW_EMUL_ROUND_LM_IN = 1u << 7,  /* final-normed rows into the lm_head */
     RW_EMUL_ROUND_ALL = (1u << 8) - 1,
     RW_EMUL_F32_ACCUM = 1u << 8, /* GEMMs accumulate in fp32 in index order (not double) */
-    /* the GEMM inputs among the rounding points on (all but q, K and V) are hi + lo bf16 pairs
-     * (x ~ hi + lo, about 16 significant bits) instead of one bf16 */
+    /* the dense GEMM inputs among the rounding points on (q/k/v, o_proj and lm_head inputs) are
+     * hi + lo bf16 pairs (x ~ hi + lo, about 16 significant bits) instead of one bf16 */
     RW_EMUL_SPLIT = 1u << 9,
-    /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair */
-    RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT,
+    /* the expert inputs (expert input, silu(g)*u) are hi + lo pairs too */
+    RW_EMUL_SPLIT_MOE = 1u << 10,
+    /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair
+     * (docs/BENCHMARKS.md has the per-GEMM choice and what dropping a pair would cost) */
+    RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE,
 };
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if (!(flags & bit)) return x;
     const uint16_t h = rw_f32_to_bf16(x);
     const float hi = rw_bf16_to_f32(h);
-    const unsigned split_points = RW_EMUL_ROUND_QKV_IN | RW_EMUL_ROUND_ATT | RW_EMUL_ROUND_MOE_IN |
-                                  RW_EMUL_ROUND_ACT | RW_EMUL_ROUND_LM_IN;
-    if ((flags & RW_EMUL_SPLIT) && (bit & split_points))
+    const unsigned dense = RW_EMUL_ROUND_QKV_IN | RW_EMUL_ROUND_ATT | RW_EMUL_ROUND_LM_IN;
+    const unsigned moe = RW_EMUL_ROUND_MOE_IN | RW_EMUL_ROUND_ACT;
+    if (((flags & RW_EMUL_SPLIT) && (bit & dense)) || ((flags & RW_EMUL_SPLIT_MOE) && (bit & moe)))
         return hi + rw_bf16_to_f32(rw_bf16_split_lo(x, h));
     return hi;
 }

