@@ -15,7 +15,7 @@ elapsed() { echo "$(($(date +%s) - t0)) s"; }
 say "rw demo: install, build 3 programs, then a weight update on a tiny Qwen3-MoE model (about a minute)"
 
 say "== 1/5 packages (apt-get and npm: only what is missing)"
-tools/install-deps.sh | sed -u 's/^/   /'
+tools/install-deps.sh --demo | sed -u 's/^/   /'
 
 [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then

@@ -5,7 +5,10 @@
 # tokenizers of the tokenizer tests) and of tests/http (the official OpenAI client the HTTP tests
 # drive), each pinned by its package-lock.json, into its git-ignored node_modules; and, when
 # Debian has it, promtool (package prometheus) for the /metrics test. Fast when all is there.
+# `--demo`: only what tools/demo.sh needs (no test-only npm packages, no promtool).
 set -euo pipefail
+demo=0
+[ "${1:-}" = "--demo" ] && demo=1
 pkgs=(meson ninja-build pkg-config gcc libc6-dev
       libzmq3-dev libmsgpack-dev libjansson-dev libxxhash-dev libcmocka-dev
       libpcre2-dev libutf8proc-dev libmicrohttpd-dev curl jq)
@@ -27,7 +30,7 @@ else
 fi
 # promtool checks /metrics in the tests (they skip that check without it); prometheus is a
 # service package: nothing is started here
-if ! command -v promtool >/dev/null 2>&1; then
+if [ $demo -eq 0 ] && ! command -v promtool >/dev/null 2>&1; then
     echo "install-deps: installing prometheus (for promtool)"
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -35,7 +38,9 @@ if ! command -v promtool >/dev/null 2>&1; then
         >/dev/null 2>&1 || echo "install-deps: no prometheus package: the promtool test will skip"
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
-for dir in tools/tokenizer tests/http; do
+dirs=(tools/tokenizer)
+[ $demo -eq 1 ] || dirs+=(tests/http)
+for dir in "${dirs[@]}"; do
     d="$root/$dir"
     if [ -f "$d/node_modules/.package-lock.json" ] && [ "$d/node_modules/.package-lock.json" -nt "$d/package-lock.json" ]; then
         echo "install-deps: $dir npm packages present"
