@@ -271,6 +271,12 @@ int rw_hgen_nids(const rw_hgen *g, int k) {
     return o->cut ? o->ndec : o->n;
 }
 
+void rw_hids_free(rw_tok_ids *v, size_t n) {
+    for (size_t i = 0; v && i < n; i++)
+        rw_tok_ids_free(&v[i]);
+    free(v);
+}
+
 void rw_hgen_free(rw_hgen *g) {
     if (!g) return;
     if (g->r && g->id && !g->final && !g->abort_sent && g->r->sock) {

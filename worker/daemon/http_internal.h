@@ -168,6 +168,8 @@ size_t rw_hgen_avail(const rw_hgen *g, int k);
 /* Ids of output k that belong to its text (all, or up to the stop string). */
 int rw_hgen_nids(const rw_hgen *g, int k);
 void rw_hgen_free(rw_hgen *g);
+/* Frees v[0..n) and the array (the prompts a route encoded). */
+void rw_hids_free(rw_tok_ids *v, size_t n);
 /* A token's text for logprobs (valid UTF-8; partial characters as U+FFFD) as a JSON string. */
 json_t *rw_hgen_token_str(const rw_http *h, int32_t id);
 /* The JSON number for a logprob (-inf / NaN, which JSON lacks, as -9999 / null). */

@@ -29,9 +29,7 @@ typedef struct oai_gen {
 static void oai_free(void *arg) {
     oai_gen *q = arg;
     rw_hgen_free(&q->g);
-    for (size_t i = 0; i < q->np && q->prompts; i++)
-        rw_tok_ids_free(&q->prompts[i]);
-    free(q->prompts);
+    rw_hids_free(q->prompts, q->np);
     json_decref(q->body);
     free(q);
 }

@@ -24,15 +24,12 @@ typedef struct sgl_gen {
     json_t *rids; /* the request's rid (string or list), or NULL */
     json_t *body; /* the request (stop strings point into it) */
     int64_t max_new;
-    bool done_sent;
 } sgl_gen;
 
 static void sgl_free(void *arg) {
     sgl_gen *q = arg;
     rw_hgen_free(&q->g);
-    for (size_t i = 0; i < q->np && q->prompts; i++)
-        rw_tok_ids_free(&q->prompts[i]);
-    free(q->prompts);
+    rw_hids_free(q->prompts, q->np);
     json_decref(q->rids);
     json_decref(q->body);
     free(q);
