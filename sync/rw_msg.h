@@ -21,6 +21,8 @@ extern "C" {
 /* Envelope and limits                                                                          */
 /* ------------------------------------------------------------------------------------------ */
 #define RW_PROTOCOL_VERSION 1
+/* The control address a worker binds and a client connects to when told none. */
+#define RW_DEFAULT_CONTROL "tcp://127.0.0.1:5557"
 #define RW_MSG_MAX_BYTES                                                                           \
     (64u << 20)                   /* one msgpack envelope (bulk bytes travel in other frames)      \
                                    */

@@ -5,7 +5,7 @@
  *
  * Wire schema: docs/PROTOCOL.md. This header uses only plain C types (opaque handles, char *,
  * integers, caller-owned buffers) and the manifests of rw_sync.h, so that a ctypes wrapper
- * (tools/python/rw_client.py) can call it. Conventions as in rw_sync.h. */
+ * (python/rw_client) can call it. Conventions as in rw_sync.h. */
 #ifndef RW_CLIENT_H
 #define RW_CLIENT_H
 
@@ -20,6 +20,11 @@ typedef struct rw_client rw_client;
  * may be NULL (a context of its own). Connecting does not wait for the peer. */
 rw_status rw_client_connect(const char *addr, void *zctx, rw_client **out, rw_err *err);
 void rw_client_close(rw_client *c);
+/* Whether anything listens at `addr` (ZeroMQ connects lazily and would wait in silence):
+ * tcp:// tries a TCP connection for at most timeout_ms, ipc:// looks for the socket file;
+ * other transports are assumed up. RW_E_ZMQ with a message that names the address and the
+ * reason (refused, timed out, no such file) otherwise. (probe.c) */
+rw_status rw_client_probe(const char *addr, int timeout_ms, rw_err *err);
 /* The detailed message of the last failed call on this handle ("" after a success). */
 const char *rw_client_last_error(const rw_client *c);
 /* Authentication for workers that require a shared token (a control socket bound to a

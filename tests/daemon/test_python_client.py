@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_python_client.py - the Python client (tools/python/rw_client.py) against a CPU worker,
+"""test_python_client.py - the Python client (python/rw_client, the package) against a CPU worker,
 without torch: start a random-weight worker, push the fixture's weights over ZeroMQ from Python,
 verify every checksum against the trainer-side computation, reproduce the fixture's greedy
 tokens (also streamed), read a tensor back, pause / resume, stats, stop. Exits 77 (skip) when
@@ -8,11 +8,13 @@ the client library or the worker is not built."""
 import os
 import struct
 import sys
+import time
 
 ROOT = os.environ.get("RW_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import rw_client  # noqa: E402
+import rw_client.client as rw_client_impl  # noqa: E402
 from rw_client import Client, RWError, Worker, load_safetensors  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "qwen3-moe-tiny")
@@ -77,6 +79,32 @@ def main():
             for o in p["outputs"]:
                 check(toks[o["offset"]:o["offset"] + len(o["tokens"])] == o["tokens"],
                       "partial chunk")
+        # one prompt alone, as a flat list (or a tuple), gives the same output as a batch of one
+        one = c.generate(prompts[0], max_new_tokens=24)
+        check(len(one) == 1 and one[0]["tokens"] == greedy[0], "generate(one prompt)")
+        check(c.generate(tuple(prompts[1]), max_new_tokens=24)[0]["tokens"] == greedy[1],
+              "generate(a tuple of ids)")
+        for bad, kind, words in (([1, "2"], TypeError, "expected token ids"),
+                                 ([[1], [2.5]], TypeError, "prompts[1][0]"),
+                                 ([1, -2], ValueError, "negative"), ([], TypeError, "expected"),
+                                 ([[]], ValueError, "empty prompt"), (7, TypeError, "got 7")):
+            try:
+                c.generate(bad)
+                raise AssertionError("generate(%r) was accepted" % (bad,))
+            except kind as e:
+                check(words in str(e), "generate(%r): %s" % (bad, e))
+        try:
+            c.generate("text", max_new_tokens=2)
+            raise AssertionError("text without a tokenizer was accepted")
+        except RWError as e:
+            check(e.status == "unsupported" and "--tokenizer" in e.message, "text needs a tokenizer")
+        t0 = time.time()
+        try:
+            Client("tcp://127.0.0.1:1")
+            raise AssertionError("a client of nothing was made")
+        except RWError as e:
+            check("nothing listens at tcp://127.0.0.1:1" in e.message and time.time() - t0 < 3,
+                  "Client of an address where nothing listens: %s" % e)
         # readback
         meta, data = c.get_weights("model.layers.1.self_attn.o_proj.weight")
         check(data == weights["model.layers.1.self_attn.o_proj.weight"][2], "readback bytes")
@@ -89,10 +117,10 @@ def main():
         check(st["weights"]["version"] == "py-v1" and st["weights"]["updates"] == 1, "stats")
         # a bucket smaller than the largest tensors (embedding and lm_head, 128 KiB): they go as
         # row pieces (shard dim 0), the way rw-trainer push cuts them
-        check(rw_client._pieces("t", [10, 4], 80, 1 << 20) == [None], "a tensor that fits")
-        check(rw_client._pieces("t", [300, 4], 2400, 1000) == [(0, 125), (125, 125),
+        check(rw_client_impl._pieces("t", [10, 4], 80, 1 << 20) == [None], "a tensor that fits")
+        check(rw_client_impl._pieces("t", [300, 4], 2400, 1000) == [(0, 125), (125, 125),
                                                                   (250, 50)], "row pieces")
-        check(rw_client._pieces("t", [1024, 2], 4096, 1100) == [(0, 256), (256, 256),
+        check(rw_client_impl._pieces("t", [1024, 2], 4096, 1100) == [(0, 256), (256, 256),
                                                                    (512, 256), (768, 256)],
               "pieces cut at multiples of 128 rows")
         big = max(len(v[2]) for v in weights.values())

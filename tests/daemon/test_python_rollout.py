@@ -9,7 +9,7 @@ import os
 import sys
 
 ROOT = os.environ.get("RW_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "python"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import rw_client  # noqa: E402
 from rw_client import Client, Routes, RWError, Worker  # noqa: E402

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.environ.get("RW_SOURCE_ROOT",
                                                os.path.join(os.path.dirname(__file__), "..", "..")),
-                                "tools", "python"))
+                                "python"))
 import rw_client  # noqa: E402
 
 

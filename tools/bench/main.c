@@ -242,6 +242,10 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--version")) {
+            printf("rw-bench %s\n", RW_VERSION);
+            return 0;
+        }
         if (a[0] != '-') {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", a);

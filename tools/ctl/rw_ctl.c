@@ -17,10 +17,13 @@ static void usage(FILE *f) {
     char list[512];
     fprintf(
         f,
-        "usage: rw-ctl --to ADDR [--timeout-ms N] [--auth-token T] COMMAND [options]\n"
+        "usage: rw-ctl [--to ADDR] [--timeout-ms N] [--auth-token T] COMMAND [options]\n"
+        "       rw-ctl --version | --help\n"
+        "--to defaults to the worker's default address, " RW_DEFAULT_CONTROL ".\n"
         "commands (dashes or underscores): %s\n"
         "options per command:\n"
-        "  generate --prompt 1,2,3 [--prompt ...] [--n N] [--max-new-tokens N]\n"
+        "  generate (--prompt 1,2,3 [--prompt ...] | --text TEXT [--text ...]) [--n N]\n"
+        "           [--max-new-tokens N]\n"
         "           [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop 7,8]\n"
         "           [--top-logprobs N] [--no-logprobs] [--stream] [--logprob-mode raw|processed]\n"
         "           [--return-routed-experts [--return-routing-weights]] [--out FILE]\n"
@@ -49,7 +52,7 @@ static void usage(FILE *f) {
         "  call COMMAND [ARGS_JSON]      any command with raw JSON arguments\n"
         "Every command also takes --arg KEY=JSON to add a field to its arguments.\n"
         "The auth token defaults to $RW_AUTH_TOKEN. Exit: 0 ok, 1 error reply, 2 usage,\n"
-        "3 no reply (timeout or transport).\n",
+        "3 no reply (nothing listens at the address: said within 2 s; or a timeout).\n",
         rw_cmd_list(list, sizeof list));
 }
 
@@ -147,7 +150,7 @@ typedef struct ctl {
 static int build_args(ctl *c, int argc, char **argv) {
     json_t *a = c->args;
     const rw_cmd cmd = rw_cmd_parse(c->cmd);
-    json_t *prompts = NULL, *names = NULL, *conts = NULL;
+    json_t *prompts = NULL, *names = NULL, *conts = NULL, *texts = NULL;
     const bool gen_or_score = cmd == RW_CMD_GENERATE || cmd == RW_CMD_SCORE;
     bool weights = false, kv = false;
     for (int i = 0; i < argc; i++) {
@@ -187,6 +190,12 @@ static int build_args(ctl *c, int argc, char **argv) {
         } else if (gen_or_score && !strcmp(o, "--logprob-mode")) {
             NEED(o);
             json_object_set_new(a, "logprob_mode", json_string(v));
+        } else if (cmd == RW_CMD_GENERATE && !strcmp(o, "--text")) {
+            NEED(o);
+            json_t *t = json_string(v);
+            if (!t) BAD(o); /* not UTF-8 */
+            if (!texts) texts = json_array();
+            json_array_append_new(texts, t);
         } else if (!strcmp(o, "--stop")) {
             NEED(o);
             json_t *p = id_list(v);
@@ -282,13 +291,23 @@ static int build_args(ctl *c, int argc, char **argv) {
             json_object_set(a, "continuations", conts);
         json_decref(conts);
     }
+    if (texts) {
+        if (prompts) {
+            json_decref(texts);
+            fprintf(stderr, "rw-ctl: generate takes --prompt or --text, not both\n");
+            return EXIT_USAGE;
+        }
+        json_object_set(a, "text", json_array_size(texts) == 1 ? json_array_get(texts, 0) : texts);
+        json_decref(texts);
+    }
     if (names) json_object_set_new(a, "names", names);
     if ((weights || kv) && (cmd == RW_CMD_RELEASE_MEMORY || cmd == RW_CMD_RESUME_MEMORY)) {
         json_object_set_new(a, "weights", json_boolean(weights));
         json_object_set_new(a, "kv_cache", json_boolean(kv));
     }
-    if (cmd == RW_CMD_GENERATE && !json_object_get(a, "prompt") && !json_object_get(a, "prompts")) {
-        fprintf(stderr, "rw-ctl: generate needs --prompt\n");
+    if (cmd == RW_CMD_GENERATE && !json_object_get(a, "prompt") && !json_object_get(a, "prompts") &&
+        !json_object_get(a, "text")) {
+        fprintf(stderr, "rw-ctl: generate needs --prompt or --text\n");
         return EXIT_USAGE;
     }
     if (cmd == RW_CMD_SCORE && (!json_object_get(a, "prompt") && !json_object_get(a, "prompts"))) {
@@ -352,6 +371,9 @@ int main(int argc, char **argv) {
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             usage(stdout);
             return EXIT_OK;
+        } else if (!strcmp(o, "--version")) {
+            printf("rw-ctl %s\n", RW_VERSION);
+            return EXIT_OK;
         } else if (!strcmp(o, "--to")) {
             NEED(o);
             c.to = v;
@@ -368,7 +390,8 @@ int main(int argc, char **argv) {
             return EXIT_USAGE;
         }
     }
-    if (!c.to || i >= argc) {
+    if (!c.to) c.to = RW_DEFAULT_CONTROL;
+    if (i >= argc) {
         usage(stderr);
         return EXIT_USAGE;
     }
@@ -417,6 +440,11 @@ int main(int argc, char **argv) {
     rw_err_clear(&e);
     rc = EXIT_NO_REPLY;
     uint64_t id;
+    /* ZeroMQ would wait for a peer in silence: say at once when nothing listens */
+    if (rw_client_probe(c.to, 2000, &e) != RW_OK) {
+        fprintf(stderr, "rw-ctl: %s\n", e.msg);
+        goto out;
+    }
     if (rw_client_connect(c.to, NULL, &cl, &e) != RW_OK) {
         fprintf(stderr, "rw-ctl: %s\n", e.msg);
         goto out;

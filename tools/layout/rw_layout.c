@@ -52,6 +52,10 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--version")) {
+            printf("rw-layout %s\n", RW_VERSION);
+            return 0;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "rw-layout: %s needs a value\n", a);
             usage(stderr);

@@ -272,6 +272,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "push")) return cmd_push(argc - 1, argv + 1);
     if (!strcmp(argv[1], "checksum")) return cmd_checksum(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--version")) {
+        printf("rw-trainer %s\n", RW_VERSION);
+        return 0;
+    }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(stdout);
         return 0;

@@ -166,7 +166,9 @@ rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err) {
     rw_mw *w = s->w;
     rw_mw_reset(w);
     rw_mw_reply_ok(w, req->id);
-    rw_mw_map(w, 10);
+    /* state, tp, device, uptime_s, queue, throughput, memory, prefix_cache, weights, latency,
+     * errors */
+    rw_mw_map(w, 11);
     rw_mw_kv_str(w, "state", rw_srv_worker_state(s));
     rw_mw_kv_i64(w, "tp", s->r->tp);
     rw_mw_kv_str(w, "device", rw_backend_str(s->o->backend));
@@ -210,7 +212,7 @@ rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err) {
     rw_mw_kv_i64(w, "score_tokens", es.score_tokens);
     rw_mw_kv_i64(w, "prefill_tokens", es.prompt_tokens);
     rw_mw_str(w, "weights");
-    rw_mw_map(w, 10);
+    rw_mw_map(w, 12);
     rw_mw_kv_str(w, "version", i.version);
     rw_mw_kv_str(w, "state", rw_sync_wstate_str(i.state));
     rw_mw_kv_u64(w, "updates", i.sessions_committed);
@@ -222,6 +224,17 @@ rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err) {
                  i.last_commit_time > 0 ? rw_now() - i.last_commit_time : -1);
     rw_mw_kv_bool(w, "nccl_group", i.has_group);
     rw_mw_kv_u64(w, "versions_served", s->ntags);
+    rw_mw_kv_u64(w, "update_bytes_total", s->metrics.update_bytes_total);
+    rw_mw_str(w, "update_seconds");
+    rw_hist_write(w, &s->metrics.update_s);
+    rw_mw_str(w, "latency");
+    rw_mw_map(w, 3);
+    rw_mw_str(w, "ttft");
+    rw_hist_write(w, &s->metrics.ttft);
+    rw_mw_str(w, "itl");
+    rw_hist_write(w, &s->metrics.itl);
+    rw_mw_str(w, "e2e");
+    rw_hist_write(w, &s->metrics.e2e);
     rw_mw_kv_u64(w, "errors", s->n_errors);
     return RW_OK;
 }

@@ -78,6 +78,23 @@ void rw_srv_put_logprobs(rw_mw *w, const rw_output *o, bool top_only) {
     }
 }
 
+/* Writes {"text": decoded tokens} of one output (ids the tokenizer has no token for, beyond its
+ * vocabulary in the model's embedding, are dropped). */
+static void gen_text(rw_server *s, const rw_gen *g, const rw_output *o, rw_mw *w) {
+    char *text = NULL;
+    size_t len = 0;
+    rw_err e;
+    uint32_t fl = RW_TOK_DECODE_SKIP_UNKNOWN | (g->skip_special ? RW_TOK_DECODE_SKIP_SPECIAL : 0);
+    rw_mw_str(w, "text");
+    if (rw_tok_decode(s->tokenizer, o->tokens, (size_t)o->n, fl, &text, &len, &e) != RW_OK) {
+        RW_LOGW("generate: decoding an output: %s", e.msg);
+        rw_mw_str(w, "");
+    } else {
+        rw_mw_strn(w, text, len);
+    }
+    free(text);
+}
+
 /* The final reply of a generate command (routed experts in its data frame). */
 static void gen_reply(rw_server *s, rw_gen *g) {
     size_t *offs = g->routes ? calloc((size_t)g->n * 2, sizeof *offs) : NULL;
@@ -92,7 +109,8 @@ static void gen_reply(rw_server *s, rw_gen *g) {
     for (int k = 0; k < g->n; k++) {
         const rw_output *o = g->outs[k];
         const bool top = o->top_n > 0;
-        rw_mw_map(w, 10 + (g->logprobs ? 1 : 0) + (top ? 1 : 0) + rw_srv_routes_nfields(g));
+        rw_mw_map(w, 10 + (g->logprobs ? 1 : 0) + (top ? 1 : 0) + rw_srv_routes_nfields(g) +
+                         (g->return_text ? 1 : 0));
         rw_mw_kv_u64(w, "index", (uint64_t)k);
         rw_mw_kv_u64(w, "prompt_index", (uint64_t)(k / g->per_prompt));
         rw_mw_kv_u64(w, "sample", (uint64_t)(k % g->per_prompt));
@@ -101,6 +119,7 @@ static void gen_reply(rw_server *s, rw_gen *g) {
         for (int i = 0; i < o->n; i++)
             rw_mw_i64(w, o->tokens[i]);
         if (g->logprobs || top) rw_srv_put_logprobs(w, o, !g->logprobs);
+        if (g->return_text) gen_text(s, g, o, w);
         rw_mw_kv_str(w, "finish", rw_finish_str(o->finish));
         rw_mw_kv_u64(w, "prompt_tokens", (uint64_t)o->n_prompt);
         /* the version that produced the last token (the serving one when nothing was made) */
@@ -143,6 +162,7 @@ void rw_srv_collect_outputs(rw_server *s) {
         g->outs[o->id - g->base] = o;
         g->done++;
         s->n_finished++;
+        rw_srv_metrics_request(&s->metrics, g->t_recv, o->t_first, o->t_done, o->n);
         if (g->done == g->n) {
             if (g->score)
                 rw_srv_score_reply(s, g);
@@ -368,23 +388,111 @@ rw_status rw_srv_gen_register(rw_server *s, rw_srv_call *c, rw_gen *g, rw_err *e
     return RW_OK;
 }
 
+typedef struct prompt_src prompt_src;
+static rw_status generate(rw_server *s, rw_srv_call *c, prompt_src *ps, rw_err *err);
+
+/* Where the prompts of a generate command come from: token ids (args.prompt / args.prompts) or
+ * text (args.text, one string or an array) encoded with the worker's tokenizer. */
+struct prompt_src {
+    const rw_mobj *prompts, *prompt;
+    rw_tok_ids *texts; /* [np] when the command gave text */
+    size_t np;
+};
+
+static void prompt_src_free(prompt_src *ps) {
+    if (ps->texts)
+        for (size_t i = 0; i < ps->np; i++)
+            rw_tok_ids_free(&ps->texts[i]);
+    free(ps->texts);
+}
+
+/* Encodes args.text (a string or an array of strings) into ps->texts. */
+static rw_status encode_texts(rw_server *s, const rw_mobj *text, prompt_src *ps, rw_err *err) {
+    if (!s->tokenizer)
+        RW_FAIL(err, RW_E_UNSUPPORTED,
+                "generate: args.text needs a tokenizer (start rw-worker with --tokenizer DIR, or "
+                "a --model directory that has tokenizer.json)");
+    const bool one = rw_mobj_type(text) == RW_M_STR;
+    if (!one && rw_mobj_type(text) != RW_M_ARRAY)
+        RW_FAIL(err, RW_E_PROTOCOL, "args.text: expected a string or an array of strings, got %s",
+                rw_mtype_str(rw_mobj_type(text)));
+    ps->np = one ? 1 : rw_mobj_len(text);
+    if (ps->np == 0) RW_FAIL(err, RW_E_INVALID_ARG, "args.text: empty batch");
+    if (ps->np > MAX_PROMPTS_PER_CMD)
+        RW_FAIL(err, RW_E_RANGE, "args.text: %zu prompts (at most %d)", ps->np,
+                MAX_PROMPTS_PER_CMD);
+    ps->texts = calloc(ps->np, sizeof *ps->texts);
+    if (!ps->texts) RW_FAIL(err, RW_E_OOM, "generate: %zu texts", ps->np);
+    for (size_t i = 0; i < ps->np; i++) {
+        char what[48];
+        snprintf(what, sizeof what, one ? "args.text" : "args.text[%zu]", i);
+        const char *p;
+        size_t n;
+        RW_CHECK(rw_mobj_str(one ? text : rw_mobj_at(text, i), what, &p, &n, err));
+        rw_status st = rw_tok_encode(s->tokenizer, p, n, 0, &ps->texts[i], err);
+        if (st != RW_OK) {
+            rw_err_prefix(err, "%s", what);
+            return st;
+        }
+    }
+    return RW_OK;
+}
+
+/* Prompt pi of the command into s->tok[0..*n). */
+static rw_status load_prompt(rw_server *s, const prompt_src *ps, size_t pi, const char *what,
+                             int *n, rw_err *err) {
+    if (!ps->texts)
+        return rw_srv_read_tokens(s, ps->prompts ? rw_mobj_at(ps->prompts, pi) : ps->prompt, what,
+                                  n, err);
+    const rw_tok_ids *v = &ps->texts[pi];
+    if (v->n == 0) RW_FAIL(err, RW_E_INVALID_ARG, "%s: empty prompt (the text has no tokens)", what);
+    RW_CHECK(grow_tokens(s, v->n, err));
+    const int64_t V = s->r->cfg.vocab_size;
+    for (size_t i = 0; i < v->n; i++) {
+        if (v->ids[i] >= V)
+            RW_FAIL(err, RW_E_RANGE,
+                    "%s: the text encodes to token id %d (token %zu), outside the model's "
+                    "vocabulary [0, %" PRId64 ")",
+                    what, (int)v->ids[i], i, V);
+        s->tok[i] = v->ids[i];
+    }
+    *n = (int)v->n;
+    return RW_OK;
+}
+
+/* Reads which prompts the command gives (exactly one of prompt, prompts, text). */
+static rw_status read_prompts(rw_server *s, rw_mfields *f, prompt_src *ps, rw_err *err) {
+    ps->prompts = rw_mfields_get(f, "prompts");
+    ps->prompt = rw_mfields_get(f, "prompt");
+    const rw_mobj *text = rw_mfields_get(f, "text");
+    if ((ps->prompts != NULL) + (ps->prompt != NULL) + (text != NULL) != 1)
+        RW_FAIL(err, RW_E_PROTOCOL,
+                "generate: give exactly one of args.prompt (one prompt), args.prompts (a batch) "
+                "and args.text (a string or an array of strings)");
+    if (text) return encode_texts(s, text, ps, err);
+    if (ps->prompts && rw_mobj_type(ps->prompts) != RW_M_ARRAY)
+        RW_FAIL(err, RW_E_PROTOCOL, "args.prompts: expected an array of prompts, got %s",
+                rw_mtype_str(rw_mobj_type(ps->prompts)));
+    ps->np = ps->prompts ? rw_mobj_len(ps->prompts) : 1;
+    if (ps->np == 0) RW_FAIL(err, RW_E_INVALID_ARG, "args.prompts: empty batch");
+    return RW_OK;
+}
+
 /* Handles generate. On success the command is registered (its message kept). */
 rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
+    prompt_src ps = {0};
+    rw_status st = generate(s, c, &ps, err);
+    prompt_src_free(&ps);
+    return st;
+}
+
+static rw_status generate(rw_server *s, rw_srv_call *c, prompt_src *ps, rw_err *err) {
     const rw_request *req = c->req;
     RW_CHECK(gen_gate(s, err));
     rw_mfields f;
     RW_CHECK(rw_mfields_init(&f, req->args, "args", err));
-    const rw_mobj *prompts = rw_mfields_get(&f, "prompts");
-    const rw_mobj *prompt = rw_mfields_get(&f, "prompt");
-    if (!prompts == !prompt)
-        RW_FAIL(err, RW_E_PROTOCOL,
-                "generate: give exactly one of args.prompt (one prompt) and "
-                "args.prompts (a batch)");
-    if (prompts && rw_mobj_type(prompts) != RW_M_ARRAY)
-        RW_FAIL(err, RW_E_PROTOCOL, "args.prompts: expected an array of prompts, got %s",
-                rw_mtype_str(rw_mobj_type(prompts)));
-    size_t np = prompts ? rw_mobj_len(prompts) : 1;
-    if (np == 0) RW_FAIL(err, RW_E_INVALID_ARG, "args.prompts: empty batch");
+    RW_CHECK(read_prompts(s, &f, ps, err));
+    const size_t np = ps->np;
     uint64_t per;
     RW_CHECK(rw_mfields_u64(&f, "n", 1, &per, err));
     if (per < 1 || per > 1024)
@@ -396,10 +504,16 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     RW_CHECK(read_sampling(&f, &sp, err));
     rw_request_opts ro;
     RW_CHECK(rw_srv_rollout_args(&f, &sp, &ro, err));
-    bool stream, logprobs;
+    bool stream, logprobs, return_text, skip_special;
     RW_CHECK(rw_mfields_bool(&f, "stream", false, &stream, err));
     RW_CHECK(rw_mfields_bool(&f, "logprobs", true, &logprobs, err));
+    RW_CHECK(rw_mfields_bool(&f, "return_text", ps->texts != NULL, &return_text, err));
+    RW_CHECK(rw_mfields_bool(&f, "skip_special_tokens", true, &skip_special, err));
     RW_CHECK(rw_mfields_done(&f, err));
+    if (return_text && !s->tokenizer)
+        RW_FAIL(err, RW_E_UNSUPPORTED,
+                "generate: args.return_text needs a tokenizer (start rw-worker with --tokenizer "
+                "DIR)");
 
     const int total = (int)(np * per);
     rw_gen *g = rw_srv_gen_new(s, c, total, (int)per);
@@ -408,19 +522,25 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     g->logprobs = logprobs;
     g->routes = ro.routed_experts;
     g->weights = ro.routing_weights;
+    g->return_text = return_text;
+    g->skip_special = skip_special;
 
     /* add every prompt's n samples on rank 0 first (request k = prompt k / n, sample k % n,
      * seed + k: the engine gives sample i of a prompt its first seed + i); any refusal rolls the
      * command back before a follower heard of it */
+    const rw_mobj *prompts = ps->prompts;
     rw_status st = RW_OK;
     size_t added = 0;
     const uint64_t seed0 = sp.seed;
     ro.n_samples = (int)per;
     for (size_t pi = 0; pi < np && st == RW_OK; pi++) {
         char what[48];
-        snprintf(what, sizeof what, prompts ? "args.prompts[%zu]" : "args.prompt", pi);
+        if (ps->texts)
+            snprintf(what, sizeof what, np > 1 ? "args.text[%zu]" : "args.text", pi);
+        else
+            snprintf(what, sizeof what, prompts ? "args.prompts[%zu]" : "args.prompt", pi);
         int n = 0;
-        st = rw_srv_read_tokens(s, prompts ? rw_mobj_at(prompts, pi) : prompt, what, &n, err);
+        st = load_prompt(s, ps, pi, what, &n, err);
         if (st != RW_OK) break;
         sp.seed = seed0 + (uint64_t)(pi * per);
         st = rw_engine_add_ex(s->r->eng, g->base + pi * per, s->tok, n, &sp, &ro, err);
@@ -442,8 +562,7 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     for (size_t pi = 0; pi < np && s->peers->n; pi++) {
         int n = 0;
         rw_err pe;
-        if (rw_srv_read_tokens(s, prompts ? rw_mobj_at(prompts, pi) : prompt, "prompt", &n, &pe) !=
-            RW_OK)
+        if (load_prompt(s, ps, pi, "prompt", &n, &pe) != RW_OK)
             break; /* cannot happen: the same read succeeded above */
         sp.seed = seed0 + (uint64_t)(pi * per);
         rw_srv_relay_add(s, g->base + pi * per, s->tok, n, &sp, &ro);

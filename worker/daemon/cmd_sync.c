@@ -87,6 +87,9 @@ void rw_srv_session_ended(rw_server *s) {
 /* A commit that succeeded on every rank: stamp the new version, flush when asked, resume. */
 static void session_committed(rw_server *s, const char *version, bool flush) {
     if (!rw_srv_push_tag(s, version)) RW_LOGE("out of memory for the version table");
+    rw_sync_info si;
+    rw_sync_session_info(s->r->sess, &si);
+    rw_srv_metrics_update(&s->metrics, si.last_update_s, si.bytes);
     const uint64_t v = s->ntags - 1;
     rw_engine_set_weight_version(s->r->eng, v);
     rw_srv_relay(s, RW_OP_SET_VERSION, v, NULL, 0);

@@ -26,7 +26,7 @@ static void on_signal(int sig) {
 static int daemon_main(int argc, char **argv) {
     rw_dopts o;
     int rc = rw_dopts_parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc; /* --help / --version: printed, exit 0 */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {

@@ -15,7 +15,8 @@ static void usage(FILE *f) {
             "                 [--device cpu|cuda] [--gpu G] [--kv-fraction F] [--kv-mb MB]\n"
             "                 [--max-batch N] [--max-batch-tokens N] [--log-level L]\n"
             "                 [--ready-file PATH] [--startup-timeout S] [--rank-timeout S]\n"
-            "                 [--no-prefix-cache]\n"
+            "                 [--no-prefix-cache] [--tokenizer DIR] [--http [HOST:]PORT]\n"
+            "                 [--http-timeout S] [--served-model-name NAME] [--version]\n"
             "  Serves the control protocol (docs/PROTOCOL.md) on --control (default %s).\n"
             "  --config without --random-weights starts with incomplete weights: generate is\n"
             "  refused until an update (push or update_weights_from_disk) fills them.\n"
@@ -32,6 +33,11 @@ static void usage(FILE *f) {
             "  The bound control endpoint is printed on stdout as a JSON line once ready.\n"
             "  --no-prefix-cache: every request computes and holds all of its own KV (no prefix\n"
             "  cache across requests, no shared prompt KV for the n samples of a prompt).\n"
+            "  Text: --tokenizer DIR (tokenizer.json; default: the model directory when it has\n"
+            "  one) lets generate take and return text. HTTP: --http serves SGLang- and\n"
+            "  OpenAI-compatible routes and /metrics on rank 0 (a bare PORT binds 127.0.0.1;\n"
+            "  another host needs --auth-token, sent as 'Authorization: Bearer T'; port 0 picks\n"
+            "  a free one, printed in the ready line). docs/PROTOCOL.md section 6.\n"
             "  rw-worker --once ...: see that mode's usage (benchmarks: rw-bench).\n",
             RW_DAEMON_DEFAULT_CONTROL);
 }
@@ -65,6 +71,11 @@ bool rw_daemon_addr_is_local(const char *a) {
     return false;
 }
 
+bool rw_daemon_http_is_local(const char *a) {
+    if (!strchr(a, ':')) return true; /* a bare port binds 127.0.0.1 */
+    return !strncmp(a, "127.", 4) || !strncmp(a, "localhost:", 10) || !strncmp(a, "[::1]:", 6);
+}
+
 int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
     memset(o, 0, sizeof *o);
     o->tp = 1;
@@ -74,6 +85,7 @@ int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
     o->kv_fraction = 0.9;
     o->startup_timeout_s = 300;
     o->rank_timeout_s = 600;
+    o->http_timeout_s = 60;
     bool backend_given = false;
     const char *log_level = NULL;
     for (int i = 0; i < argc; i++) {
@@ -97,7 +109,20 @@ int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
             o->no_prefix_cache = true;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
-            return 2;
+            return -1;
+        } else if (!strcmp(a, "--version")) {
+            printf("rw-worker %s\n", RW_VERSION);
+            return -1;
+        } else if (!strcmp(a, "--tokenizer")) {
+            NEED o->tokenizer_dir = v;
+        } else if (!strcmp(a, "--http")) {
+            NEED o->http = v;
+        } else if (!strcmp(a, "--served-model-name")) {
+            NEED if (!v[0] || strlen(v) > 255) BAD;
+            o->served_model_name = v;
+        } else if (!strcmp(a, "--http-timeout")) {
+            NEED if (!parse_double(v, 0.1, 86400, &x)) BAD;
+            o->http_timeout_s = x;
         } else if (!strcmp(a, "--model")) {
             NEED o->model_dir = v;
         } else if (!strcmp(a, "--config")) {
@@ -191,6 +216,13 @@ int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
                 "rw-worker: refusing to bind the control socket to '%s' without authentication: "
                 "it is not a loopback address; give --auth-token (or RW_AUTH_TOKEN)\n",
                 o->control);
+        return 2;
+    }
+    if (o->http && o->rank <= 0 && !rw_daemon_http_is_local(o->http) && !o->auth_token) {
+        fprintf(stderr,
+                "rw-worker: refusing to serve HTTP on '%s' without authentication: it is not a "
+                "loopback address; give --auth-token (or RW_AUTH_TOKEN)\n",
+                o->http);
         return 2;
     }
     if (log_level) setenv("RW_LOG", log_level, 1);

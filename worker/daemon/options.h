@@ -3,14 +3,18 @@
 #ifndef RW_DAEMON_OPTIONS_H
 #define RW_DAEMON_OPTIONS_H
 
+#include "rw_msg.h"
 #include "rw_worker.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define RW_DAEMON_DEFAULT_CONTROL "tcp://127.0.0.1:5557"
+#define RW_DAEMON_DEFAULT_CONTROL RW_DEFAULT_CONTROL /* rw_msg.h: clients share it */
 #define RW_DAEMON_MAX_TP 64
+#ifndef RW_VERSION
+#define RW_VERSION "unknown"
+#endif
 
 typedef struct rw_dopts {
     const char *model_dir;   /* --model DIR (config.json + safetensors) */
@@ -34,13 +38,21 @@ typedef struct rw_dopts {
     double rank_timeout_s;    /* --rank-timeout: bound on a follower's answer to an op */
     const char *self_exe;     /* this executable (launcher mode re-executes it per rank) */
     bool no_prefix_cache;     /* --no-prefix-cache: no prefix cache, no shared sample KV */
+    /* text and HTTP (rank 0; docs/PROTOCOL.md section 6) */
+    const char *tokenizer_dir; /* --tokenizer DIR; NULL: the model directory when it has a
+                                  tokenizer.json, else none */
+    const char *http;          /* --http ADDR: "PORT" (loopback) or "HOST:PORT"; NULL: no HTTP */
+    const char *served_model_name; /* --served-model-name NAME (OpenAI "model") */
+    double http_timeout_s;         /* --http-timeout S: idle time before a connection is closed */
 } rw_dopts;
 
 /* Parses argv (after the program name). Returns 0 on success, 2 on a usage error (message
- * printed on stderr). */
+ * printed on stderr), -1 after --help or --version (printed on stdout: exit 0). */
 int rw_dopts_parse(int argc, char **argv, rw_dopts *o);
 /* True for addresses that only local processes can reach (loopback tcp, ipc, inproc). */
 bool rw_daemon_addr_is_local(const char *addr);
+/* The same for an --http address ("PORT" binds loopback; "HOST:PORT"). */
+bool rw_daemon_http_is_local(const char *addr);
 /* CUDA ordinal of `rank` under the options (launcher: --gpu + rank; external launcher: --gpu,
  * else rank modulo the device count). */
 int rw_dopts_device(const rw_dopts *o, int rank);

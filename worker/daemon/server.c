@@ -6,6 +6,7 @@
 #include "server_internal.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
+
+#include "http.h"
 
 #define MAX_DRAIN 64      /* messages handled between two engine steps */
 #define POLL_PERIOD_S 0.1 /* session timeouts and rank liveness */
@@ -350,9 +353,10 @@ static void announce(rw_server *s) {
     rw_sync_session_info(s->r->sess, &i);
     printf(
         "{\"event\": \"ready\", \"control\": \"%s\", \"pid\": %d, \"tp\": %d, \"device\": \"%s\", "
-        "\"version\": \"%s\", \"state\": \"%s\"}\n",
+        "\"version\": \"%s\", \"state\": \"%s\"%s%s%s}\n",
         s->endpoint, (int)getpid(), s->r->tp, rw_backend_str(s->o->backend), i.version,
-        rw_srv_worker_state(s));
+        rw_srv_worker_state(s), s->http ? ", \"http\": \"" : "", s->http ? s->http_url : "",
+        s->http ? "\"" : "");
     fflush(stdout);
     if (s->o->ready_file) {
         char tmp[4096];
@@ -369,6 +373,94 @@ static void announce(rw_server *s) {
     }
 }
 
+/* The tokenizer: --tokenizer DIR, else the model directory when it has a tokenizer.json. An
+ * explicit directory that does not load is fatal; the model's own is only warned about. */
+static bool load_tokenizer(rw_server *s) {
+    const char *dir = s->o->tokenizer_dir;
+    bool given = dir != NULL;
+    char path[1100];
+    struct stat st;
+    if (!dir && s->o->model_dir) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", s->o->model_dir);
+        if (stat(path, &st) == 0) dir = s->o->model_dir;
+    }
+    if (!dir) return true;
+    rw_err e;
+    double t0 = rw_now();
+    if (rw_tok_load(dir, &s->tokenizer, &e) != RW_OK) {
+        if (given) {
+            fprintf(stderr, "rw-worker: --tokenizer %s: %s\n", dir, e.msg);
+            return false;
+        }
+        RW_LOGW("no tokenizer (text is not available): %s", e.msg);
+        return true;
+    }
+    snprintf(s->tokenizer_dir, sizeof s->tokenizer_dir, "%s", dir);
+    RW_LOGI("tokenizer from %s (%d ids, %.2f s)", dir, (int)rw_tok_id_end(s->tokenizer),
+            rw_now() - t0);
+    return true;
+}
+
+/* The model name OpenAI clients see: --served-model-name, else the model's directory name. */
+static void model_name(const rw_dopts *o, char *dst, size_t cap) {
+    const char *p = o->served_model_name;
+    char buf[1024];
+    if (!p) {
+        snprintf(buf, sizeof buf, "%s", o->model_dir ? o->model_dir : o->config_path);
+        size_t n = strlen(buf);
+        while (n > 1 && buf[n - 1] == '/')
+            buf[--n] = 0;
+        if (!o->model_dir) { /* a config file: its directory */
+            char *sl = strrchr(buf, '/');
+            if (sl) *sl = 0; else snprintf(buf, sizeof buf, ".");
+        }
+        const char *sl = strrchr(buf, '/');
+        p = sl ? sl + 1 : buf;
+    }
+    snprintf(dst, cap, "%s", p);
+}
+
+/* Binds the in-process endpoint on the control socket and starts the HTTP server. */
+static bool start_http(rw_server *s, void *zctx) {
+    snprintf(s->inproc, sizeof s->inproc, "inproc://rw-http-%p", (void *)s);
+    if (zmq_bind(s->ctl, s->inproc) != 0) {
+        fprintf(stderr, "rw-worker: cannot bind %s: %s\n", s->inproc, zmq_strerror(errno));
+        return false;
+    }
+    char name[256];
+    model_name(s->o, name, sizeof name);
+    rw_engine_stats es;
+    rw_engine_stats_get(s->r->eng, &es);
+    rw_http_opts ho = {.addr = s->o->http,
+                       .zctx = zctx,
+                       .inproc = s->inproc,
+                       .token = s->o->auth_token,
+                       .tok = s->tokenizer,
+                       .model_name = name,
+                       .model_path = s->o->model_dir ? s->o->model_dir : s->o->config_path,
+                       .tokenizer_path = s->tokenizer ? s->tokenizer_dir : NULL,
+                       .max_seq_len = s->r->cfg.max_position,
+                       .vocab_size = s->r->cfg.vocab_size,
+                       .timeout_s = s->o->http_timeout_s};
+    /* the KV cache bounds a request too */
+    const int64_t kv_tokens = es.kv_blocks_total * es.kv_block_size;
+    if (kv_tokens > 0 && kv_tokens < ho.max_seq_len) ho.max_seq_len = kv_tokens;
+    if (s->tokenizer) {
+        const int32_t cand[2] = {rw_tok_eos_id(s->tokenizer), rw_tok_pad_id(s->tokenizer)};
+        /* Qwen3's generation config ends on <|im_end|> and <|endoftext|> */
+        for (int i = 0; i < 2; i++)
+            if (cand[i] >= 0 && (i == 0 || cand[i] != cand[0])) ho.eos[ho.n_eos++] = cand[i];
+    }
+    rw_err e;
+    if (rw_http_start(&ho, &s->http, s->http_url, sizeof s->http_url, &e) != RW_OK) {
+        fprintf(stderr, "rw-worker: --http %s: %s\n", s->o->http, e.msg);
+        return false;
+    }
+    RW_LOGI("HTTP on %s (model name '%s'%s)", s->http_url, name,
+            s->tokenizer ? "" : "; no tokenizer: ids only");
+    return true;
+}
+
 int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
                   volatile sig_atomic_t *stop) {
     rw_server sv;
@@ -379,6 +471,7 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
     s->peers = peers;
     s->next_eid = 1;
     s->t_start = rw_now();
+    rw_srv_metrics_init(&s->metrics);
     int rc = 1;
     rw_err e;
     if (rw_mw_create(&s->w, &e) != RW_OK || rw_mw_create(&s->w2, &e) != RW_OK ||
@@ -404,6 +497,8 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
     size_t elen = sizeof s->endpoint;
     zmq_getsockopt(s->ctl, ZMQ_LAST_ENDPOINT, s->endpoint, &elen);
     RW_LOGI("serving on %s (tp %d, %s)", s->endpoint, r0->tp, rw_backend_str(o->backend));
+    if (!load_tokenizer(s)) goto out;
+    if (o->http && !start_http(s, zctx)) goto out;
     if (peers->n) {
         /* processes are watched (exits, dropped connections); thread ranks cannot die alone */
         const bool procs = peers->nthreads == 0;
@@ -463,9 +558,14 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
         rw_srv_send(s, s->shutdown_zm, s->w, NULL);
         rw_zmq_msg_free(s->shutdown_zm);
     }
+    /* the HTTP threads read the replies just sent, then stop */
+    rw_http_stop(s->http);
+    s->http = NULL;
     rc = s->fatal ? 1 : 0;
     RW_LOGI("shut down (%" PRId64 " request(s) aborted)", inflight);
 out:
+    rw_http_stop(s->http);
+    rw_tok_destroy(s->tokenizer);
     rw_watch_stop(peers->watch);
     peers->watch = NULL;
     for (int i = 0; i < s->ngens; i++)

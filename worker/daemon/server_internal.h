@@ -13,7 +13,11 @@
 
 #include <math.h>
 
+#include "metrics.h"
+#include "rw_tokenizer.h"
 #include "server.h"
+
+struct rw_http; /* http.h: the HTTP server of rank 0 */
 
 /* One generate command in flight: its requests are engine ids base .. base + n - 1. */
 typedef struct rw_gen {
@@ -31,6 +35,8 @@ typedef struct rw_gen {
     double t_recv;
     bool score;           /* a score command (cmd_rollout.c answers it) */
     bool routes, weights; /* return_routed_experts / return_routing_weights */
+    bool return_text; /* outputs carry `text` (decoded with the worker's tokenizer) */
+    bool skip_special;
 } rw_gen;
 
 typedef struct rw_server {
@@ -63,6 +69,12 @@ typedef struct rw_server {
     int32_t *peek_tok;
     float *peek_lp;
     size_t peekcap;
+    rw_srv_metrics metrics; /* latency histograms (stats, GET /metrics) */
+    rw_tok *tokenizer;      /* --tokenizer (or the model's); NULL: no text */
+    char tokenizer_dir[1024];
+    struct rw_http *http; /* --http; NULL when not served */
+    char inproc[64];      /* the ROUTER's in-process endpoint the HTTP server talks to */
+    char http_url[128];   /* "http://HOST:PORT" as bound */
 } rw_server;
 
 /* One received command on its way through the dispatch table. */

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""example_rl_loop.py - an RL-style loop against an rw worker, from a PyTorch process that holds
-the weights: generate -> (fake) train step -> push the new state_dict -> generate, checking after
+"""rl_loop_torch.py - an RL-style loop against an rw worker, from a PyTorch process that holds
+the weights (needs PyTorch: pip install torch; the rest of rw_client needs nothing beyond the
+standard library): generate -> (fake) train step -> push the new state_dict -> generate, checking after
 every push that the worker holds exactly the trainer's bytes (checksums) and that its outputs
 carry the new weight version.
 
-    python3 tools/python/example_rl_loop.py                      # CUDA: trainer GPU 0, worker GPU 1
-    python3 tools/python/example_rl_loop.py --device cpu         # no GPU: ZeroMQ push, CPU worker
+    python3 python/examples/rl_loop_torch.py                  # CUDA: trainer GPU 0, worker GPU 1
+    python3 python/examples/rl_loop_torch.py --device cpu     # no GPU: ZeroMQ push, CPU worker
 
 The "training" step adds small noise to one layer's experts (bf16), so every push changes real
 bytes. Exits non-zero on any failure.
@@ -16,11 +17,11 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the installed package, or the one beside this file in a checkout
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from rw_client import Client, NcclGroup, Worker, load_safetensors  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rw_client.client import _REPO as REPO  # noqa: E402
 FIXTURE = os.path.join(REPO, "tests", "fixtures", "qwen3-moe-tiny")
 
 

@@ -1,6 +1,6 @@
-"""rw_client.py - the Python client of rw workers: ctypes over librw_client.so (the sync module's
-trainer-side C library), no packages beyond the standard library (torch only when pushing torch
-tensors).
+"""client.py - the Python client of rw workers (package rw_client): ctypes over librw_client.so
+(the sync module's trainer-side C library), no packages beyond the standard library (torch only
+when pushing torch tensors: NcclGroup, and push_zmq / verify_checksums given torch tensors).
 
 What a PyTorch trainer does with it:
 
@@ -24,12 +24,28 @@ import signal
 import struct
 import subprocess
 import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 __all__ = ["RWError", "Worker", "Client", "NcclGroup", "load_safetensors", "find_library",
            "find_worker", "expected_checksum", "COMMANDS"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(os.path.dirname(_HERE))
+
+
+def _checkout() -> str:
+    """The rw checkout whose build this package uses: the one it was installed from (recorded by
+    setup.py at install time), else the one it sits in (python/rw_client/ of a checkout)."""
+    try:
+        from . import _checkout as c  # written by setup.py
+        return c.REPO
+    except ImportError:
+        return os.path.dirname(os.path.dirname(_HERE))
+
+
+_REPO = _checkout()
+DEFAULT_CONTROL = "tcp://127.0.0.1:5557"  # RW_DEFAULT_CONTROL (sync/rw_msg.h)
+# A prompt: token ids, or text (a worker with a tokenizer encodes it).
+Prompt = Union[Sequence[int], str]
 
 # rw_dtype numbers (core/rw_core.h) and safetensors spellings
 _DTYPES = {"bf16": 1, "f16": 2, "f32": 3, "i32": 4, "e4m3": 5, "ue8m0": 6, "u8": 7, "i64": 8,
@@ -70,9 +86,9 @@ def _newest(paths):
     return max(paths, key=os.path.getmtime) if paths else None
 
 
-def find_library(path=None):
+def find_library(path: Optional[str] = None) -> str:
     """librw_client.so: `path`, $RW_CLIENT_LIB, $RW_BUILD_ROOT/sync/client, or the newest
-    build*/sync/client of this repository."""
+    build*/sync/client of the rw checkout (see _checkout)."""
     cands = [path, os.environ.get("RW_CLIENT_LIB")]
     if os.environ.get("RW_BUILD_ROOT"):
         cands.append(os.path.join(os.environ["RW_BUILD_ROOT"], "sync", "client", "librw_client.so"))
@@ -81,12 +97,12 @@ def find_library(path=None):
             return c
     found = _newest(glob.glob(os.path.join(_REPO, "build*", "sync", "client", "librw_client.so")))
     if not found:
-        raise FileNotFoundError("librw_client.so not found: build rw (tools/build.sh) or set "
-                                "RW_CLIENT_LIB")
+        raise FileNotFoundError("librw_client.so not found in %s/build*/sync/client: build rw "
+                                "(tools/build.sh) or set RW_CLIENT_LIB (or RW_BUILD_ROOT)" % _REPO)
     return found
 
 
-def find_worker(path=None):
+def find_worker(path: Optional[str] = None) -> str:
     """The rw-worker executable, found like the library."""
     cands = [path, os.environ.get("RW_WORKER_EXE")]
     if os.environ.get("RW_BUILD_ROOT"):
@@ -96,8 +112,8 @@ def find_worker(path=None):
             return c
     found = _newest(glob.glob(os.path.join(_REPO, "build*", "worker", "rw-worker")))
     if not found:
-        raise FileNotFoundError("rw-worker not found: build rw (tools/build.sh) or set "
-                                "RW_WORKER_EXE")
+        raise FileNotFoundError("rw-worker not found in %s/build*/worker: build rw "
+                                "(tools/build.sh) or set RW_WORKER_EXE (or RW_BUILD_ROOT)" % _REPO)
     return found
 
 
@@ -121,6 +137,7 @@ def _lib(path=None):
 
     d("rw_client_connect", i32, cp, vp, ctypes.POINTER(vp), E)
     d("rw_client_close", None, vp)
+    d("rw_client_probe", i32, cp, i32, E)
     d("rw_client_send_json", i32, vp, cp, cp, ctypes.POINTER(vp), ctypes.POINTER(sz), sz,
       ctypes.POINTER(u64), E)
     d("rw_client_wait_json", i32, vp, u64, i32, ctypes.POINTER(vp), ctypes.POINTER(vp),
@@ -299,11 +316,17 @@ class Worker:
     gpu: first CUDA ordinal; tp: ranks; control: address to bind (a free loopback port by
     default; the bound one is `endpoint`); kv_mb: KV cache size per rank in MiB (default: on
     CUDA 0.9 of the device memory free after the weights, less 768 MiB; give it when workers
-    or other processes share the GPU); extra_args: more rw-worker options."""
+    or other processes share the GPU); tokenizer: a directory with tokenizer.json (text prompts
+    and outputs); http: serve HTTP too ("0": a free loopback port, URL in `http_url`);
+    extra_args: more rw-worker options."""
 
-    def __init__(self, model=None, config=None, random_weights=False, seed=0, tp=1, device=None,
-                 gpu=None, control="tcp://127.0.0.1:*", extra_args=(), exe=None, env=None,
-                 start_timeout=120, kv_mb=None):
+    def __init__(self, model: Optional[str] = None, config: Optional[str] = None,
+                 random_weights: bool = False, seed: int = 0, tp: int = 1,
+                 device: Optional[str] = None, gpu: Optional[int] = None,
+                 control: str = "tcp://127.0.0.1:*", extra_args: Sequence[str] = (),
+                 exe: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+                 start_timeout: float = 120, kv_mb: Optional[float] = None,
+                 tokenizer: Optional[str] = None, http: Optional[str] = None):
         args = [find_worker(exe)]
         if model:
             args += ["--model", model]
@@ -318,15 +341,20 @@ class Worker:
             args += ["--gpu", str(gpu)]
         if kv_mb is not None:
             args += ["--kv-mb", str(kv_mb)]
+        if tokenizer:
+            args += ["--tokenizer", tokenizer]
+        if http is not None:
+            args += ["--http", str(http)]
         args += list(extra_args)
         self.args = args
         self.env = env
         self.start_timeout = start_timeout
         self.proc = None
-        self.endpoint = None
+        self.endpoint = None  # the bound control address, once started
+        self.http_url = None  # "http://HOST:PORT" when serving HTTP
         self.ready = None
 
-    def start(self):
+    def start(self) -> "Worker":
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, env=_worker_env(self.env))
         end = time.time() + self.start_timeout
         buf = b""
@@ -346,6 +374,7 @@ class Worker:
                     if isinstance(j, dict) and j.get("event") == "ready":
                         self.ready = j
                         self.endpoint = j["control"]
+                        self.http_url = j.get("http")
                         return self
             elif self.proc.poll() is not None:
                 break
@@ -354,7 +383,7 @@ class Worker:
         raise RuntimeError("rw-worker did not become ready (exit status %s): %s" %
                            (code, " ".join(self.args)))
 
-    def stop(self, timeout=30):
+    def stop(self, timeout: float = 30) -> Optional[int]:
         """Shuts the worker down (in-flight requests get partial replies) and waits for it."""
         if not self.proc or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None
@@ -424,14 +453,21 @@ class Client:
     """A connection to one worker's control address. Every command is `call(cmd, args)`; the
     helpers below name the common ones. Errors raise RWError."""
 
-    def __init__(self, endpoint, lib=None, timeout_ms=60000, auth_token=None):
+    def __init__(self, endpoint: str = DEFAULT_CONTROL, lib: Optional[str] = None,
+                 timeout_ms: int = 60000, auth_token: Optional[str] = None,
+                 probe_ms: int = 2000):
+        self._c = ctypes.c_void_p()
+        if not isinstance(endpoint, str):
+            raise TypeError("endpoint: expected an address such as 'tcp://127.0.0.1:5557', got "
+                            "%s" % type(endpoint).__name__)
         self.lib_path = find_library(lib)
         self.L = _lib(self.lib_path)
         self.endpoint = endpoint
         self.timeout_ms = timeout_ms
         self.auth_token = auth_token or os.environ.get("RW_AUTH_TOKEN")
-        self._c = ctypes.c_void_p()
         err = _Err()
+        if probe_ms:  # ZeroMQ would wait in silence for a worker that is not there
+            _check(self.L.rw_client_probe(endpoint.encode(), probe_ms, ctypes.byref(err)), err)
         _check(self.L.rw_client_connect(endpoint.encode(), None, ctypes.byref(self._c),
                                         ctypes.byref(err)), err)
 
@@ -450,7 +486,8 @@ class Client:
     def handle(self):
         return self._c
 
-    def send(self, cmd, args=None, frames=()):
+    def send(self, cmd: str, args: Optional[Dict[str, Any]] = None,
+             frames: Sequence[bytes] = ()) -> int:
         """Sends a command; returns its request id."""
         a = dict(args or {})
         if self.auth_token:
@@ -465,7 +502,7 @@ class Client:
                                           lens, n, ctypes.byref(rid), ctypes.byref(err)), err)
         return rid.value
 
-    def wait(self, rid, timeout_ms=None, want_frame=False):
+    def wait(self, rid: int, timeout_ms: Optional[int] = None, want_frame: bool = False) -> Any:
         """The result of request `rid` (and its data frame when want_frame)."""
         res = ctypes.c_void_p()
         frame = ctypes.c_void_p()
@@ -484,44 +521,86 @@ class Client:
         result = json.loads(text)
         return (result, data) if want_frame else result
 
-    def call(self, cmd, args=None, frames=(), timeout_ms=None):
+    def call(self, cmd: str, args: Optional[Dict[str, Any]] = None, frames: Sequence[bytes] = (),
+             timeout_ms: Optional[int] = None) -> Any:
         return self.wait(self.send(cmd, args, frames), timeout_ms)
 
     # --- generation -----------------------------------------------------------------------
     @staticmethod
-    def _gen_args(prompts, **kw):
-        a = {"prompts": [list(map(int, p)) for p in prompts]}
+    def _gen_args(prompts: Union[Prompt, Sequence[Prompt]], **kw: Any) -> Dict[str, Any]:
+        """The prompt fields of generate: one prompt (token ids or a string) or a list of them
+        (all ids or all strings); refuses anything else with a message that says what it got."""
+        def ids(p: Any, what: str) -> List[int]:
+            out = []
+            for i, t in enumerate(p):
+                if isinstance(t, bool) or not isinstance(t, int):
+                    raise TypeError("%s[%d]: token ids are ints, got %r" % (what, i, t))
+                if t < 0:
+                    raise ValueError("%s[%d]: token id %d is negative" % (what, i, t))
+                out.append(t)
+            if not out:
+                raise ValueError("%s: an empty prompt" % what)
+            return out
+
+        if isinstance(prompts, str):
+            a: Dict[str, Any] = {"text": prompts}
+        elif isinstance(prompts, (list, tuple)) and prompts and all(
+                isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+            a = {"prompt": ids(prompts, "prompt")}
+        elif isinstance(prompts, (list, tuple)) and prompts and all(isinstance(p, str) for p in prompts):
+            a = {"text": list(prompts)}
+        elif isinstance(prompts, (list, tuple)) and prompts and all(
+                isinstance(p, (list, tuple)) for p in prompts):
+            a = {"prompts": [ids(p, "prompts[%d]" % i) for i, p in enumerate(prompts)]}
+        else:
+            raise TypeError("prompts: expected token ids ([1, 2, 3]), a list of them "
+                            "([[1, 2], [3]]), a string or a list of strings; got %r"
+                            % (prompts if not isinstance(prompts, (list, tuple))
+                               else type(prompts).__name__ + " of " +
+                               ", ".join(sorted({type(p).__name__ for p in prompts})) or "nothing"))
         for k, v in kw.items():
             if v is not None:
                 a[k] = v
         return a
 
-    def generate(self, prompts, max_new_tokens=16, temperature=0.0, top_p=None, top_k=None,
-                 seed=None, stop=None, top_logprobs=None, n=None, logprobs=True,
-                 timeout_ms=None, logprob_mode=None, return_routed_experts=None,
-                 return_routing_weights=None):
-        """Generates for every prompt (lists of token ids); returns the outputs, one per request
-        (prompt x n): {tokens, logprobs, finish, weight_version, version_spans, ...}.
-        logprob_mode "processed": logprobs under the distribution sampled from (temperature,
-        top-k / top-p applied). return_routed_experts: each output's "routed_experts" is a
-        Routes of [prompt + generated tokens, layers, top_k] expert ids (return_routing_weights:
-        "routing_weights" a Routes of fp32 weights)."""
+    def generate(self, prompts: Union[Prompt, Sequence[Prompt]], max_new_tokens: int = 16,
+                 temperature: float = 0.0, top_p: Optional[float] = None,
+                 top_k: Optional[int] = None, seed: Optional[int] = None,
+                 stop: Optional[Sequence[int]] = None, top_logprobs: Optional[int] = None,
+                 n: Optional[int] = None, logprobs: bool = True,
+                 return_text: Optional[bool] = None,
+                 timeout_ms: Optional[int] = None, logprob_mode: Optional[str] = None,
+                 return_routed_experts: Optional[bool] = None,
+                 return_routing_weights: Optional[bool] = None) -> List[Dict[str, Any]]:
+        """Generates for one prompt or a list of prompts (token ids, or strings when the worker
+        has a tokenizer); returns the outputs, one per request (prompt x n), in order:
+        {tokens, logprobs, finish, weight_version, version_spans, ..., text (when asked or when
+        the prompts were strings)}. logprob_mode "processed": logprobs under the distribution
+        sampled from (temperature, top-k / top-p applied). return_routed_experts: each output's
+        "routed_experts" is a Routes of [prompt + generated tokens, layers, top_k] expert ids
+        (return_routing_weights: "routing_weights" a Routes of fp32 weights)."""
         a = self._gen_args(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                           top_p=top_p, top_k=top_k, seed=seed, stop=stop,
+                           top_p=top_p, top_k=top_k, seed=seed,
+                           stop=list(stop) if stop is not None else None,
                            top_logprobs=top_logprobs, n=n, logprobs=logprobs,
-                           logprob_mode=logprob_mode, return_routed_experts=return_routed_experts,
+                           return_text=return_text, logprob_mode=logprob_mode,
+                           return_routed_experts=return_routed_experts,
                            return_routing_weights=return_routing_weights)
         return self._outputs("generate", a, timeout_ms)
 
-    def score(self, prompts, continuations, prompt_logprobs=None, logprob_mode=None,
-              temperature=None, top_p=None, top_k=None, top_logprobs=None,
-              return_routed_experts=None, return_routing_weights=None, timeout_ms=None):
+    def score(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+              prompt_logprobs: Optional[bool] = None, logprob_mode: Optional[str] = None,
+              temperature: Optional[float] = None, top_p: Optional[float] = None,
+              top_k: Optional[int] = None, top_logprobs: Optional[int] = None,
+              return_routed_experts: Optional[bool] = None,
+              return_routing_weights: Optional[bool] = None,
+              timeout_ms: Optional[int] = None) -> List[Dict[str, Any]]:
         """Log-probabilities of given continuations (lists of token ids, one per prompt), one
         prefill each, no sampling: per pair {logprobs (one per continuation token),
         prompt_logprobs (with prompt_logprobs: entry 0 None), ...}; the same values generate
         reports for those tokens under the same logprob_mode / temperature / top_k / top_p."""
-        a = {"prompts": [list(map(int, p)) for p in prompts],
-             "continuations": [list(map(int, c)) for c in continuations]}
+        a: Dict[str, Any] = {"prompts": [list(map(int, p)) for p in prompts],
+                             "continuations": [list(map(int, c)) for c in continuations]}
         kw = dict(prompt_logprobs=prompt_logprobs, logprob_mode=logprob_mode,
                   temperature=temperature, top_p=top_p, top_k=top_k, top_logprobs=top_logprobs,
                   return_routed_experts=return_routed_experts,
@@ -529,7 +608,8 @@ class Client:
         a.update({k: v for k, v in kw.items() if v is not None})
         return self._outputs("score", a, timeout_ms)
 
-    def _outputs(self, cmd, args, timeout_ms):
+    def _outputs(self, cmd: str, args: Dict[str, Any],
+                 timeout_ms: Optional[int]) -> List[Dict[str, Any]]:
         """The outputs of a generate / score reply, routes taken out of its data frame."""
         result, frame = self.wait(self.send(cmd, args), timeout_ms, want_frame=True)
         outs = result["outputs"]
@@ -539,7 +619,9 @@ class Client:
                     o[key] = Routes(o[key], frame)
         return outs
 
-    def generate_stream(self, prompts, timeout_ms=None, **kw):
+    def generate_stream(self, prompts: Union[Prompt, Sequence[Prompt]],
+                        timeout_ms: Optional[int] = None,
+                        **kw: Any) -> Iterator[Dict[str, Any]]:
         """Yields partial results ({"stream": true, outputs: [{index, offset, tokens, ...}]}) as
         tokens are made, then the final result ({"stream": false, outputs: [...]})."""
         kw.setdefault("max_new_tokens", 16)
