@@ -149,6 +149,15 @@ rw_status rw_read_file(const char *path, char **out, size_t *len, rw_err *err) {
     return RW_OK;
 }
 
+bool rw_secret_equal(const char *want, const void *got, size_t n) {
+    const unsigned char *g = got;
+    size_t wn = strlen(want);
+    unsigned diff = (unsigned)(wn ^ n);
+    for (size_t i = 0; i < wn; i++)
+        diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(i < n ? g[i] : 0);
+    return diff == 0;
+}
+
 void rw_rng_seed(rw_rng *r, uint64_t seed) {
     /* the splitmix64 stream seed + g, seed + 2g, ...: the seeding xoshiro's authors recommend */
     for (int i = 0; i < 4; i++) r->s[i] = rw_splitmix64(seed + (uint64_t)i * 0x9e3779b97f4a7c15ull);
