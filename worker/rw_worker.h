@@ -120,6 +120,8 @@ rw_status rw_model_score(rw_model *m, const int32_t *tokens, int n, float *logit
  * - logprob = log_softmax(raw logits)[token]: the unmodified distribution (no temperature, top-k
  *   or top-p applied), the quantity an RL trainer compares against its own forward pass;
  * - temperature <= 0 or top_k == 1: greedy (argmax of the raw logits, ties to the lower id);
+ *   so is a temperature too small to invert in float (1/T, or the largest logit / T, not finite:
+ *   rw_sample_inv_temperature), the T -> 0 limit of softmax(logits / T);
  * - otherwise z = logits / temperature; keep the ids whose z is >= the k-th largest z (top_k > 0;
  *   ties at the boundary all kept); then keep the ids whose z is >= the value where the
  *   descending cumulative softmax mass of the kept set first reaches top_p (top_p < 1); draw

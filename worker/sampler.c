@@ -36,11 +36,11 @@ rw_status rw_sample_row_ref(const float *logits, int V, const rw_sampling *sp, i
     const float lse = mx + (float)log(se);
 
     int32_t tok = arg;
-    const bool greedy = sp->temperature <= 0.0f || sp->top_k == 1;
-    if (!greedy) {
+    /* 0: greedy, also for a temperature too small to invert (sample.h) */
+    const float inv_t = rw_sample_inv_temperature(sp->temperature, sp->top_k, mx);
+    if (inv_t > 0.0f) {
         if (!scratch) RW_FAIL(err, RW_E_INVALID_ARG, "sample: NULL scratch");
         rw_sample_zid *s = scratch;
-        const float inv_t = 1.0f / sp->temperature;
         const float zmax = mx * inv_t;
         float thr;
         const int nk = (int)rw_sample_sort_top_k(logits, V, inv_t, sp->top_k, s, &thr);

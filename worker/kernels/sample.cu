@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(SMP_THREADS)
     const float lse = mx + logf(block_sum(se, shf));
 
     int32_t tok = best.i;
-    if (p.temperature > 0.0f && p.top_k != 1) {
-        const float inv_t = 1.0f / p.temperature;
+    const float inv_t = rw_sample_inv_temperature(p.temperature, p.top_k, mx);
+    if (inv_t > 0.0f) { /* else greedy (also for a temperature too small to invert) */
         const float zmax = mx * inv_t;
         uint32_t thr = 0; /* keep ids with key >= thr */
         if (p.top_k > 0 && p.top_k < V)

@@ -71,8 +71,8 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
             se += expf(l[i] - mx);
         const float lse = mx + logf(se);
         int32_t tok = arg;
-        if (pr->temperature > 0.0f && pr->top_k != 1 && s) {
-            const float inv_t = 1.0f / pr->temperature;
+        const float inv_t = rw_sample_inv_temperature(pr->temperature, pr->top_k, mx);
+        if (inv_t > 0.0f && s) { /* else greedy (also for a temperature too small to invert) */
             const float zmax = mx * inv_t;
             float thr;
             const int64_t nk = rw_sample_sort_top_k(l, V, inv_t, pr->top_k, s, &thr);
