@@ -175,9 +175,16 @@ static void repair_from_disk(fx *f, const char *version) {
 /* ---- a trainer in a child process
  * ----------------------------------------------------------------- */
 /* Sends one envelope (+ an optional frame of `flen` bytes of `fill`) on a fresh DEALER socket and
- * waits for the reply when `wait`; returns false on any failure. Child-process code: no cmocka. */
+ * waits for the reply when `wait`; returns false on any failure. `session` (may be NULL): a
+ * begin_update's reply leaves its session token there (protocol 2); when it holds one, the
+ * session's commands carry it. Child-process code: no cmocka. */
 static bool child_send(void *sock, uint64_t id, const char *cmd, const char *args, size_t flen,
-                       uint8_t fill, bool wait) {
+                       uint8_t fill, bool wait, char *session) {
+    char with[1024];
+    if (session && session[0] && strcmp(cmd, "begin_update") && args[0] == '{') {
+        snprintf(with, sizeof with, "{\"session\": \"%s\", %s", session, args + 1);
+        args = with;
+    }
     rw_mw *w;
     if (rw_mw_create(&w, NULL) != RW_OK) return false;
     rw_mw_request(w, id, cmd);
@@ -205,6 +212,9 @@ static bool child_send(void *sock, uint64_t id, const char *cmd, const char *arg
     rw_msg *m = NULL;
     rw_reply rp;
     ok = rw_msg_decode_reply(buf, (size_t)n, &m, &rp, NULL) == RW_OK && rp.ok;
+    if (ok && session && !strcmp(cmd, "begin_update"))
+        ok = rw_mobj_strcpy(rw_mobj_get(rp.result, "session"), "session", session, 64, NULL) ==
+             RW_OK;
     rw_msg_free(m);
     return ok;
 }
@@ -229,7 +239,8 @@ static void trainer(fx *f, trainer_end how) {
         char a[512];
         snprintf(a, sizeof a, "{\"version\": \"never\", \"timeout_s\": 3, \"bucket_bytes\": %u}",
                  BIG_BUCKET);
-        ok = ok && child_send(sock, 1, "begin_update", a, 0, 0, true);
+        char session[64] = "";
+        ok = ok && child_send(sock, 1, "begin_update", a, 0, 0, true, session);
         if (how == KILLED_MID_BUCKET) {
             /* one small piece and a large gap: a valid bucket that takes a while to cross */
             snprintf(a, sizeof a,
@@ -237,14 +248,14 @@ static void trainer(fx *f, trainer_end how) {
                      "[{\"name\": \"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
                      "\"offset\": 0, \"nbytes\": 256}]}}",
                      BIG_BUCKET);
-            ok = ok && child_send(sock, 2, "update_weights", a, BIG_BUCKET, 0x3f, false);
+            ok = ok && child_send(sock, 2, "update_weights", a, BIG_BUCKET, 0x3f, false, session);
         } else {
             ok = ok && child_send(sock, 2, "update_weights",
                                   "{\"transport\": \"zmq\", \"manifest\": {\"nbytes\": 256, "
                                   "\"tensors\": [{\"name\": \"model.norm.weight\", \"dtype\": "
                                   "\"bf16\", \"shape\": [128], \"offset\": 0, \"nbytes\": "
                                   "256}]}}",
-                                  256, 0x3f, true);
+                                  256, 0x3f, true, session);
         }
         if (write(report, ok ? "y" : "n", 1) != 1) _exit(3);
         if (how == KILLED_MID_BUCKET)
@@ -368,16 +379,19 @@ static void test_disk_truncated(void **state) {
     rl_open(&s, f->w.ep);
     rl_reply r;
     rl_ok(&s, 1, "begin_update", "{\"version\": \"mixed\", \"bucket_bytes\": 4194304}", &r);
+    char token[64], ua[512];
+    rl_result_str(&r, "session", token, sizeof token);
     rl_reply_free(&r);
     static uint8_t ones[256];
     for (size_t i = 0; i < sizeof ones; i += 2)
         ones[i] = 0x80, ones[i + 1] = 0x3f;
     size_t n;
-    void *env = rl_env(2, "update_weights",
-                       "{\"manifest\": {\"nbytes\": 256, \"tensors\": [{\"name\": "
-                       "\"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
-                       "\"offset\": 0, \"nbytes\": 256}]}}",
-                       &n);
+    snprintf(ua, sizeof ua,
+             "{\"session\": \"%s\", \"manifest\": {\"nbytes\": 256, \"tensors\": [{\"name\": "
+             "\"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
+             "\"offset\": 0, \"nbytes\": 256}]}}",
+             token);
+    void *env = rl_env(2, "update_weights", ua, &n);
     const void *fr[1] = {ones};
     size_t fl[1] = {sizeof ones};
     rl_call_raw(&s, env, n, fr, fl, 1, &r);
@@ -385,6 +399,9 @@ static void test_disk_truncated(void **state) {
     assert_true(r.rep.ok);
     rl_reply_free(&r);
     rl_close(&s);
+    /* the update from disk goes to the same session: this client is given its token */
+    rw_err te;
+    RW_ASSERT_OK(rw_client_set_session(f->c, token, &te), &te);
     disk_refused(f, dir, RW_E_FORMAT, "weights are incomplete until a full update succeeds", msg,
                  sizeof msg);
     assert_incomplete(f);
