@@ -57,64 +57,41 @@ static rw_mw *gen_head(rw_server *s, const rw_gen *g, bool stream, uint32_t n) {
     return w;
 }
 
-/* The final reply of a generate command. */
-static void gen_reply(rw_server *s, rw_gen *g) {
-    rw_mw *w = gen_head(s, g, false, (uint32_t)g->n);
-    for (int k = 0; k < g->n; k++) {
-        const rw_output *o = g->outs[k];
-        const bool top = o->top_n > 0;
-        rw_mw_map(w, 10 + (g->logprobs ? 1 : 0) + (top ? 1 : 0));
-        rw_mw_kv_u64(w, "index", (uint64_t)k);
-        rw_mw_kv_u64(w, "prompt_index", (uint64_t)(k / g->per_prompt));
-        rw_mw_kv_u64(w, "sample", (uint64_t)(k % g->per_prompt));
-        rw_mw_str(w, "tokens");
-        rw_mw_array(w, (uint32_t)o->n);
-        for (int i = 0; i < o->n; i++)
-            rw_mw_i64(w, o->tokens[i]);
-        if (g->logprobs) {
-            rw_mw_str(w, "logprobs");
-            rw_mw_array(w, (uint32_t)o->n);
-            for (int i = 0; i < o->n; i++)
-                rw_mw_f64(w, o->logprobs[i]);
-        }
-        if (top) {
-            rw_mw_str(w, "top_logprobs");
-            rw_mw_array(w, (uint32_t)o->n);
-            for (int i = 0; i < o->n; i++) {
-                rw_mw_array(w, (uint32_t)o->top_n);
-                for (int j = 0; j < o->top_n; j++) {
-                    rw_mw_array(w, 2);
-                    rw_mw_i64(w, o->top_ids[(size_t)i * o->top_n + j]);
-                    rw_mw_f64(w, o->top_logprobs[(size_t)i * o->top_n + j]);
-                }
-            }
-        }
-        rw_mw_kv_str(w, "finish", rw_finish_str(o->finish));
-        rw_mw_kv_u64(w, "prompt_tokens", (uint64_t)o->n_prompt);
-        /* the version that produced the last token (the serving one when nothing was made) */
-        uint64_t last =
-            o->n_spans ? o->spans[o->n_spans - 1].version : (s->ntags ? s->ntags - 1 : 0);
-        rw_mw_kv_str(w, "weight_version", rw_srv_tag_of(s, last));
-        rw_mw_str(w, "version_spans");
-        rw_mw_array(w, (uint32_t)o->n_spans);
-        for (int i = 0; i < o->n_spans; i++) {
-            rw_mw_map(w, 3);
-            rw_mw_kv_str(w, "version", rw_srv_tag_of(s, o->spans[i].version));
-            rw_mw_kv_i64(w, "begin", o->spans[i].begin);
-            rw_mw_kv_i64(w, "end", o->spans[i].end);
-        }
-        /* seconds from the command's arrival */
-        rw_mw_kv_f64(w, "first_token_s", o->t_first > 0 ? o->t_first - g->t_recv : -1);
-        rw_mw_kv_f64(w, "total_s", o->t_done - g->t_recv);
-    }
-    rw_srv_send(s, g->zm, w, NULL);
-}
-
 void rw_srv_gen_remove(rw_server *s, int pos) {
     rw_gen *g = s->gens[pos];
     memmove(s->gens + pos, s->gens + pos + 1, sizeof(rw_gen *) * (size_t)(s->ngens - pos - 1));
     s->ngens--;
+    /* its requests no longer count against its client's limits */
+    rw_client_rec *c = rw_clients_find(s->clients, g->peer, g->peer_len);
+    if (c) {
+        c->requests -= (uint64_t)g->n <= c->requests ? (uint64_t)g->n : c->requests;
+        c->tokens -= g->tokens <= c->tokens ? g->tokens : c->tokens;
+    }
     rw_srv_gen_free(g);
+}
+
+void rw_srv_client_gone(void *server, rw_client_rec *rec) {
+    rw_server *s = server;
+    int64_t n_req = 0, n_cmds = 0;
+    for (int gi = 0; gi < s->ngens; gi++) {
+        rw_gen *g = s->gens[gi];
+        if (g->peer_len != rec->id_len || memcmp(g->peer, rec->id, rec->id_len)) continue;
+        n_cmds++;
+        for (int k = 0; k < g->n; k++) {
+            if (g->outs[k]) continue;
+            const uint64_t eid = g->base + (uint64_t)k;
+            /* an abort gives back the request's KV blocks at once */
+            if (rw_engine_abort(s->r->eng, eid, NULL) == RW_OK) {
+                rw_srv_relay(s, RW_OP_ABORT, eid, NULL, 0);
+                n_req++;
+            }
+        }
+    }
+    char id[40];
+    rw_oplog("client_gone", "peer=%s commands=%lld requests_aborted=%lld",
+             rw_oplog_hex(rec->id, rec->id_len, id, sizeof id), (long long)n_cmds,
+             (long long)n_req);
+    if (n_cmds) rw_srv_collect_outputs(s); /* their final replies go nowhere; counts released */
 }
 
 void rw_srv_collect_outputs(rw_server *s) {
@@ -130,7 +107,7 @@ void rw_srv_collect_outputs(rw_server *s) {
         g->done++;
         s->n_finished++;
         if (g->done == g->n) {
-            gen_reply(s, g);
+            rw_srv_gen_final(s, g);
             rw_srv_gen_remove(s, pos);
         }
     }
@@ -285,6 +262,42 @@ static rw_status gen_gate(const rw_server *s, rw_err *err) {
     return RW_OK;
 }
 
+/* The per-client limits (--max-client-requests, --max-client-tokens): one client (a ZeroMQ
+ * connection) may not queue more, so that it cannot take the worker's memory for itself. A
+ * client that left before its message was read gets no work either. */
+static rw_status client_room(rw_server *s, const rw_srv_call *c, uint64_t requests, uint64_t tokens,
+                             rw_err *err) {
+    if (!s->clients) return RW_OK;
+    char who[160];
+    rw_client_rec *r = c->client;
+    if (!r)
+        RW_FAIL(err, RW_E_BUSY,
+                "generate: the worker tracks %d clients with work in flight; no room for another",
+                RW_CLIENTS_MAX);
+    if (r->gone) RW_FAIL(err, RW_E_ABORTED, "generate: the client disconnected");
+    const uint64_t max_r = s->o->max_client_requests, max_t = s->o->max_client_tokens;
+    rw_status st = RW_OK;
+    if (r->requests + requests > max_r)
+        st = RW_ERR(err, RW_E_BUSY,
+                    "generate: this client has %llu requests in flight and asks for %llu more: "
+                    "past the per-client limit of %llu (--max-client-requests); wait for replies "
+                    "or abort some",
+                    (unsigned long long)r->requests, (unsigned long long)requests,
+                    (unsigned long long)max_r);
+    else if (r->tokens + tokens > max_t)
+        st = RW_ERR(err, RW_E_BUSY,
+                    "generate: this client has %llu tokens (prompt + max_new_tokens) in flight "
+                    "and asks for %llu more: past the per-client limit of %llu "
+                    "(--max-client-tokens); wait for replies or abort some",
+                    (unsigned long long)r->tokens, (unsigned long long)tokens,
+                    (unsigned long long)max_t);
+    if (st != RW_OK)
+        rw_oplog_limited(&s->rl_busy, "client_busy", "%s requests=%llu tokens=%llu",
+                         rw_srv_peer_desc(c->zm, who, sizeof who), (unsigned long long)r->requests,
+                         (unsigned long long)r->tokens);
+    return st;
+}
+
 /* Handles generate. On success the command is registered (its message kept). */
 rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     const rw_request *req = c->req;
@@ -318,6 +331,12 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     RW_CHECK(rw_mfields_done(&f, err));
 
     const int total = (int)(np * per);
+    uint64_t tokens = 0;
+    for (size_t pi = 0; pi < np; pi++)
+        tokens += ((uint64_t)rw_mobj_len(prompts ? rw_mobj_at(prompts, pi) : prompt) +
+                   (uint64_t)sp.max_new_tokens) *
+                  per;
+    RW_CHECK(client_room(s, c, (uint64_t)total, tokens, err));
     rw_gen *g = calloc(1, sizeof *g);
     if (!g) RW_FAIL(err, RW_E_OOM, "generate");
     g->outs = calloc((size_t)total, sizeof *g->outs);
@@ -402,7 +421,12 @@ rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
         s->capgens = nc;
     }
     g->zm = zm;
+    g->tokens = tokens;
     s->gens[s->ngens++] = g;
+    if (c->client) {
+        c->client->requests += (uint64_t)total;
+        c->client->tokens += tokens;
+    }
     c->kept = true;
     return RW_OK;
 }

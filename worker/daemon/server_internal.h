@@ -11,6 +11,8 @@
 #ifndef RW_DAEMON_SERVER_INTERNAL_H
 #define RW_DAEMON_SERVER_INTERNAL_H
 
+#include "clients.h"
+#include "oplog.h"
 #include "server.h"
 
 /* One generate command in flight: its requests are engine ids base .. base + n - 1. */
@@ -27,6 +29,7 @@ typedef struct rw_gen {
     bool stream, logprobs;
     int *sent; /* [n] tokens already streamed */
     double t_recv;
+    uint64_t tokens; /* prompt + max_new_tokens of its requests: charged to its client */
 } rw_gen;
 
 typedef struct rw_server {
@@ -59,6 +62,10 @@ typedef struct rw_server {
     int32_t *peek_tok;
     float *peek_lp;
     size_t peekcap;
+    rw_clients *clients;   /* the control socket's clients (NULL: not watched) */
+    rw_oplog_rate rl_auth; /* rate limits of the operator log's peer-triggered events */
+    rw_oplog_rate rl_msg;
+    rw_oplog_rate rl_busy;
 } rw_server;
 
 /* One received command on its way through the dispatch table. */
@@ -70,6 +77,7 @@ typedef struct rw_srv_call {
     uint64_t taken;  /* RW_OPK_* fields taken out of req->args so far */
     bool kept;       /* the handler keeps zm (it answers later) */
     bool replied;    /* the handler sent its reply itself */
+    rw_client_rec *client; /* its sender (NULL when not tracked) */
 } rw_srv_call;
 
 /* A command handler: RW_OK with its reply in s->w (unless it kept the message or replied
@@ -94,6 +102,8 @@ rw_status rw_srv_reps_status(rw_server *s, rw_op_msg *rep, rw_err *err);
 /* Appends a version tag; its index is what the engine stamps outputs with. */
 bool rw_srv_push_tag(rw_server *s, const char *tag);
 const char *rw_srv_tag_of(const rw_server *s, uint64_t v);
+/* "peer=<routing id hex> addr=<ip>" of a message's sender, for operator log lines. */
+const char *rw_srv_peer_desc(const rw_zmq_msg *zm, char *buf, size_t cap);
 /* "serving", "paused", "updating", "weights_incomplete" or "weights_released". */
 const char *rw_srv_worker_state(const rw_server *s);
 /* True while an update session is open on rank 0. */
@@ -112,6 +122,14 @@ void rw_srv_abort_everything(rw_server *s);
 int64_t rw_srv_requests_in_flight(const rw_server *s);
 void rw_srv_gen_remove(rw_server *s, int pos);
 void rw_srv_gen_free(rw_gen *g);
+/* Aborts every generate command of a client whose connection closed (their KV is freed; the
+ * final replies go nowhere). */
+void rw_srv_client_gone(void *server, rw_client_rec *rec);
+
+/* --- gen_reply.c ---------------------------------------------------------------------------- */
+/* Sends the final reply of a finished generate command: one message, or parts of at most
+ * --max-reply-bytes (docs/PROTOCOL.md 4.1). */
+void rw_srv_gen_final(rw_server *s, rw_gen *g);
 
 /* --- cmd_control.c -------------------------------------------------------------------------- */
 rw_status rw_srv_pause(rw_server *s, rw_srv_call *c, rw_err *err);
@@ -130,6 +148,11 @@ rw_status rw_srv_sync(rw_server *s, rw_srv_call *c, rw_err *err);
 /* After a session ended without a commit everywhere: settle the ranks, drop what can no longer
  * run, lift the update's pause. */
 void rw_srv_session_ended(rw_server *s);
+/* The operator log's update_abort line for a session (to `version`) that ended without a commit:
+ * reason "client", "forced", "failed" or "timeout"; zm (may be NULL) the client whose command
+ * ended it, why (may be NULL) the error. */
+void rw_srv_log_abort(rw_server *s, const char *version, const char *reason, const rw_zmq_msg *zm,
+                      const char *why);
 /* Asks every follower for its weight state (after a session ended) and records whether any is
  * incomplete; followers with a session still open abort it. */
 void rw_srv_settle_followers(rw_server *s);
