@@ -103,6 +103,10 @@ void rw_log(rw_log_level lvl, const char *fmt, ...) {
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    /* messages quote what clients sent: no control byte reaches the log as it is (one line per
+     * event, no terminal escapes) */
+    for (char *p = line; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     fprintf(stderr, "%s\n", line);
 }
 
