@@ -51,6 +51,10 @@ static rw_status h_init_group(hctx *h, rw_err *err) {
                 offset, rank, world);
     if (timeout <= 0 || timeout > 3600)
         RW_FAIL(err, RW_E_RANGE, "args.timeout_s: %g outside (0, 3600]", timeout);
+    /* the name comes back in replies and logs: printable ASCII only */
+    for (const char *q = name; *q; q++)
+        if (*q < 0x20 || *q > 0x7e)
+            RW_FAIL(err, RW_E_INVALID_ARG, "args.group_name: not printable ASCII");
     RW_CHECK(rw_sync_session_init_group(h->s, id, (int)world, (int)rank, name, timeout, err));
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 3);

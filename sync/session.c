@@ -227,7 +227,8 @@ static rw_status fail_session(rw_sync_session *s, rw_status st, rw_err *err) {
                         : "weights are incomplete until a full update succeeds");
         memcpy(err->msg, tmp, sizeof tmp);
     }
-    RW_LOGW("sync session: %s", err ? err->msg : rw_status_str(st));
+    /* the message names what failed already ("update_weights: ...", "sync session: ...") */
+    RW_LOGW("%s", err ? err->msg : rw_status_str(st));
     return st;
 }
 

@@ -173,4 +173,90 @@ static inline char *rl_checksums(rw_client *c) {
     return s;
 }
 
+/* ---- round two (issue 17): logs, memory, sessions ---------------------------------------- */
+
+/* rl_start_fixture with the worker's stderr (its log) written to `log_path`. */
+static inline void rl_start_logged(dt_worker *w, const char *control, const char *const *extra,
+                                   const char *log_path) {
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fd, 2), 2); /* the forked worker inherits it */
+    close(fd);
+    rl_start_fixture(w, control, extra);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* The whole log file, NUL-terminated (free it). */
+static inline char *rl_read_log(const char *path) {
+    /* through a heap slot: gcc's -Wdangling-pointer takes the text for the address of a local */
+    char **slot = calloc(1, sizeof *slot);
+    size_t n = 0;
+    rw_err e;
+    if (!slot || rw_read_file(path, slot, &n, &e) != RW_OK) fail_msg("log %s: %s", path, e.msg);
+    char *text = *slot;
+    free(slot);
+    return text;
+}
+
+/* Waits up to timeout_s for the log to hold `needle`; returns the log (free it) or fails. */
+static inline char *rl_wait_log(const char *path, const char *needle, double timeout_s) {
+    const double end = rw_now() + timeout_s;
+    for (;;) {
+        char *t = rl_read_log(path);
+        if (strstr(t, needle)) return t;
+        if (rw_now() > end) {
+            fprintf(stderr, "log %s:\n%s\n", path, t);
+            free(t);
+            fail_msg("the log has no '%s' after %.0f s", needle, timeout_s);
+        }
+        free(t);
+        usleep(50000);
+    }
+}
+
+/* Resident memory of a process in KiB (VmRSS), -1 when unknown. */
+static inline long rl_rss_kib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kib = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kib;
+}
+
+/* begin_update on the raw socket; its session token into token[cap] (protocol 2). */
+static inline void rl_begin(rl_sock *s, uint64_t id, const char *args, char *token, size_t cap) {
+    rl_reply r;
+    rl_ok(s, id, "begin_update", args, &r);
+    rl_result_str(&r, "session", token, cap);
+    rl_reply_free(&r);
+    assert_int_equal(strlen(token), RW_SYNC_TOKEN_LEN);
+}
+
+/* Sends one request (args from JSON, plus optional data frames) and returns its reply's status
+ * (RW_OK when ok); the message into msg[cap] (may be NULL). */
+static inline rw_status rl_status(rl_sock *s, uint64_t id, const char *cmd, const char *args,
+                                  const void *frame, size_t flen, char *msg, size_t cap) {
+    size_t n;
+    void *env = rl_env(id, cmd, args, &n);
+    const void *fr[1] = {frame};
+    size_t fl[1] = {flen};
+    rl_reply r;
+    rl_call_raw(s, env, n, fr, fl, frame ? 1 : 0, &r);
+    free(env);
+    assert_int_equal(r.rep.id, id);
+    rw_status st = r.rep.ok ? RW_OK : r.rep.status;
+    if (msg) snprintf(msg, cap, "%s", r.rep.ok ? "" : r.rep.message);
+    rl_reply_free(&r);
+    return st;
+}
+
 #endif
