@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds rw and runs the test suites: 'cpu' everywhere, 'gpu' where a CUDA device exists (its
-# tests report SKIP otherwise), then the 60-second 'soak' suite. `tools/test.sh --sanitize` builds a CPU-only ASan+UBSan tree in
-# ./build-asan and runs the cpu suite there.
+# tests report SKIP otherwise), then the 60-second 'soak' suite. `tools/test.sh --sanitize`
+# builds a CPU-only ASan+UBSan tree in ./build-asan and runs the cpu suite there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
