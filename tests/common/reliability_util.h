@@ -173,7 +173,32 @@ static inline char *rl_checksums(rw_client *c) {
     return s;
 }
 
-/* ---- round two (issue 17): logs, memory, sessions ---------------------------------------- */
+/* ---- round two (issue 17): files, logs, memory, sessions --------------------------------- */
+
+/* Copies a file, its first `keep` bytes only (SIZE_MAX: all). */
+static inline void rl_copy_file(const char *src, const char *dst, size_t keep) {
+    char *text;
+    size_t len;
+    rw_err e;
+    RW_ASSERT_OK(rw_read_file(src, &text, &len, &e), &e);
+    if (keep < len) len = keep;
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(text);
+}
+
+/* tmp/name, a new checkpoint directory holding the fixture's config.json (into dir[cap]). */
+static inline void rl_new_ckpt_dir(const char *fixture, const char *tmp, const char *name,
+                                   char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/%s", tmp, name);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/config.json", fixture);
+    snprintf(b, sizeof b, "%s/config.json", dir);
+    rl_copy_file(a, b, SIZE_MAX);
+}
 
 /* rl_start_fixture with the worker's stderr (its log) written to `log_path`. */
 static inline void rl_start_logged(dt_worker *w, const char *control, const char *const *extra,
@@ -230,6 +255,46 @@ static inline long rl_rss_kib(pid_t pid) {
         if (!strncmp(line, "VmRSS:", 6)) kib = strtol(line + 6, NULL, 10);
     fclose(f);
     return kib;
+}
+
+/* A worker on the fixture with a client, the fixture's reference and its checksums: the set-up
+ * most reliability tests share. `extra` (may be NULL) are more worker arguments; `log` (may be
+ * NULL) receives the worker's stderr. */
+typedef struct rl_fx {
+    dt_worker w;
+    rw_client *c;
+    dt_ref ref;
+    char fixture[4096];
+    char *sums0; /* the checksums of the fixture's weights */
+} rl_fx;
+
+static inline void rl_fx_start(rl_fx *f, const char *const *extra, const char *log) {
+    dt_ref_load(&f->ref);
+    rw_test_path(f->fixture, sizeof f->fixture, RW_TEST_FIXTURE);
+    if (log)
+        rl_start_logged(&f->w, NULL, extra, log);
+    else
+        rl_start_fixture(&f->w, NULL, extra);
+    f->c = dt_connect(&f->w);
+    f->sums0 = rl_checksums(f->c);
+}
+
+/* The clean end (shutdown answered, exit 0) of a worker still running, the kill of one a failed
+ * check left behind. */
+static inline void rl_fx_stop(rl_fx *f) {
+    if (f->w.pid > 0 && f->c) dt_shutdown(&f->w, f->c, 30);
+    f->c = NULL;
+    dt_kill(&f->w);
+    free(f->sums0);
+    f->sums0 = NULL;
+}
+
+/* Sends one request (args from JSON) without waiting for its reply. */
+static inline void rl_send_request(rl_sock *s, uint64_t id, const char *cmd, const char *args) {
+    size_t n;
+    void *env = rl_env(id, cmd, args, &n);
+    rl_send(s, (const void *const[]){env}, (size_t[]){n}, 1);
+    free(env);
 }
 
 /* begin_update on the raw socket; its session token into token[cap] (protocol 2). */

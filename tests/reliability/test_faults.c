@@ -41,33 +41,10 @@ typedef struct fx {
 static fx *F; /* for the teardown of a failed test */
 
 /* ---- files ----------------------------------------------------------------------------------- */
-static void copy_file(const char *src, const char *dst, size_t keep /* SIZE_MAX: all */) {
-    char *text;
-    size_t len;
-    rw_err e;
-    RW_ASSERT_OK(rw_read_file(src, &text, &len, &e), &e);
-    if (keep < len) len = keep;
-    FILE *f = fopen(dst, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-    free(text);
-}
-
 static size_t file_size(const char *p) {
     struct stat sb;
     assert_int_equal(stat(p, &sb), 0);
     return (size_t)sb.st_size;
-}
-
-/* dir/config.json from the fixture, plus dir itself. */
-static void new_ckpt_dir(const fx *f, const char *name, char *dir, size_t cap) {
-    snprintf(dir, cap, "%s/%s", f->tmp, name);
-    assert_int_equal(mkdir(dir, 0755), 0);
-    char a[4200], b[4200];
-    snprintf(a, sizeof a, "%s/config.json", f->fixture);
-    snprintf(b, sizeof b, "%s/config.json", dir);
-    copy_file(a, b, SIZE_MAX);
 }
 
 /* The fixture's tensors split over two shards with model.safetensors.index.json. */
@@ -339,23 +316,23 @@ static void test_disk_truncated(void **state) {
     const size_t full = file_size(src);
 
     /* a lone file cut in half */
-    new_ckpt_dir(f, "half", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "half", dir, sizeof dir);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    copy_file(src, dst, full / 2);
+    rl_copy_file(src, dst, full / 2);
     disk_refused(f, dir, RW_E_FORMAT, "model.safetensors", msg, sizeof msg);
     assert_intact(f, v0);
 
     /* the data ends 2 bytes before the last tensor does */
-    new_ckpt_dir(f, "short2", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "short2", dir, sizeof dir);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    copy_file(src, dst, full - 2);
+    rl_copy_file(src, dst, full - 2);
     disk_refused(f, dir, RW_E_FORMAT, "model.safetensors", msg, sizeof msg);
     assert_intact(f, v0);
 
     /* a flipped byte inside the JSON header */
-    new_ckpt_dir(f, "flipped", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "flipped", dir, sizeof dir);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    copy_file(src, dst, SIZE_MAX);
+    rl_copy_file(src, dst, SIZE_MAX);
     {
         FILE *fp = fopen(dst, "r+b");
         assert_non_null(fp);
@@ -367,7 +344,7 @@ static void test_disk_truncated(void **state) {
     assert_intact(f, v0);
 
     /* an indexed checkpoint whose second shard is cut short */
-    new_ckpt_dir(f, "sharded", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "sharded", dir, sizeof dir);
     write_sharded(f, dir);
     snprintf(dst, sizeof dst, "%s/model-00002-of-00002.safetensors", dir);
     assert_int_equal(truncate(dst, (off_t)(file_size(dst) - 100)), 0);
@@ -408,7 +385,7 @@ static void test_disk_truncated(void **state) {
     repair_from_disk(f, "repaired-from-disk");
 
     /* the intact sharded checkpoint loads */
-    new_ckpt_dir(f, "sharded_ok", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "sharded_ok", dir, sizeof dir);
     write_sharded(f, dir);
     char a[4400];
     snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"sharded\"}", dir);
@@ -423,10 +400,10 @@ static const char *cut_setup(fx *f, const char *name, size_t i, char *dir, size_
                              size_t fcap, uint64_t *cut) {
     static char tname[RW_SYNC_MAX_NAME];
     char src[4200];
-    new_ckpt_dir(f, name, dir, cap);
+    rl_new_ckpt_dir(f->fixture, f->tmp, name, dir, cap);
     snprintf(src, sizeof src, "%s/model.safetensors", f->fixture);
     snprintf(file, fcap, "%s/model.safetensors", dir);
-    copy_file(src, file, SIZE_MAX);
+    rl_copy_file(src, file, SIZE_MAX);
     rw_st_file *st;
     rw_err e;
     RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
@@ -581,11 +558,11 @@ static void test_startup_cut_while_loading(void **state) {
     free(out);
 
     /* a worker started on an intact copy loads it (the same row pieces) and serves it */
-    new_ckpt_dir(f, "intact_start", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "intact_start", dir, sizeof dir);
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     char src[4200];
     snprintf(src, sizeof src, "%s/model.safetensors", f->fixture);
-    copy_file(src, file, SIZE_MAX);
+    rl_copy_file(src, file, SIZE_MAX);
     const char *args[] = {"--model",           dir, "--device", "cpu", "--control",
                           "tcp://127.0.0.1:*", NULL};
     dt_worker w;

@@ -19,69 +19,48 @@
 #include "reliability_util.h"
 
 typedef struct fx {
-    dt_worker w;
-    rw_client *c;
-    dt_ref ref;
+    rl_fx x;
     char *tmp;
-    char fixture[4096];
-    char *sums0;
 } fx;
 
 static fx F;
 
 static int setup(void **state) {
-    dt_ref_load(&F.ref);
-    rw_test_path(F.fixture, sizeof F.fixture, RW_TEST_FIXTURE);
     F.tmp = rw_test_tmpdir("rw_rel_files_");
-    rl_start_fixture(&F.w, NULL, NULL);
-    F.c = dt_connect(&F.w);
-    F.sums0 = rl_checksums(F.c);
+    rl_fx_start(&F.x, NULL, NULL);
     *state = &F;
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    if (F.w.pid > 0) dt_shutdown(&F.w, F.c, 30);
-    dt_kill(&F.w);
+    rl_fx_stop(&F.x);
     rw_test_rm_rf(F.tmp);
     free(F.tmp);
-    free(F.sums0);
     return 0;
 }
 
-static void copy_file(const char *src, const char *dst) {
-    char *t;
-    size_t n;
-    rw_err e;
-    RW_ASSERT_OK(rw_read_file(src, &t, &n, &e), &e);
-    FILE *f = fopen(dst, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(t, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-    free(t);
-}
-
-/* tmp/name with the fixture's config.json. */
-static const char *new_dir(const char *name, char *dir, size_t cap) {
-    snprintf(dir, cap, "%s/%s", F.tmp, name);
-    assert_int_equal(mkdir(dir, 0755), 0);
-    char a[4200], b[4200];
-    snprintf(a, sizeof a, "%s/config.json", F.fixture);
-    snprintf(b, sizeof b, "%s/config.json", dir);
-    copy_file(a, b);
+/* tmp/name with the fixture's config.json (and, when `model`, a copy of its model.safetensors). */
+static const char *new_dir(const char *name, bool model, char *dir, size_t cap) {
+    rl_new_ckpt_dir(F.x.fixture, F.tmp, name, dir, cap);
+    if (model) {
+        char a[4200], b[4400];
+        snprintf(a, sizeof a, "%s/model.safetensors", F.x.fixture);
+        snprintf(b, sizeof b, "%s/model.safetensors", dir);
+        rl_copy_file(a, b, SIZE_MAX);
+    }
     return dir;
 }
 
 /* The previous version serves, bit for bit. */
 static void assert_intact(void) {
-    json_t *v = dt_ok(F.c, "get_weight_version", NULL);
+    json_t *v = dt_ok(F.x.c, "get_weight_version", NULL);
     assert_string_equal(dt_str(v, "state", NULL), "ready");
     json_decref(v);
-    char *sums = rl_checksums(F.c);
-    assert_string_equal(sums, F.sums0);
+    char *sums = rl_checksums(F.x.c);
+    assert_string_equal(sums, F.x.sums0);
     free(sums);
-    rl_assert_reference(F.c, &F.ref);
+    rl_assert_reference(F.x.c, &F.x.ref);
 }
 
 /* update_weights_from_disk of dir, sent while another client keeps asking for health: the
@@ -92,15 +71,10 @@ static void disk_refused_live(const char *dir, rw_status want, const char *sub, 
     char a[4400];
     snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"never\"}", dir);
     rl_sock s;
-    rl_open(&s, F.w.ep);
-    size_t n;
-    void *env = rl_env(77, "update_weights_from_disk", a, &n);
-    const void *fr[1] = {env};
-    size_t fl[1] = {n};
-    rl_send(&s, fr, fl, 1);
-    free(env);
+    rl_open(&s, F.x.w.ep);
+    rl_send_request(&s, 77, "update_weights_from_disk", a);
     /* the control loop is free: a second client's health comes back at once */
-    rw_client *h = dt_connect(&F.w);
+    rw_client *h = dt_connect(&F.x.w);
     const double t0 = rw_now();
     char *res = NULL;
     rw_err e;
@@ -134,12 +108,12 @@ static void unblock_fifo(const char *path) {
 static void test_fifo_shard(void **state) {
     (void)state;
     char dir[4200], p[4400], msg[512];
-    new_dir("fifo_shard", dir, sizeof dir);
+    new_dir("fifo_shard", true, dir, sizeof dir);
     /* the index names two shards: the first a real file, the second a FIFO */
-    char src[4200];
-    snprintf(src, sizeof src, "%s/model.safetensors", F.fixture);
+    char src[4400];
+    snprintf(src, sizeof src, "%s/model.safetensors", dir);
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
-    copy_file(src, p);
+    assert_int_equal(rename(src, p), 0);
     snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", dir);
     assert_int_equal(mkfifo(p, 0644), 0);
     json_t *map = json_object();
@@ -162,7 +136,7 @@ static void test_fifo_model_and_index(void **state) {
     (void)state;
     char dir[4200], p[4400], msg[512];
     /* a lone model.safetensors that is a FIFO */
-    new_dir("fifo_model", dir, sizeof dir);
+    new_dir("fifo_model", false, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     assert_int_equal(mkfifo(p, 0644), 0);
     disk_refused_live(dir, RW_E_IO, "is not a regular file (a FIFO)", msg, sizeof msg);
@@ -170,11 +144,7 @@ static void test_fifo_model_and_index(void **state) {
     assert_non_null(strstr(msg, "model.safetensors"));
     assert_intact();
     /* an index that is a FIFO (next to a valid model.safetensors it must not fall back to) */
-    new_dir("fifo_index", dir, sizeof dir);
-    char src[4200];
-    snprintf(src, sizeof src, "%s/model.safetensors", F.fixture);
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    copy_file(src, p);
+    new_dir("fifo_index", true, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     assert_int_equal(mkfifo(p, 0644), 0);
     disk_refused_live(dir, RW_E_IO, "is not a regular file (a FIFO)", msg, sizeof msg);
@@ -217,7 +187,7 @@ static void test_symlink_not_a_checkpoint(void **state) {
     const uint8_t big[8] = {'S', 'E', 'C', 'R', 'E', 'T', '=', '1'};
     snprintf(target, sizeof target, "%s/secret_a.env", F.tmp);
     write_secret(target, big, sizeof big, text);
-    new_dir("symlink_a", dir, sizeof dir);
+    new_dir("symlink_a", false, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     assert_int_equal(symlink(target, p), 0);
     disk_refused_live(dir, RW_E_FORMAT, "not a safetensors file", msg, sizeof msg);
@@ -227,25 +197,25 @@ static void test_symlink_not_a_checkpoint(void **state) {
     const uint8_t small[8] = {24, 0, 0, 0, 0, 0, 0, 0};
     snprintf(target, sizeof target, "%s/secret_b.env", F.tmp);
     write_secret(target, small, sizeof small, text);
-    new_dir("symlink_b", dir, sizeof dir);
+    new_dir("symlink_b", false, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     assert_int_equal(symlink(target, p), 0);
     disk_refused_live(dir, RW_E_FORMAT, "header is not valid JSON", msg, sizeof msg);
     assert_no_bytes(msg, small, text);
     /* an index that is a symlink to the same kind of file */
-    new_dir("symlink_index", dir, sizeof dir);
+    new_dir("symlink_index", false, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     assert_int_equal(symlink(target, p), 0);
     disk_refused_live(dir, RW_E_FORMAT, "invalid JSON", msg, sizeof msg);
     assert_no_bytes(msg, small, text);
     /* a symlink to a real checkpoint (a Hugging Face cache is made of them) still loads */
-    new_dir("symlink_ok", dir, sizeof dir);
+    new_dir("symlink_ok", false, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    snprintf(target, sizeof target, "%s/model.safetensors", F.fixture);
+    snprintf(target, sizeof target, "%s/model.safetensors", F.x.fixture);
     assert_int_equal(symlink(target, p), 0);
     char a[4400];
     snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"via-symlink\"}", dir);
-    json_decref(dt_ok(F.c, "update_weights_from_disk", a));
+    json_decref(dt_ok(F.x.c, "update_weights_from_disk", a));
     assert_intact();
 }
 

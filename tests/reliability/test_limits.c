@@ -214,10 +214,7 @@ static void test_disconnect_aborts(void **state) {
     for (int round = 0; round < 2; round++) {
         rl_sock s;
         rl_open(&s, W.ep);
-        size_t n;
-        void *env = rl_env(1, "generate", p, &n);
-        rl_send(&s, (const void *const[]){env}, (size_t[]){n}, 1);
-        free(env);
+        rl_send_request(&s, 1, "generate", p);
         /* round 0: gone while generating; round 1: gone at once (maybe before it was read) */
         if (round == 0) {
             const double end = rw_now() + 10;

@@ -207,10 +207,7 @@ static void test_parts_lowered_limit(void **state) {
     /* the parts as they come on the wire */
     rl_sock s;
     rl_open(&s, W1.ep);
-    size_t n;
-    void *env = rl_env(5, "generate", a, &n);
-    rl_send(&s, (const void *const[]){env}, (size_t[]){n}, 1);
-    free(env);
+    rl_send_request(&s, 5, "generate", a);
     int partials;
     const int parts = read_parts(&s, 5, LIMIT, &partials);
     printf("%d parts of at most %d bytes\n", parts, LIMIT);
@@ -218,9 +215,7 @@ static void test_parts_lowered_limit(void **state) {
     free(a);
     /* streamed: partial replies first, then the final result in parts, joined by the client */
     a = gen_args(NP, NT, TOP, true);
-    env = rl_env(6, "generate", a, &n);
-    rl_send(&s, (const void *const[]){env}, (size_t[]){n}, 1);
-    free(env);
+    rl_send_request(&s, 6, "generate", a);
     assert_true(read_parts(&s, 6, LIMIT, &partials) >= 5);
     assert_true(partials > 0);
     uint64_t id = dt_send(c1, "generate", a);

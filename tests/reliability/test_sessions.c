@@ -16,40 +16,30 @@
 #include "reliability_util.h"
 
 typedef struct fx {
-    dt_worker w;
-    rw_client *c;
-    dt_ref ref;
-    char fixture[4096];
+    rl_fx x;
     char log[300];
-    char *sums0;
 } fx;
 
 static fx F;
 
 static int setup(void **state) {
-    dt_ref_load(&F.ref);
-    rw_test_path(F.fixture, sizeof F.fixture, RW_TEST_FIXTURE);
     snprintf(F.log, sizeof F.log, "/tmp/rw_rel_sessions_%d.log", (int)getpid());
-    rl_start_logged(&F.w, NULL, (const char *const[]){"--log-level", "info", NULL}, F.log);
-    F.c = dt_connect(&F.w);
-    F.sums0 = rl_checksums(F.c);
+    rl_fx_start(&F.x, (const char *const[]){"--log-level", "info", NULL}, F.log);
     *state = &F;
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
-    if (F.w.pid > 0) dt_shutdown(&F.w, F.c, 30);
-    dt_kill(&F.w);
+    rl_fx_stop(&F.x);
     unlink(F.log);
-    free(F.sums0);
     return 0;
 }
 
 /* A one-tensor bucket of model.norm.weight (bf16 [128]) holding the fixture's bytes. */
 static void norm_bucket(uint8_t *buf, size_t cap) {
     char p[4200];
-    snprintf(p, sizeof p, "%s/model.safetensors", F.fixture);
+    snprintf(p, sizeof p, "%s/model.safetensors", F.x.fixture);
     rw_st_file *st;
     rw_err e;
     RW_ASSERT_OK(rw_st_open(p, &st, &e), &e);
@@ -85,7 +75,7 @@ static void foreign_requests(rl_sock *b, const char *version, const uint8_t *buc
         char c_args[128], d_args[4600];
         /* {"session": ...} without the trailing ", " */
         snprintf(c_args, sizeof c_args, "{%.*s}", (int)strlen(tokens[k]) - (k ? 2 : 0), tokens[k]);
-        snprintf(d_args, sizeof d_args, "{%s\"path\": \"%s\"}", tokens[k], F.fixture);
+        snprintf(d_args, sizeof d_args, "{%s\"path\": \"%s\"}", tokens[k], F.x.fixture);
         const foreign_rq rq[4] = {
             {"commit_update", c_args, false},
             {"abort_update", c_args, false},
@@ -101,7 +91,7 @@ static void foreign_requests(rl_sock *b, const char *version, const uint8_t *buc
             assert_non_null(strstr(msg, "args.session"));
             if (want == RW_E_AUTH) assert_non_null(strstr(msg, version));
             /* nothing changed: the session is open, to A's version */
-            json_t *v = dt_ok(F.c, "get_weight_version", NULL);
+            json_t *v = dt_ok(F.x.c, "get_weight_version", NULL);
             assert_string_equal(dt_str(v, "state", NULL), "updating");
             assert_string_equal(dt_str(v, "updating_to", NULL), version);
             json_decref(v);
@@ -115,8 +105,8 @@ static void test_foreign_client_refused(void **state) {
     static uint8_t bucket[256];
     norm_bucket(bucket, sizeof bucket);
     rl_sock a, b;
-    rl_open(&a, F.w.ep);
-    rl_open(&b, F.w.ep);
+    rl_open(&a, F.x.w.ep);
+    rl_open(&b, F.x.w.ep);
     char token[64], args[1024], field[128], msg[512];
     rl_begin(&a, 1, "{\"version\": \"owned\", \"bucket_bytes\": 4194304}", token, sizeof token);
     snprintf(field, sizeof field, "\"session\": \"%s\", ", token);
@@ -125,24 +115,24 @@ static void test_foreign_client_refused(void **state) {
                                bucket, sizeof bucket, msg, sizeof msg),
                      RW_OK);
     foreign_requests(&b, "owned", bucket);
-    json_t *s = dt_ok(F.c, "stats", NULL);
+    json_t *s = dt_ok(F.x.c, "stats", NULL);
     assert_int_equal(dt_int(s, "weights", "updates"), 0);
     json_decref(s);
     /* A finishes its session: the whole fixture from disk inside it, then its commit */
     char d[4400];
-    snprintf(d, sizeof d, "{\"session\": \"%s\", \"path\": \"%s\"}", token, F.fixture);
+    snprintf(d, sizeof d, "{\"session\": \"%s\", \"path\": \"%s\"}", token, F.x.fixture);
     assert_int_equal(rl_status(&a, 3, "update_weights_from_disk", d, NULL, 0, msg, sizeof msg),
                      RW_OK);
     snprintf(args, sizeof args, "{\"session\": \"%s\"}", token);
     assert_int_equal(rl_status(&a, 4, "commit_update", args, NULL, 0, msg, sizeof msg), RW_OK);
-    json_t *v = dt_ok(F.c, "get_weight_version", NULL);
+    json_t *v = dt_ok(F.x.c, "get_weight_version", NULL);
     assert_string_equal(dt_str(v, "version", NULL), "owned");
     assert_string_equal(dt_str(v, "state", NULL), "ready");
     json_decref(v);
-    char *sums = rl_checksums(F.c);
-    assert_string_equal(sums, F.sums0);
+    char *sums = rl_checksums(F.x.c);
+    assert_string_equal(sums, F.x.sums0);
     free(sums);
-    rl_assert_reference(F.c, &F.ref);
+    rl_assert_reference(F.x.c, &F.x.ref);
     /* the old token is worth nothing now */
     assert_int_equal(rl_status(&b, 5, "commit_update", args, NULL, 0, msg, sizeof msg), RW_E_STATE);
     char *log = rl_wait_log(F.log, "update_commit version=\"owned\"", 10);
@@ -156,11 +146,11 @@ static void test_foreign_client_refused(void **state) {
 static void test_forced_abort_of_stuck_session(void **state) {
     (void)state;
     rl_sock a, op;
-    rl_open(&a, F.w.ep);
+    rl_open(&a, F.x.w.ep);
     char token[64], msg[512];
     rl_begin(&a, 1, "{\"version\": \"stuck\", \"timeout_s\": 3600}", token, sizeof token);
     rl_close(&a); /* the trainer goes quiet; its session would wait an hour */
-    rl_open(&op, F.w.ep);
+    rl_open(&op, F.x.w.ep);
     assert_int_equal(rl_status(&op, 2, "abort_update", NULL, NULL, 0, msg, sizeof msg), RW_E_AUTH);
     rl_reply r;
     rl_ok(&op, 3, "abort_update", "{\"force\": true}", &r);
@@ -169,20 +159,20 @@ static void test_forced_abort_of_stuck_session(void **state) {
     RW_ASSERT_OK(rw_mobj_bool(rw_mobj_get(r.rep.result, "intact"), "intact", &intact, &e), &e);
     assert_true(intact);
     rl_reply_free(&r);
-    json_t *v = dt_ok(F.c, "get_weight_version", NULL);
+    json_t *v = dt_ok(F.x.c, "get_weight_version", NULL);
     assert_string_equal(dt_str(v, "state", NULL), "ready");
     json_decref(v);
     char *log = rl_wait_log(F.log, "update_abort version=\"stuck\" reason=forced", 10);
     free(log);
     rl_close(&op);
-    rl_assert_reference(F.c, &F.ref);
+    rl_assert_reference(F.x.c, &F.x.ref);
 }
 
 /* rw-ctl prints begin_update's token; --session carries it, --force ends another's session. */
 static void test_rw_ctl_tokens(void **state) {
     (void)state;
     char out[8192];
-    const char *begin[] = {"--to", F.w.ep, "begin_update", "--version", "ctl-v", NULL};
+    const char *begin[] = {"--to", F.x.w.ep, "begin_update", "--version", "ctl-v", NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", begin, out, sizeof out, 60), 0);
     json_error_t je;
     json_t *r = json_loads(out, JSON_DISABLE_EOF_CHECK, &je);
@@ -190,20 +180,20 @@ static void test_rw_ctl_tokens(void **state) {
     char token[64];
     snprintf(token, sizeof token, "%s", dt_str(r, "session", NULL));
     json_decref(r);
-    const char *no_token[] = {"--to", F.w.ep, "commit_update", NULL};
+    const char *no_token[] = {"--to", F.x.w.ep, "commit_update", NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", no_token, out, sizeof out, 60), 1);
     assert_non_null(strstr(out, "\"auth\""));
     char d[4200];
-    snprintf(d, sizeof d, "%s", F.fixture);
-    const char *disk[] = {"--to", F.w.ep, "update_weights_from_disk", "--path", d, "--session",
+    snprintf(d, sizeof d, "%s", F.x.fixture);
+    const char *disk[] = {"--to", F.x.w.ep, "update_weights_from_disk", "--path", d, "--session",
                           token,  NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", disk, out, sizeof out, 60), 0);
-    const char *commit[] = {"--to", F.w.ep, "commit_update", "--session", token, NULL};
+    const char *commit[] = {"--to", F.x.w.ep, "commit_update", "--session", token, NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", commit, out, sizeof out, 60), 0);
     assert_non_null(strstr(out, "\"version\":\"ctl-v\""));
-    const char *begin2[] = {"--to", F.w.ep, "begin_update", "--version", "ctl-w", NULL};
+    const char *begin2[] = {"--to", F.x.w.ep, "begin_update", "--version", "ctl-w", NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", begin2, out, sizeof out, 60), 0);
-    const char *force[] = {"--to", F.w.ep, "abort_update", "--force", NULL};
+    const char *force[] = {"--to", F.x.w.ep, "abort_update", "--force", NULL};
     assert_int_equal(dt_run_tool("tools/ctl/rw-ctl", force, out, sizeof out, 60), 0);
     assert_non_null(strstr(out, "\"intact\":true"));
 }
@@ -212,14 +202,14 @@ static void test_rw_ctl_tokens(void **state) {
  * another client's commit in the middle of it is refused. */
 static void test_client_library_tokens(void **state) {
     (void)state;
-    rw_client *t = dt_connect(&F.w), *other = dt_connect(&F.w);
+    rw_client *t = dt_connect(&F.x.w), *other = dt_connect(&F.x.w);
     rw_err e;
     RW_ASSERT_OK(rw_client_begin_update(t, "lib-v", false, 4u << 20, 60, DT_TIMEOUT_MS, &e), &e);
     assert_int_equal(strlen(rw_client_session(t)), RW_SYNC_TOKEN_LEN);
     assert_int_equal(strlen(rw_client_session(other)), 0);
     rw_err_clear(&e);
     assert_int_equal(rw_client_commit_update(other, DT_TIMEOUT_MS, NULL, 0, &e), RW_E_AUTH);
-    RW_ASSERT_OK(rw_client_update_from_disk(t, F.fixture, NULL, DT_TIMEOUT_MS, &e), &e);
+    RW_ASSERT_OK(rw_client_update_from_disk(t, F.x.fixture, NULL, DT_TIMEOUT_MS, &e), &e);
     char v[RW_SYNC_MAX_VERSION + 1];
     RW_ASSERT_OK(rw_client_commit_update(t, DT_TIMEOUT_MS, v, sizeof v, &e), &e);
     assert_string_equal(v, "lib-v");
@@ -230,11 +220,11 @@ static void test_client_library_tokens(void **state) {
                       .verify = true,
                       .timeout_ms = DT_TIMEOUT_MS};
     rw_push_summary sum;
-    RW_ASSERT_OK(rw_sync_push_ckpt(&t, 1, NULL, F.fixture, &o, &sum, &e), &e);
+    RW_ASSERT_OK(rw_sync_push_ckpt(&t, 1, NULL, F.x.fixture, &o, &sum, &e), &e);
     assert_true(sum.verified && sum.mismatches == 0);
     rw_client_close(t);
     rw_client_close(other);
-    rl_assert_reference(F.c, &F.ref);
+    rl_assert_reference(F.x.c, &F.x.ref);
 }
 
 int main(void) {

@@ -260,6 +260,17 @@ static void test_soak(void **state) {
            s->health_max_s, (unsigned long long)s->health_calls, rss_start, base, peak, rss_end,
            s->nfail);
     fflush(stdout);
+    /* the worker's RSS at each full minute (or tenth of a shorter run): flat, or growing? */
+    const double step = s->duration_s >= 120 ? 60 : s->duration_s / 10;
+    printf("{\"event\": \"soak_rss\", \"every_s\": %.0f, \"rss_kib\": [", step);
+    double next_t = step;
+    for (size_t i = 0, k = 0; i < s->nrss; i++)
+        if (s->rss[i].t >= next_t) {
+            printf("%s%ld", k++ ? ", " : "", s->rss[i].rss_kib);
+            next_t += step;
+        }
+    printf("]}\n");
+    fflush(stdout);
     for (int i = 0; i < s->nfail && i < 8; i++)
         fprintf(stderr, "failure %d: %s\n", i, s->fail[i]);
     assert_int_equal(s->nfail, 0);

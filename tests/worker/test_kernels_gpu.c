@@ -472,6 +472,21 @@ static void test_router(void **state) {
     router_case(300, 60, 512, 20);
 }
 
+/* The sampling kernel on n requests over logits [rows, V]: host arrays in, host results out. */
+static void sample_on_device(const float *l, int64_t rows, int64_t n, int64_t V,
+                             const rw_k_sample_param *p, rw_k_sample_out *out) {
+    float *dl = rw_tdev_put(l, 4 * rows * V);
+    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
+    rw_k_sample_out *dout;
+    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
+    rw_tdev_get(out, dout, sizeof *out * n);
+    cudaFree(dl);
+    cudaFree(dp);
+    cudaFree(dout);
+}
+
 static void test_sample(void **state) {
     (void)state;
     const int64_t n = 240, V = 5003;
@@ -501,15 +516,8 @@ static void test_sample(void **state) {
     rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got),
                     *again = calloc((size_t)n, sizeof *again);
     rw_k_sample_ref(l, n, V, p, ref);
-    float *dl = rw_tdev_put(l, 4 * n * V);
-    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
-    rw_k_sample_out *dout;
-    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
-    rw_err err = {0};
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(got, dout, sizeof *got * n);
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(again, dout, sizeof *again * n);
+    sample_on_device(l, n, n, V, p, got);
+    sample_on_device(l, n, n, V, p, again);
     rw_assert_bytes_equal(got, again, sizeof *got * n, "sampling rerun");
     int same = 0, sampled = 0;
     for (int i = 0; i < n; i++) {
@@ -538,9 +546,6 @@ static void test_sample(void **state) {
     print_message("sampled rows: %d of %d draw the reference's token\n", same, sampled);
     /* only exp() rounding differs from the reference: boundary cases are rare */
     assert_true(same >= sampled - 2);
-    cudaFree(dl);
-    cudaFree(dp);
-    cudaFree(dout);
     free(l);
     free(p);
     free(ref);
@@ -570,13 +575,7 @@ static void test_sample_tiny_temperature(void **state) {
     }
     rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got);
     rw_k_sample_ref(l, n, V, p, ref);
-    float *dl = rw_tdev_put(l, 4 * n * V);
-    rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
-    rw_k_sample_out *dout;
-    RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
-    rw_err err = {0};
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
-    rw_tdev_get(got, dout, sizeof *got * n);
+    sample_on_device(l, n, n, V, p, got);
     for (int i = 0; i < n; i++) {
         const float *row = l + (int64_t)i * V;
         int32_t arg = 0;
@@ -586,9 +585,6 @@ static void test_sample_tiny_temperature(void **state) {
             fail_msg("row %d (T %g): device %d, reference %d, argmax %d", i,
                      (double)p[i].temperature, got[i].token, ref[i].token, arg);
     }
-    cudaFree(dl);
-    cudaFree(dp);
-    cudaFree(dout);
     free(l);
     free(p);
     free(ref);

@@ -70,6 +70,21 @@ void rw_srv_gen_remove(rw_server *s, int pos) {
     rw_srv_gen_free(g);
 }
 
+/* Aborts the unfinished requests of command g on every rank (an abort gives back a request's KV
+ * blocks at once); returns how many. Their outputs are collected by the caller. */
+static int64_t abort_gen(rw_server *s, const rw_gen *g) {
+    int64_t n = 0;
+    for (int k = 0; k < g->n; k++) {
+        if (g->outs[k]) continue;
+        const uint64_t eid = g->base + (uint64_t)k;
+        if (rw_engine_abort(s->r->eng, eid, NULL) == RW_OK) {
+            rw_srv_relay(s, RW_OP_ABORT, eid, NULL, 0);
+            n++;
+        }
+    }
+    return n;
+}
+
 void rw_srv_client_gone(void *server, rw_client_rec *rec) {
     rw_server *s = server;
     int64_t n_req = 0, n_cmds = 0;
@@ -77,15 +92,7 @@ void rw_srv_client_gone(void *server, rw_client_rec *rec) {
         rw_gen *g = s->gens[gi];
         if (g->peer_len != rec->id_len || memcmp(g->peer, rec->id, rec->id_len)) continue;
         n_cmds++;
-        for (int k = 0; k < g->n; k++) {
-            if (g->outs[k]) continue;
-            const uint64_t eid = g->base + (uint64_t)k;
-            /* an abort gives back the request's KV blocks at once */
-            if (rw_engine_abort(s->r->eng, eid, NULL) == RW_OK) {
-                rw_srv_relay(s, RW_OP_ABORT, eid, NULL, 0);
-                n_req++;
-            }
-        }
+        n_req += abort_gen(s, g);
     }
     char id[40];
     rw_oplog("client_gone", "peer=%s commands=%lld requests_aborted=%lld",
@@ -461,14 +468,7 @@ rw_status rw_srv_abort(rw_server *s, rw_srv_call *c, rw_err *err) {
             rw_gen *g = s->gens[gi];
             if (g->req_id != id || g->peer_len != plen || memcmp(g->peer, peer, plen)) continue;
             n_cmds++;
-            for (int k = 0; k < g->n; k++) {
-                if (g->outs[k]) continue;
-                const uint64_t eid = g->base + (uint64_t)k;
-                if (rw_engine_abort(s->r->eng, eid, NULL) == RW_OK) {
-                    rw_srv_relay(s, RW_OP_ABORT, eid, NULL, 0);
-                    n_aborted++;
-                }
-            }
+            n_aborted += abort_gen(s, g);
         }
         if (!n_cmds)
             RW_FAIL(err, RW_E_NOT_FOUND,
