@@ -289,6 +289,19 @@ static inline void rl_fx_stop(rl_fx *f) {
     f->sums0 = NULL;
 }
 
+/* The worker serves the fixture's weights as they were: state ready (and `version` when not
+ * NULL), every checksum as at the start, the reference tokens. */
+static inline void rl_fx_assert_intact(rl_fx *f, const char *version) {
+    json_t *v = dt_ok(f->c, "get_weight_version", NULL);
+    assert_string_equal(dt_str(v, "state", NULL), "ready");
+    if (version) assert_string_equal(dt_str(v, "version", NULL), version);
+    json_decref(v);
+    char *sums = rl_checksums(f->c);
+    assert_string_equal(sums, f->sums0);
+    free(sums);
+    rl_assert_reference(f->c, &f->ref);
+}
+
 /* Sends one request (args from JSON) without waiting for its reply. */
 static inline void rl_send_request(rl_sock *s, uint64_t id, const char *cmd, const char *args) {
     size_t n;

@@ -52,17 +52,6 @@ static const char *new_dir(const char *name, bool model, char *dir, size_t cap) 
     return dir;
 }
 
-/* The previous version serves, bit for bit. */
-static void assert_intact(void) {
-    json_t *v = dt_ok(F.x.c, "get_weight_version", NULL);
-    assert_string_equal(dt_str(v, "state", NULL), "ready");
-    json_decref(v);
-    char *sums = rl_checksums(F.x.c);
-    assert_string_equal(sums, F.x.sums0);
-    free(sums);
-    rl_assert_reference(F.x.c, &F.x.ref);
-}
-
 /* update_weights_from_disk of dir, sent while another client keeps asking for health: the
  * refusal comes with `want` and a message holding `sub`, and health is answered within a second
  * meanwhile. Returns the message in msg. */
@@ -129,28 +118,28 @@ static void test_fifo_shard(void **state) {
     disk_refused_live(dir, RW_E_IO, "is not a regular file (a FIFO)", msg, sizeof msg);
     unblock_fifo(p);
     assert_non_null(strstr(msg, "model-00002-of-00002.safetensors"));
-    assert_intact();
+    rl_fx_assert_intact(&F.x, NULL);
+}
+
+/* dir `name` (with the fixture's model.safetensors when `model`) whose file `fifo` is a FIFO:
+ * refused at once, naming that file. */
+static void fifo_case(const char *name, bool model, const char *fifo) {
+    char dir[4200], p[4400], msg[512];
+    new_dir(name, model, dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/%s", dir, fifo);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    disk_refused_live(dir, RW_E_IO, "is not a regular file (a FIFO)", msg, sizeof msg);
+    unblock_fifo(p);
+    assert_non_null(strstr(msg, fifo));
+    rl_fx_assert_intact(&F.x, NULL);
 }
 
 static void test_fifo_model_and_index(void **state) {
     (void)state;
-    char dir[4200], p[4400], msg[512];
     /* a lone model.safetensors that is a FIFO */
-    new_dir("fifo_model", false, dir, sizeof dir);
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    assert_int_equal(mkfifo(p, 0644), 0);
-    disk_refused_live(dir, RW_E_IO, "is not a regular file (a FIFO)", msg, sizeof msg);
-    unblock_fifo(p);
-    assert_non_null(strstr(msg, "model.safetensors"));
-    assert_intact();
+    fifo_case("fifo_model", false, "model.safetensors");
     /* an index that is a FIFO (next to a valid model.safetensors it must not fall back to) */
-    new_dir("fifo_index", true, dir, sizeof dir);
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    assert_int_equal(mkfifo(p, 0644), 0);
-    disk_refused_live(dir, RW_E_IO, "is not a regular file (a FIFO)", msg, sizeof msg);
-    unblock_fifo(p);
-    assert_non_null(strstr(msg, "model.safetensors.index.json"));
-    assert_intact();
+    fifo_case("fifo_index", true, "model.safetensors.index.json");
 }
 
 /* A secret-looking file the worker can read but the client could not: its bytes must not come
@@ -216,7 +205,7 @@ static void test_symlink_not_a_checkpoint(void **state) {
     char a[4400];
     snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"via-symlink\"}", dir);
     json_decref(dt_ok(F.x.c, "update_weights_from_disk", a));
-    assert_intact();
+    rl_fx_assert_intact(&F.x, NULL);
 }
 
 int main(void) {

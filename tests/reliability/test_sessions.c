@@ -125,14 +125,7 @@ static void test_foreign_client_refused(void **state) {
                      RW_OK);
     snprintf(args, sizeof args, "{\"session\": \"%s\"}", token);
     assert_int_equal(rl_status(&a, 4, "commit_update", args, NULL, 0, msg, sizeof msg), RW_OK);
-    json_t *v = dt_ok(F.x.c, "get_weight_version", NULL);
-    assert_string_equal(dt_str(v, "version", NULL), "owned");
-    assert_string_equal(dt_str(v, "state", NULL), "ready");
-    json_decref(v);
-    char *sums = rl_checksums(F.x.c);
-    assert_string_equal(sums, F.x.sums0);
-    free(sums);
-    rl_assert_reference(F.x.c, &F.x.ref);
+    rl_fx_assert_intact(&F.x, "owned");
     /* the old token is worth nothing now */
     assert_int_equal(rl_status(&b, 5, "commit_update", args, NULL, 0, msg, sizeof msg), RW_E_STATE);
     char *log = rl_wait_log(F.log, "update_commit version=\"owned\"", 10);
