@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct rw_ckpt {
     char *dir;
@@ -81,17 +82,15 @@ static bool safe_file_name(const char *s) {
     return s[0] && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
 }
 
-/* Reads the index: fills the (unique) shard names and keeps the parsed weight_map. */
-static rw_status read_index(const char *path, json_t **map_out, char ***names, size_t *n,
-                            rw_err *err) {
+/* Parses the index text (read from `path`): fills the (unique) shard names and keeps the parsed
+ * weight_map. */
+static rw_status read_index(const char *path, const char *text, size_t len, json_t **map_out,
+                            char ***names, size_t *n, rw_err *err) {
     size_t cap = 0;
-    char *text = NULL;
-    size_t len = 0;
-    RW_CHECK(rw_read_file(path, &text, &len, err));
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    free(text);
-    if (!root) RW_FAIL(err, RW_E_FORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
+    /* jansson's text quotes the bytes near the error: not shown (the file may be anything) */
+    if (!root) RW_FAIL(err, RW_E_FORMAT, "%s: invalid JSON at line %d", path, je.line);
     rw_status st = RW_OK;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(root) || !json_is_object(map)) {
@@ -191,9 +190,24 @@ rw_status rw_ckpt_open(const char *dir, rw_ckpt **out, rw_err *err) {
         st = RW_ERR(err, RW_E_OOM, "out of memory");
         goto out;
     }
-    if (is_file(index)) {
-        RW_CHECKGOTO(read_index(index, &map, &names, &nn, err), st, out);
-    } else if (is_file(single)) {
+    /* The layout is decided by what opens, not by a stat before the open (a file swapped for
+     * a FIFO in between would block the worker): the index is read through rw_open_regular, and a
+     * model.safetensors that exists in any form is opened by rw_st_open, which refuses it
+     * without blocking unless it is a regular file. */
+    char *itext = NULL;
+    size_t ilen = 0;
+    rw_err ierr;
+    rw_err_clear(&ierr);
+    rw_status ist = rw_read_regular_file(index, RW_ST_MAX_HEADER, &itext, &ilen, &ierr);
+    if (ist == RW_OK) {
+        st = read_index(index, itext, ilen, &map, &names, &nn, err);
+        free(itext);
+        if (st != RW_OK) goto out;
+    } else if (ist != RW_E_NOT_FOUND) {
+        if (err) *err = ierr;
+        st = ist;
+        goto out;
+    } else if (access(single, F_OK) == 0) {
         size_t cap = 0;
         RW_CHECKGOTO(add_name(&names, &nn, &cap, "model.safetensors", err), st, out);
     } else {

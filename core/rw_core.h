@@ -555,6 +555,30 @@ rw_status rw_cuda_after_launch(rw_stream s, const char *what, const char *file, 
 /* ------------------------------------------------------------------------------------------ */
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 rw_status rw_read_file(const char *path, char **out, size_t *len, rw_err *err);
+/* Opens a file the worker reads because a client named it (a checkpoint's files): without
+ * blocking (O_NONBLOCK, O_CLOEXEC, so a FIFO or a device never stalls the caller), then checks
+ * the open descriptor itself with fstat (no stat -> open race) and refuses anything but a regular
+ * file (RW_E_IO "<path> is not a regular file (a FIFO)"; RW_E_NOT_FOUND when it does not exist).
+ * Blocking reads are restored before it returns. *fd is the caller's (close()); *sb (may be NULL)
+ * gets the fstat. Symbolic links are followed (Hugging Face caches are made of them). */
+struct stat;
+rw_status rw_open_regular(const char *path, int *fd, struct stat *sb, rw_err *err);
+/* rw_read_file through rw_open_regular: a NUL-terminated malloc'd copy of a regular file of at
+ * most max_bytes bytes (RW_E_RANGE beyond). */
+rw_status rw_read_regular_file(const char *path, size_t max_bytes, char **out, size_t *len,
+                               rw_err *err);
+/* Text that may hold a client's bytes (text.c). rw_escape writes s[0..n) into buf[cap] as plain
+ * ASCII for messages and logs: printable characters kept, `"` and `\` as \" and \\, every
+ * other byte as \xNN; cut with "..." to fit. Returns buf. rw_utf8_valid: whether s[0..n) is
+ * valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF). rw_utf8_repair copies it into
+ * buf[cap] with each invalid byte replaced by U+FFFD (cut to fit, NUL-terminated); returns the
+ * length. */
+const char *rw_escape(const char *s, size_t n, char *buf, size_t cap);
+bool rw_utf8_valid(const char *s, size_t n);
+size_t rw_utf8_repair(const char *s, size_t n, char *buf, size_t cap);
+/* Whether got[n] equals the NUL-terminated secret `want`, in time that depends on the lengths
+ * only (tokens: a mismatch must not tell where it is). */
+bool rw_secret_equal(const char *want, const void *got, size_t n);
 /* Deterministic PRNG (splitmix64 / xoshiro-like); state is the caller's. */
 typedef struct rw_rng {
     uint64_t s[4];

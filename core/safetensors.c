@@ -161,21 +161,26 @@ static rw_status parse_metadata(rw_st_file *f, json_t *m, rw_err *err) {
     return RW_OK;
 }
 
-/* The u64 little-endian header length at the start of a file, checked against the file length. */
+/* The u64 little-endian header length at the start of a file, checked against the file length.
+ * Messages never show the value: when it is wrong the 8 bytes are probably not a safetensors
+ * header at all but the start of some other file (a symlink to a file the client could not
+ * read), and their bytes must not reach the client that named it. */
 static rw_status header_len(const uint8_t b8[8], uint64_t len, uint64_t *out, rw_err *err) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | b8[i];
     if (hlen > RW_ST_MAX_HEADER)
-        RW_FAIL(err, RW_E_FORMAT, "header length %llu exceeds the limit of %u bytes",
-                (unsigned long long)hlen, RW_ST_MAX_HEADER);
+        RW_FAIL(err, RW_E_FORMAT,
+                "not a safetensors file: its header length field exceeds the limit of %u bytes",
+                RW_ST_MAX_HEADER);
     if (hlen > len - 8)
         RW_FAIL(err, RW_E_FORMAT,
-                "header length %llu is larger than the file (%llu bytes after it)",
-                (unsigned long long)hlen, (unsigned long long)(len - 8));
+                "not a safetensors file (or truncated): its header length field is larger than "
+                "the file (%llu bytes after it)",
+                (unsigned long long)(len - 8));
     if (hlen < 2)
-        RW_FAIL(err, RW_E_FORMAT, "header length %llu is too small for a JSON object",
-                (unsigned long long)hlen);
+        RW_FAIL(err, RW_E_FORMAT,
+                "not a safetensors file: its header length field is too small for a JSON object");
     *out = hlen;
     return RW_OK;
 }
@@ -187,9 +192,11 @@ static rw_status parse_header(rw_st_file *f, const uint8_t *hdr, uint64_t hlen, 
                               uint64_t data_len, rw_err *err) {
     json_error_t je;
     json_t *root = json_loadb((const char *)hdr, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    /* jansson's text quotes the bytes near the error ("near 'xyz'", "control character 0x..")
+     * and the header may be some other file's contents: only a fixed reason is shown */
     if (!root)
-        RW_FAIL(err, RW_E_FORMAT, "header is not valid JSON (at byte %d: %s)", je.position,
-                je.text);
+        RW_FAIL(err, RW_E_FORMAT, "header is not valid JSON (at byte %d%s)", je.position,
+                strstr(je.text, "duplicate object key") ? ": duplicate object key" : "");
     rw_status st = RW_OK;
     if (!json_is_object(root)) {
         st = RW_ERR(err, RW_E_FORMAT, "header is not a JSON object");
@@ -406,20 +413,11 @@ static const rw_st_entry *entry_at(const rw_st_file *f, uint64_t off) {
 rw_status rw_st_open(const char *path, rw_st_file **out, rw_err *err) {
     if (!out || !path) RW_FAIL(err, RW_E_INVALID_ARG, "rw_st_open: path or out is NULL");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        RW_FAIL(err, errno == ENOENT ? RW_E_NOT_FOUND : RW_E_IO, "cannot open %s: %s", path,
-                strerror(errno));
+    /* without blocking and checked on the descriptor: a FIFO or device named as a checkpoint
+     * file is refused at once instead of stalling the worker (rw_open_regular) */
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        RW_FAIL(err, RW_E_IO, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        RW_FAIL(err, RW_E_IO, "%s is not a regular file", path);
-    }
+    RW_CHECK(rw_open_regular(path, &fd, &sb, err));
     size_t len = (size_t)sb.st_size;
     if (len < 8) {
         close(fd);
@@ -454,7 +452,7 @@ rw_status rw_st_open(const char *path, rw_st_file **out, rw_err *err) {
     hdr = malloc((size_t)hlen);
     if (!hdr) {
         st = RW_ERR(err, RW_E_OOM, "out of memory for a header of %llu bytes",
-                    (unsigned long long)hlen);
+                    (unsigned long long)hlen); /* a valid length: it fits the file */
         goto fail;
     }
     if (pread_full(fd, hdr, (size_t)hlen, 8, &got) != RW_OK || got != hlen) {

@@ -103,6 +103,10 @@ void rw_log(rw_log_level lvl, const char *fmt, ...) {
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    /* messages quote what clients sent: no control byte reaches the log as it is (one line per
+     * event, no terminal escapes) */
+    for (char *p = line; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     fprintf(stderr, "%s\n", line);
 }
 
@@ -147,6 +151,15 @@ rw_status rw_read_file(const char *path, char **out, size_t *len, rw_err *err) {
     *out = buf;
     if (len) *len = n;
     return RW_OK;
+}
+
+bool rw_secret_equal(const char *want, const void *got, size_t n) {
+    const unsigned char *g = got;
+    size_t wn = strlen(want);
+    unsigned diff = (unsigned)(wn ^ n);
+    for (size_t i = 0; i < wn; i++)
+        diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(i < n ? g[i] : 0);
+    return diff == 0;
 }
 
 void rw_rng_seed(rw_rng *r, uint64_t seed) {

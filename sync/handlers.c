@@ -51,6 +51,10 @@ static rw_status h_init_group(hctx *h, rw_err *err) {
                 offset, rank, world);
     if (timeout <= 0 || timeout > 3600)
         RW_FAIL(err, RW_E_RANGE, "args.timeout_s: %g outside (0, 3600]", timeout);
+    /* the name comes back in replies and logs: printable ASCII only */
+    for (const char *q = name; *q; q++)
+        if (*q < 0x20 || *q > 0x7e)
+            RW_FAIL(err, RW_E_INVALID_ARG, "args.group_name: not printable ASCII");
     RW_CHECK(rw_sync_session_init_group(h->s, id, (int)world, (int)rank, name, timeout, err));
     rw_mw_reply_ok(h->w, h->req->id);
     rw_mw_map(h->w, 3);
@@ -91,12 +95,16 @@ static rw_status h_begin(hctx *h, rw_err *err) {
     RW_CHECK(rw_sync_session_begin(h->s, &b, err));
     rw_sync_info info;
     rw_sync_session_info(h->s, &info);
+    const uint64_t frame_limit = rw_sync_session_frame_limit(h->s);
     rw_mw_reply_ok(h->w, h->req->id);
-    rw_mw_map(h->w, 4);
+    rw_mw_map(h->w, 5 + (frame_limit ? 1 : 0));
     rw_mw_kv_str(h->w, "version", b.version);
     rw_mw_kv_str(h->w, "previous_version", info.version);
     rw_mw_kv_str(h->w, "state", rw_sync_wstate_str(info.state));
     rw_mw_kv_u64(h->w, "bucket_bytes", b.bucket_bytes);
+    /* the session's owner token: the later commands of the session must carry it */
+    rw_mw_kv_str(h->w, "session", rw_sync_session_token(h->s));
+    if (frame_limit) rw_mw_kv_u64(h->w, "max_frame_bytes", frame_limit);
     return RW_OK;
 }
 
@@ -108,6 +116,7 @@ static rw_status h_update(hctx *h, rw_sync_manifest *m, rw_err *err) {
     const rw_mobj *mv;
     RW_CHECK(rw_mfields_str(&f, "transport", "zmq", transport, sizeof transport, err));
     RW_CHECK(rw_mfields_str(&f, "group_name", "", group, sizeof group, err));
+    rw_mfields_get(&f, "session"); /* checked by rw_sync_check_owner */
     RW_CHECK(rw_mfields_req(&f, "manifest", &mv, err));
     RW_CHECK(rw_mfields_done(&f, err));
     RW_CHECK(rw_sync_manifest_read(mv, "args.manifest", m, err));
@@ -155,6 +164,7 @@ static rw_status h_disk(hctx *h, rw_err *err) {
     RW_CHECK(rw_mfields_req(&f, "path", &v, err));
     RW_CHECK(rw_mobj_strcpy(v, "args.path", path, sizeof path, err));
     RW_CHECK(rw_mfields_str(&f, "only", "", only, sizeof only, err));
+    rw_mfields_get(&f, "session"); /* checked by rw_sync_check_owner (inside a session) */
     rw_sync_begin_args b;
     char ver[RW_SYNC_MAX_VERSION + 2];
     RW_CHECK(read_begin(&f, &b, ver, sizeof ver, false, err));
@@ -181,8 +191,19 @@ static rw_status h_disk(hctx *h, rw_err *err) {
 }
 
 /* --- commit / abort / version -------------------------------------------------------------- */
+/* args of commit_update / abort_update: `session` (checked by rw_sync_check_owner) and, for
+ * abort_update, `force`. */
+static rw_status session_args(hctx *h, bool with_force, rw_err *err) {
+    rw_mfields f;
+    RW_CHECK(rw_mfields_init(&f, h->req->args, "args", err));
+    rw_mfields_get(&f, "session");
+    bool force;
+    if (with_force) RW_CHECK(rw_mfields_bool(&f, "force", false, &force, err));
+    return rw_mfields_done(&f, err);
+}
+
 static rw_status h_commit(hctx *h, rw_err *err) {
-    RW_CHECK(rw_mfields_none(h->req->args, "args", err));
+    RW_CHECK(session_args(h, false, err));
     RW_CHECK(no_frames(h, err));
     rw_sync_commit_result r;
     RW_CHECK(rw_sync_session_commit(h->s, &r, err));
@@ -199,7 +220,7 @@ static rw_status h_commit(hctx *h, rw_err *err) {
 }
 
 static rw_status h_abort(hctx *h, rw_err *err) {
-    RW_CHECK(rw_mfields_none(h->req->args, "args", err));
+    RW_CHECK(session_args(h, true, err));
     RW_CHECK(no_frames(h, err));
     bool intact;
     RW_CHECK(rw_sync_session_abort(h->s, &intact, err));
@@ -417,6 +438,73 @@ void rw_sync_outcome_free(rw_sync_outcome *o) {
     memset(o, 0, sizeof *o);
 }
 
+/* --- session ownership ---------------------------------------------------------------------- */
+rw_status rw_sync_check_owner(const rw_sync_session *s, const rw_request *req, bool *forced,
+                              rw_err *err) {
+    if (forced) *forced = false;
+    const rw_cmd cmd = rw_cmd_parse(req->cmd);
+    if (cmd != RW_CMD_UPDATE_WEIGHTS && cmd != RW_CMD_UPDATE_WEIGHTS_FROM_DISK &&
+        cmd != RW_CMD_COMMIT_UPDATE && cmd != RW_CMD_ABORT_UPDATE)
+        return RW_OK;
+    rw_sync_info info;
+    rw_sync_session_info(s, &info);
+    if (info.state != RW_SYNC_UPDATING) return RW_OK; /* the command reports it (or opens one) */
+    const rw_mobj *f = rw_mobj_get(req->args, "force");
+    if (cmd == RW_CMD_ABORT_UPDATE && f && rw_mobj_type(f) == RW_M_BOOL) {
+        bool yes = false;
+        rw_mobj_bool(f, "args.force", &yes, NULL);
+        if (yes) {
+            if (forced) *forced = true;
+            return RW_OK;
+        }
+    }
+    if (!rw_sync_session_checks_owner(s)) return RW_OK;
+    const rw_mobj *v = rw_mobj_get(req->args, "session");
+    if (!v || rw_mobj_type(v) == RW_M_NIL)
+        RW_FAIL(err, RW_E_AUTH,
+                "%s: args.session: missing: the open update session (to '%s') belongs to the "
+                "client that opened it, and its commands must carry the token begin_update "
+                "returned (an operator ends a stuck session with abort_update {force: true})",
+                req->cmd, info.new_version);
+    const char *p;
+    size_t n;
+    RW_CHECK(rw_mobj_str(v, "args.session", &p, &n, err));
+    if (!rw_sync_session_owner_ok(s, p, n))
+        RW_FAIL(err, RW_E_AUTH,
+                "%s: args.session is not the token of the open update session (to '%s'): it "
+                "belongs to another client (an operator ends a stuck session with abort_update "
+                "{force: true})",
+                req->cmd, info.new_version);
+    return RW_OK;
+}
+
+/* The command's handler. */
+static rw_status run_handler(hctx *h, rw_cmd cmd, rw_err *err) {
+    rw_status st;
+    rw_sync_manifest *m = NULL;
+    switch (cmd) {
+    case RW_CMD_INIT_WEIGHTS_UPDATE_GROUP: return h_init_group(h, err);
+    case RW_CMD_BEGIN_UPDATE: return h_begin(h, err);
+    case RW_CMD_UPDATE_WEIGHTS:
+        st = rw_sync_manifest_create(&m, err);
+        if (st == RW_OK) st = h_update(h, m, err);
+        rw_sync_manifest_destroy(m);
+        /* a bucket refused before the session saw it (bad args, bad manifest) ends the open
+         * session all the same: every failed update_weights aborts */
+        return rw_sync_session_fail(h->s, st, err);
+    case RW_CMD_UPDATE_WEIGHTS_FROM_DISK:
+        st = h_disk(h, err);
+        /* inside an open session too, a refused checkpoint (unreadable, truncated) ends it */
+        return rw_sync_session_fail(h->s, st, err);
+    case RW_CMD_COMMIT_UPDATE: return h_commit(h, err);
+    case RW_CMD_ABORT_UPDATE: return h_abort(h, err);
+    case RW_CMD_GET_WEIGHT_VERSION: return h_version(h, err);
+    case RW_CMD_GET_WEIGHTS: return h_get_weights(h, err);
+    case RW_CMD_CHECKSUM: return h_checksum(h, err);
+    default: return RW_ERR(err, RW_E_NOT_FOUND, "unknown command '%s'", h->req->cmd);
+    }
+}
+
 rw_status rw_sync_handle(rw_sync_session *s, int local_rank, const rw_request *req,
                          const rw_sync_frames *in, rw_mw *reply, rw_sync_outcome *out,
                          rw_err *err) {
@@ -427,31 +515,9 @@ rw_status rw_sync_handle(rw_sync_session *s, int local_rank, const rw_request *r
     out->cmd = cmd;
     hctx h = {.s = s, .local_rank = local_rank, .req = req, .in = in, .w = reply, .out = out};
     rw_mw_reset(reply);
-    rw_status st;
-    rw_sync_manifest *m = NULL;
-    switch (cmd) {
-    case RW_CMD_INIT_WEIGHTS_UPDATE_GROUP: st = h_init_group(&h, err); break;
-    case RW_CMD_BEGIN_UPDATE: st = h_begin(&h, err); break;
-    case RW_CMD_UPDATE_WEIGHTS:
-        st = rw_sync_manifest_create(&m, err);
-        if (st == RW_OK) st = h_update(&h, m, err);
-        rw_sync_manifest_destroy(m);
-        /* a bucket refused before the session saw it (bad args, bad manifest) ends the open
-         * session all the same: every failed update_weights aborts */
-        st = rw_sync_session_fail(s, st, err);
-        break;
-    case RW_CMD_UPDATE_WEIGHTS_FROM_DISK:
-        st = h_disk(&h, err);
-        /* inside an open session too, a refused checkpoint (unreadable, truncated) ends it */
-        st = rw_sync_session_fail(s, st, err);
-        break;
-    case RW_CMD_COMMIT_UPDATE: st = h_commit(&h, err); break;
-    case RW_CMD_ABORT_UPDATE: st = h_abort(&h, err); break;
-    case RW_CMD_GET_WEIGHT_VERSION: st = h_version(&h, err); break;
-    case RW_CMD_GET_WEIGHTS: st = h_get_weights(&h, err); break;
-    case RW_CMD_CHECKSUM: st = h_checksum(&h, err); break;
-    default: st = RW_ERR(err, RW_E_NOT_FOUND, "unknown command '%s'", req->cmd); break;
-    }
+    /* a request that does not own the open session changes nothing (it does not end it) */
+    rw_status st = rw_sync_check_owner(s, req, NULL, err);
+    if (st == RW_OK) st = run_handler(&h, cmd, err);
     if (st != RW_OK) {
         /* a handler may have started an ok reply (or a result) before failing: replace it */
         rw_mw_reset(reply);

@@ -188,6 +188,65 @@ static rw_status decode_any(const void *buf, size_t len, rw_msg **out, rw_err *e
     return RW_OK;
 }
 
+/* Reads a msgpack unsigned integer at p (fixint, uint8..64); its byte count, 0 when it is not
+ * one. */
+static size_t peek_uint(const uint8_t *p, size_t left, uint64_t *v) {
+    if (!left) return 0;
+    if (p[0] <= 0x7f) {
+        *v = p[0];
+        return 1;
+    }
+    static const int w[4] = {1, 2, 4, 8};
+    if (p[0] < 0xcc || p[0] > 0xcf) return 0;
+    const int n = w[p[0] - 0xcc];
+    if (left < (size_t)n + 1) return 0;
+    *v = be_read(p + 1, n);
+    return (size_t)n + 1;
+}
+
+bool rw_msg_peek_id(const void *buf, size_t len, uint64_t *id) {
+    const uint8_t *p = buf, *end = p + len;
+    if (!buf || !len) return false;
+    uint64_t pairs;
+    if (*p >= 0x80 && *p <= 0x8f) {
+        pairs = *p & 0x0f;
+        p++;
+    } else if (*p == 0xde && len >= 3) {
+        pairs = be_read(p + 1, 2);
+        p += 3;
+    } else if (*p == 0xdf && len >= 5) {
+        pairs = be_read(p + 1, 4);
+        p += 5;
+    } else {
+        return false;
+    }
+    /* the small leading fields only: a value that is not a short string or a scalar ends it */
+    for (uint64_t i = 0; i < pairs && i < 4 && p < end; i++) {
+        if (*p < 0xa0 || *p > 0xbf) return false; /* keys: fixstr */
+        const size_t kl = *p & 0x1f;
+        if ((size_t)(end - p) < 1 + kl) return false;
+        const bool is_id = kl == 2 && !memcmp(p + 1, "id", 2);
+        p += 1 + kl;
+        uint64_t v;
+        size_t n = peek_uint(p, (size_t)(end - p), &v);
+        if (is_id) {
+            if (!n) return false;
+            *id = v;
+            return true;
+        }
+        if (n) {
+            p += n;
+        } else if (p < end && (*p == 0xc2 || *p == 0xc3)) {
+            p++; /* ok: true / false */
+        } else if (p < end && *p >= 0xa0 && *p <= 0xbf && (size_t)(end - p) > (size_t)(*p & 0x1f)) {
+            p += 1 + (*p & 0x1f); /* cmd */
+        } else {
+            return false;
+        }
+    }
+    return false;
+}
+
 rw_status rw_msg_decode_value(const void *buf, size_t len, rw_msg **out, const rw_mobj **val,
                               rw_err *err) {
     RW_CHECK(decode_any(buf, len, out, err));
@@ -584,6 +643,10 @@ static rw_status to_json(const rw_mobj *o, json_t **out, int depth, rw_err *err)
     if (!j) RW_FAIL(err, RW_E_OOM, "to JSON: out of memory");
     *out = j;
     return RW_OK;
+}
+
+rw_status rw_mobj_to_jansson(const rw_mobj *o, json_t **out, rw_err *err) {
+    return to_json(o, out, 0, err);
 }
 
 rw_status rw_mobj_to_json(const rw_mobj *o, char **out, rw_err *err) {

@@ -138,7 +138,16 @@ void rw_mw_reply_err(rw_mw *w, uint64_t id, rw_status st, const char *message) {
     rw_mw_str(w, "code");
     rw_mw_u64(w, (uint64_t)st);
     rw_mw_str(w, "message");
-    rw_mw_str(w, message ? message : "");
+    /* messages quote what clients sent (names, keys), and a strict client cannot decode a str
+     * that is not UTF-8: invalid bytes become U+FFFD */
+    const char *m = message ? message : "";
+    const size_t n = strlen(m);
+    if (rw_utf8_valid(m, n)) {
+        rw_mw_strn(w, m, n);
+    } else {
+        char fixed[3 * 1024 + 1];
+        rw_mw_strn(w, fixed, rw_utf8_repair(m, n < 1024 ? n : 1024, fixed, sizeof fixed));
+    }
 }
 
 static rw_status from_json(rw_mw *w, const json_t *j, int depth, rw_err *err) {

@@ -20,7 +20,10 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------ */
 /* Envelope and limits                                                                          */
 /* ------------------------------------------------------------------------------------------ */
-#define RW_PROTOCOL_VERSION 1
+/* 2: update sessions belong to the client that opened them (begin_update returns a token the
+ * session's later commands carry as args.session); generate's final result may come in parts.
+ * A side refuses every other version (docs/PROTOCOL.md). */
+#define RW_PROTOCOL_VERSION 2
 /* The control address a worker binds and a client connects to when told none. */
 #define RW_DEFAULT_CONTROL "tcp://127.0.0.1:5557"
 #define RW_MSG_MAX_BYTES                                                                           \
@@ -39,7 +42,8 @@ typedef struct msgpack_object rw_mobj;
 typedef struct rw_msg rw_msg;
 void rw_msg_free(rw_msg *m);
 
-/* A request: {protocol: 1, id: u64, cmd: str, args: map}. `args` is an empty map when absent. */
+/* A request: {protocol: RW_PROTOCOL_VERSION, id: u64, cmd: str, args: map}. `args` is an empty
+ * map when absent. */
 typedef struct rw_request {
     uint64_t id;
     bool has_id; /* the id was read (also set when decoding failed later, for the error reply) */
@@ -47,7 +51,7 @@ typedef struct rw_request {
     const rw_mobj *args; /* borrowed from the rw_msg */
 } rw_request;
 
-/* A reply: {protocol: 1, id, ok: true, result: any} or {protocol: 1, id, ok: false,
+/* A reply: {protocol, id, ok: true, result: any} or {protocol, id, ok: false,
  * error: {status: <rw_status name>, code: <int>, message: str}}. */
 typedef struct rw_reply {
     uint64_t id;
@@ -67,6 +71,11 @@ rw_status rw_msg_decode_request(const void *buf, size_t len, rw_msg **out, rw_re
                                 rw_err *err);
 rw_status rw_msg_decode_reply(const void *buf, size_t len, rw_msg **out, rw_reply *rep,
                               rw_err *err);
+/* The `id` of an envelope that may be too large or too broken to decode: read from the top-level
+ * map's fields before the first one that is not protocol / id / cmd / ok (every writer puts the
+ * id there). False when it is not found. For a client that must answer the request whose reply
+ * it could not read, instead of waiting for a reply that will never be readable. */
+bool rw_msg_peek_id(const void *buf, size_t len, uint64_t *id);
 /* Decodes any single msgpack value with the same bounds (no envelope). */
 rw_status rw_msg_decode_value(const void *buf, size_t len, rw_msg **out, const rw_mobj **val,
                               rw_err *err);
@@ -272,6 +281,11 @@ const void *rw_zmq_msg_envelope(const rw_zmq_msg *m, size_t *len);
 void rw_zmq_msg_frames(const rw_zmq_msg *m, rw_sync_frames *out);
 /* The sender's routing id (borrowed from the message): tells the clients of one ROUTER apart. */
 const void *rw_zmq_msg_peer(const rw_zmq_msg *m, size_t *len);
+/* The file descriptor of the connection the message came from (ZMQ_SRCFD; -1 over inproc or
+ * when unknown): matched with a socket monitor's events to see a client's connection close. */
+int rw_zmq_msg_srcfd(const rw_zmq_msg *m);
+/* The sender's IP address as ZeroMQ reports it ("Peer-Address"; "" when unknown), for logs. */
+const char *rw_zmq_msg_peer_addr(const rw_zmq_msg *m);
 /* Sends a reply to the peer of `to`: routing id (+ delimiter), envelope (copied), and an
  * optional data frame whose ownership passes to ZeroMQ (freed with free()). */
 rw_status rw_zmq_reply(void *router, const rw_zmq_msg *to, const void *env, size_t env_len,

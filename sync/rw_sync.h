@@ -196,6 +196,8 @@ typedef struct rw_sync_info {
     double last_update_gbps; /* bytes / duration of the last committed update */
     double last_commit_time; /* rw_now() at the last commit (0 if none) */
     size_t staging_bytes;    /* device staging held now (2 buffers) */
+    double session_s;        /* seconds the open session has been open, else how long the last
+                                one lasted (committed or not) */
     bool has_group;          /* an NCCL update group is live */
     char group[64];
 } rw_sync_info;
@@ -261,6 +263,23 @@ typedef struct rw_sync_commit_result {
  * atomic (rw_sync_session_ready never reports a mix). On failure the session is aborted as in
  * rw_sync_session_apply. */
 rw_status rw_sync_session_commit(rw_sync_session *s, rw_sync_commit_result *out, rw_err *err);
+/* Session ownership (protocol 2): every session opened by rw_sync_session_begin draws a token
+ * of RW_SYNC_TOKEN_LEN lowercase hex digits (128 random bits from getrandom) that begin_update
+ * returns to the client that opened it; update_weights, update_weights_from_disk inside the
+ * session, commit_update and abort_update must carry it as args.session (rw_sync_check_owner),
+ * so no other client can write into, commit or abort that session. The in-process calls below do
+ * not check it: ownership is a property of the protocol, checked where requests come in. */
+#define RW_SYNC_TOKEN_LEN 32
+/* The open session's token ("" when none is open). Borrowed until the next begin. */
+const char *rw_sync_session_token(const rw_sync_session *s);
+/* Whether rw_sync_check_owner checks this session's token (default true). A worker's follower
+ * ranks turn it off: rank 0 checked the request before relaying it, and each rank's session draws
+ * its own token. */
+void rw_sync_session_set_owner_check(rw_sync_session *s, bool on);
+/* The largest data frame the server in front of this session reads (0: not known; the daemon
+ * sets its --max-frame-bytes): begin_update reports it as max_frame_bytes, so that a client
+ * refuses a ZeroMQ bucket larger than that instead of sending a frame the socket drops. */
+void rw_sync_session_set_frame_limit(rw_sync_session *s, uint64_t bytes);
 /* Ends the open session without a new version. `*intact` gets true when nothing was written (the
  * previous version still serves), false when the weights are now incomplete. RW_E_STATE when no
  * session is open. */
@@ -374,6 +393,16 @@ void rw_sync_outcome_free(rw_sync_outcome *o);
  * ends the open session. RW_E_NOT_FOUND (with an error reply) when cmd is not a sync command. */
 rw_status rw_sync_handle(rw_sync_session *s, int local_rank, const rw_request *req,
                          const rw_sync_frames *in, rw_mw *reply, rw_sync_outcome *out, rw_err *err);
+/* The ownership check of a request on session `s` (a request of any command may be given):
+ * RW_OK unless req is update_weights, update_weights_from_disk, commit_update or abort_update
+ * while a session is open and args.session is missing or not that session's token
+ * (RW_E_AUTH, naming the field and the session's version; RW_E_PROTOCOL when it is not a
+ * string). abort_update with args.force = true passes without the token: *forced (may be NULL)
+ * is then set, for the caller to log. Nothing is changed; a refused request leaves the session
+ * as it was (it is not one of the failures that end a session). rw_sync_handle calls it first;
+ * a server that relays requests to other ranks calls it before relaying. */
+rw_status rw_sync_check_owner(const rw_sync_session *s, const rw_request *req, bool *forced,
+                              rw_err *err);
 /* The reply of a checksum command run on several ranks of one worker: this rank's result
  * (`mine`, from rw_sync_handle on session `s`) with the "ranks" entries of the other ranks'
  * checksum replies others[0..n) appended in order. */

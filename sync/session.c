@@ -13,8 +13,10 @@
  */
 #include "session_internal.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <sys/random.h>
 
 const char *rw_sync_wstate_str(rw_sync_wstate s) {
     switch (s) {
@@ -40,8 +42,49 @@ rw_status rw_sync_session_create(rw_wset *ws, const char *version, bool incomple
     s->state = incomplete ? RW_SYNC_INCOMPLETE : RW_SYNC_READY;
     rw_sync_strlcpy(s->version, version, sizeof s->version);
     s->timeout_s = 300;
+    s->owner_check = true;
     *out = s;
     return RW_OK;
+}
+
+/* 128 bits from the kernel's CSPRNG as hex: the token that makes a session its opener's. */
+static rw_status draw_token(char out[RW_SYNC_TOKEN_LEN + 1], rw_err *err) {
+    uint8_t b[RW_SYNC_TOKEN_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t r = getrandom(b + got, sizeof b - got, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            RW_FAIL(err, RW_E_INTERNAL, "begin_update: no random bytes for the session token: %s",
+                    strerror(errno));
+        got += (size_t)r;
+    }
+    rw_hex_encode(b, sizeof b, out);
+    return RW_OK;
+}
+
+const char *rw_sync_session_token(const rw_sync_session *s) {
+    return s->state == RW_SYNC_UPDATING ? s->token : "";
+}
+
+void rw_sync_session_set_owner_check(rw_sync_session *s, bool on) {
+    s->owner_check = on;
+}
+
+void rw_sync_session_set_frame_limit(rw_sync_session *s, uint64_t bytes) {
+    s->frame_limit = bytes;
+}
+
+uint64_t rw_sync_session_frame_limit(const rw_sync_session *s) {
+    return s->frame_limit;
+}
+
+bool rw_sync_session_checks_owner(const rw_sync_session *s) {
+    return s->owner_check;
+}
+
+bool rw_sync_session_owner_ok(const rw_sync_session *s, const char *p, size_t n) {
+    return s->state == RW_SYNC_UPDATING && s->token[0] && rw_secret_equal(s->token, p, n);
 }
 
 rw_wset *rw_sync_session_wset(rw_sync_session *s) {
@@ -63,6 +106,7 @@ void rw_sync_session_info(const rw_sync_session *cs, rw_sync_info *out) {
     out->last_update_s = s->last_update_s;
     out->last_update_gbps = s->last_gbps;
     out->last_commit_time = s->last_commit_time;
+    out->session_s = s->state == RW_SYNC_UPDATING ? rw_now() - s->t_begin : s->t_end - s->t_begin;
     pthread_mutex_unlock(&s->mu);
     out->staging_bytes = s->staging[0] ? 2 * s->staging_bytes : 0;
     out->has_group = s->group && rw_sync_group_ok(s->group);
@@ -121,18 +165,22 @@ rw_status rw_sync_session_begin(rw_sync_session *s, const rw_sync_begin_args *a,
     if (bucket > (64ull << 30))
         RW_FAIL(err, RW_E_RANGE, "begin_update: bucket_bytes %" PRIu64 " (limit 64 GiB)", bucket);
     double timeout = a->timeout_s > 0 ? a->timeout_s : 300;
+    char token[RW_SYNC_TOKEN_LEN + 1];
+    RW_CHECK(draw_token(token, err));
     if (s->place == RW_PLACE_DEVICE) RW_CHECK(rw_sync_pipe_reserve(s, bucket, err));
     s->staging_bytes = s->place == RW_PLACE_DEVICE ? s->staging_bytes : bucket;
     s->was_incomplete = s->state == RW_SYNC_INCOMPLETE;
     s->written = false;
     s->timeout_s = timeout;
-    s->t_begin = s->t_active = rw_now();
+    s->t_active = rw_now();
     s->slot_next = 0;
     s->have_deferred = false;
     rw_wset_mark_clear(s->ws);
     pthread_mutex_lock(&s->mu);
+    s->t_begin = s->t_active; /* read by rw_sync_session_info under mu */
     s->state = RW_SYNC_UPDATING;
     rw_sync_strlcpy(s->new_version, a->version, sizeof s->new_version);
+    memcpy(s->token, token, sizeof s->token);
     s->flush_cache = a->flush_cache;
     s->buckets = s->bytes = 0;
     memset(&s->stats, 0, sizeof s->stats);
@@ -145,6 +193,7 @@ rw_status rw_sync_session_begin(rw_sync_session *s, const rw_sync_begin_args *a,
 static void end_aborted(rw_sync_session *s, bool *intact) {
     bool keep = !s->written && !s->was_incomplete;
     pthread_mutex_lock(&s->mu);
+    s->t_end = rw_now();
     s->state = keep ? RW_SYNC_READY : RW_SYNC_INCOMPLETE;
     s->aborted++;
     pthread_mutex_unlock(&s->mu);
@@ -178,7 +227,8 @@ static rw_status fail_session(rw_sync_session *s, rw_status st, rw_err *err) {
                         : "weights are incomplete until a full update succeeds");
         memcpy(err->msg, tmp, sizeof tmp);
     }
-    RW_LOGW("sync session: %s", err ? err->msg : rw_status_str(st));
+    /* the message names what failed already ("update_weights: ...", "sync session: ...") */
+    RW_LOGW("%s", err ? err->msg : rw_status_str(st));
     return st;
 }
 
@@ -394,6 +444,7 @@ rw_status rw_sync_session_commit(rw_sync_session *s, rw_sync_commit_result *out,
     }
     double now = rw_now(), dt = now - s->t_begin;
     pthread_mutex_lock(&s->mu);
+    s->t_end = now;
     memcpy(s->version, s->new_version, sizeof s->version);
     s->state = RW_SYNC_READY;
     s->committed++;

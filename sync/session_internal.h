@@ -45,6 +45,9 @@ struct rw_sync_session {
     rw_sync_wstate state;
     char version[RW_SYNC_MAX_VERSION + 1];     /* serving (or last complete) version */
     char new_version[RW_SYNC_MAX_VERSION + 1]; /* of the open session */
+    char token[RW_SYNC_TOKEN_LEN + 1];         /* of the open session ("" when none) */
+    bool owner_check;                          /* rw_sync_check_owner checks the token */
+    uint64_t frame_limit;                      /* reported by begin_update (0: unknown) */
     bool flush_cache;
     uint64_t committed, aborted;
     uint64_t buckets, bytes;
@@ -56,6 +59,7 @@ struct rw_sync_session {
     bool written;        /* the open session has issued at least one write */
     double timeout_s;
     double t_begin, t_active;
+    double t_end; /* when the last session ended (guarded by mu: rw_sync_session_info) */
 
     uint64_t staging_bytes; /* each of the two device buffers (host sets: the announced size) */
     void *staging[2];

@@ -62,6 +62,16 @@ rw_status rw_sync_cuda_fail(rw_err *err, cudaError_t e, const char *file, int li
 /* After a failed update command: aborts the session if it is still open (appending the outcome
  * to err's message); returns st. */
 rw_status rw_sync_session_fail(rw_sync_session *s, rw_status st, rw_err *err);
+/* Session ownership (session.c, for rw_sync_check_owner): whether the token is checked at all,
+ * and whether p[n] is the open session's token (compared in time independent of the bytes). */
+bool rw_sync_session_checks_owner(const rw_sync_session *s);
+bool rw_sync_session_owner_ok(const rw_sync_session *s, const char *p, size_t n);
+/* A decoded value as a jansson value (msg.c; the same rules as rw_mobj_to_json): *out is the
+ * caller's (json_decref). */
+struct json_t;
+rw_status rw_mobj_to_jansson(const rw_mobj *o, struct json_t **out, rw_err *err);
+/* rw_sync_session_set_frame_limit's value (0: unknown). */
+uint64_t rw_sync_session_frame_limit(const rw_sync_session *s);
 
 /* A parallel host copy (copier.c): `nthreads` threads including the caller (helper threads
  * that cannot be started are done without), each filling one contiguous share of the range.

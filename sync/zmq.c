@@ -54,6 +54,23 @@ const void *rw_zmq_msg_peer(const rw_zmq_msg *m, size_t *len) {
     return zmq_msg_data((zmq_msg_t *)&m->part[0]);
 }
 
+/* The frame that carries the connection's metadata: any frame read from the wire (the routing
+ * id is made up by the ROUTER and carries none). */
+static zmq_msg_t *wire_part(const rw_zmq_msg *m) {
+    return m->nparts > 1 ? (zmq_msg_t *)&m->part[m->nparts - 1] : NULL;
+}
+
+int rw_zmq_msg_srcfd(const rw_zmq_msg *m) {
+    zmq_msg_t *p = wire_part(m);
+    return p ? zmq_msg_get(p, ZMQ_SRCFD) : -1;
+}
+
+const char *rw_zmq_msg_peer_addr(const rw_zmq_msg *m) {
+    zmq_msg_t *p = wire_part(m);
+    const char *a = p ? zmq_msg_gets(p, "Peer-Address") : NULL;
+    return a ? a : "";
+}
+
 rw_status rw_zmq_recv(void *router, int timeout_ms, rw_zmq_msg **out, rw_err *err) {
     *out = NULL;
     zmq_pollitem_t pi = {.socket = router, .events = ZMQ_POLLIN};

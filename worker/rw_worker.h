@@ -134,6 +134,8 @@ typedef enum rw_logprob_mode {
  *   set; greedy (below) puts all mass on the argmax: 0 for it, -inf for every other id. The top
  *   logprobs are reported in the same mode (the same ids: the best raw logits);
  * - temperature <= 0 or top_k == 1: greedy (argmax of the raw logits, ties to the lower id);
+ *   so is a temperature too small to invert in float (1/T, or the largest logit / T, not finite:
+ *   rw_sample_inv_temperature), the T -> 0 limit of softmax(logits / T);
  * - otherwise z = logits / temperature; keep the ids whose z is >= the k-th largest z (top_k > 0;
  *   ties at the boundary all kept); then keep the ids whose z is >= the value where the
  *   descending cumulative softmax mass of the kept set first reaches top_p (top_p < 1); draw

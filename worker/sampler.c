@@ -40,14 +40,16 @@ static rw_status sample_row(const float *logits, int V, const rw_sampling *sp, i
     const float lse = mx + (float)log(se);
 
     int32_t tok = force ? *token : arg;
-    const bool greedy = sp->temperature <= 0.0f || sp->top_k == 1;
+    /* inv_t 0: greedy, also for a temperature too small to invert (sample.h) */
+    const float inv_ts = rw_sample_inv_temperature(sp->temperature, sp->top_k, mx);
+    const bool greedy = inv_ts == 0.0f;
     const bool processed = sp->logprob_mode == RW_LOGPROB_PROCESSED;
     float inv_t = 1.0f, thr = -INFINITY;
     double kept = 1.0; /* sum of exp(z - zmax) over the kept set */
     if (!greedy && (!force || processed)) {
         if (!scratch) RW_FAIL(err, RW_E_INVALID_ARG, "sample: NULL scratch");
         rw_sample_zid *s = scratch;
-        inv_t = 1.0f / sp->temperature;
+        inv_t = inv_ts;
         const float zmax = mx * inv_t;
         const int nk = (int)rw_sample_sort_top_k(logits, V, inv_t, sp->top_k, s, &thr);
         if (sp->top_p < 1.0f) {

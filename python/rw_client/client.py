@@ -143,6 +143,8 @@ def _lib(path=None):
     d("rw_client_wait_json", i32, vp, u64, i32, ctypes.POINTER(vp), ctypes.POINTER(vp),
       ctypes.POINTER(sz), E)
     d("rw_client_free", None, vp)
+    d("rw_client_session", cp, vp)
+    d("rw_client_set_session", i32, vp, cp, E)
     d("rw_client_update_weights_zmq", i32, vp, vp, vp, i32, E)
     d("rw_client_group_create", i32, ctypes.POINTER(vp), ctypes.POINTER(i32), i32, cp, i32,
       ctypes.c_double, ctypes.POINTER(vp), E)
@@ -657,11 +659,25 @@ class Client:
             a["pause_mode"] = pause_mode
         return self.call("begin_update", a)
 
+    @property
+    def session(self):
+        """The token of the update session this client opened (protocol 2): the C library sends
+        it with update_weights, update_weights_from_disk, commit_update and abort_update."""
+        return (self.L.rw_client_session(self._c) or b"").decode()
+
+    @session.setter
+    def session(self, token):
+        err = _Err()
+        _check(self.L.rw_client_set_session(self._c, (token or "").encode(), ctypes.byref(err)),
+               err)
+
     def commit_update(self):
         return self.call("commit_update")
 
-    def abort_update(self):
-        return self.call("abort_update")
+    def abort_update(self, force=False):
+        """Ends this client's update session; force=True ends any client's (logged by the
+        worker)."""
+        return self.call("abort_update", {"force": True} if force else None)
 
     def update_weights_from_disk(self, path, version=None, only=None, flush_cache=False):
         a = {"path": path, "flush_cache": flush_cache}

@@ -4,6 +4,7 @@
 #include "client_internal.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <msgpack.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -32,6 +33,8 @@ typedef struct pending {
     uint64_t id;
     void *env, *frame;
     size_t env_len, frame_len;
+    rw_status st; /* a reply that could not be read: its error (env NULL) */
+    char *msg;
 } pending;
 
 #define MAX_PENDING 1024
@@ -47,6 +50,12 @@ struct rw_client {
     size_t npend;
     rw_mw *w;
     char *auth; /* args.auth of every request, or NULL */
+    /* the update session this client opened (protocol 2): the token of the last begin_update
+     * reply, sent as args.session by the session's commands; the request id of a begin_update
+     * whose reply is awaited; the worker's largest frame, from that reply (0: unknown) */
+    char session[RW_SYNC_TOKEN_LEN + 1];
+    uint64_t begin_id;
+    uint64_t max_frame;
     char last_error[512];
 };
 
@@ -115,6 +124,7 @@ void rw_client_close(rw_client *c) {
     for (size_t i = 0; i < c->npend; i++) {
         free(c->pend[i].env);
         free(c->pend[i].frame);
+        free(c->pend[i].msg);
     }
     rw_mw_destroy(c->w);
     if (c->zc) zc_unref(c->zc);
@@ -128,6 +138,50 @@ rw_status rw_client_set_auth(rw_client *c, const char *token, rw_err *err) {
         RW_FAIL(err, RW_E_OOM, "client: out of memory for the auth token");
     free(c->auth);
     c->auth = t;
+    return RW_OK;
+}
+
+const char *rw_client_session(const rw_client *c) {
+    return c ? c->session : "";
+}
+
+rw_status rw_client_set_session(rw_client *c, const char *token, rw_err *err) {
+    if (token && strlen(token) > RW_SYNC_TOKEN_LEN)
+        RW_FAIL(err, RW_E_INVALID_ARG, "client: a session token has %d hex digits",
+                RW_SYNC_TOKEN_LEN);
+    rw_sync_strlcpy(c->session, token ? token : "", sizeof c->session);
+    return RW_OK;
+}
+
+/* The commands of an update session that carry its token (rw_sync_check_owner). */
+static bool session_cmd(const char *cmd) {
+    const rw_cmd k = rw_cmd_parse(cmd);
+    return k == RW_CMD_UPDATE_WEIGHTS || k == RW_CMD_UPDATE_WEIGHTS_FROM_DISK ||
+           k == RW_CMD_COMMIT_UPDATE || k == RW_CMD_ABORT_UPDATE;
+}
+
+/* Notes what a reply means for the client's session: the token (and the worker's frame limit)
+ * of the begin_update it answers. */
+static void note_reply(rw_client *c, const rw_reply *r) {
+    if (!c->begin_id || r->id != c->begin_id) return;
+    c->begin_id = 0;
+    if (!r->ok) return;
+    const rw_mobj *t = rw_mobj_get(r->result, "session");
+    if (t) rw_mobj_strcpy(t, "result.session", c->session, sizeof c->session, NULL);
+    uint64_t mf = 0;
+    const rw_mobj *f = rw_mobj_get(r->result, "max_frame_bytes");
+    if (f && rw_mobj_u64(f, "result.max_frame_bytes", &mf, NULL) == RW_OK) c->max_frame = mf;
+}
+
+/* A data frame larger than the worker reads would drop the connection (the reply never comes):
+ * refused here instead. */
+static rw_status frame_fits(const rw_client *c, size_t len, rw_err *err) {
+    if (c->max_frame && len > c->max_frame)
+        RW_FAIL(
+            err, RW_E_RANGE,
+            "client: a data frame of %zu bytes is larger than the worker reads (max_frame_bytes "
+            "%llu, its --max-frame-bytes): use smaller buckets",
+            len, (unsigned long long)c->max_frame);
     return RW_OK;
 }
 
@@ -154,8 +208,22 @@ static rw_status build(rw_client *c, const char *cmd, rw_mw *args, uint64_t *id,
         RW_CHECK(rw_mw_finish(args, &a, &alen, err));
         if (!alen) RW_FAIL(err, RW_E_INVALID_ARG, "client: empty args writer");
     }
+    /* fields the client adds unless the caller gave them: the worker's token, and on the
+     * commands of this client's update session the session's token */
+    const char *ikey[2], *ival[2];
+    int ni = 0;
     if (c->auth) {
-        /* the args map again with auth first (kept as it is when the caller gave one) */
+        ikey[ni] = "auth";
+        ival[ni++] = c->auth;
+    }
+    if (c->session[0] && session_cmd(cmd)) {
+        ikey[ni] = "session";
+        ival[ni++] = c->session;
+    }
+    if (!strcmp(cmd, "begin_update")) c->begin_id = *id;
+    if (ni) {
+        /* the args map again with those fields first (kept as they are when the caller gave
+         * them) */
         rw_msg *m = NULL;
         const rw_mobj *v = NULL;
         if (a) RW_CHECK(rw_msg_decode_value(a, alen, &m, &v, err));
@@ -163,11 +231,17 @@ static rw_status build(rw_client *c, const char *cmd, rw_mw *args, uint64_t *id,
             rw_msg_free(m);
             RW_FAIL(err, RW_E_INVALID_ARG, "client: args must be a map");
         }
-        if (!v || !rw_mobj_get(v, "auth")) {
+        int add = 0;
+        bool want[2];
+        for (int i = 0; i < ni; i++) {
+            want[i] = !v || !rw_mobj_get(v, ikey[i]);
+            add += want[i];
+        }
+        if (add) {
             size_t n = v ? rw_mobj_len(v) : 0;
-            rw_mw_map(c->w, (uint32_t)(n + 1));
-            rw_mw_str(c->w, "auth");
-            rw_mw_str(c->w, c->auth);
+            rw_mw_map(c->w, (uint32_t)(n + (size_t)add));
+            for (int i = 0; i < ni; i++)
+                if (want[i]) rw_mw_kv_str(c->w, ikey[i], ival[i]);
             for (size_t i = 0; i < n; i++) {
                 rw_mw_obj(c->w, rw_mobj_key_at(v, i));
                 rw_mw_obj(c->w, rw_mobj_val_at(v, i));
@@ -188,7 +262,8 @@ rw_status rw_client_send(rw_client *c, const char *cmd, rw_mw *args, const void 
                          size_t frame_len, bool zero_copy, uint64_t *id, rw_err *err) {
     const void *env;
     size_t len;
-    rw_status st = build(c, cmd, args, id, &env, &len, err);
+    rw_status st = frame ? frame_fits(c, frame_len, err) : RW_OK;
+    if (st == RW_OK) st = build(c, cmd, args, id, &env, &len, err);
     if (st == RW_OK) st = send_env(c, env, len, frame ? 1 : 0, err);
     if (st == RW_OK && frame) {
         if (zero_copy) {
@@ -217,6 +292,8 @@ rw_status rw_client_send_json(rw_client *c, const char *cmd, const char *args_js
     rw_mw *a = NULL;
     rw_status st = rw_mw_create(&a, err);
     if (st == RW_OK) st = rw_mw_json(a, args_json && args_json[0] ? args_json : "{}", err);
+    for (size_t i = 0; st == RW_OK && i < nframes; i++)
+        st = frame_fits(c, frame_lens[i], err);
     const void *env;
     size_t len;
     if (st == RW_OK) st = build(c, cmd, a, id, &env, &len, err);
@@ -306,14 +383,33 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
         rw_msg *m;
         rw_reply r;
         rw_err de;
+        uint64_t rid = 0;
         if (rw_msg_decode_reply(got.env, got.env_len, &m, &r, &de) != RW_OK) {
-            RW_LOGW("client: dropped an undecodable reply: %s", de.msg);
+            /* a reply this side cannot read (too large, too many elements, corrupt) is that
+             * request's error, not a wait until the timeout: its id is read from the head of
+             * the envelope, where every writer puts it */
+            if (!rw_msg_peek_id(got.env, got.env_len, &rid)) {
+                RW_LOGW("client: dropped an undecodable reply without a readable id: %s", de.msg);
+                free(got.env);
+                free(got.frame);
+                continue;
+            }
+            const size_t elen = got.env_len;
             free(got.env);
             free(got.frame);
-            continue;
+            memset(&got, 0, sizeof got);
+            got.st = de.status;
+            char msg[600];
+            snprintf(msg, sizeof msg,
+                     "client: the reply of %zu bytes to request %" PRIu64 " cannot be read: %s",
+                     elen, rid, de.msg);
+            got.msg = strdup(msg);
+        } else {
+            rid = r.id;
+            note_reply(c, &r);
+            rw_msg_free(m);
         }
-        rw_msg_free(m);
-        if (r.id == id) {
+        if (rid == id) {
             found = true;
             break;
         }
@@ -322,10 +418,17 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
                     c->pend[0].id);
             free(c->pend[0].env);
             free(c->pend[0].frame);
+            free(c->pend[0].msg);
             c->pend[0] = c->pend[--c->npend];
         }
-        got.id = r.id;
+        got.id = rid;
         c->pend[c->npend++] = got;
+    }
+    if (!got.env) { /* a reply that could not be read */
+        rw_status est = rw_err_set(err, got.st ? got.st : RW_E_FORMAT, __FILE__, __LINE__, "%s",
+                                   got.msg ? got.msg : "client: unreadable reply");
+        free(got.msg);
+        return rw_client_note(c, est, err);
     }
     rw_status st = rw_msg_decode_reply(got.env, got.env_len, msg, rep, err);
     free(got.env);
@@ -359,7 +462,23 @@ rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **
     rw_reply r;
     RW_CHECK(rw_client_wait(c, id, timeout_ms, &m, &r, frame, frame_len, err));
     rw_status st = RW_OK;
-    if (result_json) st = rw_mobj_to_json(r.result, result_json, err);
+    if (result_json && rw_client_is_part(r.result)) {
+        /* a generate result in parts: every part of it, joined */
+        struct json_t *acc = NULL;
+        for (;;) {
+            const bool more = rw_client_is_part(r.result);
+            st = rw_client_join_part(&acc, r.result, err);
+            rw_msg_free(m);
+            m = NULL;
+            if (st != RW_OK || !more) break;
+            st = rw_client_wait(c, id, timeout_ms, &m, &r, NULL, NULL, err);
+            if (st != RW_OK) break;
+        }
+        if (st == RW_OK) st = rw_client_parts_done(acc, result_json, err);
+        json_decref(acc);
+    } else if (result_json) {
+        st = rw_mobj_to_json(r.result, result_json, err);
+    }
     rw_msg_free(m);
     if (st != RW_OK && frame) {
         free(*frame);

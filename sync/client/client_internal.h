@@ -17,4 +17,12 @@ void *rw_client_group_stream(rw_client_group *g);
 /* The worker's quantization config as a checksum reply reports it (strings borrowed from s). */
 rw_status rw_client_sums_quant(const rw_client_sums *s, rw_quant_config *q, rw_err *err);
 
+/* Generate results in parts (parts.c): whether a result is a part with more to come, joining a
+ * part into *acc (NULL at first; a jansson object, json_decref it), and the joined result as JSON
+ * text (malloc'd). */
+struct json_t;
+bool rw_client_is_part(const rw_mobj *result);
+rw_status rw_client_join_part(struct json_t **acc, const rw_mobj *part, rw_err *err);
+rw_status rw_client_parts_done(struct json_t *acc, char **out, rw_err *err);
+
 #endif

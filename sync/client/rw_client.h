@@ -34,6 +34,17 @@ const char *rw_client_last_error(const rw_client *c);
  * one. The token is copied. */
 rw_status rw_client_set_auth(rw_client *c, const char *token, rw_err *err);
 
+/* Update sessions belong to the client that opened them (protocol 2): the client keeps the
+ * session token of its last begin_update reply and adds it as args.session to update_weights,
+ * update_weights_from_disk, commit_update and abort_update (unless the args hold "session"
+ * already), so callers need not handle it. rw_client_session gives it ("" before any session;
+ * borrowed); rw_client_set_session sets it (a token from elsewhere: another process that began
+ * the session; NULL or "" clears it). The begin_update reply's max_frame_bytes is kept too: a
+ * data frame larger than that is refused with RW_E_RANGE before it is sent (the worker would drop
+ * the connection and the reply would never come). */
+const char *rw_client_session(const rw_client *c);
+rw_status rw_client_set_session(rw_client *c, const char *token, rw_err *err);
+
 /* Sends any command: `args_json` is a JSON object (NULL: {}), `frames` optional data frames
  * (borrowed: copied before the call returns). `*id` gets the request id. */
 rw_status rw_client_send_json(rw_client *c, const char *cmd, const char *args_json,
@@ -42,7 +53,10 @@ rw_status rw_client_send_json(rw_client *c, const char *cmd, const char *args_js
 /* Waits for the reply to `id` (replies to other ids are kept for their own wait). On an error
  * reply returns its status with its message in err. `result_json` (may be NULL) gets the result
  * as JSON text (free with rw_client_free); `frame` (may be NULL) the reply's data frame (free
- * with rw_client_free). RW_E_TIMEOUT after timeout_ms. */
+ * with rw_client_free). RW_E_TIMEOUT after timeout_ms (for each message). A generate result that
+ * came in parts (docs/PROTOCOL.md 4.1: `more: true`) is waited for whole and returned joined, as
+ * the one-message result it stands for. A reply this side cannot decode (too large, corrupt) is
+ * that request's error (its status, e.g. RW_E_RANGE), never a timeout. */
 rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **result_json,
                               void **frame, size_t *frame_len, rw_err *err);
 /* send + wait. */
@@ -51,7 +65,8 @@ rw_status rw_client_call_json(rw_client *c, const char *cmd, const char *args_js
 void rw_client_free(void *p);
 
 /* The same with msgpack: write the args value into `args` (a writer from rw_mw_create; may be
- * NULL for {}), then send. The reply is decoded into rep/msg (free msg with rw_msg_free). */
+ * NULL for {}), then send. The reply is decoded into rep/msg (free msg with rw_msg_free); the
+ * parts of a generate result come one by one (wait again while result.more is true). */
 rw_status rw_client_send(rw_client *c, const char *cmd, rw_mw *args, const void *frame,
                          size_t frame_len, bool zero_copy, uint64_t *id, rw_err *err);
 rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg, rw_reply *rep,

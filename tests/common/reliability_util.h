@@ -173,4 +173,168 @@ static inline char *rl_checksums(rw_client *c) {
     return s;
 }
 
+/* ---- round two (issue 17): files, logs, memory, sessions --------------------------------- */
+
+/* Copies a file, its first `keep` bytes only (SIZE_MAX: all). */
+static inline void rl_copy_file(const char *src, const char *dst, size_t keep) {
+    char *text;
+    size_t len;
+    rw_err e;
+    RW_ASSERT_OK(rw_read_file(src, &text, &len, &e), &e);
+    if (keep < len) len = keep;
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(text);
+}
+
+/* tmp/name, a new checkpoint directory holding the fixture's config.json (into dir[cap]). */
+static inline void rl_new_ckpt_dir(const char *fixture, const char *tmp, const char *name,
+                                   char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/%s", tmp, name);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/config.json", fixture);
+    snprintf(b, sizeof b, "%s/config.json", dir);
+    rl_copy_file(a, b, SIZE_MAX);
+}
+
+/* rl_start_fixture with the worker's stderr (its log) written to `log_path`. */
+static inline void rl_start_logged(dt_worker *w, const char *control, const char *const *extra,
+                                   const char *log_path) {
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fd, 2), 2); /* the forked worker inherits it */
+    close(fd);
+    rl_start_fixture(w, control, extra);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* The whole log file, NUL-terminated (free it). */
+static inline char *rl_read_log(const char *path) {
+    /* through a heap slot: gcc's -Wdangling-pointer takes the text for the address of a local */
+    char **slot = calloc(1, sizeof *slot);
+    size_t n = 0;
+    rw_err e;
+    if (!slot || rw_read_file(path, slot, &n, &e) != RW_OK) fail_msg("log %s: %s", path, e.msg);
+    char *text = *slot;
+    free(slot);
+    return text;
+}
+
+/* Waits up to timeout_s for the log to hold `needle`; returns the log (free it) or fails. */
+static inline char *rl_wait_log(const char *path, const char *needle, double timeout_s) {
+    const double end = rw_now() + timeout_s;
+    for (;;) {
+        char *t = rl_read_log(path);
+        if (strstr(t, needle)) return t;
+        if (rw_now() > end) {
+            fprintf(stderr, "log %s:\n%s\n", path, t);
+            free(t);
+            fail_msg("the log has no '%s' after %.0f s", needle, timeout_s);
+        }
+        free(t);
+        usleep(50000);
+    }
+}
+
+/* Resident memory of a process in KiB (VmRSS), -1 when unknown. */
+static inline long rl_rss_kib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kib = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kib;
+}
+
+/* A worker on the fixture with a client, the fixture's reference and its checksums: the set-up
+ * most reliability tests share. `extra` (may be NULL) are more worker arguments; `log` (may be
+ * NULL) receives the worker's stderr. */
+typedef struct rl_fx {
+    dt_worker w;
+    rw_client *c;
+    dt_ref ref;
+    char fixture[4096];
+    char *sums0; /* the checksums of the fixture's weights */
+} rl_fx;
+
+static inline void rl_fx_start(rl_fx *f, const char *const *extra, const char *log) {
+    dt_ref_load(&f->ref);
+    rw_test_path(f->fixture, sizeof f->fixture, RW_TEST_FIXTURE);
+    if (log)
+        rl_start_logged(&f->w, NULL, extra, log);
+    else
+        rl_start_fixture(&f->w, NULL, extra);
+    f->c = dt_connect(&f->w);
+    f->sums0 = rl_checksums(f->c);
+}
+
+/* The clean end (shutdown answered, exit 0) of a worker still running, the kill of one a failed
+ * check left behind. */
+static inline void rl_fx_stop(rl_fx *f) {
+    if (f->w.pid > 0 && f->c) dt_shutdown(&f->w, f->c, 30);
+    f->c = NULL;
+    dt_kill(&f->w);
+    free(f->sums0);
+    f->sums0 = NULL;
+}
+
+/* The worker serves the fixture's weights as they were: state ready (and `version` when not
+ * NULL), every checksum as at the start, the reference tokens. */
+static inline void rl_fx_assert_intact(rl_fx *f, const char *version) {
+    json_t *v = dt_ok(f->c, "get_weight_version", NULL);
+    assert_string_equal(dt_str(v, "state", NULL), "ready");
+    if (version) assert_string_equal(dt_str(v, "version", NULL), version);
+    json_decref(v);
+    char *sums = rl_checksums(f->c);
+    assert_string_equal(sums, f->sums0);
+    free(sums);
+    rl_assert_reference(f->c, &f->ref);
+}
+
+/* Sends one request (args from JSON) without waiting for its reply. */
+static inline void rl_send_request(rl_sock *s, uint64_t id, const char *cmd, const char *args) {
+    size_t n;
+    void *env = rl_env(id, cmd, args, &n);
+    rl_send(s, (const void *const[]){env}, (size_t[]){n}, 1);
+    free(env);
+}
+
+/* begin_update on the raw socket; its session token into token[cap] (protocol 2). */
+static inline void rl_begin(rl_sock *s, uint64_t id, const char *args, char *token, size_t cap) {
+    rl_reply r;
+    rl_ok(s, id, "begin_update", args, &r);
+    rl_result_str(&r, "session", token, cap);
+    rl_reply_free(&r);
+    assert_int_equal(strlen(token), RW_SYNC_TOKEN_LEN);
+}
+
+/* Sends one request (args from JSON, plus optional data frames) and returns its reply's status
+ * (RW_OK when ok); the message into msg[cap] (may be NULL). */
+static inline rw_status rl_status(rl_sock *s, uint64_t id, const char *cmd, const char *args,
+                                  const void *frame, size_t flen, char *msg, size_t cap) {
+    size_t n;
+    void *env = rl_env(id, cmd, args, &n);
+    const void *fr[1] = {frame};
+    size_t fl[1] = {flen};
+    rl_reply r;
+    rl_call_raw(s, env, n, fr, fl, frame ? 1 : 0, &r);
+    free(env);
+    assert_int_equal(r.rep.id, id);
+    rw_status st = r.rep.ok ? RW_OK : r.rep.status;
+    if (msg) snprintf(msg, cap, "%s", r.rep.ok ? "" : r.rep.message);
+    rl_reply_free(&r);
+    return st;
+}
+
 #endif

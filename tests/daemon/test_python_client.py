@@ -130,6 +130,20 @@ def main():
         check(n == len(weights), "row pieces: checked %d of %d" % (n, len(weights)))
         o = c.generate(prompts[:1], max_new_tokens=24)[0]
         check(o["tokens"] == greedy[0] and o["weight_version"] == "py-rows", "after row pieces")
+        # update sessions belong to their opener (protocol 2): another client is refused, an
+        # operator's forced abort ends it
+        c.begin_update("py-owned")
+        check(len(c.session) == 32, "session token %r" % c.session)
+        c2 = Client(w.endpoint)
+        try:
+            c2.commit_update()
+            raise AssertionError("another client committed the session")
+        except RWError as e:
+            check(e.status == "auth", "foreign commit: %s" % e)
+        check(c.get_weight_version()["state"] == "updating", "session still open")
+        check(c2.abort_update(force=True)["intact"], "forced abort")
+        check(c.get_weight_version()["version"] == "py-rows", "version after the forced abort")
+        c2.close()
         code = w.stop()
     check(code == 0, "worker exit status %s" % code)
     print("ok")

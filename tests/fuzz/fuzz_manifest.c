@@ -7,8 +7,10 @@
  * frame, the frame split in two, transport "nccl"), whether a successful bucket is committed
  * or aborted (bit 4), and whether the rest of the input is the bucket frame as it is (bit 5
  * clear) or the pattern that fills a frame of exactly manifest.nbytes bytes (bit 5 set, up to
- * 4 MiB: small inputs then reach whole tensors); bytes 1-4 are the manifest's length L (little
- * endian, clamped); then L bytes of msgpack spliced in as args.manifest; then the frame bytes.
+ * 4 MiB: small inputs then reach whole tensors); bits 6-7 = 3 send a session token that is not
+ * the session's (missing, another token, or not a string: by L % 3), else the session's own
+ * (protocol 2); bytes 1-4 are the manifest's length L (little endian, clamped); then L bytes of
+ * msgpack spliced in as args.manifest; then the frame bytes.
  *
  * Contract checked (rw_sync.h, docs/PROTOCOL.md):
  * - the reply decodes, is ok exactly when the handler returned RW_OK, and an error reply carries
@@ -21,7 +23,10 @@
  * - an accepted bucket reports its tensor and byte counts, and on the bf16 TP1 variant every
  *   whole bf16 tensor in it reads back bit for bit;
  * - commit of an accepted bucket succeeds and serves the new version; abort after a write
- *   leaves the weights incomplete. */
+ *   leaves the weights incomplete;
+ * - a request without the session's token is refused with `auth` (`protocol` for a token that is
+ *   not a string) and changes nothing: the session stays open, the weights bit-identical; its
+ *   owner (or an abort with force) then ends it. */
 #include "fuzz_util.h"
 
 #include <string.h>
@@ -108,22 +113,35 @@ static rw_status handle(rw_sync_session *s, const void *env, size_t env_len,
     FUZZ_CHECK(rp.id == rq.id, "reply id %llu for request %llu", (unsigned long long)rp.id,
                (unsigned long long)rq.id);
     FUZZ_CHECK(rp.ok == (st == RW_OK), "reply ok=%d but status %s", rp.ok, rw_status_str(st));
-    if (!rp.ok)
-        FUZZ_CHECK(rp.status == st && !strncmp(rp.message, e->msg, sizeof rp.message - 1),
+    if (!rp.ok) {
+        /* the message as it goes on the wire: valid UTF-8 (each bad byte U+FFFD) */
+        char want[3 * sizeof e->msg + 1];
+        const size_t ml = strlen(e->msg);
+        if (rw_utf8_valid(e->msg, ml))
+            memcpy(want, e->msg, ml + 1);
+        else
+            rw_utf8_repair(e->msg, ml, want, sizeof want);
+        FUZZ_CHECK(rp.status == st && !strncmp(rp.message, want, sizeof rp.message - 1),
                    "error reply %s '%s' for %s '%s'", rw_status_str(rp.status), rp.message,
-                   rw_status_str(st), e->msg);
+                   rw_status_str(st), want);
+    }
     rw_msg_free(rmsg);
     rw_mw_destroy(reply);
     rw_msg_free(msg);
     return st;
 }
 
-/* A request with an empty args map, built by the writer. */
-static rw_status simple(rw_sync_session *s, const char *cmd, rw_err *e) {
+/* A request whose args hold the open session's token, built by the writer (`force`: abort
+ * with force instead). */
+static rw_status simple(rw_sync_session *s, const char *cmd, bool force, rw_err *e) {
     rw_mw *w;
     FUZZ_CHECK(rw_mw_create(&w, NULL) == RW_OK, "writer");
     rw_mw_request(w, 7, cmd);
-    rw_mw_map(w, 0);
+    rw_mw_map(w, 1);
+    if (force)
+        rw_mw_kv_bool(w, "force", true);
+    else
+        rw_mw_kv_str(w, "session", rw_sync_session_token(s));
     const void *p;
     size_t n;
     FUZZ_CHECK(rw_mw_finish(w, &p, &n, NULL) == RW_OK, "writer failed");
@@ -194,11 +212,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(rw_sync_session_begin(s, &b, &e) == RW_OK, "begin: %s", e.msg);
     uint64_t h0 = weights_hash(md->ws);
 
-    /* the request: {protocol, id, cmd: update_weights, args: {manifest: <input>[, transport]}} */
+    /* the request: {protocol, id, cmd: update_weights, args: {[session,] manifest: <input>[,
+     * transport]}} */
+    const int token_mode = (data[0] >> 6) == 3 ? (int)(mlen % 3) : -1; /* -1: the session's own */
     rw_mw *w;
     FUZZ_CHECK(rw_mw_create(&w, NULL) == RW_OK, "writer");
     rw_mw_request(w, 42, "update_weights");
-    rw_mw_map(w, frames_mode == 3 ? 2 : 1);
+    rw_mw_map(w, (frames_mode == 3 ? 2 : 1) + (token_mode != 0 ? 1 : 0));
+    if (token_mode == -1) {
+        rw_mw_kv_str(w, "session", rw_sync_session_token(s));
+    } else if (token_mode == 1) {
+        char other[RW_SYNC_TOKEN_LEN + 1];
+        memcpy(other, rw_sync_session_token(s), sizeof other);
+        other[0] = other[0] == 'a' ? 'b' : 'a'; /* one digit off */
+        rw_mw_kv_str(w, "session", other);
+    } else if (token_mode == 2) {
+        rw_mw_kv_u64(w, "session", 12345);
+    }
     rw_mw_str(w, "manifest");
     rw_mw_raw(w, man, mlen);
     if (frames_mode == 3) {
@@ -223,7 +253,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rw_status st = handle(s, env, env_len, &fr, &e);
     rw_sync_info info;
     rw_sync_session_info(s, &info);
-    if (st != RW_OK) {
+    if (token_mode >= 0 && (st == RW_E_AUTH || (token_mode == 2 && st == RW_E_PROTOCOL &&
+                                                strstr(e.msg, "args.session")))) {
+        /* not the session's owner: nothing changed, the owner or a forced abort ends it */
+        FUZZ_CHECK(info.state == RW_SYNC_UPDATING && info.buckets == 0,
+                   "a request without the session's token changed it: %s, %llu buckets",
+                   rw_sync_wstate_str(info.state), (unsigned long long)info.buckets);
+        FUZZ_CHECK(weights_hash(md->ws) == h0, "a request without the token wrote: %s", e.msg);
+        st = simple(s, "abort_update", commit, &e);
+        FUZZ_CHECK(st == RW_OK, "abort by %s: %s", commit ? "force" : "the owner", e.msg);
+        rw_sync_session_info(s, &info);
+        FUZZ_CHECK(info.state == RW_SYNC_READY && !strcmp(info.version, "before"),
+                   "after the owner's abort: %s '%s'", rw_sync_wstate_str(info.state),
+                   info.version);
+    } else if (token_mode >= 0 && st == RW_OK) {
+        FUZZ_CHECK(0, "update_weights without the session's token accepted");
+    } else if (st != RW_OK) {
         if (info.state == RW_SYNC_UPDATING) {
             /* the envelope itself was refused before any handler ran */
             bool intact = false;
@@ -257,14 +302,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         rw_sync_manifest_destroy(m);
         rw_msg_free(mm);
         if (commit) {
-            st = simple(s, "commit_update", &e);
+            st = simple(s, "commit_update", false, &e);
             FUZZ_CHECK(st == RW_OK, "commit of an accepted bucket: %s", e.msg);
             rw_sync_session_info(s, &info);
             FUZZ_CHECK(info.state == RW_SYNC_READY && !strcmp(info.version, "fuzz"),
                        "after commit: %s '%s'", rw_sync_wstate_str(info.state), info.version);
             FUZZ_CHECK(rw_sync_session_ready(s, NULL, 0, NULL) == RW_OK, "not ready after commit");
         } else {
-            st = simple(s, "abort_update", &e);
+            st = simple(s, "abort_update", false, &e);
             FUZZ_CHECK(st == RW_OK, "abort: %s", e.msg);
             rw_sync_session_info(s, &info);
             FUZZ_CHECK(info.state == (wrote ? RW_SYNC_INCOMPLETE : RW_SYNC_READY),

@@ -13,12 +13,19 @@
  * - re-encoding an accepted value (rw_mw_obj) decodes again and is stable on the second pass;
  *   JSON conversion, when it succeeds, is stable through rw_mw_json and back;
  * - an accepted request / reply rebuilt with the writer decodes to the same id, command, status
- *   and message. */
+ *   and message; an error message that is not valid UTF-8 comes back repaired (valid UTF-8, each
+ *   bad byte U+FFFD: protocol 2 replies are valid UTF-8 everywhere);
+ * - rw_msg_peek_id, on any bytes, finds either nothing or the id the reply decoder reads;
+ * - a generate result part (`more: true`, protocol 2) joins with the client's joiner into JSON
+ *   that parses, with no `more` key left. */
 #include "fuzz_util.h"
 
 #include <math.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "client_internal.h" /* the client's joiner of generate parts */
 #include "rw_sync.h"
 
 static void *dup_bytes(const void *p, size_t n) {
@@ -340,13 +347,55 @@ static void fuzz_reply(const uint8_t *data, size_t size) {
     st = rw_msg_decode_reply(p, n, &m2, &r2, &e);
     FUZZ_CHECK(st == RW_OK, "a rebuilt reply is refused: %s", e.msg);
     FUZZ_CHECK(r2.id == rp.id && r2.ok == rp.ok, "rebuilt reply differs");
-    if (!rp.ok)
-        FUZZ_CHECK(r2.status == rp.status && !strcmp(r2.message, rp.message),
+    if (!rp.ok) {
+        const size_t ml = strlen(rp.message);
+        char fixed[3 * sizeof rp.message + 1];
+        if (rw_utf8_valid(rp.message, ml))
+            memcpy(fixed, rp.message, ml + 1);
+        else
+            rw_utf8_repair(rp.message, ml, fixed, sizeof fixed);
+        FUZZ_CHECK(r2.status == rp.status && !strncmp(r2.message, fixed, sizeof r2.message - 1),
                    "rebuilt error differs: %d '%s' vs %d '%s'", (int)r2.status, r2.message,
-                   (int)rp.status, rp.message);
+                   (int)rp.status, fixed);
+        FUZZ_CHECK(rw_utf8_valid(r2.message, strlen(r2.message)) ||
+                       strlen(fixed) >= sizeof r2.message - 1, /* cut inside a character */
+                   "an error reply that is not UTF-8: '%s'", r2.message);
+    }
+    uint64_t peek = 0;
+    if (rw_msg_peek_id(data, size, &peek))
+        FUZZ_CHECK(peek == rp.id, "peek_id %llu, the decoder read %llu", (unsigned long long)peek,
+                   (unsigned long long)rp.id);
+    if (rp.ok && rw_client_is_part(rp.result)) {
+        /* joined with itself: the pieces of the same index concatenate */
+        struct json_t *acc = NULL;
+        char *out = NULL;
+        st = rw_client_join_part(&acc, rp.result, &e);
+        if (st == RW_OK) st = rw_client_join_part(&acc, rp.result, &e);
+        if (st == RW_OK) st = rw_client_parts_done(acc, &out, &e);
+        if (st == RW_OK && !has_nul(rp.result)) { /* JSON text with \u0000 does not parse back */
+            FUZZ_CHECK(out && !strstr(out, "\"more\":"), "a joined result keeps 'more': %s", out);
+            rw_mw *jw;
+            FUZZ_CHECK(rw_mw_create(&jw, NULL) == RW_OK, "writer");
+            FUZZ_CHECK(rw_mw_json(jw, out, &e) == RW_OK, "a joined result does not parse: %s",
+                       e.msg);
+            rw_mw_destroy(jw);
+        } else if (st != RW_OK) {
+            FUZZ_CHECK_REFUSAL(st, e);
+        }
+        free(out);
+        json_decref(acc);
+    }
     rw_msg_free(m2);
     rw_mw_destroy(w);
     rw_msg_free(m);
+}
+
+/* Reading an id from the head of any bytes never reads past them (ASan). */
+static void fuzz_peek(const uint8_t *data, size_t size) {
+    void *copy = dup_bytes(data, size);
+    uint64_t id;
+    rw_msg_peek_id(copy, size, &id);
+    burn(copy, size);
 }
 
 static void fuzz_value(const uint8_t *data, size_t size) {
@@ -372,5 +421,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_request(data, size);
     fuzz_reply(data, size);
     fuzz_value(data, size);
+    fuzz_peek(data, size);
     return 0;
 }

@@ -236,6 +236,73 @@ static void request_json(const char *name, const char *cmd, const char *args) {
     emit("msg", name);
 }
 
+/* The message forms of protocol 2: session tokens on an update session's commands, a forced
+ * abort, begin_update's reply with its token, a generate result in parts, and text that is not
+ * UTF-8 (an unknown command's name, an error message to repair). */
+static void seeds_msg_protocol2(void) {
+    static const char tok[] = "\"0123456789abcdef0123456789abcdef\"";
+    char a[512];
+    snprintf(a, sizeof a, "{\"session\": %s}", tok);
+    request_json("commit_session", "commit_update", a);
+    request_json("abort_session", "abort_update", a);
+    request_json("abort_force", "abort_update", "{\"force\": true}");
+    snprintf(a, sizeof a, "{\"session\": %s, \"path\": \"/data/ckpt/step-13\"}", tok);
+    request_json("from_disk_session", "update_weights_from_disk", a);
+    snprintf(a, sizeof a,
+             "{\"session\": %s, \"transport\": \"zmq\", \"manifest\": {\"nbytes\": 256, "
+             "\"tensors\": [{\"name\": \"model.norm.weight\", \"dtype\": \"bf16\", "
+             "\"shape\": [128], \"offset\": 0, \"nbytes\": 256}]}}",
+             tok);
+    request_json("update_weights_session", "update_weights", a);
+    request_json("session_not_a_string", "commit_update", "{\"session\": 7}");
+    rw_err e;
+    rw_mw_reply_ok(W, 5);
+    snprintf(a, sizeof a,
+             "{\"version\": \"step-13\", \"previous_version\": \"step-12\", \"state\": "
+             "\"updating\", \"bucket_bytes\": 4194304, \"session\": %s, "
+             "\"max_frame_bytes\": 1073741824}",
+             tok);
+    if (rw_mw_json(W, a, &e) != RW_OK) die("reply_begin_session", &e);
+    emit("msg", "reply_begin_session");
+    rw_mw_reply_ok(W, 21);
+    if (rw_mw_json(W,
+                   "{\"stream\": false, \"more\": true, \"outputs\": [{\"index\": 0, "
+                   "\"prompt_index\": 0, \"sample\": 0, \"tokens\": [3, 4], \"logprobs\": [-0.5, "
+                   "-0.25], \"finish\": \"stop\", \"prompt_tokens\": 3, \"weight_version\": "
+                   "\"v1\", \"version_spans\": [{\"version\": \"v1\", \"begin\": 0, \"end\": 2}], "
+                   "\"first_token_s\": 0.01, \"total_s\": 0.02}, {\"index\": 1, \"offset\": 0, "
+                   "\"tokens\": [7], \"logprobs\": [-1.5], \"top_logprobs\": [[[7, -1.5], [2, "
+                   "-2.0]]]}]}",
+                   &e) != RW_OK)
+        die("reply_generate_part", &e);
+    emit("msg", "reply_generate_part");
+    rw_mw_reply_ok(W, 21);
+    if (rw_mw_json(W,
+                   "{\"stream\": false, \"outputs\": [{\"index\": 1, \"offset\": 1, "
+                   "\"prompt_index\": 1, \"sample\": 0, \"tokens\": [8], \"logprobs\": [-0.75], "
+                   "\"top_logprobs\": [[[8, -0.75], [1, -3.0]]], \"finish\": \"length\", "
+                   "\"prompt_tokens\": 2, \"weight_version\": \"v2\", \"version_spans\": "
+                   "[{\"version\": \"v1\", \"begin\": 0, \"end\": 1}, {\"version\": \"v2\", "
+                   "\"begin\": 1, \"end\": 2}], \"first_token_s\": 0.01, \"total_s\": 0.5}]}",
+                   &e) != RW_OK)
+        die("reply_generate_last_part", &e);
+    emit("msg", "reply_generate_last_part");
+    /* an unknown command whose name is not UTF-8, an error message that is not either */
+    rw_mw_request(W, 23, "gen\xff\xfe\xc3");
+    rw_mw_map(W, 0);
+    emit("msg", "unknown_command_not_utf8");
+    rw_mw_map(W, 4);
+    rw_mw_kv_u64(W, "protocol", RW_PROTOCOL_VERSION);
+    rw_mw_kv_u64(W, "id", 23);
+    rw_mw_kv_bool(W, "ok", false);
+    rw_mw_str(W, "error");
+    rw_mw_map(W, 3);
+    rw_mw_kv_str(W, "status", "protocol");
+    rw_mw_kv_u64(W, "code", RW_E_PROTOCOL);
+    rw_mw_kv_str(W, "message", "unknown command 'gen\xff\xfe\xc3'");
+    emit("msg", "reply_error_not_utf8");
+}
+
 static void seeds_msg(void) {
     request_json("generate", "generate",
                  "{\"requests\": [{\"rid\": \"a\", \"prompt\": [1, 2, 3, 4], \"max_new_tokens\": 8,"
@@ -289,15 +356,23 @@ static void seeds_msg(void) {
     request_json("unknown_command", "generate_all_the_things", "{}");
     rw_mw_map(W, 3);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 2);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION + 1);
     rw_mw_str(W, "id");
     rw_mw_u64(W, 1);
     rw_mw_str(W, "cmd");
     rw_mw_str(W, "health");
-    emit("msg", "protocol_2");
+    emit("msg", "protocol_next");
     rw_mw_map(W, 3);
     rw_mw_str(W, "protocol");
+    rw_mw_u64(W, 1); /* the version before session tokens */
+    rw_mw_str(W, "id");
     rw_mw_u64(W, 1);
+    rw_mw_str(W, "cmd");
+    rw_mw_str(W, "health");
+    emit("msg", "protocol_1");
+    rw_mw_map(W, 3);
+    rw_mw_str(W, "protocol");
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_i64(W, -1);
     rw_mw_str(W, "cmd");
@@ -321,7 +396,7 @@ static void seeds_msg(void) {
     emit("msg", "reply_error");
     rw_mw_map(W, 4);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_u64(W, 9);
     rw_mw_str(W, "ok");
@@ -338,6 +413,7 @@ static void seeds_msg(void) {
     rw_mw_reply_ok(W, 1);
     rw_mw_nil(W);
     emit("msg", "reply_nil");
+    seeds_msg_protocol2();
 }
 
 /* ---- manifest ---------------------------------------------------------------------------------
@@ -426,6 +502,10 @@ static void seeds_manifest(const char *root) {
     manifest_seed("no_frame", 0x14, m, 0, 0, 7);
     manifest_seed("two_frames", 0x18, m, 0, 0, 8);
     manifest_seed("nccl_without_group", 0x1c, m, 0, 0, 9);
+    /* protocol 2: update_weights without the session's token (bits 6-7 = 3; which wrong token
+     * follows from the manifest's length) */
+    manifest_seed("session_token_wrong_a", 0xf0, m, 0, 0, 31);
+    manifest_seed("session_token_wrong_b", 0xe0, m, 0, 0, 32);
     rw_sync_manifest_clear(m);
     add(m, "model.layers.0.self_attn.q_proj.weight", RW_DTYPE_BF16, 2, q, -1, 0, 0, RW_PIECE_PLAIN);
     add(m, "model.layers.0.self_attn.k_proj.weight", RW_DTYPE_BF16, 2, kv, 0, 0, 32,
@@ -435,6 +515,7 @@ static void seeds_manifest(const char *root) {
     manifest_seed("attn_whole_and_shards", 0x30, m, 0, 0, 10);
     manifest_seed("attn_mxfp8_bf16_in", 0x32, m, 0, 0, 11);
     manifest_seed("attn_fp8_block_tp2", 0x33, m, 0, 0, 12);
+    manifest_seed("session_token_wrong_c", 0xf3, m, 0, 0, 33);
     rw_sync_manifest_clear(m);
     add(m, "model.layers.1.mlp.experts.3.gate_proj.weight", RW_DTYPE_BF16, 2, gate, -1, 0, 0,
         RW_PIECE_PLAIN);
@@ -443,11 +524,13 @@ static void seeds_manifest(const char *root) {
     manifest_seed("expert_whole_and_shard", 0x30, m, 0, 0, 13);
     manifest_seed("expert_tp2", 0x31, m, 0, 0, 14);
     manifest_seed("expert_mxfp8", 0x32, m, 0, 0, 15);
+    manifest_seed("session_token_wrong_d", 0xd2, m, 0, 0, 34);
     rw_sync_manifest_clear(m);
     add(m, "model.layers.0.mlp.experts.gate_up_proj", RW_DTYPE_BF16, 3, gu, 1, 48, 48,
         RW_PIECE_GATE_UP);
     manifest_seed("fused_gate_up_shard", 0x30, m, 0, 0, 16);
     manifest_seed("fused_gate_up_shard_tp2", 0x31, m, 0, 0, 17);
+    manifest_seed("session_token_wrong_e", 0xf0, m, 0, 0, 35);
     rw_sync_manifest_clear(m);
     /* pre-quantized mxfp8: e4m3 weight + UE8M0 scale [N, K/32] */
     int64_t qs[2] = {128, 4};
@@ -477,6 +560,7 @@ static void seeds_manifest(const char *root) {
     add(m, "lm_head.weight", RW_DTYPE_BF16, 2, emb, 0, 0, 32, RW_PIECE_PLAIN);
     manifest_seed("vocab_shards", 0x30, m, 0, 0, 24);
     manifest_seed("vocab_shards_tp2", 0x31, m, 0, 0, 25);
+    manifest_seed("session_token_wrong_f", 0xf0, m, 0, 0, 36);
     rw_sync_manifest_clear(m);
     manifest_seed("empty_bucket", 0x30, m, 0, 0, 26);
     /* every weight of the model in one bucket (the frame is the repeated pattern) */

@@ -27,6 +27,9 @@ typedef struct bad {
     char sub[128];    /* a distinctive part of the message */
     uint64_t want_id; /* the id the reply must carry (0: the request's id was unreadable) */
     bool abort_after; /* the case leaves a session open: abort it */
+    /* a request of the session its begin opens: its envelope is rebuilt with args.session, the
+     * token of that begin (protocol 2) */
+    char *cmd, *args;
 } bad;
 
 #define MAX_CASES 128
@@ -63,7 +66,31 @@ static bad *env_case(const char *what, pre p, const char *cmd, const char *args,
     void *env = rl_env(id, cmd, args, &n);
     add_frame(b, env, n);
     free(env);
+    if (p != PRE_NONE) {
+        b->cmd = strdup(cmd);
+        b->args = strdup(args ? args : "{}");
+    }
     return b;
+}
+
+/* After the case's begin_update: its envelope again, with the session's token in its args. */
+static void with_session(bad *b, const char *token) {
+    const rw_cmd c = b->cmd ? rw_cmd_parse(b->cmd) : RW_CMD_NONE;
+    if (c != RW_CMD_UPDATE_WEIGHTS && c != RW_CMD_UPDATE_WEIGHTS_FROM_DISK &&
+        c != RW_CMD_COMMIT_UPDATE && c != RW_CMD_ABORT_UPDATE)
+        return;
+    json_error_t je;
+    json_t *a = json_loads(b->args, 0, &je);
+    assert_non_null(a);
+    json_object_set_new(a, "session", json_string(token));
+    char *text = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    size_t n;
+    void *env = rl_env(b->want_id, b->cmd, text, &n);
+    free(text);
+    free(b->frame[0]);
+    b->frame[0] = env;
+    b->len[0] = n;
 }
 
 /* Cases that are one request with no data frame: {what, pre, cmd, args, want, sub}. */
@@ -233,13 +260,17 @@ static void build_cases(void) {
     raw_case("no protocol field", PRE_NONE, RW_E_PROTOCOL, "missing field 'protocol'", 6);
     rw_mw_map(W, 3);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 2);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION + 1); /* the next version */
     rw_mw_str(W, "id");
     rw_mw_u64(W, 7);
     rw_mw_str(W, "cmd");
     rw_mw_str(W, "health");
-    raw_case("protocol 2", PRE_NONE, RW_E_PROTOCOL,
-             "protocol version 2 is not supported (this side speaks 1)", 7);
+    {
+        char want[96];
+        snprintf(want, sizeof want, "protocol version %d is not supported (this side speaks %d)",
+                 RW_PROTOCOL_VERSION + 1, RW_PROTOCOL_VERSION);
+        raw_case("next protocol version", PRE_NONE, RW_E_PROTOCOL, want, 7);
+    }
     rw_mw_map(W, 3);
     rw_mw_str(W, "protocol");
     rw_mw_str(W, "1");
@@ -251,13 +282,13 @@ static void build_cases(void) {
              "envelope.protocol: expected an unsigned integer, got string", 8);
     rw_mw_map(W, 2);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "cmd");
     rw_mw_str(W, "health");
     raw_case("no id", PRE_NONE, RW_E_PROTOCOL, "missing field 'id'", 0);
     rw_mw_map(W, 3);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_i64(W, -5);
     rw_mw_str(W, "cmd");
@@ -265,7 +296,7 @@ static void build_cases(void) {
     raw_case("negative id", PRE_NONE, RW_E_RANGE, "envelope.id: -5 is negative", 0);
     rw_mw_map(W, 3);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_f64(W, 9.5);
     rw_mw_str(W, "cmd");
@@ -274,13 +305,13 @@ static void build_cases(void) {
              "envelope.id: expected an unsigned integer, got float", 0);
     rw_mw_map(W, 2);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_u64(W, 10);
     raw_case("no cmd", PRE_NONE, RW_E_PROTOCOL, "envelope.cmd: missing", 10);
     rw_mw_map(W, 3);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_u64(W, 11);
     rw_mw_str(W, "cmd");
@@ -296,7 +327,7 @@ static void build_cases(void) {
         longcmd[100] = 0;
         rw_mw_map(W, 3);
         rw_mw_str(W, "protocol");
-        rw_mw_u64(W, 1);
+        rw_mw_u64(W, RW_PROTOCOL_VERSION);
         rw_mw_str(W, "id");
         rw_mw_u64(W, 13);
         rw_mw_str(W, "cmd");
@@ -305,7 +336,7 @@ static void build_cases(void) {
     }
     rw_mw_map(W, 4);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_u64(W, 14);
     rw_mw_str(W, "cmd");
@@ -315,7 +346,7 @@ static void build_cases(void) {
     raw_case("unknown envelope field", PRE_NONE, RW_E_PROTOCOL, "unknown field 'priority'", 14);
     rw_mw_map(W, 4);
     rw_mw_str(W, "protocol");
-    rw_mw_u64(W, 1);
+    rw_mw_u64(W, RW_PROTOCOL_VERSION);
     rw_mw_str(W, "id");
     rw_mw_u64(W, 15);
     rw_mw_str(W, "cmd");
@@ -567,11 +598,13 @@ static void test_bad_input(void **st) {
     for (int i = 0; i < ncases; i++) {
         bad *b = &cases[i];
         rl_reply r;
+        char token[64] = ""; /* of the case's session */
         if (b->pre != PRE_NONE) {
             rl_ok(&s, 2, "begin_update",
                   b->pre == PRE_BEGIN ? "{\"version\": \"bad\", \"bucket_bytes\": 4194304}"
                                       : "{\"version\": \"bad\", \"bucket_bytes\": 1024}",
                   &r);
+            with_session(b, rl_result_str(&r, "session", token, sizeof token));
             rl_reply_free(&r);
         }
         rl_send(&s, (const void *const *)b->frame, b->len, (size_t)b->n);
@@ -593,7 +626,9 @@ static void test_bad_input(void **st) {
                      b->what, r.rep.message);
         rl_reply_free(&r);
         if (b->abort_after) {
-            rl_ok(&s, 3, "abort_update", NULL, &r);
+            char a[128];
+            snprintf(a, sizeof a, "{\"session\": \"%s\"}", token);
+            rl_ok(&s, 3, "abort_update", a, &r);
             rl_reply_free(&r);
         }
         /* the session (if any) has ended; the old weights serve */
@@ -603,6 +638,8 @@ static void test_bad_input(void **st) {
             fail_msg("after case '%s': state %s, version '%s'", b->what, st_now, v_now);
         for (int k = 0; k < b->n; k++)
             free(b->frame[k]);
+        free(b->cmd);
+        free(b->args);
     }
     printf("%d malformed requests refused as expected\n", ncases);
 

@@ -41,33 +41,10 @@ typedef struct fx {
 static fx *F; /* for the teardown of a failed test */
 
 /* ---- files ----------------------------------------------------------------------------------- */
-static void copy_file(const char *src, const char *dst, size_t keep /* SIZE_MAX: all */) {
-    char *text;
-    size_t len;
-    rw_err e;
-    RW_ASSERT_OK(rw_read_file(src, &text, &len, &e), &e);
-    if (keep < len) len = keep;
-    FILE *f = fopen(dst, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-    free(text);
-}
-
 static size_t file_size(const char *p) {
     struct stat sb;
     assert_int_equal(stat(p, &sb), 0);
     return (size_t)sb.st_size;
-}
-
-/* dir/config.json from the fixture, plus dir itself. */
-static void new_ckpt_dir(const fx *f, const char *name, char *dir, size_t cap) {
-    snprintf(dir, cap, "%s/%s", f->tmp, name);
-    assert_int_equal(mkdir(dir, 0755), 0);
-    char a[4200], b[4200];
-    snprintf(a, sizeof a, "%s/config.json", f->fixture);
-    snprintf(b, sizeof b, "%s/config.json", dir);
-    copy_file(a, b, SIZE_MAX);
 }
 
 /* The fixture's tensors split over two shards with model.safetensors.index.json. */
@@ -175,9 +152,16 @@ static void repair_from_disk(fx *f, const char *version) {
 /* ---- a trainer in a child process
  * ----------------------------------------------------------------- */
 /* Sends one envelope (+ an optional frame of `flen` bytes of `fill`) on a fresh DEALER socket and
- * waits for the reply when `wait`; returns false on any failure. Child-process code: no cmocka. */
+ * waits for the reply when `wait`; returns false on any failure. `session` (may be NULL): a
+ * begin_update's reply leaves its session token there (protocol 2); when it holds one, the
+ * session's commands carry it. Child-process code: no cmocka. */
 static bool child_send(void *sock, uint64_t id, const char *cmd, const char *args, size_t flen,
-                       uint8_t fill, bool wait) {
+                       uint8_t fill, bool wait, char *session) {
+    char with[1024];
+    if (session && session[0] && strcmp(cmd, "begin_update") && args[0] == '{') {
+        snprintf(with, sizeof with, "{\"session\": \"%s\", %s", session, args + 1);
+        args = with;
+    }
     rw_mw *w;
     if (rw_mw_create(&w, NULL) != RW_OK) return false;
     rw_mw_request(w, id, cmd);
@@ -205,6 +189,9 @@ static bool child_send(void *sock, uint64_t id, const char *cmd, const char *arg
     rw_msg *m = NULL;
     rw_reply rp;
     ok = rw_msg_decode_reply(buf, (size_t)n, &m, &rp, NULL) == RW_OK && rp.ok;
+    if (ok && session && !strcmp(cmd, "begin_update"))
+        ok = rw_mobj_strcpy(rw_mobj_get(rp.result, "session"), "session", session, 64, NULL) ==
+             RW_OK;
     rw_msg_free(m);
     return ok;
 }
@@ -229,7 +216,8 @@ static void trainer(fx *f, trainer_end how) {
         char a[512];
         snprintf(a, sizeof a, "{\"version\": \"never\", \"timeout_s\": 3, \"bucket_bytes\": %u}",
                  BIG_BUCKET);
-        ok = ok && child_send(sock, 1, "begin_update", a, 0, 0, true);
+        char session[64] = "";
+        ok = ok && child_send(sock, 1, "begin_update", a, 0, 0, true, session);
         if (how == KILLED_MID_BUCKET) {
             /* one small piece and a large gap: a valid bucket that takes a while to cross */
             snprintf(a, sizeof a,
@@ -237,14 +225,14 @@ static void trainer(fx *f, trainer_end how) {
                      "[{\"name\": \"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
                      "\"offset\": 0, \"nbytes\": 256}]}}",
                      BIG_BUCKET);
-            ok = ok && child_send(sock, 2, "update_weights", a, BIG_BUCKET, 0x3f, false);
+            ok = ok && child_send(sock, 2, "update_weights", a, BIG_BUCKET, 0x3f, false, session);
         } else {
             ok = ok && child_send(sock, 2, "update_weights",
                                   "{\"transport\": \"zmq\", \"manifest\": {\"nbytes\": 256, "
                                   "\"tensors\": [{\"name\": \"model.norm.weight\", \"dtype\": "
                                   "\"bf16\", \"shape\": [128], \"offset\": 0, \"nbytes\": "
                                   "256}]}}",
-                                  256, 0x3f, true);
+                                  256, 0x3f, true, session);
         }
         if (write(report, ok ? "y" : "n", 1) != 1) _exit(3);
         if (how == KILLED_MID_BUCKET)
@@ -328,23 +316,23 @@ static void test_disk_truncated(void **state) {
     const size_t full = file_size(src);
 
     /* a lone file cut in half */
-    new_ckpt_dir(f, "half", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "half", dir, sizeof dir);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    copy_file(src, dst, full / 2);
+    rl_copy_file(src, dst, full / 2);
     disk_refused(f, dir, RW_E_FORMAT, "model.safetensors", msg, sizeof msg);
     assert_intact(f, v0);
 
     /* the data ends 2 bytes before the last tensor does */
-    new_ckpt_dir(f, "short2", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "short2", dir, sizeof dir);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    copy_file(src, dst, full - 2);
+    rl_copy_file(src, dst, full - 2);
     disk_refused(f, dir, RW_E_FORMAT, "model.safetensors", msg, sizeof msg);
     assert_intact(f, v0);
 
     /* a flipped byte inside the JSON header */
-    new_ckpt_dir(f, "flipped", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "flipped", dir, sizeof dir);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    copy_file(src, dst, SIZE_MAX);
+    rl_copy_file(src, dst, SIZE_MAX);
     {
         FILE *fp = fopen(dst, "r+b");
         assert_non_null(fp);
@@ -356,7 +344,7 @@ static void test_disk_truncated(void **state) {
     assert_intact(f, v0);
 
     /* an indexed checkpoint whose second shard is cut short */
-    new_ckpt_dir(f, "sharded", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "sharded", dir, sizeof dir);
     write_sharded(f, dir);
     snprintf(dst, sizeof dst, "%s/model-00002-of-00002.safetensors", dir);
     assert_int_equal(truncate(dst, (off_t)(file_size(dst) - 100)), 0);
@@ -368,16 +356,19 @@ static void test_disk_truncated(void **state) {
     rl_open(&s, f->w.ep);
     rl_reply r;
     rl_ok(&s, 1, "begin_update", "{\"version\": \"mixed\", \"bucket_bytes\": 4194304}", &r);
+    char token[64], ua[512];
+    rl_result_str(&r, "session", token, sizeof token);
     rl_reply_free(&r);
     static uint8_t ones[256];
     for (size_t i = 0; i < sizeof ones; i += 2)
         ones[i] = 0x80, ones[i + 1] = 0x3f;
     size_t n;
-    void *env = rl_env(2, "update_weights",
-                       "{\"manifest\": {\"nbytes\": 256, \"tensors\": [{\"name\": "
-                       "\"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
-                       "\"offset\": 0, \"nbytes\": 256}]}}",
-                       &n);
+    snprintf(ua, sizeof ua,
+             "{\"session\": \"%s\", \"manifest\": {\"nbytes\": 256, \"tensors\": [{\"name\": "
+             "\"model.norm.weight\", \"dtype\": \"bf16\", \"shape\": [128], "
+             "\"offset\": 0, \"nbytes\": 256}]}}",
+             token);
+    void *env = rl_env(2, "update_weights", ua, &n);
     const void *fr[1] = {ones};
     size_t fl[1] = {sizeof ones};
     rl_call_raw(&s, env, n, fr, fl, 1, &r);
@@ -385,13 +376,16 @@ static void test_disk_truncated(void **state) {
     assert_true(r.rep.ok);
     rl_reply_free(&r);
     rl_close(&s);
+    /* the update from disk goes to the same session: this client is given its token */
+    rw_err te;
+    RW_ASSERT_OK(rw_client_set_session(f->c, token, &te), &te);
     disk_refused(f, dir, RW_E_FORMAT, "weights are incomplete until a full update succeeds", msg,
                  sizeof msg);
     assert_incomplete(f);
     repair_from_disk(f, "repaired-from-disk");
 
     /* the intact sharded checkpoint loads */
-    new_ckpt_dir(f, "sharded_ok", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "sharded_ok", dir, sizeof dir);
     write_sharded(f, dir);
     char a[4400];
     snprintf(a, sizeof a, "{\"path\": \"%s\", \"version\": \"sharded\"}", dir);
@@ -406,10 +400,10 @@ static const char *cut_setup(fx *f, const char *name, size_t i, char *dir, size_
                              size_t fcap, uint64_t *cut) {
     static char tname[RW_SYNC_MAX_NAME];
     char src[4200];
-    new_ckpt_dir(f, name, dir, cap);
+    rl_new_ckpt_dir(f->fixture, f->tmp, name, dir, cap);
     snprintf(src, sizeof src, "%s/model.safetensors", f->fixture);
     snprintf(file, fcap, "%s/model.safetensors", dir);
-    copy_file(src, file, SIZE_MAX);
+    rl_copy_file(src, file, SIZE_MAX);
     rw_st_file *st;
     rw_err e;
     RW_ASSERT_OK(rw_st_open(file, &st, &e), &e);
@@ -564,11 +558,11 @@ static void test_startup_cut_while_loading(void **state) {
     free(out);
 
     /* a worker started on an intact copy loads it (the same row pieces) and serves it */
-    new_ckpt_dir(f, "intact_start", dir, sizeof dir);
+    rl_new_ckpt_dir(f->fixture, f->tmp, "intact_start", dir, sizeof dir);
     snprintf(file, sizeof file, "%s/model.safetensors", dir);
     char src[4200];
     snprintf(src, sizeof src, "%s/model.safetensors", f->fixture);
-    copy_file(src, file, SIZE_MAX);
+    rl_copy_file(src, file, SIZE_MAX);
     const char *args[] = {"--model",           dir, "--device", "cpu", "--control",
                           "tcp://127.0.0.1:*", NULL};
     dt_worker w;

@@ -196,8 +196,11 @@ static void expect_refused(const void *p, size_t n, rw_status want, const char *
 static void test_envelope_refusals(void **state) {
     (void)state;
     size_t n;
-    void *p = raw_envelope(&n, 2, true, "cmd", 0, NULL, false);
-    expect_refused(p, n, RW_E_PROTOCOL, "protocol version 2");
+    /* a version this side does not speak (the next one) */
+    void *p = raw_envelope(&n, RW_PROTOCOL_VERSION + 1, true, "cmd", 0, NULL, false);
+    char want[64];
+    snprintf(want, sizeof want, "protocol version %d", RW_PROTOCOL_VERSION + 1);
+    expect_refused(p, n, RW_E_PROTOCOL, want);
     {
         rw_msg *m;
         rw_request r;
@@ -205,33 +208,35 @@ static void test_envelope_refusals(void **state) {
         assert_int_equal(rw_msg_decode_request(p, n, &m, &r, &e), RW_E_PROTOCOL);
         assert_true(r.has_id); /* the error reply can still carry the id */
         assert_int_equal(r.id, 5);
-        assert_non_null(strstr(e.msg, "speaks 1"));
+        snprintf(want, sizeof want, "speaks %d", RW_PROTOCOL_VERSION);
+        assert_non_null(strstr(e.msg, want));
     }
     free(p);
     p = raw_envelope(&n, -1, true, "cmd", 0, NULL, false);
     expect_refused(p, n, RW_E_PROTOCOL, "missing field 'protocol'");
     free(p);
-    p = raw_envelope(&n, 1, false, "cmd", 0, NULL, false);
+    p = raw_envelope(&n, RW_PROTOCOL_VERSION, false, "cmd", 0, NULL, false);
     expect_refused(p, n, RW_E_PROTOCOL, "'id'");
     free(p);
-    p = raw_envelope(&n, 1, true, "cmd", 1, NULL, false);
+    p = raw_envelope(&n, RW_PROTOCOL_VERSION, true, "cmd", 1, NULL, false);
     expect_refused(p, n, RW_E_PROTOCOL, "envelope.cmd: expected a string");
     free(p);
-    p = raw_envelope(&n, 1, true, "command", 0, NULL, false);
+    p = raw_envelope(&n, RW_PROTOCOL_VERSION, true, "command", 0, NULL, false);
     expect_refused(p, n, RW_E_PROTOCOL, "cmd: missing");
     free(p);
-    p = raw_envelope(&n, 1, true, "cmd", 0, "priority", false);
+    p = raw_envelope(&n, RW_PROTOCOL_VERSION, true, "cmd", 0, "priority", false);
     expect_refused(p, n, RW_E_PROTOCOL, "unknown field 'priority'");
     free(p);
-    p = raw_envelope(&n, 1, true, "cmd", 0, NULL, true);
+    p = raw_envelope(&n, RW_PROTOCOL_VERSION, true, "cmd", 0, NULL, true);
     expect_refused(p, n, RW_E_PROTOCOL, "args: expected a map");
     free(p);
     /* not a map at all */
     const uint8_t arr[] = {0x91, 0x01};
     expect_refused(arr, sizeof arr, RW_E_PROTOCOL, "expected a map");
     /* duplicate keys */
-    const uint8_t dup[] = {0x83, 0xa8, 'p', 'r', 'o',  't',  'o', 'c', 'o', 'l',
-                           0x01, 0xa2, 'i', 'd', 0x01, 0xa2, 'i', 'd', 0x02};
+    uint8_t dup[] = {0x83, 0xa8, 'p', 'r', 'o',  't',  'o', 'c', 'o', 'l',
+                     0x00, 0xa2, 'i', 'd', 0x01, 0xa2, 'i', 'd', 0x02};
+    dup[10] = RW_PROTOCOL_VERSION; /* a positive fixint */
     expect_refused(dup, sizeof dup, RW_E_PROTOCOL, "duplicate key 'id'");
 }
 

@@ -85,7 +85,8 @@ static void send_bucket(rw_sync_session *s, rw_mw *w, rw_mw *reply, const rw_syn
     rw_err e;
     rw_mw_reset(w);
     rw_mw_request(w, id, "update_weights");
-    rw_mw_map(w, 2);
+    rw_mw_map(w, 3);
+    rw_mw_kv_str(w, "session", rw_sync_session_token(s)); /* the open session's owner token */
     rw_mw_str(w, "transport");
     rw_mw_str(w, "zmq");
     rw_mw_str(w, "manifest");

@@ -10,6 +10,7 @@
 
 #include <ftw.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -429,6 +430,22 @@ typedef struct call_out {
     rw_sync_outcome out; /* out.frame: a readback */
 } call_out;
 
+/* The commands of an open session carry its token (protocol 2), as the client library adds it:
+ * args_json with "session" set to the open session's token. Malloc'd. */
+static char *with_session(fx *f, const char *cmd, const char *args_json) {
+    json_error_t je;
+    json_t *a = json_loads(args_json, 0, &je);
+    assert_non_null(a);
+    const rw_cmd c = rw_cmd_parse(cmd);
+    const char *tok = rw_sync_session_token(f->s);
+    if (tok[0] && (c == RW_CMD_UPDATE_WEIGHTS || c == RW_CMD_UPDATE_WEIGHTS_FROM_DISK ||
+                   c == RW_CMD_COMMIT_UPDATE || c == RW_CMD_ABORT_UPDATE))
+        json_object_set_new(a, "session", json_string(tok));
+    char *out = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    return out;
+}
+
 static call_out call(fx *f, const char *cmd, const char *args_json, const void *frame,
                      size_t flen) {
     rw_mw *w, *r;
@@ -436,7 +453,9 @@ static call_out call(fx *f, const char *cmd, const char *args_json, const void *
     RW_ASSERT_OK(rw_mw_create(&w, &e), &e);
     RW_ASSERT_OK(rw_mw_create(&r, &e), &e);
     rw_mw_request(w, 99, cmd);
-    RW_ASSERT_OK(rw_mw_json(w, args_json, &e), &e);
+    char *args = with_session(f, cmd, args_json);
+    RW_ASSERT_OK(rw_mw_json(w, args, &e), &e);
+    free(args);
     const void *p;
     size_t n;
     RW_ASSERT_OK(rw_mw_finish(w, &p, &n, &e), &e);

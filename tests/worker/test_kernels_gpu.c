@@ -638,6 +638,45 @@ static void test_sample_processed(void **state) {
     free(again);
 }
 
+/* Temperatures too small to invert (1/T or max logit / T not finite in float) sample greedily on
+ * the device as in the reference: the argmax of each row, whatever the seed, top-k or top-p
+ * (before, every mass was NaN and the draw returned the last id of the vocabulary). */
+static void test_sample_tiny_temperature(void **state) {
+    (void)state;
+    static const float temps[] = {1.4e-45f, 1e-42f, 1e-40f, 1e-39f, 2.9e-39f, 3e-39f, 1e-38f};
+    const int nt = (int)(sizeof temps / sizeof *temps);
+    const int64_t n = 4 * nt, V = 5003;
+    float *l = malloc(4 * n * V);
+    rw_test_fill_f32(l, (size_t)(n * V), 23, 40.0f); /* large logits: max / T overflows */
+    rw_k_sample_param *p = calloc((size_t)n, sizeof *p);
+    for (int i = 0; i < n; i++) {
+        p[i].row = i;
+        p[i].seed = 77 + (uint64_t)i;
+        p[i].position = i;
+        p[i].temperature = temps[i % nt];
+        p[i].top_p = i / nt == 1 ? 0.5f : 1.0f;
+        p[i].top_k = i / nt == 2 ? 40 : 0;
+        p[i].top_n = 3;
+        p[i].forced = -1; /* draw (not a given token) */
+    }
+    rw_k_sample_out *ref = calloc((size_t)n, sizeof *ref), *got = calloc((size_t)n, sizeof *got);
+    rw_k_sample_ref(l, n, V, p, ref);
+    sample_gpu(l, n, n, V, p, got, "tiny temperature rerun");
+    for (int i = 0; i < n; i++) {
+        const float *row = l + (int64_t)i * V;
+        int32_t arg = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (row[v] > row[arg]) arg = (int32_t)v;
+        if (got[i].token != arg || ref[i].token != arg)
+            fail_msg("row %d (T %g): device %d, reference %d, argmax %d", i,
+                     (double)p[i].temperature, got[i].token, ref[i].token, arg);
+    }
+    free(l);
+    free(p);
+    free(ref);
+    free(got);
+}
+
 int main(void) {
     rw_test_require_gpu(1);
     const struct CMUnitTest tests[] = {
@@ -646,6 +685,7 @@ int main(void) {
         cmocka_unit_test(test_attention_invariance),
         cmocka_unit_test(test_router),       cmocka_unit_test(test_sample),
         cmocka_unit_test(test_sample_processed),
+        cmocka_unit_test(test_sample_tiny_temperature),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "rw_test.h"
+#include "kernels/sample.h"
 #include "rw_worker.h"
 
 static void random_logits(float *l, int V, uint64_t seed, float scale) {
@@ -59,6 +60,90 @@ static void test_greedy_and_logprobs(void **state) {
     sp.top_k = 1;
     RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, 99, scratch, &tok, &lp, NULL, NULL, &err), &err);
     assert_int_equal(tok, 17);
+}
+
+/* Temperatures too small to invert in float (1/T, or the largest logit / T, not finite) sample
+ * greedily, on the CPU sampler (rw_sample_row_ref) and on the CUDA kernel's reference
+ * (rw_k_sample_ref) alike: the argmax, for every seed, top-k and top-p. Before, 1/T overflowed,
+ * every mass was NaN and both returned the last id of the vocabulary. Temperatures that can be
+ * inverted still sample. */
+static void test_tiny_temperature(void **state) {
+    (void)state;
+    enum { V = 777, NT = 9 };
+    static const float temps[NT] = {1.4e-45f, 1e-44f, 1e-42f, 1e-40f, 1e-39f,
+                                    2.9e-39f, 3e-39f, 1e-38f, 1e-37f};
+    static uint8_t scratch[V * 12];
+    float l[V];
+    rw_k_sample_param kp[3 * NT];
+    rw_k_sample_out ko[3 * NT];
+    float *rows = malloc(sizeof(float) * V * 3 * NT);
+    for (int i = 0; i < 3 * NT; i++) {
+        /* scale 50: the largest logit / T overflows for every T here but 1e-37 at some rows */
+        random_logits(rows + (size_t)i * V, V, 500 + (uint64_t)i, i % 2 ? 50.0f : 0.3f);
+        kp[i] = (rw_k_sample_param){.temperature = temps[i % NT],
+                                    .top_p = i / NT == 1 ? 0.3f : 1.0f,
+                                    .top_k = i / NT == 2 ? 25 : 0,
+                                    .top_n = 2,
+                                    .seed = 9 + (uint64_t)i,
+                                    .position = i,
+                                    .forced = -1, /* draw (not a given token) */
+                                    .row = i};
+    }
+    rw_k_sample_ref(rows, 3 * NT, V, kp, ko);
+    int checked = 0;
+    for (int i = 0; i < 3 * NT; i++) {
+        const float *r = rows + (size_t)i * V;
+        int32_t arg = 0;
+        for (int v = 1; v < V; v++)
+            if (r[v] > r[arg]) arg = v;
+        const float inv_t = rw_sample_inv_temperature(kp[i].temperature, kp[i].top_k, r[arg]);
+        memcpy(l, r, sizeof l);
+        rw_sampling sp = rw_sampling_default();
+        sp.temperature = kp[i].temperature;
+        sp.top_p = kp[i].top_p;
+        sp.top_k = kp[i].top_k;
+        sp.seed = kp[i].seed;
+        int32_t tok;
+        float lp;
+        rw_err err = {0};
+        RW_ASSERT_OK(
+            rw_sample_row_ref(l, V, &sp, kp[i].position, scratch, &tok, &lp, NULL, NULL, &err),
+            &err);
+        if (inv_t == 0.0f || kp[i].temperature < 1e-38f) {
+            if (tok != arg || ko[i].token != arg)
+                fail_msg("T %g (row %d): CPU sampler %d, kernel reference %d, argmax %d",
+                         (double)kp[i].temperature, i, tok, ko[i].token, arg);
+            checked++;
+        }
+        assert_true(tok >= 0 && tok < V && ko[i].token >= 0 && ko[i].token < V);
+        assert_true(isfinite(lp) && isfinite(ko[i].logprob));
+    }
+    assert_true(checked >= 3 * (NT - 2));
+    /* the rule itself: greedy exactly when 1/T or max * (1/T) is not finite */
+    assert_true(rw_sample_inv_temperature(1e-40f, 0, 1.0f) == 0.0f);
+    assert_true(rw_sample_inv_temperature(3e-39f, 0, 0.5f) > 0.0f);
+    assert_true(rw_sample_inv_temperature(3e-39f, 0, 2.0f) == 0.0f);
+    assert_true(rw_sample_inv_temperature(3e-39f, 0, -2.0f) == 0.0f);
+    assert_true(rw_sample_inv_temperature(0.7f, 0, 30.0f) == 1.0f / 0.7f);
+    assert_true(rw_sample_inv_temperature(0.7f, 1, 30.0f) == 0.0f);
+    assert_true(rw_sample_inv_temperature(0.0f, 0, 30.0f) == 0.0f);
+    /* a temperature that can be inverted still samples: not always the argmax */
+    random_logits(l, V, 4, 0.5f);
+    rw_sampling sp = rw_sampling_default();
+    sp.temperature = 1.0f;
+    int differ = 0;
+    int32_t arg = 0;
+    for (int v = 1; v < V; v++)
+        if (l[v] > l[arg]) arg = v;
+    for (int pos = 0; pos < 50; pos++) {
+        int32_t tok;
+        rw_err err = {0};
+        RW_ASSERT_OK(rw_sample_row_ref(l, V, &sp, pos, scratch, &tok, NULL, NULL, NULL, &err),
+                     &err);
+        differ += tok != arg;
+    }
+    assert_true(differ > 10);
+    free(rows);
 }
 
 static void test_uniform(void **state) {
@@ -302,8 +387,9 @@ static void test_thread_comm(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_logprobs), cmocka_unit_test(test_uniform),
-        cmocka_unit_test(test_frequencies),         cmocka_unit_test(test_top_k_top_p),
-        cmocka_unit_test(test_thread_comm),         cmocka_unit_test(test_processed_and_given),
+        cmocka_unit_test(test_tiny_temperature),    cmocka_unit_test(test_frequencies),
+        cmocka_unit_test(test_top_k_top_p),         cmocka_unit_test(test_thread_comm),
+        cmocka_unit_test(test_processed_and_given),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

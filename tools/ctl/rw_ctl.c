@@ -43,7 +43,10 @@ static void usage(FILE *f) {
         "           [--group-name NAME]\n"
         "  update_weights_from_disk --path DIR [--version V] [--only REGEX] [--flush-cache]\n"
         "           [--pause-mode M] [--timeout-s S]\n"
-        "  commit_update      abort_update      get_weight_version\n"
+        "  commit_update      abort_update [--force]      get_weight_version\n"
+        "  (update_weights, update_weights_from_disk inside a session, commit_update and\n"
+        "   abort_update take --session TOKEN: the token begin_update printed; --force ends\n"
+        "   another client's stuck session, which the worker logs)\n"
         "  get_weights --name NAME [--rank R] [--out FILE]\n"
         "  checksum [--name NAME ...]\n"
         "  release_memory [--weights] [--kv-cache]   resume_memory [--weights] [--kv-cache]\n"
@@ -235,6 +238,11 @@ static int build_args(ctl *c, int argc, char **argv) {
             } else {
                 json_object_set_new(a, "name", json_string(v));
             }
+        } else if (!strcmp(o, "--session")) {
+            NEED(o);
+            json_object_set_new(a, "session", json_string(v));
+        } else if (cmd == RW_CMD_ABORT_UPDATE && !strcmp(o, "--force")) {
+            json_object_set_new(a, "force", json_true());
         } else if (!strcmp(o, "--all")) {
             json_object_set_new(a, "all", json_true());
         } else if (!strcmp(o, "--flush-cache")) {

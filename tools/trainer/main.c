@@ -41,7 +41,11 @@ static void usage(FILE *f) {
 }
 
 static int fail(const char *what, const rw_err *e) {
-    fprintf(stderr, "rw-trainer: %s: %s (%s)\n", what, e->msg, rw_status_str(e->status));
+    /* a message that names what failed already is not prefixed twice ("push: push: ...") */
+    const size_t n = strlen(what);
+    const bool named = !strncmp(e->msg, what, n) && e->msg[n] == ':';
+    fprintf(stderr, "rw-trainer: %s%s%s (%s)\n", named ? "" : what, named ? "" : ": ", e->msg,
+            rw_status_str(e->status));
     return 1;
 }
 

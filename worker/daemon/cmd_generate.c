@@ -78,76 +78,48 @@ void rw_srv_put_logprobs(rw_mw *w, const rw_output *o, bool top_only) {
     }
 }
 
-/* Writes {"text": decoded tokens} of one output (ids the tokenizer has no token for, beyond its
- * vocabulary in the model's embedding, are dropped). */
-static void gen_text(rw_server *s, const rw_gen *g, const rw_output *o, rw_mw *w) {
-    char *text = NULL;
-    size_t len = 0;
-    rw_err e;
-    uint32_t fl = RW_TOK_DECODE_SKIP_UNKNOWN | (g->skip_special ? RW_TOK_DECODE_SKIP_SPECIAL : 0);
-    rw_mw_str(w, "text");
-    if (rw_tok_decode(s->tokenizer, o->tokens, (size_t)o->n, fl, &text, &len, &e) != RW_OK) {
-        RW_LOGW("generate: decoding an output: %s", e.msg);
-        rw_mw_str(w, "");
-    } else {
-        rw_mw_strn(w, text, len);
-    }
-    free(text);
-}
-
-/* The final reply of a generate command (routed experts in its data frame). */
-static void gen_reply(rw_server *s, rw_gen *g) {
-    size_t *offs = g->routes ? calloc((size_t)g->n * 2, sizeof *offs) : NULL;
-    rw_sync_out_frame of = {0};
-    rw_err e;
-    if (g->routes && (!offs || rw_srv_routes_frame(s, g, offs, &of, &e) != RW_OK)) {
-        rw_srv_reply_err(s, g->zm, g->req_id, RW_E_OOM, "generate: out of memory for the routes");
-        free(offs);
-        return;
-    }
-    rw_mw *w = gen_head(s, g, false, (uint32_t)g->n);
-    for (int k = 0; k < g->n; k++) {
-        const rw_output *o = g->outs[k];
-        const bool top = o->top_n > 0;
-        rw_mw_map(w, 10 + (g->logprobs ? 1 : 0) + (top ? 1 : 0) + rw_srv_routes_nfields(g) +
-                         (g->return_text ? 1 : 0));
-        rw_mw_kv_u64(w, "index", (uint64_t)k);
-        rw_mw_kv_u64(w, "prompt_index", (uint64_t)(k / g->per_prompt));
-        rw_mw_kv_u64(w, "sample", (uint64_t)(k % g->per_prompt));
-        rw_mw_str(w, "tokens");
-        rw_mw_array(w, (uint32_t)o->n);
-        for (int i = 0; i < o->n; i++)
-            rw_mw_i64(w, o->tokens[i]);
-        if (g->logprobs || top) rw_srv_put_logprobs(w, o, !g->logprobs);
-        if (g->return_text) gen_text(s, g, o, w);
-        rw_mw_kv_str(w, "finish", rw_finish_str(o->finish));
-        rw_mw_kv_u64(w, "prompt_tokens", (uint64_t)o->n_prompt);
-        /* the version that produced the last token (the serving one when nothing was made) */
-        uint64_t last =
-            o->n_spans ? o->spans[o->n_spans - 1].version : (s->ntags ? s->ntags - 1 : 0);
-        rw_mw_kv_str(w, "weight_version", rw_srv_tag_of(s, last));
-        rw_mw_str(w, "version_spans");
-        rw_mw_array(w, (uint32_t)o->n_spans);
-        for (int i = 0; i < o->n_spans; i++) {
-            rw_mw_map(w, 3);
-            rw_mw_kv_str(w, "version", rw_srv_tag_of(s, o->spans[i].version));
-            rw_mw_kv_i64(w, "begin", o->spans[i].begin);
-            rw_mw_kv_i64(w, "end", o->spans[i].end);
-        }
-        /* seconds from the command's arrival */
-        rw_mw_kv_f64(w, "first_token_s", o->t_first > 0 ? o->t_first - g->t_recv : -1);
-        rw_mw_kv_f64(w, "total_s", o->t_done - g->t_recv);
-        rw_srv_routes_fields(w, s, g, k, offs);
-    }
-    rw_srv_send(s, g->zm, w, of.data ? &of : NULL);
-    free(offs);
-}
-
 void rw_srv_gen_remove(rw_server *s, int pos) {
     rw_gen *g = s->gens[pos];
     memmove(s->gens + pos, s->gens + pos + 1, sizeof(rw_gen *) * (size_t)(s->ngens - pos - 1));
     s->ngens--;
+    /* its requests no longer count against its client's limits */
+    rw_client_rec *c = rw_clients_find(s->clients, g->peer, g->peer_len);
+    if (c) {
+        c->requests -= (uint64_t)g->n <= c->requests ? (uint64_t)g->n : c->requests;
+        c->tokens -= g->tokens <= c->tokens ? g->tokens : c->tokens;
+    }
     rw_srv_gen_free(g);
+}
+
+/* Aborts the unfinished requests of command g on every rank (an abort gives back a request's KV
+ * blocks at once); returns how many. Their outputs are collected by the caller. */
+static int64_t abort_gen(rw_server *s, const rw_gen *g) {
+    int64_t n = 0;
+    for (int k = 0; k < g->n; k++) {
+        if (g->outs[k]) continue;
+        const uint64_t eid = g->base + (uint64_t)k;
+        if (rw_engine_abort(s->r->eng, eid, NULL) == RW_OK) {
+            rw_srv_relay(s, RW_OP_ABORT, eid, NULL, 0);
+            n++;
+        }
+    }
+    return n;
+}
+
+void rw_srv_client_gone(void *server, rw_client_rec *rec) {
+    rw_server *s = server;
+    int64_t n_req = 0, n_cmds = 0;
+    for (int gi = 0; gi < s->ngens; gi++) {
+        rw_gen *g = s->gens[gi];
+        if (g->peer_len != rec->id_len || memcmp(g->peer, rec->id, rec->id_len)) continue;
+        n_cmds++;
+        n_req += abort_gen(s, g);
+    }
+    char id[40];
+    rw_oplog("client_gone", "peer=%s commands=%lld requests_aborted=%lld",
+             rw_oplog_hex(rec->id, rec->id_len, id, sizeof id), (long long)n_cmds,
+             (long long)n_req);
+    if (n_cmds) rw_srv_collect_outputs(s); /* their final replies go nowhere; counts released */
 }
 
 void rw_srv_collect_outputs(rw_server *s) {
@@ -167,7 +139,7 @@ void rw_srv_collect_outputs(rw_server *s) {
             if (g->score)
                 rw_srv_score_reply(s, g);
             else
-                gen_reply(s, g);
+                rw_srv_gen_final(s, g);
             rw_srv_gen_remove(s, pos);
         }
     }
@@ -384,6 +356,10 @@ rw_status rw_srv_gen_register(rw_server *s, rw_srv_call *c, rw_gen *g, rw_err *e
     }
     g->zm = c->zm;
     s->gens[s->ngens++] = g;
+    if (c->client) { /* released by rw_srv_gen_remove */
+        c->client->requests += (uint64_t)g->n;
+        c->client->tokens += g->tokens;
+    }
     c->kept = true;
     return RW_OK;
 }
@@ -478,6 +454,42 @@ static rw_status read_prompts(rw_server *s, rw_mfields *f, prompt_src *ps, rw_er
     return RW_OK;
 }
 
+/* The per-client limits (--max-client-requests, --max-client-tokens): one client (a ZeroMQ
+ * connection) may not queue more, so that it cannot take the worker's memory for itself. A
+ * client that left before its message was read gets no work either. */
+rw_status rw_srv_client_room(rw_server *s, const rw_srv_call *c, uint64_t requests,
+                             uint64_t tokens, rw_err *err) {
+    if (!s->clients) return RW_OK;
+    char who[160];
+    rw_client_rec *r = c->client;
+    if (!r)
+        RW_FAIL(err, RW_E_BUSY,
+                "%s: the worker tracks %d clients with work in flight; no room for another",
+                c->req->cmd, RW_CLIENTS_MAX);
+    if (r->gone) RW_FAIL(err, RW_E_ABORTED, "%s: the client disconnected", c->req->cmd);
+    const uint64_t max_r = s->o->max_client_requests, max_t = s->o->max_client_tokens;
+    rw_status st = RW_OK;
+    if (r->requests + requests > max_r)
+        st = RW_ERR(err, RW_E_BUSY,
+                    "%s: this client has %llu requests in flight and asks for %llu more: "
+                    "past the per-client limit of %llu (--max-client-requests); wait for replies "
+                    "or abort some",
+                    c->req->cmd, (unsigned long long)r->requests, (unsigned long long)requests,
+                    (unsigned long long)max_r);
+    else if (r->tokens + tokens > max_t)
+        st = RW_ERR(err, RW_E_BUSY,
+                    "%s: this client has %llu tokens (prompt + max_new_tokens) in flight "
+                    "and asks for %llu more: past the per-client limit of %llu "
+                    "(--max-client-tokens); wait for replies or abort some",
+                    c->req->cmd, (unsigned long long)r->tokens, (unsigned long long)tokens,
+                    (unsigned long long)max_t);
+    if (st != RW_OK)
+        rw_oplog_limited(&s->rl_busy, "client_busy", "%s requests=%llu tokens=%llu",
+                         rw_srv_peer_desc(c->zm, who, sizeof who), (unsigned long long)r->requests,
+                         (unsigned long long)r->tokens);
+    return st;
+}
+
 /* Handles generate. On success the command is registered (its message kept). */
 rw_status rw_srv_generate(rw_server *s, rw_srv_call *c, rw_err *err) {
     prompt_src ps = {0};
@@ -516,8 +528,17 @@ static rw_status generate(rw_server *s, rw_srv_call *c, prompt_src *ps, rw_err *
                 "DIR)");
 
     const int total = (int)(np * per);
+    uint64_t tokens = 0; /* charged to the client while the command runs */
+    for (size_t pi = 0; pi < np; pi++) {
+        const size_t len = ps->texts ? ps->texts[pi].n
+                                     : rw_mobj_len(ps->prompts ? rw_mobj_at(ps->prompts, pi)
+                                                               : ps->prompt);
+        tokens += ((uint64_t)len + (uint64_t)sp.max_new_tokens) * per;
+    }
+    RW_CHECK(rw_srv_client_room(s, c, (uint64_t)total, tokens, err));
     rw_gen *g = rw_srv_gen_new(s, c, total, (int)per);
     if (!g) RW_FAIL(err, RW_E_OOM, "generate: %d requests", total);
+    g->tokens = tokens;
     g->stream = stream;
     g->logprobs = logprobs;
     g->routes = ro.routed_experts;
@@ -600,14 +621,7 @@ rw_status rw_srv_abort(rw_server *s, rw_srv_call *c, rw_err *err) {
             rw_gen *g = s->gens[gi];
             if (g->req_id != id || g->peer_len != plen || memcmp(g->peer, peer, plen)) continue;
             n_cmds++;
-            for (int k = 0; k < g->n; k++) {
-                if (g->outs[k]) continue;
-                const uint64_t eid = g->base + (uint64_t)k;
-                if (rw_engine_abort(s->r->eng, eid, NULL) == RW_OK) {
-                    rw_srv_relay(s, RW_OP_ABORT, eid, NULL, 0);
-                    n_aborted++;
-                }
-            }
+            n_aborted += abort_gen(s, g);
         }
         if (!n_cmds)
             RW_FAIL(err, RW_E_NOT_FOUND,

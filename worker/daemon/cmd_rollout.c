@@ -186,8 +186,14 @@ rw_status rw_srv_score(rw_server *s, rw_srv_call *c, rw_err *err) {
                 "score: the weights are incomplete; a full update or update_weights_from_disk "
                 "must succeed first");
 
+    uint64_t tokens = 0; /* charged to the client while the command runs */
+    for (size_t i = 0; i < np; i++)
+        tokens += (uint64_t)rw_mobj_len(ps ? rw_mobj_at(ps, i) : p) +
+                  (uint64_t)rw_mobj_len(cs ? rw_mobj_at(cs, i) : cn);
+    RW_CHECK(rw_srv_client_room(s, c, (uint64_t)np, tokens, err));
     rw_gen *g = rw_srv_gen_new(s, c, (int)np, 1);
     if (!g) RW_FAIL(err, RW_E_OOM, "score: %zu pairs", np);
+    g->tokens = tokens;
     g->score = true;
     g->logprobs = true;
     g->routes = ro.routed_experts;

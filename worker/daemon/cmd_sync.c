@@ -17,6 +17,8 @@ typedef struct sync_plan {
     int only;            /* -1: every rank; r: rank r alone (get_weights) */
     bool was_open;       /* an update session was open before the command */
     bool implicit_disk;  /* update_weights_from_disk that opens and commits its own session */
+    bool forced;         /* abort_update {force: true} without the session's token */
+    rw_sync_info before; /* rank 0's session before the command (for the operator log) */
 } sync_plan;
 
 /* What the ranks answered. */
@@ -84,6 +86,49 @@ void rw_srv_session_ended(rw_server *s) {
     lift_update_pause(s);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Operator log: update_begin / update_commit / update_abort (oplog.h)                         */
+/* ------------------------------------------------------------------------------------------ */
+static const char *q(const char *v, char *buf, size_t cap) {
+    return rw_oplog_quote(v, strlen(v), buf, cap);
+}
+
+void rw_srv_log_abort(rw_server *s, const char *version, const char *reason, const rw_zmq_msg *zm,
+                      const char *why) {
+    rw_sync_info i;
+    rw_sync_session_info(s->r->sess, &i);
+    char v[300], w[700], who[160];
+    rw_oplog("update_abort",
+             "version=%s reason=%s bytes=%llu buckets=%llu seconds=%.3f state=%s%s%s%s%s",
+             q(version, v, sizeof v), reason, (unsigned long long)i.bytes,
+             (unsigned long long)i.buckets, i.session_s, rw_sync_wstate_str(i.state), zm ? " " : "",
+             zm ? rw_srv_peer_desc(zm, who, sizeof who) : "", why ? " message=" : "",
+             why ? q(why, w, sizeof w) : "");
+}
+
+static void log_outcome(rw_server *s, const rw_srv_call *c, const sync_plan *p,
+                        const sync_result *r) {
+    const rw_cmd cmd = c->cmd;
+    char v[300], pv[300], who[160];
+    rw_sync_info i;
+    rw_sync_session_info(s->r->sess, &i);
+    if (cmd == RW_CMD_BEGIN_UPDATE && r->st == RW_OK) {
+        rw_oplog("update_begin", "version=%s previous=%s %s", q(i.new_version, v, sizeof v),
+                 q(i.version, pv, sizeof pv), rw_srv_peer_desc(c->zm, who, sizeof who));
+    } else if (r->st == RW_OK && (cmd == RW_CMD_COMMIT_UPDATE || p->implicit_disk)) {
+        rw_oplog("update_commit", "version=%s bytes=%llu buckets=%llu seconds=%.3f %s",
+                 q(i.version, v, sizeof v), (unsigned long long)i.bytes,
+                 (unsigned long long)i.buckets, i.last_update_s,
+                 rw_srv_peer_desc(c->zm, who, sizeof who));
+    } else if ((p->was_open || p->implicit_disk) && i.state != RW_SYNC_UPDATING) {
+        /* the session ended without a commit: by abort_update (forced or not), or a failure */
+        const bool by_abort = cmd == RW_CMD_ABORT_UPDATE && r->st == RW_OK;
+        rw_srv_log_abort(s, p->implicit_disk ? "(update_weights_from_disk)" : p->before.new_version,
+                         by_abort ? (p->forced ? "forced" : "client") : "failed", c->zm,
+                         by_abort ? NULL : r->e.msg);
+    }
+}
+
 /* A commit that succeeded on every rank: stamp the new version, flush when asked, resume. */
 static void session_committed(rw_server *s, const char *version, bool flush) {
     if (!rw_srv_push_tag(s, version)) RW_LOGE("out of memory for the version table");
@@ -142,7 +187,16 @@ static rw_status own_args(rw_server *s, rw_srv_call *c, sync_plan *p, rw_err *er
         }
     }
     if (key) RW_CHECK(rw_request_take_args(c->msg, c->req, &key, 1, NULL, err));
-    return RW_OK;
+    /* the session's owner, before any rank runs the command (followers first: a refusal found
+     * by rank 0's handler afterwards would come too late) */
+    rw_status st = rw_sync_check_owner(s->r->sess, c->req, &p->forced, err);
+    if (st != RW_OK) {
+        char who[160], cmdq[100];
+        rw_oplog_limited(&s->rl_auth, "auth_refused", "cmd=%s %s reason=session_token",
+                         q(c->req->cmd, cmdq, sizeof cmdq),
+                         rw_srv_peer_desc(c->zm, who, sizeof who));
+    }
+    return st;
 }
 
 /* Runs the command: the request as it came to the followers it concerns, then rank 0's handler,
@@ -164,9 +218,9 @@ static void run_ranks(rw_server *s, const rw_srv_call *c, const sync_plan *p, sy
         sent = r->st == RW_OK;
     }
     rw_status st0 = RW_OK;
+    rw_err e0;
+    rw_err_clear(&e0);
     if (r->st == RW_OK && p->only <= 0) {
-        rw_err e0;
-        rw_err_clear(&e0);
         st0 = rw_rank_sync(s->r, c->req, &in, &r->o0, &e0);
         r->ran0 = true;
     }
@@ -176,6 +230,7 @@ static void run_ranks(rw_server *s, const rw_srv_call *c, const sync_plan *p, sy
     if (r->st == RW_OK && r->ran0 && st0 != RW_OK) {
         r->bad = 0;
         r->st = st0;
+        r->e = e0; /* for the operator log (the client gets rank 0's own reply) */
     }
     for (int k = 1; r->st == RW_OK && k <= s->peers->n; k++) {
         if (r->rep[k].h.magic == 0) continue;
@@ -269,8 +324,10 @@ static void after(rw_server *s, const rw_srv_call *c, const sync_plan *p, const 
 
 rw_status rw_srv_sync(rw_server *s, rw_srv_call *c, rw_err *err) {
     sync_plan p;
+    memset(&p, 0, sizeof p);
     RW_CHECK(own_args(s, c, &p, err));
     p.was_open = rw_srv_session_open(s);
+    rw_sync_session_info(s->r->sess, &p.before);
     p.implicit_disk = c->cmd == RW_CMD_UPDATE_WEIGHTS_FROM_DISK && !p.was_open;
     if (p.implicit_disk) RW_CHECK(pause_for_update(s, p.pmode, err));
     sync_result r;
@@ -278,6 +335,7 @@ rw_status rw_srv_sync(rw_server *s, rw_srv_call *c, rw_err *err) {
     answer(s, c, &p, &r);
     c->replied = true;
     after(s, c, &p, &r);
+    log_outcome(s, c, &p, &r);
     free_result(s, &r);
     return RW_OK;
 }

@@ -3,6 +3,8 @@
  * and the CUDA device of each rank. */
 #include "options.h"
 
+#include "rw_msg.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,8 @@ static void usage(FILE *f) {
             "                 [--ready-file PATH] [--startup-timeout S] [--rank-timeout S]\n"
             "                 [--no-prefix-cache] [--tokenizer DIR] [--http [HOST:]PORT]\n"
             "                 [--http-timeout S] [--served-model-name NAME] [--version]\n"
+            "                 [--max-frame-bytes N] [--max-reply-bytes N]\n"
+            "                 [--max-client-requests N] [--max-client-tokens N]\n"
             "  Serves the control protocol (docs/PROTOCOL.md) on --control (default %s).\n"
             "  --config without --random-weights starts with incomplete weights: generate is\n"
             "  refused until an update (push or update_weights_from_disk) fills them.\n"
@@ -38,6 +42,12 @@ static void usage(FILE *f) {
             "  OpenAI-compatible routes and /metrics on rank 0 (a bare PORT binds 127.0.0.1;\n"
             "  another host needs --auth-token, sent as 'Authorization: Bearer T'; port 0 picks\n"
             "  a free one, printed in the ready line). docs/PROTOCOL.md section 6.\n"
+            "  Limits (docs/OPERATIONS.md): --max-frame-bytes (default 1 GiB) is the largest\n"
+            "  frame the control socket reads (a larger one drops the sender's connection);\n"
+            "  --max-reply-bytes (default 32 MiB, 64 KiB .. 64 MiB) the largest reply message\n"
+            "  (a larger generate result comes in parts); per client connection at most\n"
+            "  --max-client-requests (default 131072) requests and --max-client-tokens\n"
+            "  (default 2^28; prompt + max_new_tokens summed) in flight, else 'busy'.\n"
             "  rw-worker --once ...: see that mode's usage (benchmarks: rw-bench).\n",
             RW_DAEMON_DEFAULT_CONTROL);
 }
@@ -47,6 +57,16 @@ static bool parse_double(const char *s, double lo, double hi, double *out) {
     errno = 0;
     double x = strtod(s, &end);
     if (end == s || *end || errno || !(x >= lo && x <= hi)) return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (s[0] == '-') return false;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi) return false;
     *out = x;
     return true;
 }
@@ -86,6 +106,10 @@ int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
     o->startup_timeout_s = 300;
     o->rank_timeout_s = 600;
     o->http_timeout_s = 60;
+    o->max_frame_bytes = RW_DAEMON_MAX_FRAME_BYTES;
+    o->max_reply_bytes = RW_DAEMON_MAX_REPLY_BYTES;
+    o->max_client_requests = RW_DAEMON_MAX_CLIENT_REQUESTS;
+    o->max_client_tokens = RW_DAEMON_MAX_CLIENT_TOKENS;
     bool backend_given = false;
     const char *log_level = NULL;
     for (int i = 0; i < argc; i++) {
@@ -171,6 +195,15 @@ int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
         } else if (!strcmp(a, "--rank-timeout")) {
             NEED if (!parse_double(v, 0.1, 86400, &x)) BAD;
             o->rank_timeout_s = x;
+        } else if (!strcmp(a, "--max-frame-bytes")) {
+            /* ZMQ_MAXMSGSIZE is an int64; the envelope frame alone may need 64 MiB */
+            NEED if (!parse_u64(v, RW_MSG_MAX_BYTES, 1ull << 40, &o->max_frame_bytes)) BAD;
+        } else if (!strcmp(a, "--max-reply-bytes")) {
+            NEED if (!parse_u64(v, 65536, RW_MSG_MAX_BYTES, &o->max_reply_bytes)) BAD;
+        } else if (!strcmp(a, "--max-client-requests")) {
+            NEED if (!parse_u64(v, 1, 1ull << 32, &o->max_client_requests)) BAD;
+        } else if (!strcmp(a, "--max-client-tokens")) {
+            NEED if (!parse_u64(v, 1, 1ull << 48, &o->max_client_tokens)) BAD;
         } else {
             fprintf(stderr, "rw-worker: unknown option '%s'\n", a);
             usage(stderr);

@@ -15,6 +15,11 @@ extern "C" {
 #ifndef RW_VERSION
 #define RW_VERSION "unknown"
 #endif
+/* Limits of the control socket and its clients (docs/OPERATIONS.md section 2): defaults. */
+#define RW_DAEMON_MAX_FRAME_BYTES (1ull << 30)   /* --max-frame-bytes: ZMQ_MAXMSGSIZE */
+#define RW_DAEMON_MAX_REPLY_BYTES (32ull << 20)  /* --max-reply-bytes: one reply message */
+#define RW_DAEMON_MAX_CLIENT_REQUESTS 131072     /* --max-client-requests */
+#define RW_DAEMON_MAX_CLIENT_TOKENS (1ull << 28) /* --max-client-tokens */
 
 typedef struct rw_dopts {
     const char *model_dir;   /* --model DIR (config.json + safetensors) */
@@ -36,6 +41,14 @@ typedef struct rw_dopts {
     const char *ready_file;   /* --ready-file PATH: the bound control endpoint is written there */
     double startup_timeout_s; /* --startup-timeout: rendezvous / rank start-up bound */
     double rank_timeout_s;    /* --rank-timeout: bound on a follower's answer to an op */
+    /* Limits (defaults RW_DAEMON_MAX_*): the largest frame the control socket reads (larger ones
+     * drop the sender's connection before a byte of the frame is stored), the largest reply
+     * message (a generate result beyond it comes in parts), and per client (ZeroMQ connection)
+     * the requests and tokens (prompt + max_new_tokens of each request) in flight. */
+    uint64_t max_frame_bytes;     /* --max-frame-bytes */
+    uint64_t max_reply_bytes;     /* --max-reply-bytes */
+    uint64_t max_client_requests; /* --max-client-requests */
+    uint64_t max_client_tokens;   /* --max-client-tokens */
     const char *self_exe;     /* this executable (launcher mode re-executes it per rank) */
     bool no_prefix_cache;     /* --no-prefix-cache: no prefix cache, no shared sample KV */
     /* text and HTTP (rank 0; docs/PROTOCOL.md section 6) */

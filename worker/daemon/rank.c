@@ -109,6 +109,11 @@ rw_status rw_rank_open(const rw_dopts *o, int rank, rw_comm *comm, rw_rank **out
     RW_CHECKGOTO(
         rw_sync_session_create(rw_model_wset(r->model), r->version0, incomplete, &r->sess, err), st,
         fail);
+    /* a follower's sessions are rank 0's: it checked each request's session token (protocol 2)
+     * before relaying it, and this rank's session drew a token of its own */
+    rw_sync_session_set_owner_check(r->sess, rank == 0);
+    r->frame_limit = o->max_frame_bytes;
+    rw_sync_session_set_frame_limit(r->sess, r->frame_limit);
     RW_CHECKGOTO(rw_mw_create(&r->w, err), st, fail);
     *out = r;
     return RW_OK;
@@ -133,6 +138,8 @@ void rw_rank_close(rw_rank *r) {
 rw_status rw_rank_reset_session(rw_rank *r, const char *version, rw_err *err) {
     rw_sync_session *s = NULL;
     RW_CHECK(rw_sync_session_create(rw_model_wset(r->model), version, true, &s, err));
+    rw_sync_session_set_owner_check(s, r->rank == 0);
+    rw_sync_session_set_frame_limit(s, r->frame_limit);
     rw_sync_session_destroy(r->sess);
     r->sess = s;
     return RW_OK;

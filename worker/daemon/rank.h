@@ -21,7 +21,8 @@ typedef struct rw_rank {
     char version0[RW_SYNC_MAX_VERSION + 1]; /* tag of the weights loaded at start */
     bool weights_released;                  /* the weight arena's memory is given back */
     bool kv_released;
-    rw_mw *w; /* reply writer (sync commands) */
+    rw_mw *w;             /* reply writer (sync commands) */
+    uint64_t frame_limit; /* the control socket's largest frame (begin_update reports it) */
 } rw_rank;
 
 /* Loads the config, creates the model on `comm` (ownership passes to the rank, also on

@@ -112,6 +112,16 @@ const char *rw_srv_tag_of(const rw_server *s, uint64_t v) {
     return v < s->ntags ? s->tags[v] : "?";
 }
 
+const char *rw_srv_peer_desc(const rw_zmq_msg *zm, char *buf, size_t cap) {
+    size_t n;
+    const void *id = rw_zmq_msg_peer(zm, &n);
+    char hex[40], addr[80];
+    rw_oplog_hex(id, n, hex, sizeof hex);
+    const char *a = rw_zmq_msg_peer_addr(zm);
+    snprintf(buf, cap, "peer=%s addr=%s", hex, rw_oplog_quote(a, strlen(a), addr, sizeof addr));
+    return buf;
+}
+
 bool rw_srv_session_open(const rw_server *s) {
     rw_sync_info i;
     rw_sync_session_info(s->r->sess, &i);
@@ -143,14 +153,6 @@ rw_status rw_srv_parse_mode(const char *m, const char *what, rw_pause_mode *out,
 /* ------------------------------------------------------------------------------------------ */
 /* Dispatch                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-static bool token_ok(const char *want, const char *got, size_t n) {
-    size_t wn = strlen(want);
-    unsigned diff = (unsigned)(wn ^ n);
-    for (size_t i = 0; i < wn; i++)
-        diff |= (unsigned)want[i] ^ (unsigned)(i < n ? got[i] : 0);
-    return diff == 0;
-}
-
 /* The command table: a handler and its flags for every command of the protocol (names from the
  * one table of rw_msg.h). */
 #define CMD_NO_FRAMES 1u /* refused with data frames (the sync handlers check their own) */
@@ -191,8 +193,13 @@ static rw_status check_auth(rw_server *s, rw_srv_call *c, rw_err *err) {
     const char *p = NULL;
     size_t n = 0;
     if (!a || rw_mobj_str(a, "args.auth", &p, &n, NULL) != RW_OK ||
-        !token_ok(s->o->auth_token, p, n))
+        !rw_secret_equal(s->o->auth_token, p, n)) {
+        char who[160], cmd[100];
+        rw_oplog_limited(&s->rl_auth, "auth_refused", "cmd=%s %s reason=%s",
+                         rw_oplog_quote(c->req->cmd, strlen(c->req->cmd), cmd, sizeof cmd),
+                         rw_srv_peer_desc(c->zm, who, sizeof who), a ? "wrong_token" : "no_token");
         RW_FAIL(err, RW_E_AUTH, "authentication failed: args.auth must carry this worker's token");
+    }
     static const char *const key[] = {"auth"};
     RW_CHECK(rw_request_take_args(c->msg, c->req, key, 1, NULL, err));
     c->taken |= RW_OPK_AUTH;
@@ -205,8 +212,11 @@ static rw_status dispatch(rw_server *s, rw_srv_call *c, rw_err *err) {
     c->cmd = rw_cmd_parse(c->req->cmd);
     const cmd_entry *t = c->cmd != RW_CMD_NONE ? &commands[c->cmd] : NULL;
     if (!t || !t->fn) {
-        char list[512];
-        RW_FAIL(err, RW_E_PROTOCOL, "unknown command '%s' (%s)", c->req->cmd,
+        /* the name is the client's bytes: shown escaped (the reply stays valid UTF-8 and the
+         * log line plain text) */
+        char list[512], name[4 * RW_MSG_MAX_CMD + 8];
+        rw_escape(c->req->cmd, strlen(c->req->cmd), name, sizeof name);
+        RW_FAIL(err, RW_E_PROTOCOL, "unknown command '%s' (%s)", name,
                 rw_cmd_list(list, sizeof list));
     }
     rw_sync_frames fr;
@@ -216,10 +226,20 @@ static rw_status dispatch(rw_server *s, rw_srv_call *c, rw_err *err) {
     return t->fn(s, c, err);
 }
 
+/* A message refused before it was read as a request (frames, decoder): logged, rate limited. */
+static void refused(rw_server *s, const rw_zmq_msg *zm, rw_status st, const char *why) {
+    char who[160], q[300];
+    rw_oplog_limited(&s->rl_msg, "message_refused", "%s status=%s reason=%s",
+                     rw_srv_peer_desc(zm, who, sizeof who), rw_status_str(st),
+                     rw_oplog_quote(why, strlen(why), q, sizeof q));
+}
+
 /* Handles one received message; takes ownership of zm. */
 static void handle(rw_server *s, rw_zmq_msg *zm, rw_status recv_st, const rw_err *recv_err) {
     s->n_commands++;
+    rw_client_rec *client = rw_clients_seen(s->clients, zm);
     if (recv_st != RW_OK) {
+        refused(s, zm, recv_st, recv_err->msg);
         rw_srv_reply_err(s, zm, 0, recv_st, recv_err->msg);
         rw_zmq_msg_free(zm);
         return;
@@ -227,11 +247,12 @@ static void handle(rw_server *s, rw_zmq_msg *zm, rw_status recv_st, const rw_err
     rw_err e;
     rw_err_clear(&e);
     rw_request req;
-    rw_srv_call c = {.zm = zm, .req = &req};
+    rw_srv_call c = {.zm = zm, .req = &req, .client = client};
     size_t len;
     const void *env = rw_zmq_msg_envelope(zm, &len);
     rw_status st = rw_msg_decode_request(env, len, &c.msg, &req, &e);
     if (st != RW_OK) {
+        refused(s, zm, st, e.msg);
         rw_srv_reply_err(s, zm, req.has_id ? req.id : 0, st, e.msg);
     } else {
         st = dispatch(s, &c, &e);
@@ -332,9 +353,14 @@ static void periodic(rw_server *s) {
     if (now - s->t_poll < POLL_PERIOD_S) return;
     s->t_poll = now;
     rw_err e;
-    if (rw_srv_session_open(s) && rw_sync_session_poll(s->r->sess, &e) != RW_OK) {
-        RW_LOGW("update session ended: %s", e.msg);
-        rw_srv_session_ended(s);
+    if (rw_srv_session_open(s)) {
+        rw_sync_info before;
+        rw_sync_session_info(s->r->sess, &before);
+        if (rw_sync_session_poll(s->r->sess, &e) != RW_OK) {
+            rw_srv_session_ended(s);
+            rw_srv_log_abort(s, before.new_version, e.status == RW_E_TIMEOUT ? "timeout" : "failed",
+                             NULL, e.msg);
+        }
     }
     /* (without a watchdog: it watches the ranks otherwise) */
     for (int r = 1; r <= s->peers->n && !s->peers->watch; r++) {
@@ -489,6 +515,19 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
     int linger = 1000, hwm = 100000;
     zmq_setsockopt(s->ctl, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(s->ctl, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    /* before any connection exists: a frame longer than this drops its sender's connection as
+     * soon as its length is read, before its bytes are stored (no authentication happens before
+     * a message is whole) */
+    int64_t maxmsg = (int64_t)o->max_frame_bytes;
+    if (zmq_setsockopt(s->ctl, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
+        fprintf(stderr, "rw-worker: ZMQ_MAXMSGSIZE: %s\n", zmq_strerror(errno));
+        goto out;
+    }
+    /* every client connection is watched: a client that leaves has its requests aborted */
+    if (rw_clients_create(zctx, s->ctl, rw_srv_client_gone, s, &s->clients, &e) != RW_OK) {
+        fprintf(stderr, "rw-worker: %s\n", e.msg);
+        goto out;
+    }
     if (zmq_bind(s->ctl, o->control) != 0) {
         fprintf(stderr, "rw-worker: cannot bind the control socket to %s: %s\n", o->control,
                 zmq_strerror(errno));
@@ -533,6 +572,7 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
             handle(s, zm, st, &e);
         }
         if (s->shutdown) break;
+        rw_clients_poll(s->clients); /* connections that closed: their requests are aborted */
         if (!rw_engine_idle(s->r->eng)) step(s);
         periodic(s);
     }
@@ -578,6 +618,7 @@ out:
     free(s->peek_lp);
     rw_mw_destroy(s->w);
     rw_mw_destroy(s->w2);
+    rw_clients_destroy(s->clients);
     if (s->ctl) zmq_close(s->ctl);
     return rc;
 }

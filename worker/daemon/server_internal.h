@@ -13,7 +13,9 @@
 
 #include <math.h>
 
+#include "clients.h"
 #include "metrics.h"
+#include "oplog.h"
 #include "rw_tokenizer.h"
 #include "server.h"
 
@@ -37,6 +39,7 @@ typedef struct rw_gen {
     bool routes, weights; /* return_routed_experts / return_routing_weights */
     bool return_text; /* outputs carry `text` (decoded with the worker's tokenizer) */
     bool skip_special;
+    uint64_t tokens; /* prompt + max_new_tokens of its requests: charged to its client */
 } rw_gen;
 
 typedef struct rw_server {
@@ -75,6 +78,10 @@ typedef struct rw_server {
     struct rw_http *http; /* --http; NULL when not served */
     char inproc[64];      /* the ROUTER's in-process endpoint the HTTP server talks to */
     char http_url[128];   /* "http://HOST:PORT" as bound */
+    rw_clients *clients;   /* the control socket's clients (NULL: not watched) */
+    rw_oplog_rate rl_auth; /* rate limits of the operator log's peer-triggered events */
+    rw_oplog_rate rl_msg;
+    rw_oplog_rate rl_busy;
 } rw_server;
 
 /* One received command on its way through the dispatch table. */
@@ -86,6 +93,7 @@ typedef struct rw_srv_call {
     uint64_t taken;  /* RW_OPK_* fields taken out of req->args so far */
     bool kept;       /* the handler keeps zm (it answers later) */
     bool replied;    /* the handler sent its reply itself */
+    rw_client_rec *client; /* its sender (NULL when not tracked) */
 } rw_srv_call;
 
 /* A command handler: RW_OK with its reply in s->w (unless it kept the message or replied
@@ -110,6 +118,8 @@ rw_status rw_srv_reps_status(rw_server *s, rw_op_msg *rep, rw_err *err);
 /* Appends a version tag; its index is what the engine stamps outputs with. */
 bool rw_srv_push_tag(rw_server *s, const char *tag);
 const char *rw_srv_tag_of(const rw_server *s, uint64_t v);
+/* "peer=<routing id hex> addr=<ip>" of a message's sender, for operator log lines. */
+const char *rw_srv_peer_desc(const rw_zmq_msg *zm, char *buf, size_t cap);
 /* "serving", "paused", "updating", "weights_incomplete" or "weights_released". */
 const char *rw_srv_worker_state(const rw_server *s);
 /* True while an update session is open on rank 0. */
@@ -172,6 +182,19 @@ rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, size_t *offs,
 /* The number of routes fields an output has (0..2), and writes them for output k. */
 int rw_srv_routes_nfields(const rw_gen *g);
 void rw_srv_routes_fields(rw_mw *w, const rw_server *s, const rw_gen *g, int k, const size_t *offs);
+/* The per-client limits (--max-client-requests, --max-client-tokens) for a command of `requests`
+ * requests and `tokens` tokens (prompt + max_new_tokens) from the client of c: RW_E_BUSY past
+ * them; a client that left gets no work. rw_srv_gen_register charges g->n and g->tokens. */
+rw_status rw_srv_client_room(rw_server *s, const rw_srv_call *c, uint64_t requests,
+                             uint64_t tokens, rw_err *err);
+/* Aborts every generate command of a client whose connection closed (their KV is freed; the
+ * final replies go nowhere). */
+void rw_srv_client_gone(void *server, rw_client_rec *rec);
+
+/* --- gen_reply.c ---------------------------------------------------------------------------- */
+/* Sends the final reply of a finished generate command: one message, or parts of at most
+ * --max-reply-bytes (docs/PROTOCOL.md 4.1). */
+void rw_srv_gen_final(rw_server *s, rw_gen *g);
 
 /* --- cmd_control.c -------------------------------------------------------------------------- */
 rw_status rw_srv_pause(rw_server *s, rw_srv_call *c, rw_err *err);
@@ -190,6 +213,11 @@ rw_status rw_srv_sync(rw_server *s, rw_srv_call *c, rw_err *err);
 /* After a session ended without a commit everywhere: settle the ranks, drop what can no longer
  * run, lift the update's pause. */
 void rw_srv_session_ended(rw_server *s);
+/* The operator log's update_abort line for a session (to `version`) that ended without a commit:
+ * reason "client", "forced", "failed" or "timeout"; zm (may be NULL) the client whose command
+ * ended it, why (may be NULL) the error. */
+void rw_srv_log_abort(rw_server *s, const char *version, const char *reason, const rw_zmq_msg *zm,
+                      const char *why);
 /* Asks every follower for its weight state (after a session ended) and records whether any is
  * incomplete; followers with a session still open abort it. */
 void rw_srv_settle_followers(rw_server *s);

@@ -137,14 +137,16 @@ __global__ void __launch_bounds__(SMP_THREADS)
     const float lse = mx + logf(block_sum(se, shf));
 
     /* forced >= 0 scores a given token: no draw. The kept set (thr) is needed for a draw and for
-     * processed logprobs. Every branch below is uniform over the CTA (p is). */
+     * processed logprobs. Every branch below is uniform over the CTA (p is). inv_t 0: greedy,
+     * also for a temperature too small to invert (sample.h). */
     int32_t tok = p.forced >= 0 ? p.forced : best.i;
-    const bool greedy = !(p.temperature > 0.0f && p.top_k != 1);
+    const float inv_ts = rw_sample_inv_temperature(p.temperature, p.top_k, mx);
+    const bool greedy = inv_ts == 0.0f;
     const bool processed = p.mode == 1;
     float inv_t = 1.0f, zmax = 0.0f, lkept = 0.0f;
     uint32_t thr = 0; /* keep ids with key >= thr */
     if (!greedy && (p.forced < 0 || processed)) {
-        inv_t = 1.0f / p.temperature;
+        inv_t = inv_ts;
         zmax = mx * inv_t;
         if (p.top_k > 0 && p.top_k < V)
             thr = radix_select(l, V, inv_t, zmax, 0, false, (uint64_t)p.top_k, hist);

@@ -19,6 +19,19 @@ RW_HD float rw_sample_uniform_dev(uint64_t seed, int64_t position) {
     return rw_rand_unit_at(seed, (uint64_t)position);
 }
 
+/* 1/T of a sampled draw, or 0 when the draw is greedy: temperature <= 0, top_k == 1, or a
+ * temperature too small to invert in float arithmetic - 1/T, or the largest logit times it, is not
+ * finite (about T < 3e-39, and above that for large logits). Such a T would turn every z =
+ * logit / T into +-inf and every mass into NaN (the draw then ran off the end of the vocabulary);
+ * softmax(logits / T) tends to the argmax as T -> 0, so greedy is its limit. One rule for the
+ * CPU sampler (sampler.c), the kernel (sample.cu) and its reference (sample_ref.c). */
+RW_HD float rw_sample_inv_temperature(float temperature, int32_t top_k, float max_logit) {
+    if (!(temperature > 0.0f) || top_k == 1) return 0.0f;
+    const float inv_t = 1.0f / temperature;
+    if (!isfinite(inv_t) || !isfinite(max_logit * inv_t)) return 0.0f;
+    return inv_t;
+}
+
 /* Sampling of n rows of logits [n, V] fp32 on the device, one CTA per row, the rule of
  * rw_sampling (rw_worker.h) with one documented difference: probability masses are summed as
  * 32.32 fixed point (exp(z - zmax) * 2^32, truncated) in uint64, which makes the sums exact and

@@ -71,11 +71,13 @@ void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sampl
             se += expf(l[i] - mx);
         const float lse = mx + logf(se);
         int32_t tok = pr->forced >= 0 ? pr->forced : arg;
-        const bool greedy = !(pr->temperature > 0.0f && pr->top_k != 1) || !s;
+        /* inv_t 0: greedy, also for a temperature too small to invert (sample.h) */
+        const float inv_ts = rw_sample_inv_temperature(pr->temperature, pr->top_k, mx);
+        const bool greedy = inv_ts == 0.0f || !s;
         const bool processed = pr->mode == 1;
         float inv_t = 1.0f, zmax = 0.0f, thr = -INFINITY, lkept = 0.0f;
         if (!greedy && (pr->forced < 0 || processed)) {
-            inv_t = 1.0f / pr->temperature;
+            inv_t = inv_ts;
             zmax = mx * inv_t;
             const int64_t nk = rw_sample_sort_top_k(l, V, inv_t, pr->top_k, s, &thr);
             if (pr->top_p < 1.0f) {
