@@ -502,6 +502,7 @@ static void test_sample(void **state) {
     rw_k_sample_param *p = calloc((size_t)n, sizeof *p);
     for (int i = 0; i < n; i++) {
         p[i].row = (int32_t)(n - 1 - i); /* rows in another order than requests */
+        p[i].forced = -1;                /* draws (given tokens: test_sample_processed) */
         p[i].seed = 1000 + (uint64_t)i;
         p[i].position = 17 + i;
         p[i].top_p = 1.0f;
