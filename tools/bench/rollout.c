@@ -180,7 +180,7 @@ static void run_rollout(rwb_ctx *c, rw_model *m, bool sharing, const step_floor 
         RW_CHECKGOTO(rw_engine_add_ex(e, (uint64_t)i * N, toks, plen[i], &sp, &ro, &err), st_,
                      fail);
     }
-    double sum_floor = 0, last_t = t0;
+    double sum_floor = 0, last_t = t0, last_progress = t0;
     int64_t last_gen = 0, peak_blocks = 0, peak_running = 0, steps = 0;
     int finished = 0;
     bool truncated = false;
@@ -206,6 +206,14 @@ static void run_rollout(rwb_ctx *c, rw_model *m, bool sharing, const step_floor 
             }
             last_t = now;
             last_gen = st.generated_tokens;
+        }
+        if (now - last_progress >= 30.0) { /* a long run says where it is */
+            fprintf(stderr,
+                    "rw-bench: %s: %.0f s, %d of %d sequences finished, %lld tokens, %lld "
+                    "running\n",
+                    what, now - t0, finished, total, (long long)st.generated_tokens,
+                    (long long)st.running);
+            last_progress = now;
         }
         if (rwb_out_of_time(c)) {
             truncated = true;
