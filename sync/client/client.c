@@ -455,6 +455,24 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
     return rw_client_note(c, RW_OK, err);
 }
 
+rw_status rw_client_join_rest(rw_client *c, uint64_t id, int timeout_ms, rw_msg *m, rw_reply *r,
+                              char **result_json, rw_err *err) {
+    struct json_t *acc = NULL;
+    rw_status st;
+    for (;;) {
+        const bool more = rw_client_is_part(r->result);
+        st = rw_client_join_part(&acc, r->result, err);
+        rw_msg_free(m);
+        m = NULL;
+        if (st != RW_OK || !more) break;
+        st = rw_client_wait(c, id, timeout_ms, &m, r, NULL, NULL, err);
+        if (st != RW_OK) break;
+    }
+    if (st == RW_OK) st = rw_client_parts_done(acc, result_json, err);
+    json_decref(acc);
+    return st;
+}
+
 rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **result_json,
                               void **frame, size_t *frame_len, rw_err *err) {
     if (result_json) *result_json = NULL;
@@ -463,19 +481,8 @@ rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **
     RW_CHECK(rw_client_wait(c, id, timeout_ms, &m, &r, frame, frame_len, err));
     rw_status st = RW_OK;
     if (result_json && rw_client_is_part(r.result)) {
-        /* a generate result in parts: every part of it, joined */
-        struct json_t *acc = NULL;
-        for (;;) {
-            const bool more = rw_client_is_part(r.result);
-            st = rw_client_join_part(&acc, r.result, err);
-            rw_msg_free(m);
-            m = NULL;
-            if (st != RW_OK || !more) break;
-            st = rw_client_wait(c, id, timeout_ms, &m, &r, NULL, NULL, err);
-            if (st != RW_OK) break;
-        }
-        if (st == RW_OK) st = rw_client_parts_done(acc, result_json, err);
-        json_decref(acc);
+        st = rw_client_join_rest(c, id, timeout_ms, m, &r, result_json, err);
+        m = NULL;
     } else if (result_json) {
         st = rw_mobj_to_json(r.result, result_json, err);
     }

@@ -24,5 +24,9 @@ struct json_t;
 bool rw_client_is_part(const rw_mobj *result);
 rw_status rw_client_join_part(struct json_t **acc, const rw_mobj *part, rw_err *err);
 rw_status rw_client_parts_done(struct json_t *acc, char **out, rw_err *err);
+/* A result in parts whose first part is (m, r): waits for the others and joins them all into
+ * *result_json (malloc'd). Frees m. Parts carry no data frame (docs/PROTOCOL.md 4.1). */
+rw_status rw_client_join_rest(rw_client *c, uint64_t id, int timeout_ms, rw_msg *m,
+                              rw_reply *r, char **result_json, rw_err *err);
 
 #endif
