@@ -455,21 +455,63 @@ rw_status rw_client_wait(rw_client *c, uint64_t id, int timeout_ms, rw_msg **msg
     return rw_client_note(c, RW_OK, err);
 }
 
+/* Appends a part's data frame f (taken) to the joined one at an offset aligned to 8, the offset
+ * its routes fields are moved by (*base). */
+static rw_status append_frame(uint8_t **buf, size_t *len, void *f, size_t flen, uint64_t *base,
+                              rw_err *err) {
+    *base = 0;
+    if (!f || !flen) { /* no routes, or only empty ones (offset 0, 0 bytes) */
+        free(f);
+        return RW_OK;
+    }
+    *base = (*len + 7) & ~(size_t)7;
+    uint8_t *nb = realloc(*buf, *base + flen);
+    if (!nb) {
+        free(f);
+        RW_FAIL(err, RW_E_OOM, "client: %zu bytes of routed experts", (size_t)(*base + flen));
+    }
+    memset(nb + *len, 0, *base - *len);
+    memcpy(nb + *base, f, flen);
+    free(f);
+    *buf = nb;
+    *len = *base + flen;
+    return RW_OK;
+}
+
 rw_status rw_client_join_rest(rw_client *c, uint64_t id, int timeout_ms, rw_msg *m, rw_reply *r,
-                              char **result_json, rw_err *err) {
+                              char **result_json, void **frame, size_t *frame_len, rw_err *err) {
     struct json_t *acc = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    void *f = frame ? *frame : NULL;
+    size_t flen = frame && frame_len ? *frame_len : 0;
+    if (frame) *frame = NULL;
+    if (frame_len) *frame_len = 0;
     rw_status st;
+    bool framed = false; /* some part had a data frame */
     for (;;) {
         const bool more = rw_client_is_part(r->result);
-        st = rw_client_join_part(&acc, r->result, err);
+        uint64_t base = 0;
+        framed |= f != NULL;
+        st = append_frame(&buf, &len, f, flen, &base, err);
+        f = NULL;
+        if (st == RW_OK) st = rw_client_join_part(&acc, r->result, base, err);
         rw_msg_free(m);
         m = NULL;
         if (st != RW_OK || !more) break;
-        st = rw_client_wait(c, id, timeout_ms, &m, r, NULL, NULL, err);
+        st = rw_client_wait(c, id, timeout_ms, &m, r, frame ? &f : NULL, &flen, err);
         if (st != RW_OK) break;
     }
     if (st == RW_OK) st = rw_client_parts_done(acc, result_json, err);
     json_decref(acc);
+    if (st == RW_OK && frame && framed && !buf && !(buf = malloc(1)))
+        st = RW_ERR(err, RW_E_OOM, "client: routed experts");
+    if (st == RW_OK && frame) {
+        *frame = buf;
+        if (frame_len) *frame_len = len;
+    } else {
+        free(buf);
+    }
     return st;
 }
 
@@ -481,7 +523,7 @@ rw_status rw_client_wait_json(rw_client *c, uint64_t id, int timeout_ms, char **
     RW_CHECK(rw_client_wait(c, id, timeout_ms, &m, &r, frame, frame_len, err));
     rw_status st = RW_OK;
     if (result_json && rw_client_is_part(r.result)) {
-        st = rw_client_join_rest(c, id, timeout_ms, m, &r, result_json, err);
+        st = rw_client_join_rest(c, id, timeout_ms, m, &r, result_json, frame, frame_len, err);
         m = NULL;
     } else if (result_json) {
         st = rw_mobj_to_json(r.result, result_json, err);

@@ -18,15 +18,19 @@ void *rw_client_group_stream(rw_client_group *g);
 rw_status rw_client_sums_quant(const rw_client_sums *s, rw_quant_config *q, rw_err *err);
 
 /* Generate results in parts (parts.c): whether a result is a part with more to come, joining a
- * part into *acc (NULL at first; a jansson object, json_decref it), and the joined result as JSON
- * text (malloc'd). */
+ * part into *acc (NULL at first; a jansson object, json_decref it; its routes fields' offsets
+ * moved by frame_base, where its data frame starts in the joined frame), and the joined result as
+ * JSON text (malloc'd). */
 struct json_t;
 bool rw_client_is_part(const rw_mobj *result);
-rw_status rw_client_join_part(struct json_t **acc, const rw_mobj *part, rw_err *err);
+rw_status rw_client_join_part(struct json_t **acc, const rw_mobj *part, uint64_t frame_base,
+                              rw_err *err);
 rw_status rw_client_parts_done(struct json_t *acc, char **out, rw_err *err);
-/* A result in parts whose first part is (m, r): waits for the others and joins them all into
- * *result_json (malloc'd). Frees m. Parts carry no data frame (docs/PROTOCOL.md 4.1). */
+/* A result in parts whose first part is (m, r) with data frame *frame (NULL: none): waits for
+ * the others and joins them all into *result_json (malloc'd) and their frames into *frame /
+ * *frame_len (NULL frame: the joined frame is dropped). Frees m. */
 rw_status rw_client_join_rest(rw_client *c, uint64_t id, int timeout_ms, rw_msg *m,
-                              rw_reply *r, char **result_json, rw_err *err);
+                              rw_reply *r, char **result_json, void **frame, size_t *frame_len,
+                              rw_err *err);
 
 #endif

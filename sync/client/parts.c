@@ -1,10 +1,13 @@
 /* parts.c - a generate result that came in parts (docs/PROTOCOL.md 4.1) joined back into the one
  * result it stands for, for the client's JSON calls (and so the Python client): the pieces of
  * each output concatenated in order, its other fields taken from its last piece, `more` and
- * `offset` dropped. Parts of one request arrive in order on one connection. */
+ * `offset` dropped; the parts' data frames (routed experts) concatenated, each at an offset
+ * aligned to 8, and the offsets of the routes fields moved with them. Parts of one request arrive
+ * in order on one connection. */
 #include "client_internal.h"
 
 #include <jansson.h>
+#include <stdint.h>
 
 bool rw_client_is_part(const rw_mobj *result) {
     bool more = false;
@@ -34,9 +37,33 @@ static rw_status join_output(json_t *last, json_t *o, rw_err *err) {
     return RW_OK;
 }
 
-rw_status rw_client_join_part(struct json_t **acc, const rw_mobj *part, rw_err *err) {
+/* Adds `base` to the offset of every routes field of the part's outputs. */
+static rw_status rebase_routes(json_t *p, uint64_t base, rw_err *err) {
+    size_t i;
+    json_t *o;
+    json_array_foreach(json_object_get(p, "outputs"), i, o) {
+        static const char *const keys[] = {"routed_experts", "routing_weights"};
+        for (size_t k = 0; k < 2; k++) {
+            json_t *off = json_object_get(json_object_get(o, keys[k]), "offset");
+            if (!off) continue;
+            if (!json_is_integer(off) || json_integer_value(off) < 0 ||
+                (uint64_t)json_integer_value(off) > (uint64_t)INT64_MAX - base)
+                RW_FAIL(err, RW_E_PROTOCOL, "client: a generate part's %s.offset is not a count",
+                        keys[k]);
+            json_integer_set(off, json_integer_value(off) + (json_int_t)base);
+        }
+    }
+    return RW_OK;
+}
+
+rw_status rw_client_join_part(struct json_t **acc, const rw_mobj *part, uint64_t frame_base,
+                              rw_err *err) {
     json_t *p;
     RW_CHECK(rw_mobj_to_jansson(part, &p, err));
+    if (frame_base && rebase_routes(p, frame_base, err) != RW_OK) {
+        json_decref(p);
+        return err->status;
+    }
     if (!*acc) {
         *acc = p;
         return RW_OK;

@@ -29,13 +29,19 @@ static rw_status call_final(rw_client *c, const char *cmd, const char *args_json
             free(f);
             continue;
         }
-        rw_status st;
         if (rw_client_is_part(r.result)) { /* a large result: its parts joined */
-            st = rw_client_join_rest(c, id, timeout_ms, m, &r, result_json, err);
-        } else {
-            st = rw_mobj_to_json(r.result, result_json, err);
-            rw_msg_free(m);
+            rw_status st =
+                rw_client_join_rest(c, id, timeout_ms, m, &r, result_json, &f, &flen, err);
+            if (st != RW_OK || !frame) {
+                free(f);
+            } else {
+                *frame = f;
+                if (frame_len) *frame_len = flen;
+            }
+            return rw_client_note(c, st, err);
         }
+        rw_status st = rw_mobj_to_json(r.result, result_json, err);
+        rw_msg_free(m);
         if (st != RW_OK || !frame) {
             free(f);
         } else {

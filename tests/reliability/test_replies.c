@@ -247,31 +247,46 @@ static void test_parts_lowered_limit(void **state) {
     json_decref(typed);
     free(res);
     free(fr);
-    /* with routed experts the result is one message whatever --max-reply-bytes says (the
-     * routes' data frame has one offset space): on the wire, no part; through the client, every
-     * output's routes in the frame */
+    /* with routed experts: parts as well, each carrying the routes of the outputs that end in
+     * it in its own data frame; joined by the client, the routes equal those of the default
+     * worker's one message, byte for byte */
     a[strlen(a) - 1] = '\0'; /* drop the closing brace: one more field */
-    char *ar = malloc(strlen(a) + 64);
-    sprintf(ar, "%s, \"return_routed_experts\": true}", a);
+    char *ar = malloc(strlen(a) + 96);
+    sprintf(ar, "%s, \"return_routed_experts\": true, \"return_routing_weights\": true}", a);
     free(a);
     rl_send_request(&s, 7, "generate", ar);
-    assert_int_equal(read_parts(&s, 7, RW_MSG_MAX_BYTES, &partials), 1);
+    assert_true(read_parts(&s, 7, LIMIT, &partials) >= 5);
+    char *res1 = NULL;
+    void *fr1 = NULL;
+    size_t frl1 = 0;
     res = NULL;
     RW_ASSERT_OK(rw_client_generate(c1, ar, 120000, &res, &fr, &frl, &e), &e);
+    RW_ASSERT_OK(rw_client_generate(c2, ar, 120000, &res1, &fr1, &frl1, &e), &e);
     free(ar);
     typed = json_loads(res, 0, NULL);
     assert_non_null(typed);
     for (size_t i = 0; i < NP; i++) {
         json_t *o = json_array_get(json_object_get(typed, "outputs"), i);
         assert_same_output(o, json_array_get(o1, i), i);
-        rw_client_routes r;
+        rw_client_routes r, r1;
         RW_ASSERT_OK(rw_client_routes_of(res, i, fr, frl, &r, &e), &e);
+        RW_ASSERT_OK(rw_client_routes_of(res1, i, fr1, frl1, &r1, &e), &e);
         assert_int_equal(r.tokens, json_integer_value(json_object_get(o, "prompt_tokens")) +
                                        (json_int_t)json_array_size(json_object_get(o, "tokens")));
+        assert_int_equal(r.tokens, r1.tokens);
+        assert_int_equal(r.layers, r1.layers);
+        assert_int_equal(r.k, r1.k);
+        assert_int_equal(r.id_bytes, r1.id_bytes);
+        const size_t cells = (size_t)(r.tokens * r.layers * r.k);
+        rw_assert_bytes_equal(r.ids, r1.ids, cells * (size_t)r.id_bytes, "routes in parts");
+        rw_assert_bytes_equal(r.weights, r1.weights, cells * sizeof(float),
+                              "routing weights in parts");
     }
     json_decref(typed);
     free(res);
     free(fr);
+    free(res1);
+    free(fr1);
     json_decref(one);
     json_decref(joined);
     rl_close(&s);

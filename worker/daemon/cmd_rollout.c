@@ -41,14 +41,14 @@ static size_t align8(size_t x) {
     return (x + 7) & ~(size_t)7;
 }
 
-rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, size_t *offs,
+rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, int k0, int k1, size_t *offs,
                               rw_sync_out_frame *of, rw_err *err) {
     of->data = NULL;
     of->len = 0;
-    if (!g->routes) return RW_OK;
+    if (!g->routes || k0 >= k1) return RW_OK;
     const size_t eb = id_bytes(s);
     size_t at = 0;
-    for (int k = 0; k < g->n; k++) {
+    for (int k = k0; k < k1; k++) {
         const rw_output *o = g->outs[k];
         const size_t cells = (size_t)o->n_routed * o->route_layers * o->route_k;
         offs[2 * k] = at;
@@ -59,7 +59,7 @@ rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, size_t *offs,
     uint8_t *buf = malloc(at ? at : 1);
     if (!buf) RW_FAIL(err, RW_E_OOM, "routes: %zu bytes", at);
     memset(buf, 0, at);
-    for (int k = 0; k < g->n; k++) {
+    for (int k = k0; k < k1; k++) {
         const rw_output *o = g->outs[k];
         const size_t cells = (size_t)o->n_routed * o->route_layers * o->route_k;
         if (!o->routed_ids) continue;
@@ -239,7 +239,7 @@ void rw_srv_score_reply(rw_server *s, rw_gen *g) {
     size_t *offs = g->routes ? calloc((size_t)g->n * 2, sizeof *offs) : NULL;
     rw_sync_out_frame of = {0};
     rw_err e;
-    if (g->routes && (!offs || rw_srv_routes_frame(s, g, offs, &of, &e) != RW_OK)) {
+    if (g->routes && (!offs || rw_srv_routes_frame(s, g, 0, g->n, offs, &of, &e) != RW_OK)) {
         rw_srv_reply_err(s, g->zm, g->req_id, RW_E_OOM, "score: out of memory for the routes");
         free(offs);
         return;

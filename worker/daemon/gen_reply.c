@@ -11,12 +11,11 @@
  * the same `index` and an `offset` (its first token's position) on every piece, its other fields
  * (prompt_index, sample, finish, ...) in its last piece only. A result that fits one message is
  * written exactly as before. Sizes are bounded from above per token before anything is written,
- * so no part passes the budget. A command that asked for routed experts is answered in one
- * message whatever --max-reply-bytes says: its routes travel in that message's data frame, which
- * one offset space describes; only a result past what a client decodes is refused then. */
+ * so no part passes the budget. Routed experts travel in data frames, outside the budget: each
+ * message carries the routes of the outputs whose last piece it holds, at offsets from the start
+ * of its own frame. */
 #include "server_internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 /* Half the decoder's element limit (msg.c): a part stays far from it. */
@@ -203,17 +202,12 @@ static void extra_free(reply_extra *x, int n) {
 
 void rw_srv_gen_final(rw_server *s, rw_gen *g) {
     uint64_t budget = s->o->max_reply_bytes ? s->o->max_reply_bytes : RW_MSG_MAX_BYTES / 2;
-    if (budget > RW_MSG_MAX_BYTES || g->routes) budget = RW_MSG_MAX_BYTES;
+    if (budget > RW_MSG_MAX_BYTES) budget = RW_MSG_MAX_BYTES;
     reply_extra x = {0};
-    rw_sync_out_frame of = {0};
-    rw_err e;
     piece *pl = malloc(sizeof *pl * ((size_t)g->n + 1));
     bool ok = pl != NULL;
     if (ok && g->return_text) ok = decode_texts(s, g, &x) == RW_OK;
-    if (ok && g->routes) {
-        x.offs = calloc((size_t)g->n * 2, sizeof *x.offs);
-        ok = x.offs && rw_srv_routes_frame(s, g, x.offs, &of, &e) == RW_OK;
-    }
+    if (ok && g->routes) ok = (x.offs = calloc((size_t)g->n * 2, sizeof *x.offs)) != NULL;
     if (!ok) {
         rw_srv_reply_err(s, g->zm, g->req_id, RW_E_OOM, "generate: out of memory for the reply");
         goto out;
@@ -222,13 +216,18 @@ void rw_srv_gen_final(rw_server *s, rw_gen *g) {
     do {
         const int np = plan_part(g, &x, budget, &k, &t, pl);
         const bool more = k < g->n;
-        if (more && g->routes) { /* one message only (see the top of this file) */
-            char msg[200];
-            snprintf(msg, sizeof msg,
-                     "generate: the result with routed experts is larger than one reply message "
-                     "may be (%u bytes); ask for fewer prompts, samples or top_logprobs per command",
-                     (unsigned)RW_MSG_MAX_BYTES);
-            rw_srv_reply_err(s, g->zm, g->req_id, RW_E_RANGE, msg);
+        /* the routes of the outputs whose last piece is in this part (consecutive outputs) */
+        int r0 = -1, r1 = -1;
+        for (int i = 0; i < np; i++)
+            if (pl[i].last) {
+                if (r0 < 0) r0 = pl[i].k;
+                r1 = pl[i].k + 1;
+            }
+        rw_sync_out_frame of = {0};
+        rw_err e;
+        if (rw_srv_routes_frame(s, g, r0, r1, x.offs, &of, &e) != RW_OK) {
+            rw_srv_reply_err(s, g->zm, g->req_id, RW_E_OOM,
+                             "generate: out of memory for the routes");
             goto out;
         }
         /* a result that fits one message keeps the one-message shape: {stream, outputs} */
@@ -243,6 +242,7 @@ void rw_srv_gen_final(rw_server *s, rw_gen *g) {
         for (int i = 0; i < np; i++)
             write_piece(s, w, g, &x, &pl[i]);
         rw_srv_send(s, g->zm, w, of.data ? &of : NULL);
+        free(of.data); /* NULL unless the send failed before ZeroMQ took it */
         parts++;
     } while (k < g->n);
     if (parts > 1)
@@ -250,5 +250,4 @@ void rw_srv_gen_final(rw_server *s, rw_gen *g) {
 out:
     free(pl);
     extra_free(&x, g->n);
-    free((void *)of.data);
 }

@@ -173,11 +173,12 @@ void rw_srv_score_reply(rw_server *s, rw_gen *g);
 /* The fields generate and score share: logprob_mode (into sp), return_routed_experts and
  * return_routing_weights (into ro, and g's flags when g is not NULL). */
 rw_status rw_srv_rollout_args(rw_mfields *f, rw_sampling *sp, rw_request_opts *ro, rw_err *err);
-/* The data frame of a reply with routes: every output's expert ids ([tokens, layers, k] uint8
- * when num_experts <= 256, else uint16), then its weights (fp32) when asked, each at an offset
- * aligned to 8 (offs[2k] ids, offs[2k + 1] weights of output k; offs has 2n entries).
- * of->data is NULL when the command asked for no routes. */
-rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, size_t *offs,
+/* The data frame of a reply with routes: the expert ids of outputs k0 .. k1 - 1 ([tokens, layers,
+ * k] uint8 when num_experts <= 256, else uint16), each followed by its weights (fp32) when asked,
+ * each at an offset from the frame's start aligned to 8 (offs[2k] ids, offs[2k + 1] weights of
+ * output k; offs has 2n entries). of->data is NULL when the command asked for no routes or the
+ * range is empty. */
+rw_status rw_srv_routes_frame(const rw_server *s, const rw_gen *g, int k0, int k1, size_t *offs,
                               rw_sync_out_frame *of, rw_err *err);
 /* The number of routes fields an output has (0..2), and writes them for output k. */
 int rw_srv_routes_nfields(const rw_gen *g);
