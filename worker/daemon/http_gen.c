@@ -174,7 +174,9 @@ static rw_status apply_partial(rw_hgen *g, const json_t *outs, rw_err *err) {
     return RW_OK;
 }
 
-/* The final reply: every output's ids, logprobs, top logprobs, finish and versions. */
+/* The final reply, or one of its parts (docs/PROTOCOL.md 4.1): every output's ids, logprobs and
+ * top logprobs, from its `offset` when the output was cut into pieces; its finish and versions
+ * come with its last piece, which completes it. */
 static rw_status apply_final(rw_hgen *g, const json_t *outs, rw_err *err) {
     size_t i;
     json_t *e;
@@ -184,37 +186,42 @@ static rw_status apply_final(rw_hgen *g, const json_t *outs, rw_err *err) {
         if (!o) continue;
         const json_t *tk = json_object_get(e, "tokens"), *lp = json_object_get(e, "logprobs"),
                      *top = json_object_get(e, "top_logprobs");
+        const json_int_t off = json_integer_value(json_object_get(e, "offset"));
         const int n = (int)json_array_size(tk);
-        RW_CHECK(grow(o, n, err));
+        if (off < 0 || off > INT32_MAX - n) RW_FAIL(err, RW_E_PROTOCOL, "HTTP: a piece's offset");
+        const int end = (int)off + n;
+        RW_CHECK(grow(o, end, err));
         for (int j = 0; j < n; j++) {
-            o->ids[j] = (int32_t)json_integer_value(json_array_get(tk, (size_t)j));
-            o->lps[j] = lp ? json_number_value(json_array_get(lp, (size_t)j)) : 0;
+            o->ids[off + j] = (int32_t)json_integer_value(json_array_get(tk, (size_t)j));
+            o->lps[off + j] = lp ? json_number_value(json_array_get(lp, (size_t)j)) : 0;
         }
-        if (!o->cut) o->n = n; /* a stop string kept the ids up to its match */
+        if (!o->cut) o->n = end; /* a stop string kept the ids up to its match */
         if (json_is_array(top) && json_array_size(top) == (size_t)n && n > 0) {
             const int t = (int)json_array_size(json_array_get(top, 0));
-            o->top_ids = calloc((size_t)n * (size_t)(t ? t : 1), sizeof *o->top_ids);
-            o->top_lps = calloc((size_t)n * (size_t)(t ? t : 1), sizeof *o->top_lps);
-            if (!o->top_ids || !o->top_lps) RW_FAIL(err, RW_E_OOM, "HTTP: top logprobs");
+            const size_t cells = (size_t)end * (size_t)(t ? t : 1);
+            int32_t *ti = realloc(o->top_ids, cells * sizeof *ti);
+            if (ti) o->top_ids = ti;
+            double *tl = realloc(o->top_lps, cells * sizeof *tl);
+            if (tl) o->top_lps = tl;
+            if (!ti || !tl) RW_FAIL(err, RW_E_OOM, "HTTP: top logprobs");
             o->top_n = t;
             for (int j = 0; j < n; j++)
                 for (int q = 0; q < t; q++) {
                     const json_t *pair = json_array_get(json_array_get(top, (size_t)j), (size_t)q);
-                    o->top_ids[(size_t)j * t + q] =
-                        (int32_t)json_integer_value(json_array_get(pair, 0));
-                    o->top_lps[(size_t)j * t + q] = json_number_value(json_array_get(pair, 1));
+                    const size_t at = ((size_t)off + (size_t)j) * (size_t)t + (size_t)q;
+                    o->top_ids[at] = (int32_t)json_integer_value(json_array_get(pair, 0));
+                    o->top_lps[at] = json_number_value(json_array_get(pair, 1));
                 }
         }
         const char *fin = json_string_value(json_object_get(e, "finish"));
+        if (!fin) continue; /* not its last piece: the next part goes on with it */
         o->finish = o->cut                   ? "stop"
-                    : !fin                   ? "abort"
                     : !strcmp(fin, "length") ? "length"
                     : !strcmp(fin, "stop")   ? "stop"
                                              : "abort";
         o->final = json_incref(e);
         RW_CHECK(feed(g, k, true, err));
     }
-    g->final = true;
     return RW_OK;
 }
 
@@ -223,8 +230,14 @@ rw_status rw_hgen_next(rw_hgen *g, rw_err *err) {
     json_t *res = NULL;
     RW_CHECK(rw_hcall_recv(g->r, g->id, &res, err));
     const json_t *outs = json_object_get(res, "outputs");
-    rw_status st = json_is_true(json_object_get(res, "stream")) ? apply_partial(g, outs, err)
-                                                                : apply_final(g, outs, err);
+    rw_status st;
+    if (json_is_true(json_object_get(res, "stream"))) {
+        st = apply_partial(g, outs, err);
+    } else {
+        st = apply_final(g, outs, err);
+        /* a result in parts is final with its last part */
+        if (!json_is_true(json_object_get(res, "more"))) g->final = true;
+    }
     json_decref(res);
     RW_CHECK(st);
     if (!g->final && !g->abort_sent && g->p.n_stop_strs) {
