@@ -229,6 +229,29 @@ static void test_bad_input(void **state) {
             fail_msg("%s %s: message '%s' does not name %s", cases[i].cmd, cases[i].args, msg,
                      cases[i].needle);
     }
+    /* a score whose one-message reply could pass 64 MiB (1100 pairs x 250 tokens with 20 top
+     * logprobs: about 86 MB) is refused before any work, naming the bound */
+    {
+        enum { PAIRS = 1100, CONT = 250 };
+        size_t cap = (size_t)PAIRS * (CONT * 4 + 16) + 256, k = 0;
+        char *a = malloc(cap);
+        k += (size_t)snprintf(a + k, cap - k, "{\"prompts\":[");
+        for (int i = 0; i < PAIRS; i++)
+            k += (size_t)snprintf(a + k, cap - k, "%s[1,2]", i ? "," : "");
+        k += (size_t)snprintf(a + k, cap - k, "],\"continuations\":[");
+        for (int i = 0; i < PAIRS; i++) {
+            k += (size_t)snprintf(a + k, cap - k, "%s[", i ? "," : "");
+            for (int j = 0; j < CONT; j++)
+                k += (size_t)snprintf(a + k, cap - k, "%s%d", j ? "," : "", 3 + j % 100);
+            k += (size_t)snprintf(a + k, cap - k, "]");
+        }
+        snprintf(a + k, cap - k, "],\"top_logprobs\":20}");
+        char msg[512];
+        dt_refused(c, "score", a, RW_E_RANGE, msg, sizeof msg);
+        if (!strstr(msg, "past one message") || !strstr(msg, "split the pairs"))
+            fail_msg("a score past one message: '%s'", msg);
+        free(a);
+    }
     /* still serving */
     json_decref(dt_ok(c, "score", "{\"prompt\":[1,2],\"continuation\":[3]}"));
     dt_shutdown(&w, c, 30);

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #define MAX_SCORES_PER_CMD 65536
+/* Half the element count a client's decoder accepts in one message (msg.c). */
+#define RW_SCORE_MAX_ELEMS (1u << 20)
 
 rw_status rw_srv_rollout_args(rw_mfields *f, rw_sampling *sp, rw_request_opts *ro, rw_err *err) {
     memset(ro, 0, sizeof *ro);
@@ -186,10 +188,25 @@ rw_status rw_srv_score(rw_server *s, rw_srv_call *c, rw_err *err) {
                 "score: the weights are incomplete; a full update or update_weights_from_disk "
                 "must succeed first");
 
-    uint64_t tokens = 0; /* charged to the client while the command runs */
-    for (size_t i = 0; i < np; i++)
-        tokens += (uint64_t)rw_mobj_len(ps ? rw_mobj_at(ps, i) : p) +
-                  (uint64_t)rw_mobj_len(cs ? rw_mobj_at(cs, i) : cn);
+    /* the reply is one message: bounded here, before any work (docs/PROTOCOL.md 4.9), from
+     * above per token - a continuation token's logprob (9 bytes) and top pairs (3 + 15 each), a
+     * prompt token's logprob - and per pair (its other fields) */
+    const uint64_t top = (uint64_t)sp.top_logprobs;
+    const uint64_t cont_b = 9 + (top ? 3 + 15 * top : 0), cont_e = 1 + (top ? 1 + 3 * top : 0);
+    uint64_t tokens = 0, bytes = 64, elems = 8; /* tokens: charged to the client meanwhile */
+    for (size_t i = 0; i < np; i++) {
+        const uint64_t pl = rw_mobj_len(ps ? rw_mobj_at(ps, i) : p),
+                       cl = rw_mobj_len(cs ? rw_mobj_at(cs, i) : cn);
+        tokens += pl + cl;
+        bytes += 640 + cl * cont_b + (ro.prompt_logprobs ? pl * 9 : 0);
+        elems += 40 + cl * cont_e + (ro.prompt_logprobs ? pl : 0);
+    }
+    if (bytes > RW_MSG_MAX_BYTES || elems > RW_SCORE_MAX_ELEMS)
+        RW_FAIL(err, RW_E_RANGE,
+                "score: the reply could reach %" PRIu64 " bytes and %" PRIu64
+                " elements, past one message (%u bytes, %u elements); split the pairs over "
+                "several commands or ask for fewer top_logprobs / no prompt_logprobs",
+                bytes, elems, (unsigned)RW_MSG_MAX_BYTES, (unsigned)RW_SCORE_MAX_ELEMS);
     RW_CHECK(rw_srv_client_room(s, c, (uint64_t)np, tokens, err));
     rw_gen *g = rw_srv_gen_new(s, c, (int)np, 1);
     if (!g) RW_FAIL(err, RW_E_OOM, "score: %zu pairs", np);
