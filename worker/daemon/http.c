@@ -234,6 +234,11 @@ void rw_sse_json(rw_tbuf *out, json_t *j) {
     free(s);
 }
 
+void rw_sse_done(rw_tbuf *out) {
+    static const char done[] = "data: [DONE]\n\n";
+    rw_tbuf_put(out, done, sizeof done - 1);
+}
+
 static void req_release(rw_hreq *r);
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {

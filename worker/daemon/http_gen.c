@@ -151,6 +151,19 @@ static rw_hgen_out *output_of(rw_hgen *g, const json_t *e, int *k) {
     return &g->out[i];
 }
 
+/* Copies entries [from, n) of a reply piece's tokens and logprobs (n: its token count; its
+ * first token is at position off of the output) into o, grown to hold them. */
+static rw_status take_tokens(rw_hgen_out *o, const json_t *e, int off, int from, rw_err *err) {
+    const json_t *tk = json_object_get(e, "tokens"), *lp = json_object_get(e, "logprobs");
+    const int n = (int)json_array_size(tk);
+    RW_CHECK(grow(o, off + n, err));
+    for (int j = from; j < n; j++) {
+        o->ids[off + j] = (int32_t)json_integer_value(json_array_get(tk, (size_t)j));
+        o->lps[off + j] = lp ? json_number_value(json_array_get(lp, (size_t)j)) : 0;
+    }
+    return RW_OK;
+}
+
 /* A partial reply: {stream: true, outputs: [{index, offset, tokens, logprobs}]}. */
 static rw_status apply_partial(rw_hgen *g, const json_t *outs, rw_err *err) {
     size_t i;
@@ -160,14 +173,9 @@ static rw_status apply_partial(rw_hgen *g, const json_t *outs, rw_err *err) {
         rw_hgen_out *o = output_of(g, e, &k);
         if (!o) continue;
         const json_int_t off = json_integer_value(json_object_get(e, "offset"));
-        const json_t *tk = json_object_get(e, "tokens"), *lp = json_object_get(e, "logprobs");
-        const int n = (int)json_array_size(tk);
+        const int n = (int)json_array_size(json_object_get(e, "tokens"));
         if (off > o->n || off + n <= o->n) continue; /* a gap or nothing new */
-        RW_CHECK(grow(o, (int)off + n, err));
-        for (int j = (int)(o->n - off); j < n; j++) {
-            o->ids[off + j] = (int32_t)json_integer_value(json_array_get(tk, (size_t)j));
-            o->lps[off + j] = lp ? json_number_value(json_array_get(lp, (size_t)j)) : 0;
-        }
+        RW_CHECK(take_tokens(o, e, (int)off, o->n - (int)off, err));
         o->n = (int)off + n;
         RW_CHECK(feed(g, k, false, err));
     }
@@ -184,17 +192,12 @@ static rw_status apply_final(rw_hgen *g, const json_t *outs, rw_err *err) {
     json_array_foreach(outs, i, e) {
         rw_hgen_out *o = output_of(g, e, &k);
         if (!o) continue;
-        const json_t *tk = json_object_get(e, "tokens"), *lp = json_object_get(e, "logprobs"),
-                     *top = json_object_get(e, "top_logprobs");
+        const json_t *top = json_object_get(e, "top_logprobs");
         const json_int_t off = json_integer_value(json_object_get(e, "offset"));
-        const int n = (int)json_array_size(tk);
+        const int n = (int)json_array_size(json_object_get(e, "tokens"));
         if (off < 0 || off > INT32_MAX - n) RW_FAIL(err, RW_E_PROTOCOL, "HTTP: a piece's offset");
         const int end = (int)off + n;
-        RW_CHECK(grow(o, end, err));
-        for (int j = 0; j < n; j++) {
-            o->ids[off + j] = (int32_t)json_integer_value(json_array_get(tk, (size_t)j));
-            o->lps[off + j] = lp ? json_number_value(json_array_get(lp, (size_t)j)) : 0;
-        }
+        RW_CHECK(take_tokens(o, e, (int)off, 0, err));
         if (!o->cut) o->n = end; /* a stop string kept the ids up to its match */
         if (json_is_array(top) && json_array_size(top) == (size_t)n && n > 0) {
             const int t = (int)json_array_size(json_array_get(top, 0));

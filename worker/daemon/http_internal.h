@@ -74,6 +74,8 @@ typedef bool (*rw_hpump)(void *arg, rw_hreq *r, rw_tbuf *out);
 enum MHD_Result rw_hreply_stream(rw_hreq *r, rw_hpump pump, void (*done)(void *), void *arg);
 /* Appends "data: <json>\n\n" (j is consumed). */
 void rw_sse_json(rw_tbuf *out, json_t *j);
+/* Appends the event that ends a stream: "data: [DONE]\n\n". */
+void rw_sse_done(rw_tbuf *out);
 
 /* --- http_json.c: request fields ------------------------------------------------------------- */
 /* Refuses a key of `obj` that is not in allowed[] (NULL-terminated), naming it. */

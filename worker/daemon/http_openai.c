@@ -192,7 +192,7 @@ static bool oai_pump(void *arg, rw_hreq *r, rw_tbuf *out) {
                 json_object_set_new(j, "usage", usage(q));
                 rw_sse_json(out, j);
             }
-            rw_tbuf_put(out, "data: [DONE]\n\n", 14);
+            rw_sse_done(out);
             return false;
         }
         if (out->n) return true;
@@ -205,7 +205,7 @@ static bool oai_pump(void *arg, rw_hreq *r, rw_tbuf *out) {
                     json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", e.msg, "type",
                               rw_http_status(st) >= 500 ? "server_error" : "invalid_request_error",
                               "param", "code", (int)rw_http_status(st)));
-            rw_tbuf_put(out, "data: [DONE]\n\n", 14);
+            rw_sse_done(out);
             return false;
         }
     }

@@ -152,7 +152,7 @@ static bool sgl_pump(void *arg, rw_hreq *r, rw_tbuf *out) {
             o->ids_emitted = fin ? -1 : n;
         }
         if (q->g.final) {
-            rw_tbuf_put(out, "data: [DONE]\n\n", 14);
+            rw_sse_done(out);
             return false;
         }
         if (out->n) return true;
@@ -162,7 +162,7 @@ static bool sgl_pump(void *arg, rw_hreq *r, rw_tbuf *out) {
             if (!r->client_gone)
                 rw_sse_json(out, json_pack("{s:{s:s, s:s}}", "error", "message", e.msg, "status",
                                            rw_status_str(st)));
-            rw_tbuf_put(out, "data: [DONE]\n\n", 14);
+            rw_sse_done(out);
             return false;
         }
     }
