@@ -26,6 +26,13 @@ void rw_cuda_be_set_graphs(rw_model *m, bool on);
  * (every layer, the scratch block included). */
 void rw_cuda_be_kv_buffers(rw_model *m, rw_kv *kv, uint16_t **k, uint16_t **v, size_t *elems);
 
+/* The attention split (rw_k_attention's nsplit) the forward pass uses for ntok tokens in ntiles
+ * tiles whose longest context is max_ctx (a decode batch, ntok == ntiles, as its graph picks it),
+ * and the backend's partials buffer for it (sized by the last reserve). The kernel benchmark
+ * (tools/bench/kernels.c) times attention with the engine's own choice. */
+int rw_cuda_be_attn_split(rw_model *m, int64_t ntok, int ntiles, int64_t max_ctx, void **part,
+                          size_t *part_bytes);
+
 /* Phases of the forward pass, in the order they end within a layer. */
 enum {
     RW_PHASE_EMBED = 0,   /* embedding */

@@ -114,3 +114,13 @@ void rw_cuda_be_set_graphs(rw_model *m, bool on) {
 void rw_cuda_be_set_hook(rw_model *m, rw_cuda_fwd_hook *h) {
     ((cuda_be *)m->be)->hook = h;
 }
+
+int rw_cuda_be_attn_split(rw_model *m, int64_t ntok, int ntiles, int64_t max_ctx, void **part,
+                          size_t *part_bytes) {
+    cuda_be *be = m->be;
+    *part = be->attn_part;
+    *part_bytes = be->attn_part_bytes;
+    if (ntok == ntiles && be->use_graphs) return rw_cuda_graph_split(m, (int)ntok, max_ctx);
+    return rw_cuda_pick_split(be, ntok, ntiles, m->d.nkv_local, m->d.nh_local, m->cfg.head_dim,
+                              max_ctx);
+}

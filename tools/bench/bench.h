@@ -64,6 +64,13 @@ typedef struct rwb_opts {
     int ro_prompts, ro_n, ro_pmin, ro_pmax, ro_median, ro_cap;
     double ro_sigma, ro_dt;
     int ro_sharing, ro_max_running, ro_max_batch_tokens;
+    /* kernels (G6, G7): attention shapes (seqs x kv keys, prefill or decode), expert-layer token
+     * counts, and the layers whose expert weights the repetitions rotate over */
+    int ka_seqs[RWB_MAX_LIST], ka_kv[RWB_MAX_LIST];
+    bool ka_prefill[RWB_MAX_LIST];
+    int nka;
+    int ke_tokens[RWB_MAX_LIST], nke;
+    int kernel_layers;
 } rwb_opts;
 
 /* What every line carries besides its numbers. */
@@ -198,6 +205,11 @@ void rwb_mode_decode(rwb_ctx *c);
 void rwb_mode_prefill(rwb_ctx *c);
 void rwb_mode_tokenizer(rwb_ctx *c); /* tokenizer.c: encode tokens/s vs the reference tokenizers */
 void rwb_mode_rollout(rwb_ctx *c);   /* rollout.c: R1, an RL-shaped rollout (not in `all`) */
+/* forward_lines.c: G6 / G7's rw side, attention and the expert layer alone (not in `all`) */
+void rwb_mode_kernels(rwb_ctx *c);
+/* The kernels mode's routing of `tokens` tokens (cfg's experts and top-k) as one JSON array per
+ * token on stdout; 0, or 1 with a message when the build has no worker module. */
+int rwb_print_routing(const rw_config *cfg, uint64_t seed, long tokens);
 /* Releases what engine.c cached in c->engine_state. */
 void rwb_engine_release(rwb_ctx *c);
 

@@ -739,4 +739,13 @@ void rwb_mode_prefill(rwb_ctx *c) {
     rwb_gemm_destroy(g);
     no_worker(c, "prefill", "prefill_bf16");
 }
+void rwb_mode_kernels(rwb_ctx *c) {
+    no_worker(c, "kernels", "kernels");
+}
+
+int rwb_print_routing(const rw_config *cfg, uint64_t seed, long tokens) {
+    (void)cfg, (void)seed, (void)tokens;
+    fprintf(stderr, "rw-bench: --print-routing needs the worker module in this build\n");
+    return 1;
+}
 #endif

@@ -320,11 +320,13 @@ static rw_status apply_quant(rw_config *c, const char *q, rw_err *err) {
     return RW_OK;
 }
 
-static rw_status make_model(const rwb_fwd_opts *o, rw_config *cfg, rw_model **m, rw_err *err) {
+rw_status rwb_fwd_make_model(const rwb_fwd_opts *o, int layers, rw_config *cfg, rw_model **m,
+                             rw_err *err) {
     if (o->cfg)
         RW_CHECK(rw_config_copy(o->cfg, cfg, err));
     else
         qwen3_30b(cfg);
+    if (layers > 0 && layers < cfg->num_layers) cfg->num_layers = layers;
     RW_CHECK(apply_quant(cfg, o->quant, err));
     rw_model_opts mo = {RW_BACKEND_CUDA, o->device, 1, 0, NULL};
     RW_CHECK(rw_model_create(cfg, &mo, m, err));
@@ -359,7 +361,7 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     if (B < 1 || ctx < 1) RW_FAIL(err, RW_E_INVALID_ARG, "bench decode: batch %d, ctx %d", B, ctx);
     double hbm = 0;
     RW_CHECK(measure_hbm(&hbm, err));
-    RW_CHECKGOTO(make_model(o, &cfg, &m, err), st, done);
+    RW_CHECKGOTO(rwb_fwd_make_model(o, 0, &cfg, &m, err), st, done);
     const int bs = 16, bps = (ctx + 1 + bs - 1) / bs;
     RW_CHECKGOTO(m->ops->reserve(m, B, B, err), st, done);
     RW_CHECKGOTO(m->ops->kv_create(m, (int64_t)B * bps, bs, &kv, err), st, done);
@@ -457,7 +459,7 @@ rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     memset(&cfg, 0, sizeof cfg);
     const int NP = o->nprompt, L = o->plen;
     if (NP < 1 || L < 1) RW_FAIL(err, RW_E_INVALID_ARG, "bench prefill: %d x %d", NP, L);
-    RW_CHECKGOTO(make_model(o, &cfg, &m, err), st, done);
+    RW_CHECKGOTO(rwb_fwd_make_model(o, 0, &cfg, &m, err), st, done);
     const int bs = 16, bps = (L + bs - 1) / bs;
     const int64_t T = (int64_t)NP * L;
     RW_CHECKGOTO(m->ops->reserve(m, T, NP, err), st, done);

@@ -16,6 +16,16 @@
 extern "C" {
 #endif
 
+struct rw_model; /* rw_worker.h */
+
+#define RWB_FWD_MAX_SHAPES 16
+/* An attention shape of the kernel benchmark: seqs sequences of kv keys, causal prefill of every
+ * position or one decode query at position kv - 1. */
+typedef struct rwb_attn_shape {
+    int seqs, kv;
+    bool prefill;
+} rwb_attn_shape;
+
 typedef struct rwb_fwd_opts {
     const rw_config *cfg; /* NULL = the Qwen3-30B-A3B shape */
     int device;
@@ -25,6 +35,13 @@ typedef struct rwb_fwd_opts {
     bool graphs;       /* CUDA graphs for decode */
     uint64_t seed;
     const char *quant; /* NULL/"none", "mxfp8", "mxfp8-last-N" (last N layers bf16), "fp8" */
+    /* kernels: attention shapes, expert-layer token counts, and the layers of the model whose
+     * expert weights the repetitions rotate over */
+    rwb_attn_shape attn[RWB_FWD_MAX_SHAPES];
+    int nattn;
+    int expert_tokens[RWB_FWD_MAX_SHAPES];
+    int nexpert_tokens;
+    int kernel_layers;
 } rwb_fwd_opts;
 rwb_fwd_opts rwb_fwd_opts_default(void);
 
@@ -36,6 +53,19 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err);
  * the model's GEMMs alone on layer 0's shapes (cuBLASLt dense, own experts) for comparison. */
 rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err);
 
+/* kernels: attention (rw_k_attention, the engine's split) and the expert layer
+ * (rw_moe_experts_cuda, on rwb_route_expert's routing) alone, for G6 and G7 (kernels.c); one line
+ * per shape with its time, bytes or FLOPs. */
+rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err);
+/* Expert j of `token` in the kernel benchmark's routing, given the token's first j experts
+ * `chosen`: the first of rw_rand_u64_at(seed, token * 1024 + c) % E, c = 0, 1, ..., that is not
+ * among them (k distinct experts, uniform). tools/peer/torch_kernels.py computes the same. */
+int32_t rwb_route_expert(uint64_t seed, int64_t token, int j, int E, const int32_t *chosen);
+/* The benchmarks' random model (bf16 unless o->quant says otherwise, weights filled on the
+ * device); layers > 0 keeps only the first `layers` layers of the config. */
+rw_status rwb_fwd_make_model(const rwb_fwd_opts *o, int layers, rw_config *cfg,
+                             struct rw_model **m, rw_err *err);
+
 /* rw-bench's lines of these benchmarks (forward_lines.c, rw-bench only): decode at one point,
  * judged as target_id's forward-pass row (G1/forward, G2/forward, G3/forward; tok_s: the bf16
  * tok/s at the G1 point, set by the bf16 call and compared by the mxfp8 one), and prefill against
@@ -45,6 +75,8 @@ struct rwb_ctx;
 void rwb_fwd_decode_lines(struct rwb_ctx *c, bool quant, int batch, int ctx, const char *target_id,
                           double *tok_s);
 void rwb_fwd_prefill_lines(struct rwb_ctx *c, double ceil_8192);
+/* The kernel lines (bench "kernels": attention_* and experts*) of G6 and G7's rw side. */
+void rwb_fwd_kernel_lines(struct rwb_ctx *c);
 
 /* Device kernels of these benchmarks (forward_fill.cu): e4m3 values of magnitude < 1 (no NaN
  * codes) and fp32 constants, each element from (seed, index) only; and one thread spinning `ns`
@@ -52,6 +84,8 @@ void rwb_fwd_prefill_lines(struct rwb_ctx *c, double ceil_8192);
 rw_status rwb_k_fill_e4m3(uint8_t *p, int64_t n, uint64_t seed, rw_stream s, rw_err *err);
 rw_status rwb_k_fill_f32(float *p, int64_t n, float value, rw_stream s, rw_err *err);
 rw_status rwb_k_spin(uint64_t ns, rw_stream s, rw_err *err);
+/* fp32 values uniform in [-1, 1), each from (seed, index). */
+rw_status rwb_k_fill_f32_rand(float *p, int64_t n, uint64_t seed, rw_stream s, rw_err *err);
 
 #ifdef __cplusplus
 }

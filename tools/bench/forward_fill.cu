@@ -21,6 +21,11 @@ __global__ void fill_f32_kernel(float *p, int64_t n, float v) {
          i += (int64_t)gridDim.x * blockDim.x)
         p[i] = v;
 }
+__global__ void fill_f32_rand_kernel(float *p, int64_t n, uint64_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = 2.0f * rw_rand_unit_at(seed, (uint64_t)i) - 1.0f;
+}
 __global__ void spin_kernel(uint64_t ns) {
     uint64_t t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -45,4 +50,11 @@ extern "C" rw_status rwb_k_fill_f32(float *p, int64_t n, float value, rw_stream 
 extern "C" rw_status rwb_k_spin(uint64_t ns, rw_stream s, rw_err *err) {
     spin_kernel<<<1, 1, 0, (cudaStream_t)s>>>(ns);
     return RW_LAUNCH_CHECK(s, "spin", err);
+}
+
+extern "C" rw_status rwb_k_fill_f32_rand(float *p, int64_t n, uint64_t seed, rw_stream s,
+                                         rw_err *err) {
+    if (n <= 0) return RW_OK;
+    fill_f32_rand_kernel<<<2048, 256, 0, (cudaStream_t)s>>>(p, n, seed);
+    return RW_LAUNCH_CHECK(s, "fill f32 random", err);
 }

@@ -16,17 +16,18 @@
 /* ------------------------------------------------------------------------------------------ */
 typedef rw_status (*worker_bench_fn)(const rwb_fwd_opts *, FILE *, rw_err *);
 
-/* Runs an entry point with its output captured; returns the JSON objects it printed (NULL and err
- * set when it failed). */
-static json_t *capture(worker_bench_fn fn, const rwb_fwd_opts *bo, rw_err *err) {
+/* Runs an entry point with its output captured; returns the JSON objects it printed, also when it
+ * failed after printing some (*st then says how; NULL only when nothing could be captured). */
+static json_t *capture_all(worker_bench_fn fn, const rwb_fwd_opts *bo, rw_status *st,
+                           rw_err *err) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) {
-        RW_ERR(err, RW_E_OOM, "open_memstream failed");
+        *st = RW_ERR(err, RW_E_OOM, "open_memstream failed");
         return NULL;
     }
-    rw_status st = fn(bo, f, err);
+    *st = fn(bo, f, err);
     fclose(f);
     json_t *arr = json_array();
     for (char *save = NULL, *ln = strtok_r(buf, "\n", &save); ln;
@@ -38,7 +39,14 @@ static json_t *capture(worker_bench_fn fn, const rwb_fwd_opts *bo, rw_err *err) 
             json_decref(o);
     }
     free(buf);
-    if (st != RW_OK) {
+    return arr;
+}
+
+/* capture_all, all or nothing: NULL and err set when the entry point failed. */
+static json_t *capture(worker_bench_fn fn, const rwb_fwd_opts *bo, rw_err *err) {
+    rw_status st;
+    json_t *arr = capture_all(fn, bo, &st, err);
+    if (arr && st != RW_OK) {
         json_decref(arr);
         return NULL;
     }
@@ -182,4 +190,86 @@ void rwb_fwd_prefill_lines(rwb_ctx *c, double ceil_8192) {
         RW_ERR(&err, RW_E_FORMAT, "rwb_fwd_prefill printed no prefill result line");
         rwb_emit_error(c, "prefill", "prefill_forward_bf16", &err);
     }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* kernels: G6 / G7's rw side                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+int rwb_print_routing(const rw_config *cfg, uint64_t seed, long tokens) {
+    int32_t row[64];
+    const int k = cfg->top_k < 64 ? cfg->top_k : 64;
+    printf("[");
+    for (long t = 0; t < tokens; t++) {
+        printf(t ? ", [" : "[");
+        for (int j = 0; j < k; j++) {
+            row[j] = rwb_route_expert(seed, t, j, cfg->num_experts, row);
+            printf(j ? ", %d" : "%d", row[j]);
+        }
+        printf("]");
+    }
+    printf("]\n");
+    return 0;
+}
+
+/* One kernel result of rwb_fwd_kernels as an rw-bench line: decode attention and the experts
+ * against the HBM copy bandwidth of this run (bytes they must read), prefill attention in
+ * TFLOP/s (its ceiling is the peer's, tools/peer/torch_kernels.py). */
+static void kernel_line(rwb_ctx *c, const json_t *o, double copy_gbs) {
+    const char *w = json_string_value(json_object_get(o, "what"));
+    char what[96];
+    const bool attn = !strncmp(w, "attention", 9), prefill = !strcmp(w, "attention_prefill");
+    if (attn)
+        snprintf(what, sizeof what, "%s_%dx%d", w, (int)jnum(o, "seqs"), (int)jnum(o, "kv"));
+    else
+        snprintf(what, sizeof what, "%s_t%d", w, (int)jnum(o, "tokens"));
+    json_t *j = rwb_line(c, "kernels", what);
+    const double sec = jnum(o, "seconds");
+    rwb_set_num(j, "median_s", sec);
+    rwb_set_int(j, "reps", 5);
+    if (prefill)
+        rwb_line_rate(j, jnum(o, "tflops"), "TFLOP/s", NAN,
+                      "torch SDPA on the same shape (tools/peer/torch_kernels.py)");
+    else
+        rwb_line_rate(j, jnum(o, "gbs"), "GB/s", copy_gbs,
+                      "HBM device-to-device copy (read + write), same run");
+    json_object_set(j, "raw", (json_t *)o);
+    rwb_line_target(j, attn ? "G6/rw" : "G7/rw",
+                    "rw side; the ratio to torch comes from tools/peer/torch_kernels.py", -1);
+    rwb_emit(j);
+}
+
+void rwb_mode_kernels(rwb_ctx *c) {
+    rw_err err = {0};
+    double gbs = NAN;
+    if (rwb_measure_hbm(c, c->o.gpu0, "kernels", &gbs, &err) != RW_OK)
+        rwb_emit_error(c, "kernels", "hbm_copy", &err);
+    rwb_fwd_opts bo = rwb_fwd_opts_default();
+    bo.cfg = &c->cfg;
+    bo.device = c->o.gpu0;
+    bo.seed = c->o.seed;
+    bo.kernel_layers = c->o.kernel_layers;
+    for (int i = 0; i < c->o.nka && i < RWB_FWD_MAX_SHAPES; i++) {
+        bo.attn[i] = (rwb_attn_shape){c->o.ka_seqs[i], c->o.ka_kv[i], c->o.ka_prefill[i]};
+        bo.nattn = i + 1;
+    }
+    for (int i = 0; i < c->o.nke && i < RWB_FWD_MAX_SHAPES; i++) {
+        bo.expert_tokens[i] = c->o.ke_tokens[i];
+        bo.nexpert_tokens = i + 1;
+    }
+    rw_status st;
+    json_t *arr = capture_all(rwb_fwd_kernels, &bo, &st, &err);
+    if (!arr) {
+        rwb_emit_error(c, "kernels", "kernels", &err);
+        return;
+    }
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        const json_t *b = json_object_get(o, "bench");
+        if (json_is_string(b) && !strcmp(json_string_value(b), "kernel") &&
+            json_is_string(json_object_get(o, "what")))
+            kernel_line(c, o, gbs);
+    }
+    json_decref(arr);
+    if (st != RW_OK) rwb_emit_error(c, "kernels", "kernels", &err);
 }

@@ -27,6 +27,8 @@ static void usage(FILE *f) {
             "  prefill   G4: 8 x 2k-token prompts, GEMM TFLOP/s vs cuBLASLt 8192^3 and model shapes\n"
             "  decode    G1 G2 G3 + generate (rw side of G5): tok/s vs the memory floor\n"
             "  tokenizer encode tokens/s on 1 MB of text vs the reference tokenizers (CPU)\n"
+            "  kernels   rw side of G6 / G7: attention and the expert layer alone (only when\n"
+            "            named; tools/peer/torch_kernels.py times torch on the same shapes)\n"
             "  rollout   R1: an RL-shaped rollout (64 prompts x 16 samples; --rollout), sum of\n"
             "            per-step floors / wall time, sharing on and off (only when named)\n"
             "  all       ceilings,sync,pack,disk,prefill,decode,tokenizer\n"
@@ -65,6 +67,14 @@ static void usage(FILE *f) {
             "  --rollout-max-running N  engine batch size for the rollout (default 512)\n"
             "  --rollout-max-batch-tokens N  engine token budget per step (default 8192)\n"
             "  --rollout-dt S       time-series interval in seconds (default 0.5)\n"
+            "  --kernel-attention LIST  kernels: attention shapes, dSxK (S decode queries at\n"
+            "                       position K - 1) or pSxK (S causal prompts of K tokens)\n"
+            "                       (default d256x1024,d32x8192,p8x2048)\n"
+            "  --expert-tokens LIST kernels: expert-layer token counts (default\n"
+            "                       1,16,64,256,2048,16384)\n"
+            "  --kernel-layers N    kernels: layers whose expert weights the repetitions rotate\n"
+            "                       over, so they do not stay in L2 (default 4)\n"
+            "  --print-routing T    print the kernels' routing of T tokens (--seed) as JSON and exit\n"
             "  --list               print the plan and exit (no device needed)\n"
             "  --print-prompts      print the generate prompts (--gen B,P,N; --seed) as JSON and exit\n"
             "\n"
@@ -107,7 +117,20 @@ static void defaults(rwb_opts *o) {
     o->ro_sharing = 2;
     o->ro_max_running = 512;
     o->ro_max_batch_tokens = 8192;
+    static const int ka_s[] = {256, 32, 8}, ka_k[] = {1024, 8192, 2048};
+    static const bool ka_p[] = {false, false, true};
+    static const int ke[] = {1, 16, 64, 256, 2048, 16384};
+    o->nka = 3;
+    for (int i = 0; i < o->nka; i++) {
+        o->ka_seqs[i] = ka_s[i];
+        o->ka_kv[i] = ka_k[i];
+        o->ka_prefill[i] = ka_p[i];
+    }
+    o->nke = 6;
+    memcpy(o->ke_tokens, ke, sizeof ke);
+    o->kernel_layers = 4;
 }
+
 
 /* The reduced default grids, or the full ones; lists given on the command line win. */
 static void grids(rwb_opts *o, bool have_buckets, bool have_batches, bool have_ctxs) {
@@ -154,6 +177,28 @@ static int parse_list(const char *s, long lo, long hi, long *v, int cap) {
     return n;
 }
 
+/* "d256x1024,p8x2048" into the kernels' attention shapes; false on a malformed list. */
+static bool parse_attn_shapes(const char *s, rwb_opts *o) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *x = strchr(t, 'x');
+        long sq, kv;
+        if (n == RWB_MAX_LIST || (t[0] != 'd' && t[0] != 'p') || !x) return false;
+        *x = 0;
+        if (!parse_long(t + 1, 1, 1L << 16, &sq) || !parse_long(x + 1, 1, 1L << 20, &kv))
+            return false;
+        o->ka_prefill[n] = t[0] == 'p';
+        o->ka_seqs[n] = (int)sq;
+        o->ka_kv[n] = (int)kv;
+        n++;
+    }
+    if (n < 1) return false;
+    o->nka = n;
+    return true;
+}
+
 typedef void (*mode_fn)(rwb_ctx *);
 static const struct {
     const char *name;
@@ -164,6 +209,7 @@ static const struct {
     {"pack", rwb_mode_pack, false},         {"disk", rwb_mode_disk, false},
     {"prefill", rwb_mode_prefill, false},   {"decode", rwb_mode_decode, false},
     {"tokenizer", rwb_mode_tokenizer, false}, {"rollout", rwb_mode_rollout, true},
+    {"kernels", rwb_mode_kernels, true},
 };
 #define NMODES ((int)(sizeof MODES / sizeof MODES[0]))
 
@@ -205,6 +251,14 @@ static void print_plan(const rwb_opts *o, const bool *run) {
                     o->ro_prompts, o->ro_n, o->ro_pmin, o->ro_pmax, o->ro_median, o->ro_sigma,
                     o->ro_cap, o->ro_sharing == 2 ? "on and off" : o->ro_sharing ? "on" : "off",
                     o->ro_max_running);
+        } else if (!strcmp(MODES[i].name, "kernels")) {
+            fprintf(stderr, "attention:");
+            for (int k = 0; k < o->nka; k++)
+                fprintf(stderr, "%s %s %d x %d", k ? "," : "", o->ka_prefill[k] ? "prefill" : "decode",
+                        o->ka_seqs[k], o->ka_kv[k]);
+            fprintf(stderr, "; experts at tokens:");
+            for (int k = 0; k < o->nke; k++) fprintf(stderr, " %d", o->ke_tokens[k]);
+            fprintf(stderr, " (weights of %d layers)", o->kernel_layers);
         }
         if (!strcmp(MODES[i].name, "decode") && o->routes)
             fprintf(stderr, "; the G1 point with routed experts");
@@ -228,6 +282,7 @@ int main(int argc, char **argv) {
     rwb_opts *o = &c.o;
     defaults(o);
     bool run[NMODES] = {0}, any = false, list = false, print_prompts = false;
+    long print_routing = 0;
     bool have_buckets = false, have_batches = false, have_ctxs = false;
     char scratch[1024];
     const char *tmp = getenv("TMPDIR");
@@ -314,6 +369,12 @@ int main(int argc, char **argv) {
         INT_OPT("--time-limit", 0, 100000, o->time_limit_s)
         INT_OPT("--rollout-max-running", 1, 4096, o->ro_max_running)
         INT_OPT("--rollout-max-batch-tokens", 1, 1L << 20, o->ro_max_batch_tokens)
+        INT_OPT("--kernel-layers", 1, 1024, o->kernel_layers)
+        if (!strcmp(a, "--print-routing")) {
+            if (!parse_long(val, 1, 1L << 20, &print_routing)) goto bad;
+            any = true;
+            continue;
+        }
 #undef INT_OPT
         if (!strcmp(a, "--config")) {
             o->config_path = val;
@@ -373,6 +434,12 @@ int main(int argc, char **argv) {
                 o->ro_sharing = 2;
             else
                 goto bad;
+        } else if (!strcmp(a, "--kernel-attention")) {
+            if (!parse_attn_shapes(val, o)) goto bad;
+        } else if (!strcmp(a, "--expert-tokens")) {
+            if ((n = parse_list(val, 1, 1L << 20, lv, RWB_MAX_LIST)) < 1) goto bad;
+            for (int k = 0; k < n; k++) o->ke_tokens[k] = (int)lv[k];
+            o->nke = n;
         } else if (!strcmp(a, "--prefill")) {
             if (parse_list(val, 1, 1L << 20, lv, 2) != 2) goto bad;
             o->nprompt = (int)lv[0];
@@ -430,6 +497,13 @@ int main(int argc, char **argv) {
         rw_config_free(&c.cfg);
         rw_config_free(&c.cfg_q);
         return 0;
+    }
+    if (print_routing) {
+        /* the kernels' routing as a JSON array per token (tools/peer/torch_kernels.py agrees) */
+        const int rc = rwb_print_routing(&c.cfg, o->seed, print_routing);
+        rw_config_free(&c.cfg);
+        rw_config_free(&c.cfg_q);
+        return rc;
     }
     rwb_meta_init(&c.meta, o, argc, argv);
     print_plan(o, run);

@@ -38,14 +38,14 @@
  * holds KC 64-column blocks, KC = min(128 / BN, 128 / TN): 16 KB of weights whenever BN >= TN (a
  * narrow decode tile streams 512 columns of 16 rows per stage, so every CTA keeps 32-48 KB of
  * weights in flight) and at most 16 KB of each activation operand. */
-template <int BN, int TN, int WM, int WN, bool SPLIT> struct gemm_cfg {
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0> struct gemm_cfg {
     static constexpr int THREADS = 32 * WM * WN;
     static constexpr int KC = (128 / BN) < (128 / TN) ? (128 / BN) : (128 / TN);
     static constexpr int KB = 64 * KC; /* columns per stage */
     static constexpr int A_BYTES = BN * KC * 128;
     static constexpr int B_BYTES = TN * KC * 128;
     static constexpr int STAGE = A_BYTES + B_BYTES * (SPLIT ? 2 : 1);
-    static constexpr int STAGES = STAGE <= 32768 ? 4 : 3;
+    static constexpr int STAGES = STG ? STG : STAGE <= 32768 ? 4 : 3;
     static constexpr int SMEM = STAGES * STAGE;
     static constexpr int MT = BN / WM / 16; /* m16 fragments per warp */
     static constexpr int NT = TN / WN / 8;  /* n8 fragments per warp */
@@ -58,12 +58,12 @@ template <int BN, int TN, int WM, int WN, bool SPLIT> struct gemm_cfg {
  * than L2 (lm_head prefill) */
 #define GROUP_M 8
 
-template <int BN, int TN, int WM, int WN, bool SPLIT>
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0>
 __global__ void __launch_bounds__(32 * WM * WN)
     gemm_kernel(const uint16_t *__restrict__ W, int64_t N, int64_t K,
                 const uint16_t *__restrict__ x, const uint16_t *__restrict__ xlo, int64_t M,
                 float *__restrict__ Y) {
-    typedef gemm_cfg<BN, TN, WM, WN, SPLIT> C;
+    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WM, wn = warp / WM;
@@ -202,16 +202,16 @@ __global__ void __launch_bounds__(32 * WM * WN)
 /* ------------------------------------------------------------------------------------------ */
 /* launcher                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-template <int BN, int TN, int WM, int WN, bool SPLIT>
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0>
 static rw_status launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
                         const uint16_t *xlo, int64_t M, float *Y, int64_t ctas, rw_stream s,
                         rw_err *err) {
-    typedef gemm_cfg<BN, TN, WM, WN, SPLIT> C;
+    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
     /* a configuration's shared memory does not depend on the shape: the attribute set here is
      * the most any call of this kernel needs, so captured graphs stay launchable */
-    RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT>,
+    RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT, STG>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    gemm_kernel<BN, TN, WM, WN, SPLIT>
+    gemm_kernel<BN, TN, WM, WN, SPLIT, STG>
         <<<(unsigned)ctas, C::THREADS, C::SMEM, (cudaStream_t)s>>>(W, N, K, x, xlo, M, Y);
     return RW_LAUNCH_CHECK(s, "gemm", err);
 }
