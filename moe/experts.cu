@@ -36,7 +36,12 @@
 #include "mma.cuh"
 #include "rw_moe.h"
 
-#define MOE_THREADS 128 /* 4 warps, each 32 rows of the 128-row weight tile */
+/* Warps of a CTA: 4 along the 128 weight rows (32 each) times MOE_WN(TN) along the TN tokens.
+ * Wide (prefill) tiles split their tokens over 2 warp columns: 8 warps per SM instead of 4 hide the
+ * ldmatrix -> mma latency that one warp per scheduler leaves exposed, and halve the accumulators
+ * per thread. Which warp computes an output does not change how: one thread, one k16 order. */
+#define MOE_WN(TN) ((TN) >= 128 ? 2 : 1)
+#define MOE_THREADS_FOR(TN) (128 * MOE_WN(TN))
 #define MOE_BM 128
 /* cp.async pipeline depth: narrow (decode) tiles are pure weight streaming and keep one more
  * 16 KB weight block in flight */
@@ -255,7 +260,8 @@ struct gemm_args {
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
  * and the w13 epilogue writes act + act_lo. */
 template <int TN, int FMT, bool W13, bool SPLIT>
-__global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
+__global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args g) {
+    constexpr int MOE_THREADS = MOE_THREADS_FOR(TN), NTW = TN / MOE_WN(TN); /* tokens per warp */
     extern __shared__ __align__(128) uint8_t smem[];
     const int tile = blockIdx.x;
     if (tile >= *g.ntiles) return;
@@ -264,6 +270,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
     const int rend = g.off[e + 1];
     const int64_t m0 = (int64_t)blockIdx.y * MOE_BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp & 3, wn = warp >> 2; /* 32 weight rows, NTW tokens */
     const int nkb = (int)(g.K / 64);
 
     /* layout: [stage][A 16 KB | B TN*128 B] for bf16; quantized: [stage][A8 8 KB | B], then one
@@ -322,11 +329,11 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
         }
     };
 
-    float acc[2][TN / 8][4];
+    float acc[2][NTW / 8][4];
 #pragma unroll
     for (int a = 0; a < 2; a++)
 #pragma unroll
-        for (int b = 0; b < TN / 8; b++)
+        for (int b = 0; b < NTW / 8; b++)
 #pragma unroll
             for (int c = 0; c < 4; c++)
                 acc[a][b][c] = 0.0f;
@@ -352,7 +359,7 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
             /* per-row scales of this 64-column block, then dequantize row tid into the bf16
              * tile */
             const uint8_t *sexp = (const uint8_t *)g.wscale + (int64_t)e * g.s_expert;
-            {
+            if (tid < MOE_BM) {
                 const int r = tid;
                 const int64_t n = m0 + r;
                 if (FMT == FMT_MX) {
@@ -398,14 +405,14 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
             uint32_t a[2][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
-                const int r = warp * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int r = wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int c = ks * 2 + (lane >> 4);
                 rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], sa + rw_swz128(r, c));
             }
 #pragma unroll
-            for (int nt = 0; nt < TN / 8; nt += 2) {
+            for (int nt = 0; nt < NTW / 8; nt += 2) {
                 uint32_t b0, b1, b2, b3;
-                const int r = nt * 8 + ((lane >> 4) << 3) + (lane & 7);
+                const int r = wn * NTW + nt * 8 + ((lane >> 4) << 3) + (lane & 7);
                 const int c = ks * 2 + ((lane >> 3) & 1);
                 rw_ldsm_x4(b0, b1, b2, b3, sb + rw_swz128(r, c));
 #pragma unroll
@@ -432,12 +439,12 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gemm_kernel(gemm_args g) {
     const int gq = lane >> 2, cq = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) {
-        const int64_t mrow = m0 + warp * 32 + mt * 16; /* first packed row of this m16 tile */
+        const int64_t mrow = m0 + wm * 32 + mt * 16; /* first packed row of this m16 tile */
 #pragma unroll
-        for (int nt = 0; nt < TN / 8; nt++)
+        for (int nt = 0; nt < NTW / 8; nt++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int col = nt * 8 + cq * 2 + h;
+                const int col = wn * NTW + nt * 8 + cq * 2 + h;
                 const int sr = r0 + col;
                 if (sr >= rend) continue;
                 if (W13) {
@@ -561,7 +568,7 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
                   cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
-    moe_gemm_kernel<TN, FMT, W13, SPLIT><<<grid, MOE_THREADS, sm, (cudaStream_t)s>>>(g);
+    moe_gemm_kernel<TN, FMT, W13, SPLIT><<<grid, MOE_THREADS_FOR(TN), sm, (cudaStream_t)s>>>(g);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
 }
 

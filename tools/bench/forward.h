@@ -63,8 +63,8 @@ rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err);
 int32_t rwb_route_expert(uint64_t seed, int64_t token, int j, int E, const int32_t *chosen);
 /* The benchmarks' random model (bf16 unless o->quant says otherwise, weights filled on the
  * device); layers > 0 keeps only the first `layers` layers of the config. */
-rw_status rwb_fwd_make_model(const rwb_fwd_opts *o, int layers, rw_config *cfg,
-                             struct rw_model **m, rw_err *err);
+rw_status rwb_fwd_make_model(const rwb_fwd_opts *o, int layers, rw_config *cfg, struct rw_model **m,
+                             rw_err *err);
 
 /* rw-bench's lines of these benchmarks (forward_lines.c, rw-bench only): decode at one point,
  * judged as target_id's forward-pass row (G1/forward, G2/forward, G3/forward; tok_s: the bf16

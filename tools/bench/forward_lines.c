@@ -18,8 +18,7 @@ typedef rw_status (*worker_bench_fn)(const rwb_fwd_opts *, FILE *, rw_err *);
 
 /* Runs an entry point with its output captured; returns the JSON objects it printed, also when it
  * failed after printing some (*st then says how; NULL only when nothing could be captured). */
-static json_t *capture_all(worker_bench_fn fn, const rwb_fwd_opts *bo, rw_status *st,
-                           rw_err *err) {
+static json_t *capture_all(worker_bench_fn fn, const rwb_fwd_opts *bo, rw_status *st, rw_err *err) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

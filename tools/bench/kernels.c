@@ -149,7 +149,8 @@ static rw_status bench_attention(rw_model *m, int nseq, int kv, bool prefill, ui
                 hp[(int64_t)s * kv + i] = i;
             for (int i = 0; i < tiles_per_seq; i++) {
                 const int t0 = i * tt, n = kv - t0 < tt ? kv - t0 : tt;
-                ht[s * tiles_per_seq + i] = (rw_attn_tile){s, (int32_t)((int64_t)s * kv + t0), n, 0};
+                ht[s * tiles_per_seq + i] =
+                    (rw_attn_tile){s, (int32_t)((int64_t)s * kv + t0), n, 0};
             }
         } else {
             hp[s] = kv - 1;
@@ -165,10 +166,11 @@ static rw_status bench_attention(rw_model *m, int nseq, int kv, bool prefill, ui
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&a.tiles, sizeof *ht * (size_t)a.ntiles), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&a.pos, sizeof *hp * (size_t)a.ntok), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&a.bt, sizeof *hb * (size_t)nblk), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(a.tiles, ht, sizeof *ht * (size_t)a.ntiles,
-                                      cudaMemcpyHostToDevice), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(a.pos, hp, sizeof *hp * (size_t)a.ntok,
-                                      cudaMemcpyHostToDevice), st, done);
+    RW_CUDA_CHECKGOTO(
+        err, cudaMemcpy(a.tiles, ht, sizeof *ht * (size_t)a.ntiles, cudaMemcpyHostToDevice), st,
+        done);
+    RW_CUDA_CHECKGOTO(
+        err, cudaMemcpy(a.pos, hp, sizeof *hp * (size_t)a.ntok, cudaMemcpyHostToDevice), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMemcpy(a.bt, hb, sizeof *hb * (size_t)nblk, cudaMemcpyHostToDevice),
                       st, done);
     RW_CHECKGOTO(rwb_k_fill_f32_rand(a.q, a.ntok * a.nh * a.hd, seed, (rw_stream)a.st, err), st,
@@ -267,8 +269,9 @@ static rw_status bench_experts(rw_model *m, int64_t T, uint64_t seed, FILE *out,
                       done);
     r.ws_bytes = rw_moe_experts_cuda_workspace(E, m->d.P, r.H, T, r.k);
     RW_CUDA_CHECKGOTO(err, cudaMalloc(&r.ws, r.ws_bytes), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(r.ids, hid, sizeof(int32_t) * (size_t)(T * r.k),
-                                      cudaMemcpyHostToDevice), st, done);
+    RW_CUDA_CHECKGOTO(
+        err, cudaMemcpy(r.ids, hid, sizeof(int32_t) * (size_t)(T * r.k), cudaMemcpyHostToDevice),
+        st, done);
     RW_CHECKGOTO(rw_k_fill_bf16(r.x, T * r.H, seed + 3, 0.0f, 1.0f, r.st, err), st, done);
     /* the low half of a pair is about 2^-8 of the high one */
     RW_CHECKGOTO(rw_k_fill_bf16(r.xlo, T * r.H, seed + 4, 0.0f, 1.0f / 256, r.st, err), st, done);

@@ -39,13 +39,18 @@
  * narrow decode tile streams 512 columns of 16 rows per stage, so every CTA keeps 32-48 KB of
  * weights in flight) and at most 16 KB of each activation operand. */
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0> struct gemm_cfg {
+    /* STG: 0 the default stage count, > 0 that count, < 0 deep (up to 6 stages in 200 KB) */
     static constexpr int THREADS = 32 * WM * WN;
     static constexpr int KC = (128 / BN) < (128 / TN) ? (128 / BN) : (128 / TN);
     static constexpr int KB = 64 * KC; /* columns per stage */
     static constexpr int A_BYTES = BN * KC * 128;
     static constexpr int B_BYTES = TN * KC * 128;
     static constexpr int STAGE = A_BYTES + B_BYTES * (SPLIT ? 2 : 1);
-    static constexpr int STAGES = STG ? STG : STAGE <= 32768 ? 4 : 3;
+    static constexpr int DEFAULT_STAGES = STAGE <= 32768 ? 4 : 3;
+    static constexpr int DEEP_STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
+    static constexpr int STAGES = STG > 0                                ? STG
+                                  : STG<0 && DEEP_STAGES> DEFAULT_STAGES ? DEEP_STAGES
+                                                                         : DEFAULT_STAGES;
     static constexpr int SMEM = STAGES * STAGE;
     static constexpr int MT = BN / WM / 16; /* m16 fragments per warp */
     static constexpr int NT = TN / WN / 8;  /* n8 fragments per warp */
@@ -242,17 +247,24 @@ static const gemm_tile k_tiles[] = {GEMM_TILES(GEMM_TILE_ENTRY)};
 
 /* The first candidate of at least 4 warps (fewer cannot keep enough weight bytes in flight) with
  * token tiles no wider than M needs (16 at least) whose grid gives half the SMs a CTA; when none
- * does (small N and M), the one with the most CTAs. Measured on an H200 over the tile list at the
- * 30B-A3B shapes (q/k/v 5120 x 2048, o_proj 2048 x 4096, lm_head 151936 x 2048; M 1..2048), this
- * picks the fastest tile or one within a few percent of it at every point; the rule it replaces
- * (any warp count, a grid for 7/8 of the SMs) ran o_proj at M 1 on one-warp 16 x 8 tiles, 1.4 x
- * slower, and q/k/v at M 256 on 128 x 64 tiles, 1.3 x slower. The choice changes the speed,
- * never a bit of the result (see the top of the file). */
+ * does (small N and M), the one with the most CTAs. For M <= 8 an 8-token tile that gives half
+ * the SMs a CTA comes first (q/k/v at M = 1: 15.6 us against 18.1 us for 16 tokens, lm_head 154
+ * against 161 us; o_proj has none and keeps its 32 x 16 tile). Measured on an H200 over the tile
+ * list at the 30B-A3B shapes (q/k/v 5120 x 2048, o_proj 2048 x 4096, lm_head 151936 x 2048;
+ * M 1..2048), this picks the fastest tile or one within a few percent of it at every point; the
+ * rule it replaces (any warp count, a grid for 7/8 of the SMs) ran o_proj at M 1 on one-warp 16 x 8
+ * tiles, 1.4 x slower, and q/k/v at M 256 on 128 x 64 tiles, 1.3 x slower. The choice changes the
+ * speed, never a bit of the result (see the top of the file). */
 static gemm_tile pick_tile(int64_t N, int64_t M, int sms) {
+    const int64_t target = sms / 2;
+    if (M <= 8)
+        for (size_t i = 0; i < sizeof k_tiles / sizeof k_tiles[0]; i++) {
+            const gemm_tile t = k_tiles[i];
+            if (t.tn == 8 && t.warps >= 4 && (N + t.bn - 1) / t.bn >= target) return t;
+        }
     int64_t tn_max = 16;
     while (tn_max < M && tn_max < 128)
         tn_max *= 2;
-    const int64_t target = sms / 2;
     gemm_tile best = k_tiles[sizeof k_tiles / sizeof k_tiles[0] - 1];
     int64_t best_ctas = -1;
     for (size_t i = 0; i < sizeof k_tiles / sizeof k_tiles[0]; i++) {
@@ -294,10 +306,22 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
     if (ctas > INT_MAX)
         RW_FAIL(err, RW_E_UNSUPPORTED, "gemm: M = %lld, N = %lld need %lld CTAs (at most %d)",
                 (long long)M, (long long)N, (long long)ctas, INT_MAX);
+    /* Grids of at most one wave of narrow (decode) tiles stream with deep pipelines (gemm_cfg's
+     * DEEP_STAGES): each CTA must keep more weight bytes in flight when few CTAs share the memory
+     * system (measured on an H200 at M = 1..7: q/k/v on 64 x 8 tiles 17.6 -> 15.6 us, o_proj on
+     * 32 x 16 tiles 28.8 -> 25.3 us); with more CTAs than SMs the larger shared memory costs
+     * occupancy instead (lm_head at M = 1: 161 us with 4 stages, 202 us with 6). */
+    const bool deep = t.tn <= 16 && ctas <= sms;
 #define GEMM_DISPATCH(BN_, TN_, WM_, WN_)                                                          \
-    if (t.bn == BN_ && t.tn == TN_)                                                                \
+    if (t.bn == BN_ && t.tn == TN_) {                                                              \
+        if (TN_ <= 16 && deep)                                                                     \
+            return x_lo ? launch<BN_, TN_, WM_, WN_, true, -1>(W, N, K, x, x_lo, M, Y, ctas, s,    \
+                                                               err)                                \
+                        : launch<BN_, TN_, WM_, WN_, false, -1>(W, N, K, x, x_lo, M, Y, ctas, s,   \
+                                                                err);                              \
         return x_lo ? launch<BN_, TN_, WM_, WN_, true>(W, N, K, x, x_lo, M, Y, ctas, s, err)       \
-                    : launch<BN_, TN_, WM_, WN_, false>(W, N, K, x, x_lo, M, Y, ctas, s, err);
+                    : launch<BN_, TN_, WM_, WN_, false>(W, N, K, x, x_lo, M, Y, ctas, s, err);     \
+    }
     GEMM_TILES(GEMM_DISPATCH)
 #undef GEMM_DISPATCH
     RW_FAIL(err, RW_E_INTERNAL, "gemm: no kernel for tile %d x %d", t.bn, t.tn);
