@@ -17,7 +17,9 @@
 #                     about a minute; the peer line records it)
 #   --budget S        overall seconds (default 570, under the machine's 600 s per command)
 #   --modes LIST      rw-bench stages to run, comma-separated, from
-#                     ceilings,sync,pack,disk,engine (default all; engine = prefill and decode)
+#                     ceilings,sync,pack,disk,engine,kernels (default all but kernels; engine =
+#                     prefill and decode; kernels = G6/G7: rw-bench kernels, then
+#                     tools/peer/torch_kernels.py on the same shapes and routing)
 #
 # Environment: OUT (results), RW_COMMIT (the commit being measured: the machine's copy of the
 # tree has no .git, so pass RW_COMMIT=$(git rev-parse --short=12 HEAD) from the checkout),
@@ -189,6 +191,11 @@ if [ $bench = 1 ]; then
                     peer_pid=$!
                 fi
                 stage engine 300 1 "$rwb" prefill,decode "${extra[@]}"
+                ;;
+            kernels)
+                stage kernels 120 1 "$rwb" kernels "${extra[@]}" &&
+                    stage peer-kernels 150 1 python3 tools/peer/torch_kernels.py \
+                        --rw "$OUT/bench/kernels.jsonl"
                 ;;
             *) record "$m" "SKIPPED (unknown mode)" 0 "-" ;;
             esac

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """torch_kernels.py - the peer of targets G6 and G7: torch's attention (SDPA, cuDNN and flash
 backends) and torch's grouped GEMM (grouped_mm) on the shapes and routing of `rw-bench kernels`,
-timed the same way, in the same run. Prints one JSON line per measurement (bench "peer"); with
---rw FILE (rw-bench's kernels lines of this run) also one line per target point (bench "compare")
-with the ratio and the verdict.
+timed the same way, in the same run. Prints one JSON line per measurement (bench "peer_kernels",
+so tools/bench/report.py does not take them for G5's peer); with --rw FILE (rw-bench's kernels
+lines of this run) also one line per target point (bench "compare") with the ratio and the
+verdict.
 
     tools/peer/torch_kernels.py [--config tools/configs/qwen3-30b-a3b.json] [--seed 1]
         [--kernel-attention d256x1024,d32x8192,p8x2048] [--expert-tokens 1,16,64,256,2048,16384]
@@ -260,8 +261,9 @@ def main():
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
-    if "num_experts" not in cfg and "n_routed_experts" in cfg:
-        cfg["num_experts"] = cfg["n_routed_experts"]
+    for alias in ("n_routed_experts", "num_local_experts"):  # the config's spelling of E
+        if "num_experts" not in cfg and alias in cfg:
+            cfg["num_experts"] = cfg[alias]
     if a.print_routing:
         emit(routing(a.seed, a.print_routing, cfg["num_experts"], cfg["num_experts_per_tok"]))
         return 0
@@ -269,7 +271,7 @@ def main():
     import torch
     dev = torch.device(a.device)
     torch.cuda.set_device(dev)
-    base = {"bench": "peer", "commit": os.environ.get("RW_COMMIT", "unknown"),
+    base = {"bench": "peer_kernels", "commit": os.environ.get("RW_COMMIT", "unknown"),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "cmd": "torch_kernels.py " + " ".join(sys.argv[1:]), "torch": torch.__version__,
             "device": torch.cuda.get_device_name(dev)}
