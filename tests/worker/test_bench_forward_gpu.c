@@ -6,6 +6,24 @@
 #include "worker_util.h"
 #include "forward.h"
 
+typedef rw_status (*bench_fn)(const rwb_fwd_opts *, FILE *, rw_err *);
+
+/* Runs a, then b (when given), with their lines captured; asserts both succeeded and returns the
+ * text (the caller frees it). */
+static char *run_captured(const rwb_fwd_opts *o, bench_fn a, bench_fn b) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    assert_non_null(out);
+    rw_err err = {0};
+    rw_status st = a(o, out, &err);
+    if (st == RW_OK && b) st = b(o, out, &err);
+    fclose(out);
+    RW_ASSERT_OK(st, &err);
+    print_message("%s", buf);
+    return buf;
+}
+
 static void test_breakdown(void **state) {
     rw_reference *fx = *state;
     setenv("RW_BENCH_BREAKDOWN", "1", 1);
@@ -16,17 +34,8 @@ static void test_breakdown(void **state) {
     o.steps = 3;
     o.nprompt = 2;
     o.plen = 64;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&buf, &len);
-    assert_non_null(out);
-    rw_err err = {0};
-    const rw_status a = rwb_fwd_decode(&o, out, &err);
-    const rw_status b = a == RW_OK ? rwb_fwd_prefill(&o, out, &err) : a;
-    fclose(out);
+    char *buf = run_captured(&o, rwb_fwd_decode, rwb_fwd_prefill);
     unsetenv("RW_BENCH_BREAKDOWN");
-    RW_ASSERT_OK(b, &err);
-    print_message("%s", buf);
     assert_non_null(strstr(buf, "\"bench\": \"decode_breakdown\""));
     assert_non_null(strstr(buf, "\"bench\": \"prefill_breakdown\""));
     free(buf);
@@ -45,15 +54,7 @@ static void test_kernels(void **state) {
     o.expert_tokens[0] = 1;
     o.expert_tokens[1] = 300;
     o.nexpert_tokens = 2;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&buf, &len);
-    assert_non_null(out);
-    rw_err err = {0};
-    const rw_status st = rwb_fwd_kernels(&o, out, &err);
-    fclose(out);
-    RW_ASSERT_OK(st, &err);
-    print_message("%s", buf);
+    char *buf = run_captured(&o, rwb_fwd_kernels, NULL);
     int lines = 0;
     for (const char *p = buf; (p = strstr(p, "\"bench\": \"kernel\"")); p++) {
         const char *sec = strstr(p, "\"seconds\": ");
