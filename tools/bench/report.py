@@ -5,7 +5,8 @@ gnuplot data and scripts of its two plots. Python standard library only.
     tools/bench/report.py RESULTS.jsonl [...] [--rerun RERUN.jsonl ...]
                           [--md docs/BENCHMARKS.md] [--plots-dir docs/plots] [--png-dir docs]
 
-Every input line is one JSON object (rw-bench's or tools/peer/hf_generate.py's); other lines are
+Every input line is one JSON object (rw-bench's, tools/peer/hf_generate.py's or
+tools/peer/torch_kernels.py's, whose "compare" lines make the G6/G7 table); other lines are
 skipped with a warning. With --md, the text between the two report markers of that file is
 replaced (the file is created with just the generated part when it does not exist); without it,
 the generated markdown goes to stdout. --rerun files are a second run of the same benchmarks:
@@ -275,6 +276,23 @@ def targets_table(lines):
 # ------------------------------------------------------------------------------------------
 # Detail tables
 # ------------------------------------------------------------------------------------------
+def kernels_table(lines):
+    """G6 / G7: tools/peer/torch_kernels.py's compare lines (rw-bench kernels against torch)."""
+    rows = [l for l in lines if l.get("bench") == "compare"]
+    if not rows:
+        return []
+    out = ["| id | kernel | rw | torch | rw / torch | target | met |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for l in sorted(rows, key=lambda l: (l.get("target_id") or "~", l.get("what", ""))):
+        torch = fmt_s(l.get("peer_seconds"))
+        if l.get("peer_backend"):
+            torch += f" ({md_escape(l['peer_backend'])})"
+        out.append(f"| {l.get('target_id') or '(info)'} | {md_escape(l.get('what', '-'))} | "
+                   f"{fmt_s(l.get('rw_seconds'))} | {torch} | {fmt(l.get('ratio'))} x | "
+                   f"{md_escape(l.get('target', '-'))} | {met_str(l.get('met'))} |")
+    return out
+
+
 def ceilings_table(lines):
     rows = [l for l in lines if l.get("role") == "ceiling" and "error" not in l]
     if not rows:
@@ -501,6 +519,9 @@ def generate(lines, rerun, png_rel):
         md += [f"- **{t}**: measured {m}; ceiling {c}; ratio {r}" for t, m, c, r in missed] + [""]
     else:
         md += ["No measured target missed in this run.", ""]
+    kt = kernels_table(lines)
+    if kt:
+        md += ["### Kernels against torch (G6, G7)", ""] + kt + [""]
     md += ["### Ceilings measured in this run", ""] + ceilings_table(lines) + [""]
     st, sync_dat = sync_table(lines)
     md += ["### Sync time vs bucket size", "", f"![sync vs bucket]({png_rel}/sync_vs_bucket.png)", ""] + st + [""]

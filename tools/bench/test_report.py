@@ -49,6 +49,16 @@ with tempfile.TemporaryDirectory() as tmp:
     dat = open(os.path.join(tmp, "plots", "decode_vs_batch.dat")).read()
     check("\n256 8533.3 " in dat, "decode data row for batch 256")
 
+    # 1b. the G6/G7 table from the torch peer's compare lines (made-up numbers)
+    md, _ = run(os.path.join(data, "synthetic.jsonl"), os.path.join(data, "kernels.jsonl"))
+    krows = [l for l in md.splitlines() if l.startswith("| G6 |") or l.startswith("| G7 |")
+             or l.startswith("| (info) |")]
+    check("### Kernels against torch (G6, G7)" in md, "kernels section present")
+    check(len(krows) == 3, f"three kernel rows ({len(krows)})")
+    check(any("attention_decode_256x1024" in l and "0.500 x" in l and "**no**" in l and "cudnn" in l
+              for l in krows), "G6 row: ratio, backend, missed")
+    check(any(l.startswith("| G7 |") and "2.00 x" in l and "| yes |" in l for l in krows), "G7 row met")
+
     # 2. splicing keeps what is outside the markers
     doc = os.path.join(tmp, "BENCHMARKS.md")
     with open(doc, "w") as f:
