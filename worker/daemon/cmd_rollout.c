@@ -189,17 +189,18 @@ rw_status rw_srv_score(rw_server *s, rw_srv_call *c, rw_err *err) {
                 "must succeed first");
 
     /* the reply is one message: bounded here, before any work (docs/PROTOCOL.md 4.9), from
-     * above per token - a continuation token's logprob (9 bytes) and top pairs (3 + 15 each), a
-     * prompt token's logprob - and per pair (its other fields) */
-    const uint64_t top = (uint64_t)sp.top_logprobs;
-    const uint64_t cont_b = 9 + (top ? 3 + 15 * top : 0), cont_e = 1 + (top ? 1 + 3 * top : 0);
+     * above per token - a continuation token's logprob and top pairs, a prompt token's logprob
+     * (rw_srv_logprob_bound) - and per pair (its other fields) */
+    uint64_t cont_b, cont_e, prompt_b, prompt_e;
+    rw_srv_logprob_bound(true, (uint64_t)sp.top_logprobs, &cont_b, &cont_e);
+    rw_srv_logprob_bound(ro.prompt_logprobs, 0, &prompt_b, &prompt_e);
     uint64_t tokens = 0, bytes = 64, elems = 8; /* tokens: charged to the client meanwhile */
     for (size_t i = 0; i < np; i++) {
         const uint64_t pl = rw_mobj_len(ps ? rw_mobj_at(ps, i) : p),
                        cl = rw_mobj_len(cs ? rw_mobj_at(cs, i) : cn);
         tokens += pl + cl;
-        bytes += 640 + cl * cont_b + (ro.prompt_logprobs ? pl * 9 : 0);
-        elems += 40 + cl * cont_e + (ro.prompt_logprobs ? pl : 0);
+        bytes += 640 + cl * cont_b + pl * prompt_b;
+        elems += 40 + cl * cont_e + pl * prompt_e;
     }
     if (bytes > RW_MSG_MAX_BYTES || elems > RW_SCORE_MAX_ELEMS)
         RW_FAIL(err, RW_E_RANGE,

@@ -31,11 +31,12 @@ typedef struct piece {
     bool split; /* the output has more than one piece: every piece carries `offset` */
 } piece;
 
-/* Upper bounds of one token's bytes and elements: an id (int32: <= 5 bytes), a logprob (float64:
- * 9 bytes), top_n [id, logprob] pairs (15 bytes each, in an array of <= 3 bytes of header). */
+/* Upper bounds of one token's bytes and elements: an id (int32: <= 5 bytes, 1 element) and its
+ * logprob fields (rw_srv_logprob_bound). */
 static void per_token(const rw_gen *g, const rw_output *o, uint64_t *bytes, uint64_t *elems) {
-    *bytes = 5 + (g->logprobs ? 9 : 0) + (o->top_n ? 3 + 15 * (uint64_t)o->top_n : 0);
-    *elems = 1 + (g->logprobs ? 1 : 0) + (o->top_n ? 1 + 3 * (uint64_t)o->top_n : 0);
+    rw_srv_logprob_bound(g->logprobs, (uint64_t)o->top_n, bytes, elems);
+    *bytes += 5;
+    *elems += 1;
 }
 
 /* Upper bounds of a piece without its tokens: keys, numbers, version tags (<= 127 bytes each),

@@ -159,6 +159,15 @@ static inline void rw_srv_lp(rw_mw *w, float lp) {
     else
         rw_mw_nil(w);
 }
+/* Upper bounds of what one token's logprob fields add to a reply, as rw_srv_put_logprobs writes
+ * them: its logprob (float64: 9 bytes, 1 element) when `logprob`, and top_n [id, logprob] pairs
+ * (15 bytes, 3 elements each) in an array of at most 3 header bytes. The reply bounds of
+ * generate (gen_reply.c) and score (cmd_rollout.c) both count with it. */
+static inline void rw_srv_logprob_bound(bool logprob, uint64_t top_n, uint64_t *bytes,
+                                        uint64_t *elems) {
+    *bytes = (logprob ? 9 : 0) + (top_n ? 3 + 15 * top_n : 0);
+    *elems = (logprob ? 1 : 0) + (top_n ? 1 + 3 * top_n : 0);
+}
 /* Writes an output's "logprobs" (unless top_only) and, when it has them, "top_logprobs"
  * ([[id, logprob], ...] per token) as key / value pairs of the map being written. */
 void rw_srv_put_logprobs(rw_mw *w, const rw_output *o, bool top_only);
