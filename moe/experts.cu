@@ -41,8 +41,8 @@
  * ldmatrix -> mma latency that one warp per scheduler leaves exposed, and halve the accumulators
  * per thread. Narrow (decode) tiles keep 4 warps: 8 warps of 16 rows each measured slower from
  * 16 tokens up on an H200 (docs/BENCHMARKS.md); with 16 rows a warp loads the same B fragments
- * for half as many MMAs. Which warp
- * computes an output does not change how: one thread, one k16 order. */
+ * for half as many MMAs. Which warp computes an output does not change how: one thread, one
+ * k16 order. */
 #define MOE_WN(TN) ((TN) >= 128 ? 2 : 1)
 #define MOE_THREADS_FOR(TN) (128 * MOE_WN(TN))
 #define MOE_BM 128
