@@ -32,6 +32,14 @@ rw_status rw_cuda_set_device(int dev, rw_err *err) {
     return RW_OK;
 }
 
+rw_status rw_cuda_sm_count(int *sms, rw_err *err) {
+    int dev = 0;
+    *sms = 0;
+    RW_CUDA_CHECK(err, cudaGetDevice(&dev));
+    RW_CUDA_CHECK(err, cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+    return RW_OK;
+}
+
 /* Device (or pinned host) memory; a failure through rw_cuda_fail (RW_E_OOM when out of memory). */
 static rw_status cuda_alloc(bool pinned, size_t bytes, void **out, rw_err *err) {
     *out = NULL;
@@ -294,6 +302,10 @@ bool rw_cuda_built(void) { return false; }
 int rw_cuda_device_count(void) { return 0; }
 rw_status rw_cuda_set_device(int dev, rw_err *err) {
     RW_FAIL(err, RW_E_NO_DEVICE, "built without CUDA (device %d asked)", dev);
+}
+rw_status rw_cuda_sm_count(int *sms, rw_err *err) {
+    *sms = 0;
+    RW_FAIL(err, RW_E_NO_DEVICE, "built without CUDA (multiprocessor count asked)");
 }
 rw_status rw_dev_malloc(size_t bytes, void **out, rw_err *err) {
     *out = NULL;

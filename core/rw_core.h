@@ -531,6 +531,8 @@ bool rw_cuda_built(void);                       /* compiled with CUDA */
 void rw_cuda_load_modules_eagerly(void);
 int rw_cuda_device_count(void);                 /* 0 without CUDA or device */
 rw_status rw_cuda_set_device(int dev, rw_err *err);
+/* Multiprocessors of the current device (kernels size their grids and pipelines by it). */
+rw_status rw_cuda_sm_count(int *sms, rw_err *err);
 rw_status rw_dev_malloc(size_t bytes, void **out, rw_err *err);
 void rw_dev_free(void *p);
 rw_status rw_host_malloc_pinned(size_t bytes, void **out, rw_err *err);

@@ -611,6 +611,17 @@ static rw_status launch_fmt(int fmt, bool split, const gemm_args &g, int64_t gri
     return launch_gemm<TN, FMT_FP8B, W13, false, ST>(g, grid_x, s, err);
 }
 
+/* One GEMM pass (w13 or w2) with tiles of tn tokens; narrow tiles in a grid of at most one wave
+ * keep MOE_DEEP_STAGES blocks in flight. */
+template <bool W13>
+static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, int64_t grid_x,
+                             int sms, rw_stream s, rw_err *err) {
+    if (tn == 128) return launch_fmt<128, W13>(fmt, split, g, grid_x, s, err);
+    if (grid_x * (g.M / MOE_BM) <= sms)
+        return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+    return launch_fmt<32, W13>(fmt, split, g, grid_x, s, err);
+}
+
 extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
                                          const uint16_t *x, const uint16_t *x_lo, int64_t ntok,
                                          const int32_t *ids, const float *weights, int k,
@@ -643,9 +654,8 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
                                                    : FMT_FP8B;
     const bool split = x_lo != NULL;
     cudaStream_t st = (cudaStream_t)s;
-    int dev = 0, sms = 0;
-    RW_CUDA_CHECK(err, cudaGetDevice(&dev));
-    RW_CUDA_CHECK(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = 0;
+    RW_CHECK(rw_cuda_sm_count(&sms, err));
     for (int64_t t0 = 0; t0 < ntok; t0 += chunk) {
         const int64_t nt = ntok - t0 < chunk ? ntok - t0 : chunk;
         const int64_t A = nt * k;
@@ -681,10 +691,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.scale_cols = fmt == FMT_MX ? (H / 32 + 3) / 4 : (H + 127) / 128;
         g.xin = (const __nv_bfloat16 *)(x + t0 * H);
         g.xin_lo = split ? (const __nv_bfloat16 *)(x_lo + t0 * H) : NULL;
-        const bool deep13 = tn == 32 && grid_x * (g.M / MOE_BM) <= sms;
-        RW_CHECK((tn == 128 ? launch_fmt<128, true>(fmt, split, g, grid_x, s, err)
-                  : deep13  ? launch_fmt<32, true, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err)
-                            : launch_fmt<32, true>(fmt, split, g, grid_x, s, err)));
+        RW_CHECK(launch_pass<true>(tn, fmt, split, g, grid_x, sms, s, err));
         /* w2: M = H rows, K = P, input act rows in sorted order */
         g.w = lw->w2.data;
         g.wscale = lw->w2_scale.data;
@@ -695,10 +702,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.scale_cols = fmt == FMT_MX ? (P / 32 + 3) / 4 : (P + 127) / 128;
         g.xin = w.act;
         g.xin_lo = split ? w.act_lo : NULL;
-        const bool deep2 = tn == 32 && grid_x * (g.M / MOE_BM) <= sms;
-        RW_CHECK((tn == 128 ? launch_fmt<128, false>(fmt, split, g, grid_x, s, err)
-                  : deep2   ? launch_fmt<32, false, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err)
-                            : launch_fmt<32, false>(fmt, split, g, grid_x, s, err)));
+        RW_CHECK(launch_pass<false>(tn, fmt, split, g, grid_x, sms, s, err));
         combine_kernel<<<dim3((unsigned)nt, (unsigned)((H + COMBINE_COLS - 1) / COMBINE_COLS)),
                          COMBINE_COLS, 0, st>>>(w.y, w.inv, weights + t0 * k, nt, k, H,
                                                 out + t0 * H);

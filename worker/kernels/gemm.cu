@@ -38,8 +38,8 @@
  * holds KC 64-column blocks, KC = min(128 / BN, 128 / TN): 16 KB of weights whenever BN >= TN (a
  * narrow decode tile streams 512 columns of 16 rows per stage, so every CTA keeps 32-48 KB of
  * weights in flight) and at most 16 KB of each activation operand. */
-template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0> struct gemm_cfg {
-    /* STG: 0 the default stage count, > 0 that count, < 0 deep (up to 6 stages in 200 KB) */
+template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false> struct gemm_cfg {
+    /* DEEP: up to 6 stages in 200 KB of shared memory (rw_k_gemm says when) */
     static constexpr int THREADS = 32 * WM * WN;
     static constexpr int KC = (128 / BN) < (128 / TN) ? (128 / BN) : (128 / TN);
     static constexpr int KB = 64 * KC; /* columns per stage */
@@ -48,9 +48,8 @@ template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0> struct gemm_c
     static constexpr int STAGE = A_BYTES + B_BYTES * (SPLIT ? 2 : 1);
     static constexpr int DEFAULT_STAGES = STAGE <= 32768 ? 4 : 3;
     static constexpr int DEEP_STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
-    static constexpr int STAGES = STG > 0                                ? STG
-                                  : STG<0 && DEEP_STAGES> DEFAULT_STAGES ? DEEP_STAGES
-                                                                         : DEFAULT_STAGES;
+    static constexpr int STAGES =
+        DEEP && DEEP_STAGES > DEFAULT_STAGES ? DEEP_STAGES : DEFAULT_STAGES;
     static constexpr int SMEM = STAGES * STAGE;
     static constexpr int MT = BN / WM / 16; /* m16 fragments per warp */
     static constexpr int NT = TN / WN / 8;  /* n8 fragments per warp */
@@ -63,12 +62,12 @@ template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0> struct gemm_c
  * than L2 (lm_head prefill) */
 #define GROUP_M 8
 
-template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0>
+template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false>
 __global__ void __launch_bounds__(32 * WM * WN)
     gemm_kernel(const uint16_t *__restrict__ W, int64_t N, int64_t K,
                 const uint16_t *__restrict__ x, const uint16_t *__restrict__ xlo, int64_t M,
                 float *__restrict__ Y) {
-    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
+    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, DEEP> C;
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WM, wn = warp / WM;
@@ -207,16 +206,16 @@ __global__ void __launch_bounds__(32 * WM * WN)
 /* ------------------------------------------------------------------------------------------ */
 /* launcher                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0>
+template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false>
 static rw_status launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
                         const uint16_t *xlo, int64_t M, float *Y, int64_t ctas, rw_stream s,
                         rw_err *err) {
-    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
+    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, DEEP> C;
     /* a configuration's shared memory does not depend on the shape: the attribute set here is
      * the most any call of this kernel needs, so captured graphs stay launchable */
-    RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT, STG>,
+    RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT, DEEP>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    gemm_kernel<BN, TN, WM, WN, SPLIT, STG>
+    gemm_kernel<BN, TN, WM, WN, SPLIT, DEEP>
         <<<(unsigned)ctas, C::THREADS, C::SMEM, (cudaStream_t)s>>>(W, N, K, x, xlo, M, Y);
     return RW_LAUNCH_CHECK(s, "gemm", err);
 }
@@ -298,27 +297,27 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
     if ((uintptr_t)Y % 4)
         RW_FAIL(err, RW_E_INVALID_ARG, "gemm: Y = %p is not 4-byte aligned", (void *)Y);
 
-    int dev = 0, sms = 0;
-    RW_CUDA_CHECK(err, cudaGetDevice(&dev));
-    RW_CUDA_CHECK(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = 0;
+    RW_CHECK(rw_cuda_sm_count(&sms, err));
     const gemm_tile t = pick_tile(N, M, sms);
     const int64_t ctas = ((N + t.bn - 1) / t.bn) * ((M + t.tn - 1) / t.tn);
     if (ctas > INT_MAX)
         RW_FAIL(err, RW_E_UNSUPPORTED, "gemm: M = %lld, N = %lld need %lld CTAs (at most %d)",
                 (long long)M, (long long)N, (long long)ctas, INT_MAX);
-    /* Grids of at most one wave of narrow (decode) tiles stream with deep pipelines (gemm_cfg's
-     * DEEP_STAGES): each CTA must keep more weight bytes in flight when few CTAs share the memory
+    /* Narrow (decode) tiles in grids of at most one wave stream with deep pipelines (gemm_cfg's
+     * DEEP): each CTA must keep more weight bytes in flight when few CTAs share the memory
      * system (measured on an H200 at M = 1..7: q/k/v on 64 x 8 tiles 17.6 -> 15.6 us, o_proj on
      * 32 x 16 tiles 28.8 -> 25.3 us); with more CTAs than SMs the larger shared memory costs
      * occupancy instead (lm_head at M = 1: 161 us with 4 stages, 202 us with 6). */
-    const bool deep = t.tn <= 16 && ctas <= sms;
+    const bool one_wave = ctas <= sms;
 #define GEMM_DISPATCH(BN_, TN_, WM_, WN_)                                                          \
     if (t.bn == BN_ && t.tn == TN_) {                                                              \
-        if (TN_ <= 16 && deep)                                                                     \
-            return x_lo ? launch<BN_, TN_, WM_, WN_, true, -1>(W, N, K, x, x_lo, M, Y, ctas, s,    \
-                                                               err)                                \
-                        : launch<BN_, TN_, WM_, WN_, false, -1>(W, N, K, x, x_lo, M, Y, ctas, s,   \
-                                                                err);                              \
+        if constexpr (TN_ <= 16)                                                                   \
+            if (one_wave)                                                                          \
+                return x_lo ? launch<BN_, TN_, WM_, WN_, true, true>(W, N, K, x, x_lo, M, Y, ctas, \
+                                                                     s, err)                       \
+                            : launch<BN_, TN_, WM_, WN_, false, true>(W, N, K, x, x_lo, M, Y,      \
+                                                                      ctas, s, err);               \
         return x_lo ? launch<BN_, TN_, WM_, WN_, true>(W, N, K, x, x_lo, M, Y, ctas, s, err)       \
                     : launch<BN_, TN_, WM_, WN_, false>(W, N, K, x, x_lo, M, Y, ctas, s, err);     \
     }
