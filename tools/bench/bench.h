@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "forward.h" /* rwb_attn_shape */
 #include "rw_core.h"
 
 #define RWB_MAX_LIST 16
@@ -66,10 +67,9 @@ typedef struct rwb_opts {
     int ro_sharing, ro_max_running, ro_max_batch_tokens;
     /* kernels (G6, G7): attention shapes (seqs x kv keys, prefill or decode), expert-layer token
      * counts, and the layers whose expert weights the repetitions rotate over */
-    int ka_seqs[RWB_MAX_LIST], ka_kv[RWB_MAX_LIST];
-    bool ka_prefill[RWB_MAX_LIST];
-    int nka;
-    int ke_tokens[RWB_MAX_LIST], nke;
+    rwb_attn_shape kattn[RWB_MAX_LIST];
+    int nkattn;
+    int ktokens[RWB_MAX_LIST], nktokens;
     int kernel_layers;
 } rwb_opts;
 

@@ -247,14 +247,11 @@ void rwb_mode_kernels(rwb_ctx *c) {
     bo.device = c->o.gpu0;
     bo.seed = c->o.seed;
     bo.kernel_layers = c->o.kernel_layers;
-    for (int i = 0; i < c->o.nka && i < RWB_FWD_MAX_SHAPES; i++) {
-        bo.attn[i] = (rwb_attn_shape){c->o.ka_seqs[i], c->o.ka_kv[i], c->o.ka_prefill[i]};
-        bo.nattn = i + 1;
-    }
-    for (int i = 0; i < c->o.nke && i < RWB_FWD_MAX_SHAPES; i++) {
-        bo.expert_tokens[i] = c->o.ke_tokens[i];
-        bo.nexpert_tokens = i + 1;
-    }
+    _Static_assert(RWB_MAX_LIST <= RWB_FWD_MAX_SHAPES, "rw-bench lists fit the kernel options");
+    memcpy(bo.attn, c->o.kattn, sizeof c->o.kattn);
+    bo.nattn = c->o.nkattn;
+    memcpy(bo.expert_tokens, c->o.ktokens, sizeof c->o.ktokens);
+    bo.nexpert_tokens = c->o.nktokens;
     rw_status st;
     json_t *arr = capture_all(rwb_fwd_kernels, &bo, &st, &err);
     if (!arr) {

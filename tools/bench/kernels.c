@@ -92,7 +92,6 @@ done:
 /* attention                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 typedef struct attn_run {
-    rw_model *m;
     cudaStream_t st;
     int nh, nkv, hd, bs, ntiles, qt, bt_stride, nsplit;
     int64_t ntok;
@@ -119,7 +118,6 @@ static rw_status bench_attention(rw_model *m, int nseq, int kv, bool prefill, ui
     const rw_config *c = rw_model_config(m);
     attn_run a;
     memset(&a, 0, sizeof a);
-    a.m = m;
     a.st = (cudaStream_t)rw_cuda_be_stream(m);
     a.nh = c->num_heads;
     a.nkv = c->num_kv_heads;
@@ -316,11 +314,9 @@ rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     rw_model *m = NULL;
     rw_status st;
     RW_CHECKGOTO(rwb_fwd_make_model(o, o->kernel_layers, &cfg, &m, err), st, done);
-    int64_t most = 0;
-    for (int i = 0; i < o->nexpert_tokens; i++)
-        if (o->expert_tokens[i] > most) most = o->expert_tokens[i];
-    /* the scratch (attention partials) of a decode batch of up to 256 sequences */
-    RW_CHECKGOTO(m->ops->reserve(m, most > 256 ? most : 256, 256, err), st, done);
+    /* the backend's attention partials, for the splits of up to 256 tokens (larger batches take
+     * none); every other buffer the benchmarks allocate themselves */
+    RW_CHECKGOTO(m->ops->reserve(m, 256, 256, err), st, done);
     for (int i = 0; i < o->nattn; i++) {
         const rwb_attn_shape *a = &o->attn[i];
         fprintf(stderr, "rw-bench: kernels: attention %s %d x %d\n",

@@ -117,20 +117,14 @@ static void defaults(rwb_opts *o) {
     o->ro_sharing = 2;
     o->ro_max_running = 512;
     o->ro_max_batch_tokens = 8192;
-    static const int ka_s[] = {256, 32, 8}, ka_k[] = {1024, 8192, 2048};
-    static const bool ka_p[] = {false, false, true};
-    static const int ke[] = {1, 16, 64, 256, 2048, 16384};
-    o->nka = 3;
-    for (int i = 0; i < o->nka; i++) {
-        o->ka_seqs[i] = ka_s[i];
-        o->ka_kv[i] = ka_k[i];
-        o->ka_prefill[i] = ka_p[i];
-    }
-    o->nke = 6;
-    memcpy(o->ke_tokens, ke, sizeof ke);
+    static const rwb_attn_shape ka[] = {{256, 1024, false}, {32, 8192, false}, {8, 2048, true}};
+    static const int kt[] = {1, 16, 64, 256, 2048, 16384};
+    o->nkattn = 3;
+    memcpy(o->kattn, ka, sizeof ka);
+    o->nktokens = 6;
+    memcpy(o->ktokens, kt, sizeof kt);
     o->kernel_layers = 4;
 }
-
 
 /* The reduced default grids, or the full ones; lists given on the command line win. */
 static void grids(rwb_opts *o, bool have_buckets, bool have_batches, bool have_ctxs) {
@@ -189,13 +183,10 @@ static bool parse_attn_shapes(const char *s, rwb_opts *o) {
         *x = 0;
         if (!parse_long(t + 1, 1, 1L << 16, &sq) || !parse_long(x + 1, 1, 1L << 20, &kv))
             return false;
-        o->ka_prefill[n] = t[0] == 'p';
-        o->ka_seqs[n] = (int)sq;
-        o->ka_kv[n] = (int)kv;
-        n++;
+        o->kattn[n++] = (rwb_attn_shape){(int)sq, (int)kv, t[0] == 'p'};
     }
     if (n < 1) return false;
-    o->nka = n;
+    o->nkattn = n;
     return true;
 }
 
@@ -253,11 +244,12 @@ static void print_plan(const rwb_opts *o, const bool *run) {
                     o->ro_max_running);
         } else if (!strcmp(MODES[i].name, "kernels")) {
             fprintf(stderr, "attention:");
-            for (int k = 0; k < o->nka; k++)
-                fprintf(stderr, "%s %s %d x %d", k ? "," : "", o->ka_prefill[k] ? "prefill" : "decode",
-                        o->ka_seqs[k], o->ka_kv[k]);
+            for (int k = 0; k < o->nkattn; k++)
+                fprintf(stderr, "%s %s %d x %d", k ? "," : "",
+                        o->kattn[k].prefill ? "prefill" : "decode", o->kattn[k].seqs,
+                        o->kattn[k].kv);
             fprintf(stderr, "; experts at tokens:");
-            for (int k = 0; k < o->nke; k++) fprintf(stderr, " %d", o->ke_tokens[k]);
+            for (int k = 0; k < o->nktokens; k++) fprintf(stderr, " %d", o->ktokens[k]);
             fprintf(stderr, " (weights of %d layers)", o->kernel_layers);
         }
         if (!strcmp(MODES[i].name, "decode") && o->routes)
@@ -438,8 +430,8 @@ int main(int argc, char **argv) {
             if (!parse_attn_shapes(val, o)) goto bad;
         } else if (!strcmp(a, "--expert-tokens")) {
             if ((n = parse_list(val, 1, 1L << 20, lv, RWB_MAX_LIST)) < 1) goto bad;
-            for (int k = 0; k < n; k++) o->ke_tokens[k] = (int)lv[k];
-            o->nke = n;
+            for (int k = 0; k < n; k++) o->ktokens[k] = (int)lv[k];
+            o->nktokens = n;
         } else if (!strcmp(a, "--prefill")) {
             if (parse_list(val, 1, 1L << 20, lv, 2) != 2) goto bad;
             o->nprompt = (int)lv[0];
