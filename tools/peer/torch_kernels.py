@@ -221,29 +221,28 @@ def compare(rw_path, peer_lines, base, emit):
                 by[p["what"]] = p
     for what, p in sorted(by.items()):
         if what.startswith("sdpa_"):
-            kind = what.split("_")[1]
-            for rname in (f"attention_{kind}_{p['seqs']}x{p['kv']}",):
-                r = rw.get(rname)
-                if r is None:
-                    continue
-                ratio = p["seconds"] / r["seconds"]
-                need = 0.9
-                emit(dict(base, bench="compare", what=rname, target_id="G6",
-                          target=f"rw >= {need} x the faster torch backend", rw_seconds=r["seconds"],
-                          peer_seconds=p["seconds"], peer_backend=p["backend"], ratio=ratio,
-                          met=ratio >= need))
+            rname = f"attention_{what.split('_')[1]}_{p['seqs']}x{p['kv']}"
+            r = rw.get(rname)
+            if r is None:
+                continue
+            ratio = p["seconds"] / r["seconds"]
+            need = 0.9
+            emit(dict(base, bench="compare", what=rname, target_id="G6",
+                      target=f"rw >= {need} x the faster torch backend", rw_seconds=r["seconds"],
+                      peer_seconds=p["seconds"], peer_backend=p["backend"], ratio=ratio,
+                      met=ratio >= need))
         elif what.startswith("experts_t"):
             T = p["tokens"]
             need = 1.5 if T <= 256 else 1.0
-            for rname in (f"experts_t{T}", f"experts_bf16_input_t{T}"):
+            for rname, tid, rw_input in ((f"experts_t{T}", "G7", "hi + lo pair (as the engine runs)"),
+                                         (f"experts_bf16_input_t{T}", None, "bf16")):
                 r = rw.get(rname)
                 if r is None:
                     continue
                 ratio = p["seconds"] / r["seconds"]
-                emit(dict(base, bench="compare", what=rname, target_id="G7" if rname.startswith("experts_t") else None,
+                emit(dict(base, bench="compare", what=rname, target_id=tid,
                           target=f"rw >= {need} x torch grouped_mm", rw_seconds=r["seconds"],
-                          peer_seconds=p["seconds"], ratio=ratio, met=ratio >= need,
-                          rw_input="hi + lo pair (as the engine runs)" if rname.startswith("experts_t") else "bf16"))
+                          peer_seconds=p["seconds"], ratio=ratio, met=ratio >= need, rw_input=rw_input))
 
 
 def main():
