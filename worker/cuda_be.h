@@ -62,6 +62,8 @@ typedef struct cuda_be {
     size_t attn_part_bytes;
     void *moe_ws;
     size_t moe_ws_bytes;
+    void *gemm_ws; /* the dense GEMMs' K-split workspace (gemm.h), counters zeroed */
+    size_t gemm_ws_bytes;
     float *inv_freq;
     /* metadata: device buffer and its pinned host mirror, layout fixed by the capacities. The
      * upload is asynchronous: meta_ev marks it done, and the mirror is not rewritten before it is

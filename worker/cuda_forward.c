@@ -29,7 +29,7 @@ static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_te
             RW_CHECK(rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, be->wdeq, be->st, err));
         W = be->wdeq;
     }
-    return rw_k_gemm(W, N, K, X, X_lo, M, Y, be->st, err);
+    return rw_k_gemm(W, N, K, X, X_lo, M, Y, be->gemm_ws, be->gemm_ws_bytes, be->st, err);
 }
 
 /* The model on the metadata already on the device. */
@@ -72,7 +72,8 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         int64_t ldq, ldkv;
         if (lw->qkv.data) {
             /* bf16 attention: one GEMM over the weight set's fused view, output rows [q | k | v] */
-            RW_CHECK(rw_k_gemm(lw->qkv.data, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, s, err));
+            RW_CHECK(rw_k_gemm(lw->qkv.data, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q,
+                               be->gemm_ws, be->gemm_ws_bytes, s, err));
             qp = be->q;
             kp = be->q + qd;
             vp = be->q + qd + kd;
@@ -132,7 +133,7 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
     /* one rank whose vocabulary needs no padding: the lm_head writes the logits in place */
     const bool direct = !tp && d->v_local == c->vocab_size;
     RW_CHECK(rw_k_gemm(lm.data, d->v_local, H, be->hl, be->hl_lo, nlog,
-                       direct ? be->logits : be->lg_local, s, err));
+                       direct ? be->logits : be->lg_local, be->gemm_ws, be->gemm_ws_bytes, s, err));
     const float *g = be->lg_local;
     if (tp) {
         rw_cuda_mark(be, RW_PHASE_LMHEAD);

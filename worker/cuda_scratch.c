@@ -6,12 +6,14 @@
 #include <stdlib.h>
 
 #include "cuda_be.h"
+#include "kernels/gemm.h"
 
 void rw_cuda_free_scratch(cuda_be *be) {
-    void *d[] = {be->x,   be->y,         be->q,      be->k,        be->v,    be->h32,
-                 be->rl,  be->wts,       be->qf,     be->lg_local, be->gath, be->logits,
-                 be->h,   be->h_lo,      be->att,    be->att_lo,   be->hl,   be->hl_lo,
-                 be->ids, be->attn_part, be->moe_ws, be->meta_d,   be->sp_d, be->so_d};
+    void *d[] = {be->x,      be->y,      be->q,     be->k,    be->v,
+                 be->h32,    be->rl,     be->wts,   be->qf,   be->lg_local,
+                 be->gath,   be->logits, be->h,     be->h_lo, be->att,
+                 be->att_lo, be->hl,     be->hl_lo, be->ids,  be->attn_part,
+                 be->moe_ws, be->meta_d, be->sp_d,  be->so_d, be->gemm_ws};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         cudaFree(d[i]);
     cudaFreeHost(be->meta_h);
@@ -21,7 +23,7 @@ void rw_cuda_free_scratch(cuda_be *be) {
     be->lg_local = be->gath = be->logits = NULL;
     be->h = be->h_lo = be->att = be->att_lo = be->hl = be->hl_lo = NULL;
     be->ids = NULL;
-    be->attn_part = be->moe_ws = NULL;
+    be->attn_part = be->moe_ws = be->gemm_ws = NULL;
     be->meta_d = be->meta_h = NULL;
     be->sp_d = be->sp_h = NULL;
     be->so_d = be->so_h = NULL;
@@ -76,6 +78,18 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     DALLOC(be->attn_part, be->attn_part_bytes);
     be->moe_ws_bytes = rw_moe_experts_cuda_workspace(E, d->P, H, T, (int)K);
     DALLOC(be->moe_ws, be->moe_ws_bytes);
+    /* the dense GEMMs' K-split workspace for the largest of them: q/k/v fused and apart, o_proj,
+     * lm_head */
+    const int64_t gemm_nk[][3] = {
+        {qd + 2 * kd, H, T}, {qd, H, T}, {kd, H, T}, {H, qd, T}, {vl, H, NL}};
+    be->gemm_ws_bytes = 0;
+    for (size_t i = 0; i < sizeof gemm_nk / sizeof gemm_nk[0]; i++) {
+        const size_t b = rw_k_gemm_ws_bytes(gemm_nk[i][0], gemm_nk[i][1], gemm_nk[i][2]);
+        if (b > be->gemm_ws_bytes) be->gemm_ws_bytes = b;
+    }
+    DALLOC(be->gemm_ws, be->gemm_ws_bytes);
+    RW_CUDA_CHECK(err, cudaMemsetAsync(be->gemm_ws, 0,
+                                       be->gemm_ws_bytes > 0 ? be->gemm_ws_bytes : 16, be->st));
     /* metadata: tok, pos, slot [T]; rows [NL]; tiles [T + NS]; bt [NS, NB] */
     be->off_pos = (size_t)T * 4;
     be->off_slot = be->off_pos + (size_t)T * 4;

@@ -2,7 +2,8 @@
  * (gpu suite): against the double-precision reference within the fp32 accumulation bound, split
  * hi/lo activations against the reference on the fp32 activations (and the unsplit product shown
  * to miss that bound), rows bit for bit the same whatever batch they are computed in, the same
- * bits from a captured graph, and the status of bad arguments. */
+ * bits from a captured graph, the K-split workspace's counters left zero, and the status of bad
+ * arguments. Shapes whose K is split (rw_k_gemm_splits > 1) are among all of them. */
 #include <math.h>
 
 #include "rw_test.h"
@@ -27,6 +28,22 @@ static void split(const float *a, size_t n, uint16_t *hi, uint16_t *lo) {
     }
 }
 
+/* One workspace for every call (gemm.h: counters zeroed once, left zero by each call). */
+#define WS_BYTES ((size_t)64 << 20)
+static void *g_ws;
+static void *ws_for(int64_t N, int64_t K, int64_t M) {
+    if (rw_k_gemm_ws_bytes(N, K, M) > WS_BYTES)
+        fail_msg("N %lld K %lld M %lld needs %zu workspace bytes, the test has %zu", (long long)N,
+                 (long long)K, (long long)M, rw_k_gemm_ws_bytes(N, K, M), WS_BYTES);
+    if (!g_ws) {
+        g_ws = rw_tdev_alloc(WS_BYTES);
+        RW_TCK(cudaMemset(g_ws, 0, WS_BYTES));
+    }
+    return g_ws;
+}
+#define GEMM(W, N, K, x, lo, M, Y, st, err)                                                        \
+    rw_k_gemm(W, N, K, x, lo, M, Y, ws_for(N, K, M), WS_BYTES, st, err)
+
 /* Y = gemm on the device; host arrays in and out */
 static void run_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x, const uint16_t *lo,
                      int64_t M, float *Y) {
@@ -34,7 +51,7 @@ static void run_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
     uint16_t *dl = lo ? rw_tdev_put(lo, 2 * (size_t)(M * K)) : NULL;
     float *dY = rw_tdev_alloc(4 * (size_t)(M * N));
     rw_err err = {0};
-    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    RW_ASSERT_OK(GEMM(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
     rw_tdev_get(Y, dY, 4 * (size_t)(M * N));
     cudaFree(dW);
     cudaFree(dx);
@@ -47,10 +64,14 @@ typedef struct shape {
 } shape;
 
 /* Partial weight tiles (N not a multiple of 16 or of the tile), K not a multiple of 16 or 64, and
- * M from one token to several token tiles; the last two are the model's o_proj and q/k/v. */
+ * M from one token to several token tiles; {2048, 4096} and {5120, 2048} are the model's o_proj
+ * and q/k/v. K is split (rw_k_gemm_splits) in 4 ({200, 1032}: the last slice 72 columns, ending
+ * in half a k16 step) and 8 (o_proj, {64, 4096}); at M <= 8 the slices go to separate CTAs, at
+ * larger M each CTA folds them. */
 static const shape k_shapes[] = {
     {256, 128, 37}, {128, 128, 1},    {512, 128, 300}, {128, 64, 9},     {64, 32, 130},
-    {200, 40, 65},  {1000, 104, 513}, {2048, 4096, 3}, {5120, 2048, 16},
+    {200, 40, 65},  {1000, 104, 513}, {2048, 4096, 3}, {5120, 2048, 16}, {200, 1032, 37},
+    {200, 1032, 5}, {64, 4096, 600},  {5120, 2048, 1},
 };
 
 /* (a) no split: Y vs the reference on the same bf16 activations */
@@ -149,7 +170,8 @@ static void test_split(void **state) {
 
 /* (c) batch invariance: every row of batches of 1, 2, 7, 33 and 129 rows (each sample row at a
  * different position, the other rows drawn from elsewhere in the batch) is byte-identical to the
- * same row of one batch of 300 rows; a second run of the 300 rows too. */
+ * same row of one batch of 300 rows; a second run of the 300 rows too. Where K is split, batches
+ * of up to 7 rows give the slices separate CTAs and the others fold them. */
 #define INV_M 300
 static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) {
     static const int32_t samples[] = {0, 1, 5, 8, 63, 100, 128, 255, 299};
@@ -169,10 +191,10 @@ static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) 
              *dlb = rw_tdev_alloc(2 * (size_t)(maxb * K));
     float *dY = rw_tdev_alloc(4 * (size_t)(M * N)), *dYb = rw_tdev_alloc(4 * (size_t)(maxb * N));
     rw_err err = {0};
-    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    RW_ASSERT_OK(GEMM(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
     rw_tdev_get(Y, dY, 4 * (size_t)(M * N));
     RW_TCK(cudaMemset(dY, 0xff, 4 * (size_t)(M * N)));
-    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    RW_ASSERT_OK(GEMM(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
     rw_tdev_get(Y2, dY, 4 * (size_t)(M * N));
     rw_assert_bytes_equal(Y2, Y, 4 * (size_t)(M * N), "rerun of the 300-row batch");
     int32_t src[129];
@@ -190,7 +212,7 @@ static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) 
                                       cudaMemcpyDeviceToDevice));
             }
             RW_TCK(cudaMemset(dYb, 0xff, 4 * (size_t)(mb * N)));
-            RW_ASSERT_OK(rw_k_gemm(dW, N, K, dxb, with_lo ? dlb : NULL, mb, dYb, NULL, &err), &err);
+            RW_ASSERT_OK(GEMM(dW, N, K, dxb, with_lo ? dlb : NULL, mb, dYb, NULL, &err), &err);
             rw_tdev_get(Yb, dYb, 4 * (size_t)(mb * N));
             for (int64_t j = 0; j < mb; j++) {
                 snprintf(what, sizeof what,
@@ -220,8 +242,8 @@ static void test_batch_invariance(void **state) {
     (void)state;
     /* partial weight tiles (72, 200, 1000), K = 40 (a partial 64-column block and a half k16
      * step), and the model's shapes, whose tile choice differs between the batch sizes */
-    static const int64_t nk[][2] = {{256, 128}, {72, 40},     {200, 40},   {1000, 104},
-                                    {128, 64},  {5120, 2048}, {2048, 4096}};
+    static const int64_t nk[][2] = {{256, 128},   {72, 40},     {200, 40},   {1000, 104}, {128, 64},
+                                    {5120, 2048}, {2048, 4096}, {200, 1032}, {64, 4096}};
     for (size_t i = 0; i < sizeof nk / sizeof nk[0]; i++) {
         check_invariance(nk[i][0], nk[i][1], false, 500 + 2 * i);
         check_invariance(nk[i][0], nk[i][1], true, 501 + 2 * i);
@@ -230,9 +252,7 @@ static void test_batch_invariance(void **state) {
 
 /* (e) a captured graph gives the bits of the direct call (nothing in the launcher breaks a
  * capture in the strictest mode) */
-static void test_graph(void **state) {
-    (void)state;
-    const int64_t N = 1000, K = 104, M = 7;
+static void check_graph(int64_t N, int64_t K, int64_t M) {
     uint16_t *W = malloc(2 * N * K), *hi = malloc(2 * M * K), *lo = malloc(2 * M * K);
     float *a = malloc(4 * M * K), *Y = malloc(4 * M * N), *Yg = malloc(4 * M * N);
     rw_test_fill_bf16(W, (size_t)(N * K), 700, 1.0f);
@@ -242,21 +262,27 @@ static void test_graph(void **state) {
              *dl = rw_tdev_put(lo, 2 * M * K);
     float *dY = rw_tdev_alloc(4 * M * N), *dYg = rw_tdev_alloc(4 * M * N);
     rw_err err = {0};
-    RW_ASSERT_OK(rw_k_gemm(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
+    RW_ASSERT_OK(GEMM(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
     rw_tdev_get(Y, dY, 4 * M * N);
     cudaStream_t st;
     RW_TCK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t g;
     cudaGraphExec_t ge;
     RW_TCK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    const rw_status s1 = rw_k_gemm(dW, N, K, dx, dl, M, dYg, st, &err);
+    const rw_status s1 = GEMM(dW, N, K, dx, dl, M, dYg, st, &err);
     RW_TCK(cudaStreamEndCapture(st, &g));
     RW_ASSERT_OK(s1, &err);
     RW_TCK(cudaGraphInstantiate(&ge, g, 0));
-    RW_TCK(cudaGraphLaunch(ge, st));
-    RW_TCK(cudaStreamSynchronize(st));
-    rw_tdev_get(Yg, dYg, 4 * M * N);
-    rw_assert_bytes_equal(Yg, Y, 4 * M * N, "graph replay vs direct call");
+    char what[96];
+    for (int rep = 0; rep < 2; rep++) { /* the split's counters are ready again for a replay */
+        RW_TCK(cudaMemset(dYg, 0xff, 4 * M * N));
+        RW_TCK(cudaGraphLaunch(ge, st));
+        RW_TCK(cudaStreamSynchronize(st));
+        rw_tdev_get(Yg, dYg, 4 * M * N);
+        snprintf(what, sizeof what, "N %lld K %lld M %lld: graph replay %d vs direct call",
+                 (long long)N, (long long)K, (long long)M, rep);
+        rw_assert_bytes_equal(Yg, Y, 4 * M * N, what);
+    }
     RW_TCK(cudaGraphExecDestroy(ge));
     RW_TCK(cudaGraphDestroy(g));
     RW_TCK(cudaStreamDestroy(st));
@@ -271,6 +297,33 @@ static void test_graph(void **state) {
     free(a);
     free(Y);
     free(Yg);
+}
+
+static void test_graph(void **state) {
+    (void)state;
+    check_graph(1000, 104, 7);
+    check_graph(2048, 4096, 7); /* K split in 4 */
+}
+
+/* (f) the K split's counters: zero after every call of the tests before (each call's last CTA of
+ * a tile resets that tile's counter) */
+static void test_counters_left_zero(void **state) {
+    (void)state;
+    unsigned *c = malloc(RW_K_GEMM_COUNTERS * sizeof(unsigned));
+    RW_TCK(cudaDeviceSynchronize());
+    rw_tdev_get(c, ws_for(1, 8, 1), RW_K_GEMM_COUNTERS * sizeof(unsigned));
+    for (int i = 0; i < RW_K_GEMM_COUNTERS; i++)
+        if (c[i]) fail_msg("workspace counter %d is %u after the calls, not 0", i, c[i]);
+    free(c);
+    /* the documented shapes split as the header says; a split shape asks for a workspace */
+    assert_int_equal(rw_k_gemm_splits(2048, 4096), 8);
+    assert_int_equal(rw_k_gemm_splits(200, 1032), 4);
+    assert_int_equal(rw_k_gemm_splits(5120, 2048), 1);
+    assert_int_equal(rw_k_gemm_splits(151936, 2048), 1);
+    assert_true(rw_k_gemm_ws_bytes(151936, 2048, 256) == 0);
+    assert_true(rw_k_gemm_ws_bytes(2048, 4096, 1) > 0);
+    /* past RW_K_GEMM_SPLIT_ROWS rows the slices fold in one CTA: no more workspace */
+    assert_true(rw_k_gemm_ws_bytes(2048, 4096, 256) == rw_k_gemm_ws_bytes(2048, 4096, 8));
 }
 
 /* (d) bad arguments */
@@ -288,36 +341,46 @@ static void test_bad_args(void **state) {
     uint16_t *dW = rw_tdev_alloc(2 * 64 * 64), *dx = rw_tdev_alloc(2 * 64 * 64);
     float *dY = rw_tdev_alloc(4 * 64 * 64);
     rw_err err = {0};
-    expect(rw_k_gemm(NULL, 0, 0, NULL, NULL, 0, NULL, NULL, &err), RW_OK, &err, NULL, "M = 0");
-    expect(rw_k_gemm(dW, 64, 64, dx, NULL, -1, dY, NULL, &err), RW_E_INVALID_ARG, &err, "-1",
-           "M = -1");
-    expect(rw_k_gemm(dW, 0, 64, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "N = 0",
-           "N = 0");
-    expect(rw_k_gemm(dW, 64, 0, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "K = 0",
-           "K = 0");
-    expect(rw_k_gemm(dW, 64, 12, dx, NULL, 4, dY, NULL, &err), RW_E_UNSUPPORTED, &err, "K = 12",
-           "K = 12");
-    expect(rw_k_gemm(NULL, 64, 64, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "NULL",
-           "W NULL");
-    expect(rw_k_gemm(dW, 64, 64, NULL, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "NULL",
-           "x NULL");
-    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, NULL, NULL, &err), RW_E_INVALID_ARG, &err, "NULL",
-           "Y NULL");
-    expect(rw_k_gemm(dW + 1, 64, 64, dx, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err,
+    expect(rw_k_gemm(NULL, 0, 0, NULL, NULL, 0, NULL, NULL, 0, NULL, &err), RW_OK, &err, NULL,
+           "M = 0");
+    expect(rw_k_gemm(dW, 64, 64, dx, NULL, -1, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "-1", "M = -1");
+    expect(rw_k_gemm(dW, 0, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "N = 0", "N = 0");
+    expect(rw_k_gemm(dW, 64, 0, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "K = 0", "K = 0");
+    expect(rw_k_gemm(dW, 64, 12, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_UNSUPPORTED, &err,
+           "K = 12", "K = 12");
+    expect(rw_k_gemm(NULL, 64, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "NULL", "W NULL");
+    expect(rw_k_gemm(dW, 64, 64, NULL, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "NULL", "x NULL");
+    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, NULL, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "NULL", "Y NULL");
+    expect(rw_k_gemm(dW + 1, 64, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
            "aligned", "W misaligned");
-    expect(rw_k_gemm(dW, 64, 64, dx + 4, NULL, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err,
+    expect(rw_k_gemm(dW, 64, 64, dx + 4, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
            "aligned", "x misaligned");
-    expect(rw_k_gemm(dW, 64, 64, dx, dx + 1, 4, dY, NULL, &err), RW_E_INVALID_ARG, &err, "aligned",
-           "x_lo misaligned");
-    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, (float *)((char *)dY + 2), NULL, &err),
+    expect(rw_k_gemm(dW, 64, 64, dx, dx + 1, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "aligned", "x_lo misaligned");
+    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, (float *)((char *)dY + 2), NULL, 0, NULL, &err),
            RW_E_INVALID_ARG, &err, "aligned", "Y misaligned");
     /* a float offset of Y (a column slice of a wider output) is fine */
-    expect(rw_k_gemm(dW, 32, 64, dx, NULL, 4, dY + 1, NULL, &err), RW_OK, &err, NULL,
+    expect(rw_k_gemm(dW, 32, 64, dx, NULL, 4, dY + 1, NULL, 0, NULL, &err), RW_OK, &err, NULL,
            "Y at a 4-byte offset");
+    /* a shape whose K is split, without a workspace or with too small a one */
+    uint16_t *dW2 = rw_tdev_alloc(2 * 64 * 4096), *dx2 = rw_tdev_alloc(2 * 4 * 4096);
+    const size_t need = rw_k_gemm_ws_bytes(64, 4096, 4);
+    expect(rw_k_gemm(dW2, 64, 4096, dx2, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
+           "workspace", "split K without a workspace");
+    expect(rw_k_gemm(dW2, 64, 4096, dx2, NULL, 4, dY, ws_for(64, 4096, 4), need - 4, NULL, &err),
+           RW_E_INVALID_ARG, &err, "workspace", "split K with a short workspace");
     RW_TCK(cudaDeviceSynchronize());
     cudaFree(dW);
     cudaFree(dx);
     cudaFree(dY);
+    cudaFree(dW2);
+    cudaFree(dx2);
 }
 
 int main(void) {
@@ -325,7 +388,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nosplit),          cmocka_unit_test(test_split),
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_graph),
-        cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_bad_args),         cmocka_unit_test(test_counters_left_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,27 +2,42 @@
  * bf16 inputs, tensor cores (mma.sync m16n8k16, fp32 accumulate) and the same bits for a token's
  * row whatever batch it is computed in. Contract: gemm.h; CPU reference: gemm_ref.c.
  *
- * One CTA computes a tile of BN weight rows times TN tokens over all of K. The weight rows are the
- * mma's M side (16-row fragments) and the tokens its N side (8-column fragments), so a decode step
- * of one token wastes at most 7 of 8 columns, not 15 of 16 rows. K is streamed through a
- * cp.async pipeline of 3-4 stages of KC blocks of 64 columns; shared-memory tiles are
- * [rows][8 x 16-byte chunks] per 64-column block with chunk c of row r stored at c ^ (r & 7), so
- * ldmatrix reads are free of bank conflicts (the layout of moe/experts.cu). Rows n >= N, tokens
- * m >= M and columns k >= K are zero-filled by cp.async with a source size of 0.
+ * One CTA computes a tile of BN weight rows times TN tokens over one K slice (all of K unless the
+ * shape splits K, below). The weight rows are the mma's M side (16-row fragments) and the tokens
+ * its N side (8-column fragments), so a decode step of one token wastes at most 7 of 8 columns,
+ * not 15 of 16 rows. K is streamed through a cp.async pipeline of 2-6 stages of KC blocks of 64
+ * columns; shared-memory tiles are [rows][8 x 16-byte chunks] per 64-column block with chunk c of
+ * row r stored at c ^ (r & 7), so ldmatrix reads are free of bank conflicts (the layout of
+ * moe/experts.cu). Rows n >= N, tokens m >= M and columns past the slice are zero-filled by
+ * cp.async with a source size of 0.
  *
- * Batch invariance. Element (m, n) is accumulated by one thread in one fp32 register: starting
- * from 0, one mma per k16 step for k0 = 0, 16, 32, ... < K in increasing order (with x_lo: the x
- * mma then the x_lo mma of the same step). Nothing else ever adds into it: no split-K, no atomics,
- * no reduction across threads, and k16 steps wholly beyond K are skipped rather than run on zero
- * padding, so the sequence of operations is the same for every tile configuration (KC, stages).
- * Weight row n always sits in row n % 16 of its mma fragment (BN is a multiple of 16 and tiles
- * start at multiples of BN). What the batch changes is the token tile width TN, the weight tile
- * height BN and the fragment column a token lands in (m % 8 within the batch). An mma's output
- * element (i, j) is c_ij + sum_k a_ik b_kj over its own row of A and column of B: the columns of
- * B are independent of each other and computed the same way in every column position, so the
- * tile shape may be chosen from M, N and the SM count for speed without changing any bit.
+ * K split. A weight of few rows (o_proj: 2048 x 4096) gives too few tiles to keep every SM
+ * streaming at small M, so its K range is cut into S slices (rw_k_gemm_splits: a function of N
+ * and K alone, slice boundaries at multiples of 64 columns). At M <= 8 each slice gets a CTA: it
+ * writes its partial tile to the workspace, and the last of a tile's S CTAs to finish (a counter
+ * per tile) adds the S partials in slice order, ((p0 + p1) + p2) + ..., and writes Y. At larger M
+ * the tiles alone fill the GPU and one CTA folds the slices instead: it walks them in turn, each
+ * from a zeroed accumulator, and at the end of each stores the slice's sum into Y (the first) or
+ * adds it to what it stored there before, in the same order and with the same roundings as the
+ * split over CTAs. Splitting over CTAs at M = 256 was up to 1.6 x slower than no split (partial
+ * traffic, smaller tiles); holding the running sum in registers instead of Y slowed the wide
+ * tiles by up to 1.25 x (251 registers a thread for 128 x 128).
+ *
+ * Batch invariance. Element (m, n) of slice s is accumulated by one thread in one fp32 register:
+ * starting from 0, one mma per k16 step for k0 = begin(s), begin(s) + 16, ... < end(s) in
+ * increasing order (with x_lo: the x mma then the x_lo mma of the same step), and the slices are
+ * added in slice order; nothing else ever adds into it: no atomics on values, no reduction whose
+ * order depends on the launch. k16 steps wholly beyond the slice are skipped rather than run on
+ * zero padding, so the sequence of operations is the same for every tile configuration (KC,
+ * stages) and S depends on the weight's shape only. Weight row n always sits in row n % 16 of its
+ * mma fragment (BN is a multiple of 16 and tiles start at multiples of BN). What the batch changes
+ * is the token tile width TN, the weight tile height BN, the fragment column a token lands in
+ * (m % 8 within the batch) and which of a tile's CTAs finishes last. An mma's output element
+ * (i, j) is c_ij + sum_k a_ik b_kj over its own row of A and column of B: the columns of B are
+ * independent of each other and computed the same way in every column position, so the tile
+ * shape may be chosen from M, N and the SM count for speed without changing any bit.
  * tests/worker/test_gemm_gpu.c checks rows computed alone and inside batches of several sizes
- * byte for byte. */
+ * byte for byte, split shapes among them. */
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdint.h>
@@ -37,9 +52,11 @@
 /* BN weight rows x TN tokens per CTA, WM x WN warps (each BN/WM rows x TN/WN tokens). A stage
  * holds KC 64-column blocks, KC = min(128 / BN, 128 / TN): 16 KB of weights whenever BN >= TN (a
  * narrow decode tile streams 512 columns of 16 rows per stage, so every CTA keeps 32-48 KB of
- * weights in flight) and at most 16 KB of each activation operand. */
-template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false> struct gemm_cfg {
-    /* DEEP: up to 6 stages in 200 KB of shared memory (rw_k_gemm says when) */
+ * weights in flight) and at most 16 KB of each activation operand. STG: the pipeline depth, 0 for
+ * the default (4 stages up to 32 KB a stage, else 3); GEMM_DEEP for as many as fit 200 KB, at most
+ * 6 (rw_k_gemm says when). */
+#define GEMM_DEEP (-1)
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0> struct gemm_cfg {
     static constexpr int THREADS = 32 * WM * WN;
     static constexpr int KC = (128 / BN) < (128 / TN) ? (128 / BN) : (128 / TN);
     static constexpr int KB = 64 * KC; /* columns per stage */
@@ -48,13 +65,16 @@ template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false> struct 
     static constexpr int STAGE = A_BYTES + B_BYTES * (SPLIT ? 2 : 1);
     static constexpr int DEFAULT_STAGES = STAGE <= 32768 ? 4 : 3;
     static constexpr int DEEP_STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
-    static constexpr int STAGES =
-        DEEP && DEEP_STAGES > DEFAULT_STAGES ? DEEP_STAGES : DEFAULT_STAGES;
+    static constexpr int STAGES = STG > 0 ? STG
+                                          : (STG == GEMM_DEEP && DEEP_STAGES > DEFAULT_STAGES
+                                                 ? DEEP_STAGES
+                                                 : DEFAULT_STAGES);
     static constexpr int SMEM = STAGES * STAGE;
     static constexpr int MT = BN / WM / 16; /* m16 fragments per warp */
     static constexpr int NT = TN / WN / 8;  /* n8 fragments per warp */
     static_assert(BN % (16 * WM) == 0 && TN % (8 * WN) == 0, "warp tile");
     static_assert(NT == 1 || NT % 2 == 0, "B fragments are loaded in pairs");
+    static_assert(STAGES >= 2, "a pipeline needs two stages");
 };
 
 /* m-tiles per group of the CTA order: consecutive CTAs walk the weight tiles for GROUP_M token
@@ -62,29 +82,67 @@ template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false> struct 
  * than L2 (lm_head prefill) */
 #define GROUP_M 8
 
-template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false>
-__global__ void __launch_bounds__(32 * WM * WN)
-    gemm_kernel(const uint16_t *__restrict__ W, int64_t N, int64_t K,
-                const uint16_t *__restrict__ x, const uint16_t *__restrict__ xlo, int64_t M,
-                float *__restrict__ Y) {
-    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, DEEP> C;
+/* One launch's operands. */
+typedef struct gemm_args {
+    const uint16_t *W, *x, *xlo;
+    int64_t N, K, M;
+    float *Y;
+    float *part;        /* [S, M, N] partial tiles (slices over CTAs) */
+    unsigned *counters; /* [tiles] (slices over CTAs): the workspace's tile counters */
+    int S;              /* K slices */
+    bool fold;          /* one CTA per tile walks every slice (else one CTA per slice) */
+    int64_t span;       /* columns per slice, a multiple of 64; the last slice ends at K */
+} gemm_args;
+
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false>
+__global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g) {
+    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
     extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ int last_cta;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WM, wn = warp / WM;
+    const int64_t N = g.N, K = g.K, M = g.M;
+    const uint16_t *__restrict__ W = g.W;
+    const uint16_t *__restrict__ x = g.x;
+    const uint16_t *__restrict__ xlo = g.xlo;
 
-    /* CTA -> (token tile, weight tile), grouped by GROUP_M token tiles */
+    /* CTA -> (K slice, token tile, weight tile); a tile's slices are consecutive CTAs, tiles are
+     * grouped by GROUP_M token tiles. Folding, one CTA per tile walks every slice. */
+    const int per_tile = FOLD ? 1 : g.S;
     const int64_t ntn = (N + BN - 1) / BN, ntm = (M + TN - 1) / TN;
-    const int64_t bid = blockIdx.x, per_group = (int64_t)GROUP_M * ntn;
-    const int64_t first_m = (bid / per_group) * GROUP_M;
+    const int64_t tile = blockIdx.x / per_tile, per_group = (int64_t)GROUP_M * ntn;
+    const int slice = (int)(blockIdx.x % per_tile);
+    const int64_t first_m = (tile / per_group) * GROUP_M;
     const int64_t gsz = ntm - first_m < GROUP_M ? ntm - first_m : GROUP_M;
-    const int64_t in = bid % per_group;
-    const int64_t m0 = (first_m + in % gsz) * TN, n0 = (in / gsz) * BN;
-    const int nkb = (int)((K + C::KB - 1) / C::KB);
+    const int64_t in = tile % per_group;
+    const int m0 = (int)((first_m + in % gsz) * TN), n0 = (int)((in / gsz) * BN);
+    /* stages of KB columns: nps per slice, nlast in the last one (which ends at K) */
+    const int nps = (int)((g.span + C::KB - 1) / C::KB);
+    const int nlast = (int)((K - (int64_t)(g.S - 1) * g.span + C::KB - 1) / C::KB);
+    const int nkb = FOLD ? (g.S - 1) * nps + nlast : (slice == g.S - 1 ? nlast : nps);
+    /* a position in the walk: slice, stage within it */
+    struct walk {
+        int s, j;
+    };
+    auto next = [&](walk &w) {
+        if (++w.j == (w.s == g.S - 1 ? nlast : nps)) {
+            w.s++;
+            w.j = 0;
+        }
+    };
+    /* 32-bit column arithmetic (K < 2^31 / 2, checked by rw_k_gemm): fewer registers live
+     * across the mma loop */
+    const int span = (int)g.span, Ki = (int)K;
+    auto k_first = [&](const walk &w) { return w.s * span + w.j * C::KB; };
+    auto k_end = [&](const walk &w) {
+        const int e = (w.s + 1) * span;
+        return e < Ki ? e : Ki;
+    };
 
-    auto load_stage = [&](int st, int kb) {
+    auto load_stage = [&](int st, const walk &w) {
         uint8_t *sa = smem + st * C::STAGE;
         uint8_t *sb = sa + C::A_BYTES;
-        const int64_t k0 = (int64_t)kb * C::KB;
+        const int k0 = k_first(w), kend = k_end(w);
         /* chunk q = row r, chunk cc of the stage's KC * 8 (contiguous in global memory) ->
          * block cc / 8, chunk cc % 8 */
 #pragma unroll
@@ -92,26 +150,29 @@ __global__ void __launch_bounds__(32 * WM * WN)
             const int q = i * C::THREADS + tid;
             if (C::A_BYTES / 16 % C::THREADS != 0 && q >= C::A_BYTES / 16) break;
             const int r = q / (C::KC * 8), cc = q % (C::KC * 8);
-            const int64_t n = n0 + r, k = k0 + cc * 8;
-            const bool ok = n < N && k < K;
+            const int n = n0 + r, k = k0 + cc * 8;
+            const bool ok = n < N && k < kend;
             rw_cp_async16(sa + (cc >> 3) * (BN * 128) + rw_swz128(r, cc & 7),
-                          ok ? W + n * K + k : W, ok ? 16 : 0);
+                          ok ? W + (int64_t)n * K + k : W, ok ? 16 : 0);
         }
 #pragma unroll
         for (int i = 0; i < (C::B_BYTES / 16 + C::THREADS - 1) / C::THREADS; i++) {
             const int q = i * C::THREADS + tid;
             if (C::B_BYTES / 16 % C::THREADS != 0 && q >= C::B_BYTES / 16) break;
             const int r = q / (C::KC * 8), cc = q % (C::KC * 8);
-            const int64_t m = m0 + r, k = k0 + cc * 8;
-            const bool ok = m < M && k < K;
+            const int m = m0 + r, k = k0 + cc * 8;
+            const bool ok = m < M && k < kend;
             const int off = (cc >> 3) * (TN * 128) + rw_swz128(r, cc & 7);
-            rw_cp_async16(sb + off, ok ? x + m * K + k : x, ok ? 16 : 0);
-            if (SPLIT)
-                rw_cp_async16(sb + C::B_BYTES + off, ok ? xlo + m * K + k : xlo, ok ? 16 : 0);
+            const int64_t xo = (int64_t)m * K + k;
+            rw_cp_async16(sb + off, ok ? x + xo : x, ok ? 16 : 0);
+            if (SPLIT) rw_cp_async16(sb + C::B_BYTES + off, ok ? xlo + xo : xlo, ok ? 16 : 0);
         }
     };
 
     float acc[C::MT][C::NT][4];
+    /* FOLD: the finished slices' sum, ((p0 + p1) + p2) + ... (its own instantiation: these
+     * registers cost the wide tiles up to 1.13 x where nothing is folded) */
+    float tot[FOLD ? C::MT : 1][FOLD ? C::NT : 1][4];
 #pragma unroll
     for (int a = 0; a < C::MT; a++)
 #pragma unroll
@@ -120,30 +181,60 @@ __global__ void __launch_bounds__(32 * WM * WN)
             for (int c = 0; c < 4; c++)
                 acc[a][b][c] = 0.0f;
 
+    /* C fragment: rows gq, gq + 8 (weight rows n), columns 2 cq, 2 cq + 1 (tokens m); a warp's
+     * store covers 8 consecutive floats of 4 token rows. dst[m, n] = acc, or dst[m, n] + acc with
+     * add (each element read back by the thread that wrote it) */
+    const int gq = lane >> 2, cq = lane & 3;
+    auto store = [&](float *dst_) {
+        /* dst and N through an opaque move: the addresses are computed here, not hoisted out of
+         * the main loop (where they would hold 2 registers per element across every mma) */
+        float *dst;
+        int64_t ldn;
+        asm volatile("mov.b64 %0, %2;\n\tmov.b64 %1, %3;"
+                     : "=l"(dst), "=l"(ldn)
+                     : "l"(dst_), "l"(N));
 #pragma unroll
-    for (int s = 0; s < C::STAGES - 1; s++) {
-        if (s < nkb) load_stage(s, s);
+        for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < C::NT; nt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t m = m0 + (wn * C::NT + nt) * 8 + cq * 2 + h;
+                    if (m >= M) continue;
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        const int64_t n = n0 + (wm * C::MT + mt) * 16 + gq + half * 8;
+                        if (n < N) dst[m * ldn + n] = acc[mt][nt][half * 2 + h];
+                    }
+                }
+    };
+
+    walk lw = {slice, 0}; /* the next stage to load */
+#pragma unroll
+    for (int st = 0; st < C::STAGES - 1; st++) {
+        if (st < nkb) load_stage(st, lw);
+        next(lw);
         rw_cp_async_commit();
     }
+    walk cw = {slice, 0}; /* the stage to compute */
     for (int kb = 0; kb < nkb; kb++) {
         rw_cp_async_wait<C::STAGES - 2>();
         __syncthreads(); /* stage kb landed for everyone; stage kb - 1 is no longer read */
-        {
-            const int nk = kb + C::STAGES - 1;
-            if (nk < nkb) load_stage(nk % C::STAGES, nk);
-            rw_cp_async_commit();
-        }
+        if (kb + C::STAGES - 1 < nkb) load_stage((kb + C::STAGES - 1) % C::STAGES, lw);
+        next(lw);
+        rw_cp_async_commit();
         const uint8_t *sa = smem + (kb % C::STAGES) * C::STAGE;
         const uint8_t *sb = sa + C::A_BYTES;
+        const int k0 = k_first(cw), kend = k_end(cw);
 #pragma unroll
         for (int kc = 0; kc < C::KC; kc++) {
             const uint8_t *ab = sa + kc * (BN * 128);
             const uint8_t *bb = sb + kc * (TN * 128);
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
-                /* k16 steps past K are skipped, not run on zeros: the same steps in every
-                 * configuration (see the top of the file) */
-                if ((int64_t)kb * C::KB + kc * 64 + ks * 16 >= K) continue;
+                /* k16 steps past the slice are skipped, not run on zeros: the same steps in
+                 * every configuration (see the top of the file) */
+                if (k0 + kc * 64 + ks * 16 >= kend) continue;
                 uint32_t a[C::MT][4];
 #pragma unroll
                 for (int mt = 0; mt < C::MT; mt++) {
@@ -181,12 +272,56 @@ __global__ void __launch_bounds__(32 * WM * WN)
                 }
             }
         }
+        const int done_slice = cw.s;
+        next(cw);
+        if constexpr (FOLD)
+            if (cw.s != done_slice) {
+                /* a slice finished: add its sum to the total of the earlier ones (the first is
+                 * the total), then from 0 again */
+#pragma unroll
+                for (int a = 0; a < C::MT; a++)
+#pragma unroll
+                    for (int b = 0; b < C::NT; b++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) {
+                            tot[a][b][c] =
+                                done_slice == 0 ? acc[a][b][c] : tot[a][b][c] + acc[a][b][c];
+                            acc[a][b][c] = 0.0f;
+                        }
+            }
     }
     rw_cp_async_wait<0>();
+    if constexpr (FOLD) {
+#pragma unroll
+        for (int a = 0; a < C::MT; a++)
+#pragma unroll
+            for (int b = 0; b < C::NT; b++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    acc[a][b][c] = tot[a][b][c];
+        store(g.Y);
+        return;
+    }
 
-    /* C fragment: rows gq, gq + 8 (weight rows n), columns 2 cq, 2 cq + 1 (tokens m); a warp's
-     * store covers 8 consecutive floats of 4 token rows */
-    const int gq = lane >> 2, cq = lane & 3;
+    /* Unsplit: straight to Y. Split: to this slice's partial; then the tile's last CTA sums the
+     * slices in order into Y. */
+    if (g.S == 1) {
+        store(g.Y);
+        return;
+    }
+    store(g.part + (int64_t)slice * M * N);
+    /* publish this slice's partial before counting it (the pattern of a last-block reduction:
+     * stores, fence, then the counter) */
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        const unsigned done = atomicAdd(&g.counters[tile], 1u);
+        last_cta = done == (unsigned)g.S - 1;
+        if (last_cta) g.counters[tile] = 0; /* ready for the next call */
+    }
+    __syncthreads();
+    if (!last_cta) return;
+    __threadfence();
 #pragma unroll
     for (int mt = 0; mt < C::MT; mt++)
 #pragma unroll
@@ -198,7 +333,12 @@ __global__ void __launch_bounds__(32 * WM * WN)
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     const int64_t n = n0 + (wm * C::MT + mt) * 16 + gq + half * 8;
-                    if (n < N) Y[m * N + n] = acc[mt][nt][half * 2 + h];
+                    if (n >= N) continue;
+                    /* L2 reads (.cg): the other slices were written by other SMs */
+                    float v = __ldcg(g.part + m * N + n);
+                    for (int s = 1; s < g.S; s++)
+                        v += __ldcg(g.part + (int64_t)s * M * N + m * N + n);
+                    g.Y[m * N + n] = v;
                 }
             }
 }
@@ -206,17 +346,15 @@ __global__ void __launch_bounds__(32 * WM * WN)
 /* ------------------------------------------------------------------------------------------ */
 /* launcher                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-template <int BN, int TN, int WM, int WN, bool SPLIT, bool DEEP = false>
-static rw_status launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
-                        const uint16_t *xlo, int64_t M, float *Y, int64_t ctas, rw_stream s,
-                        rw_err *err) {
-    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, DEEP> C;
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false>
+static rw_status launch(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *err) {
+    typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
     /* a configuration's shared memory does not depend on the shape: the attribute set here is
      * the most any call of this kernel needs, so captured graphs stay launchable */
-    RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT, DEEP>,
+    RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT, STG, FOLD>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    gemm_kernel<BN, TN, WM, WN, SPLIT, DEEP>
-        <<<(unsigned)ctas, C::THREADS, C::SMEM, (cudaStream_t)s>>>(W, N, K, x, xlo, M, Y);
+    gemm_kernel<BN, TN, WM, WN, SPLIT, STG, FOLD>
+        <<<(unsigned)ctas, C::THREADS, C::SMEM, (cudaStream_t)s>>>(g);
     return RW_LAUNCH_CHECK(s, "gemm", err);
 }
 
@@ -243,34 +381,52 @@ typedef struct gemm_tile {
 } gemm_tile;
 #define GEMM_TILE_ENTRY(BN_, TN_, WM_, WN_) {BN_, TN_, (WM_) * (WN_)},
 static const gemm_tile k_tiles[] = {GEMM_TILES(GEMM_TILE_ENTRY)};
+#define GEMM_NTILES (sizeof k_tiles / sizeof k_tiles[0])
 
-/* The first candidate of at least 4 warps (fewer cannot keep enough weight bytes in flight) with
- * token tiles no wider than M needs (16 at least) whose grid gives half the SMs a CTA; when none
- * does (small N and M), the one with the most CTAs. For M <= 8 an 8-token tile that gives half
- * the SMs a CTA comes first (q/k/v at M = 1: 15.6 us against 18.1 us for 16 tokens, lm_head 154
- * against 161 us; o_proj has none and keeps its 32 x 16 tile). Measured on an H200 over the tile
- * list at the 30B-A3B shapes (q/k/v 5120 x 2048, o_proj 2048 x 4096, lm_head 151936 x 2048;
- * M 1..2048), this picks the fastest tile or one within a few percent of it at every point; the
- * rule it replaces (any warp count, a grid for 7/8 of the SMs) ran o_proj at M 1 on one-warp 16 x 8
- * tiles, 1.4 x slower, and q/k/v at M 256 on 128 x 64 tiles, 1.3 x slower. The choice changes the
- * speed, never a bit of the result (see the top of the file). */
-static gemm_tile pick_tile(int64_t N, int64_t M, int sms) {
-    const int64_t target = sms / 2;
-    if (M <= 8)
-        for (size_t i = 0; i < sizeof k_tiles / sizeof k_tiles[0]; i++) {
+/* The tile and the form of the K split for M rows.
+ *
+ * M <= 8 (decode of a few sequences): an 8-token tile of 4 warps, K's slices over CTAs (S per
+ * tile): the first tile whose grid gives every SM 1.5 CTAs, else the one with the most. A weight
+ * tile is then streamed by S CTAs at once. Measured on an H200 at M = 1 (split activations,
+ * us): o_proj 2048 x 4096 29.3 unsplit, 11.6 in 8 slices on 64 x 8 tiles (15.4 on 128 x 8);
+ * q/k/v 5120 x 2048 17.8 unsplit, 12.3 in 4 slices on 64 x 8; lm_head (not split) 154 on
+ * 128 x 8 against 164 on 64 x 8.
+ *
+ * M > 8: the first candidate of at least 4 warps (fewer cannot keep enough weight bytes in
+ * flight) with token tiles no wider than M needs (16 at least) whose tiles give half the SMs a
+ * CTA; when none does (small N and M), the one with the most tiles. Each CTA folds the slices
+ * (no partials to write and read back). Over the tile list at the 30B-A3B shapes this picks the
+ * fastest tile or one within a few percent of it from M = 16 to 2048.
+ *
+ * The choice changes the speed, never a bit of the result (see the top of the file). */
+static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool *fold) {
+    *fold = true;
+    if (M <= 8) {
+        *fold = false;
+        gemm_tile most = k_tiles[0];
+        int64_t most_ctas = -1;
+        for (size_t i = 0; i < GEMM_NTILES; i++) {
             const gemm_tile t = k_tiles[i];
-            if (t.tn == 8 && t.warps >= 4 && (N + t.bn - 1) / t.bn >= target) return t;
+            if (t.tn != 8 || t.warps < 4) continue;
+            const int64_t ctas = (N + t.bn - 1) / t.bn * S;
+            if (2 * ctas >= 3 * (int64_t)sms) return t;
+            if (ctas > most_ctas) {
+                most_ctas = ctas;
+                most = t;
+            }
         }
+        return most;
+    }
     int64_t tn_max = 16;
     while (tn_max < M && tn_max < 128)
         tn_max *= 2;
-    gemm_tile best = k_tiles[sizeof k_tiles / sizeof k_tiles[0] - 1];
+    gemm_tile best = k_tiles[GEMM_NTILES - 1];
     int64_t best_ctas = -1;
-    for (size_t i = 0; i < sizeof k_tiles / sizeof k_tiles[0]; i++) {
+    for (size_t i = 0; i < GEMM_NTILES; i++) {
         const gemm_tile t = k_tiles[i];
         if (t.tn > tn_max || t.warps < 4) continue;
         const int64_t ctas = ((N + t.bn - 1) / t.bn) * ((M + t.tn - 1) / t.tn);
-        if (ctas >= target) return t;
+        if (ctas >= sms / 2) return t;
         if (ctas > best_ctas) {
             best_ctas = ctas;
             best = t;
@@ -279,9 +435,39 @@ static gemm_tile pick_tile(int64_t N, int64_t M, int sms) {
     return best;
 }
 
+/* One launch of tile t over g. Narrow (decode) tiles in grids of at most one wave
+ * stream with deep pipelines (gemm_cfg's GEMM_DEEP): each CTA must keep more weight bytes in
+ * flight when few CTAs share the memory system (measured on an H200 at M = 1..7: q/k/v on 64 x 8
+ * tiles 17.6 -> 15.6 us, o_proj on 32 x 16 tiles 28.8 -> 25.3 us); with more CTAs than SMs the
+ * larger shared memory costs occupancy instead (lm_head at M = 1: 161 us with 4 stages, 202 us
+ * with 6). */
+static rw_status launch_tile(const gemm_args &g, gemm_tile t, int sms, rw_stream s, rw_err *err) {
+    const int64_t ctas = ((g.N + t.bn - 1) / t.bn) * ((g.M + t.tn - 1) / t.tn) * (g.fold ? 1 : g.S);
+    if (ctas > INT_MAX)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "gemm: M = %lld, N = %lld need %lld CTAs (at most %d)",
+                (long long)g.M, (long long)g.N, (long long)ctas, INT_MAX);
+    const bool one_wave = ctas <= sms;
+    const bool fold = g.fold && g.S > 1;
+#define GEMM_DISPATCH(BN_, TN_, WM_, WN_)                                                          \
+    if (t.bn == BN_ && t.tn == TN_) {                                                              \
+        if (fold)                                                                                  \
+            return g.xlo ? launch<BN_, TN_, WM_, WN_, true, 0, true>(g, ctas, s, err)              \
+                         : launch<BN_, TN_, WM_, WN_, false, 0, true>(g, ctas, s, err);            \
+        if constexpr (TN_ <= 16)                                                                   \
+            if (one_wave)                                                                          \
+                return g.xlo ? launch<BN_, TN_, WM_, WN_, true, GEMM_DEEP>(g, ctas, s, err)        \
+                             : launch<BN_, TN_, WM_, WN_, false, GEMM_DEEP>(g, ctas, s, err);      \
+        return g.xlo ? launch<BN_, TN_, WM_, WN_, true>(g, ctas, s, err)                           \
+                     : launch<BN_, TN_, WM_, WN_, false>(g, ctas, s, err);                         \
+    }
+    GEMM_TILES(GEMM_DISPATCH)
+#undef GEMM_DISPATCH
+    RW_FAIL(err, RW_E_INTERNAL, "gemm: no kernel for tile %d x %d", t.bn, t.tn);
+}
+
 extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
-                               const uint16_t *x_lo, int64_t M, float *Y, rw_stream s,
-                               rw_err *err) {
+                               const uint16_t *x_lo, int64_t M, float *Y, void *ws, size_t ws_bytes,
+                               rw_stream s, rw_err *err) {
     if (M < 0) RW_FAIL(err, RW_E_INVALID_ARG, "gemm: M = %lld (must be >= 0)", (long long)M);
     if (M == 0) return RW_OK;
     if (N < 1 || K < 1)
@@ -290,6 +476,9 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
     if (K % 8 != 0)
         RW_FAIL(err, RW_E_UNSUPPORTED, "gemm: K = %lld is not a multiple of 8 (16-byte rows)",
                 (long long)K);
+    if (K > INT_MAX / 2 || N > INT_MAX / 2 || M > INT_MAX / 2)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "gemm: M = %lld, N = %lld, K = %lld (each at most %d)",
+                (long long)M, (long long)N, (long long)K, INT_MAX / 2);
     if (!W || !x || !Y) RW_FAIL(err, RW_E_INVALID_ARG, "gemm: NULL W, x or Y");
     if ((uintptr_t)W % 16 || (uintptr_t)x % 16 || (x_lo && (uintptr_t)x_lo % 16))
         RW_FAIL(err, RW_E_INVALID_ARG, "gemm: W = %p, x = %p, x_lo = %p must be 16-byte aligned",
@@ -299,29 +488,21 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
 
     int sms = 0;
     RW_CHECK(rw_cuda_sm_count(&sms, err));
-    const gemm_tile t = pick_tile(N, M, sms);
-    const int64_t ctas = ((N + t.bn - 1) / t.bn) * ((M + t.tn - 1) / t.tn);
-    if (ctas > INT_MAX)
-        RW_FAIL(err, RW_E_UNSUPPORTED, "gemm: M = %lld, N = %lld need %lld CTAs (at most %d)",
-                (long long)M, (long long)N, (long long)ctas, INT_MAX);
-    /* Narrow (decode) tiles in grids of at most one wave stream with deep pipelines (gemm_cfg's
-     * DEEP): each CTA must keep more weight bytes in flight when few CTAs share the memory
-     * system (measured on an H200 at M = 1..7: q/k/v on 64 x 8 tiles 17.6 -> 15.6 us, o_proj on
-     * 32 x 16 tiles 28.8 -> 25.3 us); with more CTAs than SMs the larger shared memory costs
-     * occupancy instead (lm_head at M = 1: 161 us with 4 stages, 202 us with 6). */
-    const bool one_wave = ctas <= sms;
-#define GEMM_DISPATCH(BN_, TN_, WM_, WN_)                                                          \
-    if (t.bn == BN_ && t.tn == TN_) {                                                              \
-        if constexpr (TN_ <= 16)                                                                   \
-            if (one_wave)                                                                          \
-                return x_lo ? launch<BN_, TN_, WM_, WN_, true, true>(W, N, K, x, x_lo, M, Y, ctas, \
-                                                                     s, err)                       \
-                            : launch<BN_, TN_, WM_, WN_, false, true>(W, N, K, x, x_lo, M, Y,      \
-                                                                      ctas, s, err);               \
-        return x_lo ? launch<BN_, TN_, WM_, WN_, true>(W, N, K, x, x_lo, M, Y, ctas, s, err)       \
-                    : launch<BN_, TN_, WM_, WN_, false>(W, N, K, x, x_lo, M, Y, ctas, s, err);     \
+    gemm_args g = {W, x, x_lo, N, K, M, Y, NULL, NULL, rw_k_gemm_splits(N, K), true, K};
+    const gemm_tile t = pick_tile(N, M, g.S, sms, &g.fold);
+    if (g.S > 1) g.span = ((K + 64 * g.S - 1) / (64 * g.S)) * 64;
+    if (g.S > 1 && !g.fold) {
+        const size_t need = rw_k_gemm_ws_bytes(N, K, M);
+        if (!ws || ws_bytes < need || (uintptr_t)ws % 16)
+            RW_FAIL(err, RW_E_INVALID_ARG,
+                    "gemm: N = %lld, K = %lld splits K in %d and needs a 16-byte aligned "
+                    "workspace of %zu bytes for M = %lld (have %p, %zu bytes)",
+                    (long long)N, (long long)K, g.S, need, (long long)M, ws, ws_bytes);
+        if ((N + t.bn - 1) / t.bn > RW_K_GEMM_COUNTERS)
+            RW_FAIL(err, RW_E_INTERNAL, "gemm: N = %lld needs %lld tile counters (have %d)",
+                    (long long)N, (long long)((N + t.bn - 1) / t.bn), RW_K_GEMM_COUNTERS);
+        g.counters = (unsigned *)ws;
+        g.part = (float *)((uint8_t *)ws + RW_K_GEMM_COUNTERS * sizeof(unsigned));
     }
-    GEMM_TILES(GEMM_DISPATCH)
-#undef GEMM_DISPATCH
-    RW_FAIL(err, RW_E_INTERNAL, "gemm: no kernel for tile %d x %d", t.bn, t.tn);
+    return launch_tile(g, t, sms, s, err);
 }

@@ -20,20 +20,41 @@ extern "C" {
  *   x_lo  bf16 [M, K] row-major, 16-byte aligned, or NULL: the low half of split activations
  *         (x = bf16(a), x_lo = bf16(a - x) carries an fp32 activation a to ~2^-16 relative);
  *         every k16 step then adds W.x and W.x_lo into the same fp32 accumulators, in that order;
- *   Y     fp32 [M, N] row-major, 4-byte aligned; must not overlap the inputs.
+ *   Y     fp32 [M, N] row-major, 4-byte aligned; must not overlap the inputs;
+ *   ws    device workspace of ws_bytes >= rw_k_gemm_ws_bytes(N, K, M), 16-byte aligned, or NULL
+ *         when that is 0. Its first RW_K_GEMM_COUNTERS 32-bit words must be zero before its first
+ *         use (cudaMemset once after allocating it); every call leaves them zero, so the same
+ *         workspace serves any number of calls in stream order. Calls that run concurrently need
+ *         workspaces of their own.
  *
  * Shapes: M >= 0 (M == 0 returns RW_OK and touches nothing), N >= 1, K >= 8 and a multiple of 8.
- * Bad values -> RW_E_INVALID_ARG (NULL or misaligned pointer, M < 0, N < 1, K < 1) or
- * RW_E_UNSUPPORTED (K not a multiple of 8, a grid too large), with a message naming the value.
+ * Bad values -> RW_E_INVALID_ARG (NULL or misaligned pointer, M < 0, N < 1, K < 1, a missing or
+ * short workspace) or RW_E_UNSUPPORTED (K not a multiple of 8, a grid too large), with a message
+ * naming the value.
  *
- * Numerics: bf16 products are exact in fp32 and accumulate in fp32 (tensor cores), each output
- * element by one thread over k in increasing order; no split-K and no atomics. The result for row
- * m is the same bits whatever M is, wherever row m sits in the batch, and on every run.
+ * Numerics: bf16 products are exact in fp32 and accumulate in fp32 (tensor cores). K is cut into
+ * rw_k_gemm_splits(N, K) slices of whole 64-column blocks; each output element's slice sums are
+ * accumulated by one thread over k in increasing order, and the slice sums are added in slice
+ * order. No atomics on values. The result for row m is the same bits whatever M is, wherever row m
+ * sits in the batch, and on every run.
  *
  * Asynchronous on stream s; no allocation and no host synchronisation, so it can be captured in
  * a CUDA graph. Without CUDA it returns RW_E_NO_DEVICE. */
 rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
-                    const uint16_t *x_lo, int64_t M, float *Y, rw_stream s, rw_err *err);
+                    const uint16_t *x_lo, int64_t M, float *Y, void *ws, size_t ws_bytes,
+                    rw_stream s, rw_err *err);
+
+/* The number of K slices of an [N, K] weight (1: K is not split): a function of N and K alone,
+ * > 1 only for weights of few rows (o_proj), whose tiles alone cannot keep every SM busy at small
+ * M. */
+int rw_k_gemm_splits(int64_t N, int64_t K);
+
+/* Workspace bytes rw_k_gemm needs for an [N, K] weight and any number of rows up to M: 0 when K
+ * is not split; otherwise the tile counters and the partials of min(M, RW_K_GEMM_SPLIT_ROWS)
+ * rows (K's slices go to separate CTAs only up to that many rows; larger M needs none of it). */
+size_t rw_k_gemm_ws_bytes(int64_t N, int64_t K, int64_t M);
+#define RW_K_GEMM_COUNTERS 1024
+#define RW_K_GEMM_SPLIT_ROWS 8
 
 /* The same product on the host, accumulated in double and rounded once to fp32 (host pointers,
  * same layouts; x_lo may be NULL). A reference for tests, not an emulation of the kernel's

@@ -1,5 +1,5 @@
-/* gemm_ref.c - the plain-C reference of the dense GEMM (gemm.h), and the stub that CPU-only
- * builds link instead of gemm.cu. */
+/* gemm_ref.c - the plain-C reference of the dense GEMM (gemm.h), its K-split rule and workspace
+ * size (host code both builds share), and the stub that CPU-only builds link instead of gemm.cu. */
 #include "gemm.h"
 
 void rw_k_gemm_ref(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x, const uint16_t *x_lo,
@@ -20,11 +20,36 @@ void rw_k_gemm_ref(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x, c
     }
 }
 
+int rw_k_gemm_splits(int64_t N, int64_t K) {
+    /* Weights of at most 64 panels of 64 rows (4096 rows: o_proj 2048 x 4096) cannot give every
+     * SM a tile at small M; they are cut into enough slices for two CTAs on every SM of a large
+     * GPU (o_proj: 8 slices of 512 columns), slices of at least 256 columns. Measured on an H200
+     * at M = 1 (split activations): o_proj 29.1 us unsplit, 11.2 us in 8 slices; at M = 256
+     * (folded) 52.8 and 53.7 us. q/k/v (5120 x 2048, 80 panels) is not split: 4 slices took it
+     * from 16.5 to 15.3 us at M = 1 (11.8 us with 2-stage tiles) but from 60.4 to 62.1 us at
+     * M = 256 and 291 to 300 us at M = 2048. A function of N and K only: the bits of a product
+     * never depend on the batch or the device. */
+    const int64_t panels = (N + 63) / 64;
+    int S = 1;
+    while (panels <= 64 && S < 8 && panels * S < 256 && K / (2 * S) >= 256)
+        S *= 2;
+    return S;
+}
+
+size_t rw_k_gemm_ws_bytes(int64_t N, int64_t K, int64_t M) {
+    const int S = N > 0 && K > 0 ? rw_k_gemm_splits(N, K) : 1;
+    if (S == 1 || M <= 0) return 0;
+    const int64_t rows = M < RW_K_GEMM_SPLIT_ROWS ? M : RW_K_GEMM_SPLIT_ROWS;
+    return RW_K_GEMM_COUNTERS * sizeof(unsigned) + (size_t)S * (size_t)rows * (size_t)N * 4;
+}
+
 #ifndef RW_HAVE_CUDA
 /* CPU-only builds: the CUDA version reports that there is no device. */
 rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
-                    const uint16_t *x_lo, int64_t M, float *Y, rw_stream s, rw_err *err) {
-    (void)W, (void)N, (void)K, (void)x, (void)x_lo, (void)M, (void)Y, (void)s;
+                    const uint16_t *x_lo, int64_t M, float *Y, void *ws, size_t ws_bytes,
+                    rw_stream s, rw_err *err) {
+    (void)W, (void)N, (void)K, (void)x, (void)x_lo, (void)M, (void)Y, (void)ws, (void)ws_bytes,
+        (void)s;
     RW_FAIL(err, RW_E_NO_DEVICE, "gemm: built without CUDA");
 }
 #endif
