@@ -14,9 +14,9 @@
  *
  * Batch invariance: a token's logits are the same bits whatever else is in the batch, however its
  * prompt was chunked, and whichever graph or split ran it. Every kernel computes a token's values
- * in an order fixed by the token alone: GEMMs without split-K (kernels/gemm.h), the experts per
- * token in slot order, attention in fixed key segments merged in order (kernels/attention.h),
- * norms and router per row. So continuous batching reproduces a request's run alone, and seeded
+ * in an order fixed by the token alone: GEMMs whose K slices are fixed by the weight's shape and
+ * added in slice order (kernels/gemm.h), the experts per token in slot order, attention in fixed
+ * key segments merged in order (kernels/attention.h), norms and router per row. So continuous batching reproduces a request's run alone, and seeded
  * sampling with it. */
 #include <math.h>
 #include <stdlib.h>

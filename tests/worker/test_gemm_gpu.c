@@ -302,7 +302,7 @@ static void check_graph(int64_t N, int64_t K, int64_t M) {
 static void test_graph(void **state) {
     (void)state;
     check_graph(1000, 104, 7);
-    check_graph(2048, 4096, 7); /* K split in 4 */
+    check_graph(2048, 4096, 7); /* K split in 8 */
 }
 
 /* (f) the K split's counters: zero after every call of the tests before (each call's last CTA of

@@ -16,12 +16,13 @@
  * and K alone, slice boundaries at multiples of 64 columns). At M <= 8 each slice gets a CTA: it
  * writes its partial tile to the workspace, and the last of a tile's S CTAs to finish (a counter
  * per tile) adds the S partials in slice order, ((p0 + p1) + p2) + ..., and writes Y. At larger M
- * the tiles alone fill the GPU and one CTA folds the slices instead: it walks them in turn, each
- * from a zeroed accumulator, and at the end of each stores the slice's sum into Y (the first) or
- * adds it to what it stored there before, in the same order and with the same roundings as the
- * split over CTAs. Splitting over CTAs at M = 256 was up to 1.6 x slower than no split (partial
- * traffic, smaller tiles); holding the running sum in registers instead of Y slowed the wide
- * tiles by up to 1.25 x (251 registers a thread for 128 x 128).
+ * the tiles alone fill the GPU and one CTA folds the slices instead (gemm_kernel's FOLD): it
+ * walks them in turn, each from a zeroed accumulator, and adds each finished slice's sum to a
+ * running total in registers, in the same order and with the same roundings as the split over
+ * CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over CTAs at M = 256 were up to 1.8 x
+ * slower than no split (partials' traffic, smaller tiles); a running total stored in Y and read
+ * back 1.5 x; the total's registers in every instantiation slowed unsplit wide tiles by up to
+ * 1.15 x, hence FOLD only where S > 1.
  *
  * Batch invariance. Element (m, n) of slice s is accumulated by one thread in one fp32 register:
  * starting from 0, one mma per k16 step for k0 = begin(s), begin(s) + 16, ... < end(s) in
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
 
     float acc[C::MT][C::NT][4];
     /* FOLD: the finished slices' sum, ((p0 + p1) + p2) + ... (its own instantiation: these
-     * registers cost the wide tiles up to 1.13 x where nothing is folded) */
+     * registers cost the wide tiles up to 1.15 x where nothing is folded) */
     float tot[FOLD ? C::MT : 1][FOLD ? C::NT : 1][4];
 #pragma unroll
     for (int a = 0; a < C::MT; a++)
