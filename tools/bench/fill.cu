@@ -18,9 +18,10 @@ __global__ void rwb_fill_bf16_kernel(uint16_t *dst, uint64_t n, uint64_t seed, f
 extern "C" cudaError_t rwb_fill_bf16_launch(void *dst, uint64_t n, uint64_t seed, float mean,
                                             float stdv, cudaStream_t s) {
     if (n == 0) return cudaSuccess;
-    int dev = 0, sms = 132;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
     uint64_t want = (n + 255) / 256;
     uint64_t cap = (uint64_t)sms * 16;
     unsigned blocks = (unsigned)(want < cap ? want : cap);

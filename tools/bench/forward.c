@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "forward.h"
+#include "order.h"
 
 rwb_fwd_opts rwb_fwd_opts_default(void) {
     return (rwb_fwd_opts){.batch = 256,
@@ -249,11 +250,6 @@ static rw_status print_breakdown(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, 
     return RW_OK;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* HBM bandwidth measured now (device-to-device copy, read + write bytes), GB/s. */
 static rw_status measure_hbm(double *gbs, rw_err *err) {
     const size_t bytes = (size_t)2 << 30;
@@ -275,7 +271,7 @@ static rw_status measure_hbm(double *gbs, rw_err *err) {
     }
     cudaFree(a);
     cudaFree(b);
-    qsort(t, 7, sizeof t[0], cmp_d);
+    qsort(t, 7, sizeof t[0], rwb_cmp_double);
     *gbs = 2.0 * (double)bytes / t[3] / 1e9;
     return RW_OK;
 }
@@ -397,7 +393,7 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
         RW_CHECKGOTO(m->ops->sample(m, B, req, res, err), st, done); /* synchronizes */
         if (it >= warm) times[it - warm] = rw_now() - t0;
     }
-    qsort(times, (size_t)steps, sizeof *times, cmp_d);
+    qsort(times, (size_t)steps, sizeof *times, rwb_cmp_double);
     /* bytes a step must read: every expert some token routed to (expected count under uniform
      * routing), dense attention weights, router, lm_head, and the KV of every sequence */
     const rw_layer_weights *w0 = rw_wset_layer(m->ws, 0);
@@ -489,7 +485,7 @@ rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
         RW_CUDA_CHECKGOTO(err, cudaStreamSynchronize((cudaStream_t)rw_cuda_be_stream(m)), st, done);
         t[it] = rw_now() - t0;
     }
-    qsort(t + 1, 3, sizeof t[0], cmp_d);
+    qsort(t + 1, 3, sizeof t[0], rwb_cmp_double);
     const double fwd = t[2];
     if (want_breakdown())
         RW_CHECKGOTO(print_breakdown(m, kv, &b, 0, NULL, 1, "prefill_breakdown",

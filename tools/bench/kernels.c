@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "order.h"
 #include "rand.h"
 
 int32_t rwb_route_expert(uint64_t seed, int64_t token, int j, int E, const int32_t *chosen) {
@@ -47,11 +48,6 @@ rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
 
 typedef rw_status (*kern_fn)(void *ctx, int rep, rw_err *err);
 
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median seconds of one call of fn over 5 groups of repetitions, after 2 warm-up calls; a group
  * lasts about 20 ms (3 to 200 calls). */
 static rw_status time_kernel(kern_fn fn, void *ctx, cudaStream_t st, double *sec, rw_err *err) {
@@ -80,7 +76,7 @@ static rw_status time_kernel(kern_fn fn, void *ctx, cudaStream_t st, double *sec
         RW_CUDA_CHECKGOTO(err, cudaEventElapsedTime(&ms, a, b), rs, done);
         g[k] = ms * 1e-3 / n;
     }
-    qsort(g, 5, sizeof g[0], cmp_d);
+    qsort(g, 5, sizeof g[0], rwb_cmp_double);
     *sec = g[2];
 done:
     if (a) cudaEventDestroy(a);

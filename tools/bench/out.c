@@ -8,16 +8,12 @@
 #include <time.h>
 
 #include "bench_version.h"
+#include "order.h"
 #include "rand.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Statistics                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y ? 1 : 0;
-}
-
 /* Linear interpolation between order statistics (the "R-7" rule numpy uses by default). */
 static double pct(const double *s, int n, double q) {
     if (n == 1) return s[0];
@@ -34,7 +30,7 @@ rwb_stats rwb_stats_of(const double *x, int n) {
     double *s = malloc(sizeof(double) * (size_t)n);
     if (!s) return r;
     memcpy(s, x, sizeof(double) * (size_t)n);
-    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    qsort(s, (size_t)n, sizeof(double), rwb_cmp_double);
     r.n = n;
     r.median = pct(s, n, 0.5);
     r.p10 = pct(s, n, 0.1);

@@ -8,6 +8,7 @@
  * The scatter is driven through the moe module's op interface (moe_layout.h): one op per expert
  * matrix slice, the same kernels the weight set launches for an update. */
 #include "bench.h"
+#include "order.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +39,8 @@ typedef struct pack_result {
     int64_t ops, launches;                           /* scatter ops and kernel launches per rep */
 } pack_result;
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void stats(double *v, int n, double *med, double *mn, double *mx) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, rwb_cmp_double);
     *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     *mn = v[0];
     *mx = v[n - 1];

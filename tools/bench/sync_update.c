@@ -11,6 +11,7 @@
  * same buckets on the same communicators. A sampler thread records the worker GPU's memory use.
  * S4: update_weights_from_disk of a checkpoint into a worker; the ceiling is a pinned H2D copy
  * of the same byte count. */
+#include "order.h"
 #include "sync_bench.h"
 
 #include <inttypes.h>
@@ -23,15 +24,10 @@
 #ifdef RW_HAVE_CUDA
 #include "cuda_check.h"
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(const double *v, int n) {
     double t[RWB_SYNC_MAX_REPEATS];
     memcpy(t, v, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    qsort(t, (size_t)n, sizeof *t, rwb_cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
