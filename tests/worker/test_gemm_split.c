@@ -1,0 +1,75 @@
+/* test_gemm_split.c - the dense GEMM's K-split rule and workspace size (worker/kernels/gemm.h),
+ * host code that decides a product's bits on the GPU (cpu suite): the slice count depends on the
+ * weight's N and K only, takes the documented values on the 30B-A3B shapes, splits only weights
+ * of at most 4096 rows into slices of at least 256 columns, and the workspace it asks for covers
+ * the slices' partials of up to RW_K_GEMM_SPLIT_ROWS rows and nothing for larger M. */
+#include "rw_test.h"
+#include "kernels/gemm.h"
+
+static const int64_t k_ns[] = {1, 16, 63, 64, 100, 1000, 2048, 2560, 4096, 4097, 5120, 151936};
+static const int64_t k_ks[] = {8, 64, 256, 504, 512, 1024, 1032, 2048, 4096, 8192};
+
+static void test_rule(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof k_ns / sizeof k_ns[0]; i++)
+        for (size_t j = 0; j < sizeof k_ks / sizeof k_ks[0]; j++) {
+            const int64_t N = k_ns[i], K = k_ks[j];
+            const int S = rw_k_gemm_splits(N, K);
+            if (S != 1 && S != 2 && S != 4 && S != 8)
+                fail_msg("N %lld K %lld: %d slices (1, 2, 4 or 8)", (long long)N, (long long)K, S);
+            if (S > 1 && N > 4096)
+                fail_msg("N %lld K %lld: %d slices for more than 4096 rows", (long long)N,
+                         (long long)K, S);
+            if (S > 1 && K / S < 256)
+                fail_msg("N %lld K %lld: %d slices of fewer than 256 columns", (long long)N,
+                         (long long)K, S);
+            assert_int_equal(rw_k_gemm_splits(N, K), S); /* no state */
+        }
+    /* Qwen3-30B-A3B: o_proj at TP1 and TP2 in 8 slices; q/k/v and lm_head whole */
+    assert_int_equal(rw_k_gemm_splits(2048, 4096), 8);
+    assert_int_equal(rw_k_gemm_splits(2048, 2048), 8);
+    assert_int_equal(rw_k_gemm_splits(5120, 2048), 1);
+    assert_int_equal(rw_k_gemm_splits(151936, 2048), 1);
+    /* a short K is not split */
+    assert_int_equal(rw_k_gemm_splits(64, 256), 1);
+}
+
+static void test_workspace(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof k_ns / sizeof k_ns[0]; i++)
+        for (size_t j = 0; j < sizeof k_ks / sizeof k_ks[0]; j++) {
+            const int64_t N = k_ns[i], K = k_ks[j];
+            const int S = rw_k_gemm_splits(N, K);
+            assert_true(rw_k_gemm_ws_bytes(N, K, 0) == 0);
+            size_t prev = 0;
+            for (int64_t M = 1; M <= 3 * RW_K_GEMM_SPLIT_ROWS; M++) {
+                const size_t b = rw_k_gemm_ws_bytes(N, K, M);
+                if (S == 1) {
+                    if (b)
+                        fail_msg("N %lld K %lld unsplit asks %zu bytes", (long long)N, (long long)K,
+                                 b);
+                    continue;
+                }
+                const int64_t rows = M < RW_K_GEMM_SPLIT_ROWS ? M : RW_K_GEMM_SPLIT_ROWS;
+                const size_t need = RW_K_GEMM_COUNTERS * sizeof(unsigned) +
+                                    (size_t)S * (size_t)rows * (size_t)N * sizeof(float);
+                if (b < need)
+                    fail_msg("N %lld K %lld M %lld: %zu bytes, the partials need %zu", (long long)N,
+                             (long long)K, (long long)M, b, need);
+                if (M <= RW_K_GEMM_SPLIT_ROWS ? b <= prev : b != prev)
+                    fail_msg("N %lld K %lld M %lld: %zu bytes after %zu for M - 1 (grows to %d "
+                             "rows, then stays)",
+                             (long long)N, (long long)K, (long long)M, b, prev,
+                             RW_K_GEMM_SPLIT_ROWS);
+                prev = b;
+            }
+        }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rule),
+        cmocka_unit_test(test_workspace),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
