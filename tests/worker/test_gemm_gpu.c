@@ -66,12 +66,12 @@ typedef struct shape {
 /* Partial weight tiles (N not a multiple of 16 or of the tile), K not a multiple of 16 or 64, and
  * M from one token to several token tiles; {2048, 4096} and {5120, 2048} are the model's o_proj
  * and q/k/v. K is split (rw_k_gemm_splits) in 4 ({200, 1032}: the last slice 72 columns, ending
- * in half a k16 step) and 8 (o_proj, {64, 4096}); at M <= 8 the slices go to separate CTAs, at
- * larger M each CTA folds them. */
+ * in half a k16 step; {200, 2056}, which 8 slices would leave empty) and 8 (o_proj, {64, 4096});
+ * at M <= 8 the slices go to separate CTAs, at larger M each CTA folds them. */
 static const shape k_shapes[] = {
     {256, 128, 37}, {128, 128, 1},    {512, 128, 300}, {128, 64, 9},     {64, 32, 130},
     {200, 40, 65},  {1000, 104, 513}, {2048, 4096, 3}, {5120, 2048, 16}, {200, 1032, 37},
-    {200, 1032, 5}, {64, 4096, 600},  {5120, 2048, 1},
+    {200, 1032, 5}, {64, 4096, 600},  {5120, 2048, 1}, {200, 2056, 3},   {200, 2056, 40},
 };
 
 /* (a) no split: Y vs the reference on the same bf16 activations */

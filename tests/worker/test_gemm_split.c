@@ -1,13 +1,15 @@
 /* test_gemm_split.c - the dense GEMM's K-split rule and workspace size (worker/kernels/gemm.h),
  * host code that decides a product's bits on the GPU (cpu suite): the slice count depends on the
  * weight's N and K only, takes the documented values on the 30B-A3B shapes, splits only weights
- * of at most 4096 rows into slices of at least 256 columns, and the workspace it asks for covers
+ * of at most 4096 rows into slices of at least 256 columns (whole 64-column blocks, none empty),
+ * and the workspace it asks for covers
  * the slices' partials of up to RW_K_GEMM_SPLIT_ROWS rows and nothing for larger M. */
 #include "rw_test.h"
 #include "kernels/gemm.h"
 
 static const int64_t k_ns[] = {1, 16, 63, 64, 100, 1000, 2048, 2560, 4096, 4097, 5120, 151936};
-static const int64_t k_ks[] = {8, 64, 256, 504, 512, 1024, 1032, 2048, 4096, 8192};
+static const int64_t k_ks[] = {8,    64,   256,  504,  512,  1024, 1032,
+                               2048, 2056, 2104, 4096, 4104, 8192};
 
 static void test_rule(void **state) {
     (void)state;
@@ -23,6 +25,11 @@ static void test_rule(void **state) {
             if (S > 1 && K / S < 256)
                 fail_msg("N %lld K %lld: %d slices of fewer than 256 columns", (long long)N,
                          (long long)K, S);
+            /* whole 64-column blocks, the last slice ending at K and not empty */
+            const int64_t c = rw_k_gemm_slice_cols(K, S);
+            if (S > 1 && (c % 64 || (S - 1) * c >= K || S * c < K))
+                fail_msg("N %lld K %lld: %d slices of %lld columns", (long long)N, (long long)K, S,
+                         (long long)c);
             assert_int_equal(rw_k_gemm_splits(N, K), S); /* no state */
         }
     /* Qwen3-30B-A3B: o_proj at TP1 and TP2 in 8 slices; q/k/v and lm_head whole */
@@ -30,8 +37,12 @@ static void test_rule(void **state) {
     assert_int_equal(rw_k_gemm_splits(2048, 2048), 8);
     assert_int_equal(rw_k_gemm_splits(5120, 2048), 1);
     assert_int_equal(rw_k_gemm_splits(151936, 2048), 1);
-    /* a short K is not split */
+    /* a short K is not split; a K whose 8 slices of 320 columns would leave the last empty is cut
+     * in 4 */
     assert_int_equal(rw_k_gemm_splits(64, 256), 1);
+    assert_int_equal(rw_k_gemm_splits(2048, 2056), 4);
+    assert_int_equal(rw_k_gemm_slice_cols(2056, 4), 576);
+    assert_int_equal(rw_k_gemm_slice_cols(4096, 1), 4096);
 }
 
 static void test_workspace(void **state) {

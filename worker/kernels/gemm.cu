@@ -492,7 +492,7 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
     RW_CHECK(rw_cuda_sm_count(&sms, err));
     gemm_args g = {W, x, x_lo, N, K, M, Y, NULL, NULL, rw_k_gemm_splits(N, K), true, K};
     const gemm_tile t = pick_tile(N, M, g.S, sms, &g.fold);
-    if (g.S > 1) g.span = ((K + 64 * g.S - 1) / (64 * g.S)) * 64;
+    g.span = rw_k_gemm_slice_cols(K, g.S);
     if (g.S > 1 && !g.fold) {
         const size_t need = rw_k_gemm_ws_bytes(N, K, M);
         if (!ws || ws_bytes < need || (uintptr_t)ws % 16)

@@ -49,6 +49,10 @@ rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
  * M. */
 int rw_k_gemm_splits(int64_t N, int64_t K);
 
+/* Columns of each of the S slices of K (a multiple of 64; K itself for S = 1); slice s covers
+ * [s c, min((s + 1) c, K)), and every slice rw_k_gemm_splits chooses is non-empty. */
+int64_t rw_k_gemm_slice_cols(int64_t K, int S);
+
 /* Workspace bytes rw_k_gemm needs for an [N, K] weight and any number of rows up to M: 0 when K
  * is not split; otherwise the tile counters and the partials of min(M, RW_K_GEMM_SPLIT_ROWS)
  * rows (K's slices go to separate CTAs only up to that many rows; larger M needs none of it). */

@@ -33,7 +33,15 @@ int rw_k_gemm_splits(int64_t N, int64_t K) {
     int S = 1;
     while (panels <= 64 && S < 8 && panels * S < 256 && K / (2 * S) >= 256)
         S *= 2;
+    /* slices of whole 64-column blocks: with a K that is not a multiple of 64 S, the first S - 1
+     * slices may reach K and leave the last one empty (K = 2056 in 8 slices of 320); fewer then */
+    while (S > 1 && (S - 1) * rw_k_gemm_slice_cols(K, S) >= K)
+        S /= 2;
     return S;
+}
+
+int64_t rw_k_gemm_slice_cols(int64_t K, int S) {
+    return S > 1 ? (K + 64 * (int64_t)S - 1) / (64 * (int64_t)S) * 64 : K;
 }
 
 size_t rw_k_gemm_ws_bytes(int64_t N, int64_t K, int64_t M) {
