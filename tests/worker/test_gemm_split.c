@@ -1,9 +1,9 @@
 /* test_gemm_split.c - the dense GEMM's K-split rule and workspace size (worker/kernels/gemm.h),
  * host code that decides a product's bits on the GPU (cpu suite): the slice count depends on the
- * weight's N and K only, takes the documented values on the 30B-A3B shapes, splits only weights
- * of at most 4096 rows into slices of at least 256 columns (whole 64-column blocks, none empty),
- * and the workspace it asks for covers
- * the slices' partials of up to RW_K_GEMM_SPLIT_ROWS rows and nothing for larger M. */
+ * weight's N and K only and takes the documented values on the 30B-A3B shapes; only weights of at
+ * most 4096 rows are split, into whole 64-column blocks, 256 columns a slice or more on average,
+ * none empty; the workspace covers the slices' partials of up to RW_K_GEMM_SPLIT_ROWS rows and
+ * asks nothing more for larger M. */
 #include "rw_test.h"
 #include "kernels/gemm.h"
 

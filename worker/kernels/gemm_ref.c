@@ -23,9 +23,9 @@ void rw_k_gemm_ref(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x, c
 int rw_k_gemm_splits(int64_t N, int64_t K) {
     /* Weights of at most 64 panels of 64 rows (4096 rows: o_proj 2048 x 4096) cannot give every
      * SM a tile at small M; they are cut into enough slices for two CTAs on every SM of a large
-     * GPU (o_proj: 8 slices of 512 columns), slices of at least 256 columns. Measured on an H200
-     * at M = 1 (split activations): o_proj 29.1 us unsplit, 11.2 us in 8 slices; at M = 256
-     * (folded) 52.8 and 53.7 us. q/k/v (5120 x 2048, 80 panels) is not split: 4 slices took it
+     * GPU (o_proj: 8 slices of 512 columns), K / S >= 256 columns. Measured on an H200 at
+     * M = 1 (split activations): o_proj 29.1 us unsplit, 11.2 us in 8 slices; at M = 256 (folded)
+     * 52.8 and 53.7 us. q/k/v (5120 x 2048, 80 panels) is not split: 4 slices took it
      * from 16.5 to 15.3 us at M = 1 (11.8 us with 2-stage tiles) but from 60.4 to 62.1 us at
      * M = 256 and 291 to 300 us at M = 2048. A function of N and K only: the bits of a product
      * never depend on the batch or the device. */
