@@ -88,8 +88,8 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
         if (b > be->gemm_ws_bytes) be->gemm_ws_bytes = b;
     }
     DALLOC(be->gemm_ws, be->gemm_ws_bytes);
-    RW_CUDA_CHECK(err, cudaMemsetAsync(be->gemm_ws, 0,
-                                       be->gemm_ws_bytes > 0 ? be->gemm_ws_bytes : 16, be->st));
+    if (be->gemm_ws_bytes) /* the tile counters start at zero (gemm.h) */
+        RW_CUDA_CHECK(err, cudaMemsetAsync(be->gemm_ws, 0, be->gemm_ws_bytes, be->st));
     /* metadata: tok, pos, slot [T]; rows [NL]; tiles [T + NS]; bt [NS, NB] */
     be->off_pos = (size_t)T * 4;
     be->off_slot = be->off_pos + (size_t)T * 4;

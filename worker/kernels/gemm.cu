@@ -92,7 +92,7 @@ typedef struct gemm_args {
     unsigned *counters; /* [tiles] (slices over CTAs): the workspace's tile counters */
     int S;              /* K slices */
     bool fold;          /* one CTA per tile walks every slice (else one CTA per slice) */
-    int64_t span;       /* columns per slice, a multiple of 64; the last slice ends at K */
+    int64_t span;       /* columns per slice (rw_k_gemm_slice_cols); the last slice ends at K */
 } gemm_args;
 
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false>
@@ -401,40 +401,32 @@ static const gemm_tile k_tiles[] = {GEMM_TILES(GEMM_TILE_ENTRY)};
  * fastest tile or one within a few percent of it from M = 16 to 2048.
  *
  * The choice changes the speed, never a bit of the result (see the top of the file). */
-static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool *fold) {
-    *fold = true;
-    if (M <= 8) {
-        *fold = false;
-        gemm_tile most = k_tiles[0];
-        int64_t most_ctas = -1;
-        for (size_t i = 0; i < GEMM_NTILES; i++) {
-            const gemm_tile t = k_tiles[i];
-            if (t.tn != 8 || t.warps < 4) continue;
-            const int64_t ctas = (N + t.bn - 1) / t.bn * S;
-            if (2 * ctas >= 3 * (int64_t)sms) return t;
-            if (ctas > most_ctas) {
-                most_ctas = ctas;
-                most = t;
-            }
+/* The first candidate of at least 4 warps with tn_lo <= TN <= tn_hi whose grid (tiles times
+ * per_tile CTAs) has at least `target` CTAs; when none has, the one with the most. */
+static gemm_tile first_reaching(int64_t N, int64_t M, int64_t per_tile, int tn_lo, int64_t tn_hi,
+                                int64_t target) {
+    gemm_tile most = k_tiles[GEMM_NTILES - 1];
+    int64_t most_ctas = -1;
+    for (size_t i = 0; i < GEMM_NTILES; i++) {
+        const gemm_tile t = k_tiles[i];
+        if (t.tn < tn_lo || t.tn > tn_hi || t.warps < 4) continue;
+        const int64_t ctas = ((N + t.bn - 1) / t.bn) * ((M + t.tn - 1) / t.tn) * per_tile;
+        if (ctas >= target) return t;
+        if (ctas > most_ctas) {
+            most_ctas = ctas;
+            most = t;
         }
-        return most;
     }
+    return most;
+}
+
+static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool *fold) {
+    *fold = M > 8;
+    if (M <= 8) return first_reaching(N, M, S, 8, 8, (3 * (int64_t)sms + 1) / 2);
     int64_t tn_max = 16;
     while (tn_max < M && tn_max < 128)
         tn_max *= 2;
-    gemm_tile best = k_tiles[GEMM_NTILES - 1];
-    int64_t best_ctas = -1;
-    for (size_t i = 0; i < GEMM_NTILES; i++) {
-        const gemm_tile t = k_tiles[i];
-        if (t.tn > tn_max || t.warps < 4) continue;
-        const int64_t ctas = ((N + t.bn - 1) / t.bn) * ((M + t.tn - 1) / t.tn);
-        if (ctas >= sms / 2) return t;
-        if (ctas > best_ctas) {
-            best_ctas = ctas;
-            best = t;
-        }
-    }
-    return best;
+    return first_reaching(N, M, 1, 1, tn_max, sms / 2);
 }
 
 /* One launch of tile t over g. Narrow (decode) tiles in grids of at most one wave
@@ -490,9 +482,9 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
 
     int sms = 0;
     RW_CHECK(rw_cuda_sm_count(&sms, err));
-    gemm_args g = {W, x, x_lo, N, K, M, Y, NULL, NULL, rw_k_gemm_splits(N, K), true, K};
-    const gemm_tile t = pick_tile(N, M, g.S, sms, &g.fold);
-    g.span = rw_k_gemm_slice_cols(K, g.S);
+    const int S = rw_k_gemm_splits(N, K);
+    gemm_args g = {W, x, x_lo, N, K, M, Y, NULL, NULL, S, true, rw_k_gemm_slice_cols(K, S)};
+    const gemm_tile t = pick_tile(N, M, S, sms, &g.fold);
     if (g.S > 1 && !g.fold) {
         const size_t need = rw_k_gemm_ws_bytes(N, K, M);
         if (!ws || ws_bytes < need || (uintptr_t)ws % 16)
