@@ -33,7 +33,9 @@
 #include <stdint.h>
 
 #include "cuda_check.h"
+#include "launch.cuh"
 #include "mma.cuh"
+#include "route.cuh"
 #include "rw_moe.h"
 
 /* Warps of a CTA: 4 along the 128 weight rows (32 each) times MOE_WN(TN) along the TN tokens.
@@ -53,77 +55,18 @@
  * share the memory system, so each keeps more weight blocks in flight: 6 stages. Larger grids
  * keep 4, which leaves room for 2 CTAs per SM. */
 #define MOE_DEEP_STAGES 6
-#define MAX_TOPK 32
+#define MAX_TOPK RW_MOE_MAX_TOPK
 
 /* ------------------------------------------------------------------------------------------ */
 /* routing                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
-/* One warp per token; E <= 1024 (32 logits per lane in registers). */
+/* One warp per token (route.cuh). */
 __global__ void route_kernel(const float *__restrict__ logits, int64_t ntok, int E, int k,
                              bool renorm, int32_t *__restrict__ ids, float *__restrict__ wts) {
-    const int lane = threadIdx.x & 31;
+    rw_pdl_begin();
     const int64_t t = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (t >= ntok) return;
-    const float *l = logits + t * E;
-    float v[32];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        const int e = i * 32 + lane;
-        v[i] = e < E ? l[e] : -INFINITY;
-        mx = fmaxf(mx, v[i]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        const int e = i * 32 + lane;
-        v[i] = e < E ? expf(v[i] - mx) : 0.0f;
-        s += v[i];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-#pragma unroll
-    for (int i = 0; i < 32; i++)
-        v[i] = i * 32 + lane < E ? v[i] / s : -1.0f;
-    int32_t myid[MAX_TOPK];
-    float myw[MAX_TOPK];
-    float sum = 0.0f;
-    for (int j = 0; j < k; j++) {
-        float bp = -2.0f;
-        int be = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < 32; i++) /* ascending expert id per lane: '>' keeps the lower id */
-            if (v[i] > bp) {
-                bp = v[i];
-                be = i * 32 + lane;
-            }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (op > bp || (op == bp && oe < be)) {
-                bp = op;
-                be = oe;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 32; i++)
-            if (i * 32 + lane == be) v[i] = -1.0f; /* taken */
-        if (j < MAX_TOPK) {
-            myid[j] = be;
-            myw[j] = bp;
-        }
-        sum += bp;
-    }
-    if (lane == 0)
-        for (int j = 0; j < k; j++) {
-            ids[t * k + j] = myid[j];
-            wts[t * k + j] = renorm ? myw[j] / sum : myw[j];
-        }
+    rw_moe_route_warp(logits + t * E, E, k, renorm, ids + t * k, wts + t * k);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -146,6 +89,7 @@ __global__ void __launch_bounds__(1024)
     sort_kernel(const int32_t *__restrict__ ids, int64_t A, int E, int tn,
                 int32_t *__restrict__ off, int2 *__restrict__ tiles, int32_t *__restrict__ ntiles,
                 int32_t *__restrict__ perm, int32_t *__restrict__ inv) {
+    rw_pdl_begin();
     __shared__ int32_t wc[SORT_WC]; /* [pw][E]: counts, then bases, then cursors */
     __shared__ int32_t eoff[1024];  /* first sorted row of each expert */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -268,6 +212,7 @@ struct gemm_args {
  * and the w13 epilogue writes act + act_lo. */
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN)>
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args g) {
+    rw_pdl_begin();
     constexpr int MOE_THREADS = MOE_THREADS_FOR(TN), NTW = TN / MOE_WN(TN); /* tokens per warp */
     extern __shared__ __align__(128) uint8_t smem[];
     const int tile = blockIdx.x;
@@ -485,6 +430,7 @@ __global__ void __launch_bounds__(COMBINE_COLS)
     combine_kernel(const float *__restrict__ y, const int32_t *__restrict__ inv,
                    const float *__restrict__ wts, int64_t nt, int k, int64_t H,
                    float *__restrict__ out) {
+    rw_pdl_begin();
     __shared__ int32_t rows[MAX_TOPK];
     __shared__ float ws[MAX_TOPK];
     const int64_t t = blockIdx.x;
@@ -516,8 +462,8 @@ extern "C" rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E,
         return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
                           "moe route (cuda): E = %d (1..1024), k = %d (1..%d)", E, k, MAX_TOPK);
     const int wpb = 8;
-    route_kernel<<<(unsigned)((ntok + wpb - 1) / wpb), wpb * 32, 0, (cudaStream_t)s>>>(
-        logits, ntok, E, k, renorm, ids, weights);
+    (void)rw_launch_pdl(route_kernel, dim3((unsigned)((ntok + wpb - 1) / wpb)), wpb * 32, 0,
+                        (cudaStream_t)s, logits, ntok, E, k, renorm, ids, weights);
     return RW_LAUNCH_CHECK(s, "moe route", err);
 }
 
@@ -594,7 +540,8 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
                   cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
-    moe_gemm_kernel<TN, FMT, W13, SPLIT, ST><<<grid, MOE_THREADS_FOR(TN), sm, (cudaStream_t)s>>>(g);
+    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST>, grid, MOE_THREADS_FOR(TN), sm,
+                        (cudaStream_t)s, g);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
 }
 
@@ -662,8 +609,8 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         const int32_t *cid = ids + t0 * k;
         /* tokens per expert decide the tile width: narrow tiles for decode-sized batches */
         const int tn = A / E <= 48 ? 32 : 128;
-        sort_kernel<<<1, 1024, 0, st>>>(cid, A, (int)E, tn, w.off, w.tiles, w.ntiles, w.perm,
-                                        w.inv);
+        (void)rw_launch_pdl(sort_kernel, dim3(1), 1024, 0, st, cid, A, (int)E, tn, w.off, w.tiles,
+                            w.ntiles, w.perm, w.inv);
         RW_CHECK(RW_LAUNCH_CHECK(s, "moe sort", err));
 
         gemm_args g;
@@ -703,9 +650,10 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.xin = w.act;
         g.xin_lo = split ? w.act_lo : NULL;
         RW_CHECK(launch_pass<false>(tn, fmt, split, g, grid_x, sms, s, err));
-        combine_kernel<<<dim3((unsigned)nt, (unsigned)((H + COMBINE_COLS - 1) / COMBINE_COLS)),
-                         COMBINE_COLS, 0, st>>>(w.y, w.inv, weights + t0 * k, nt, k, H,
-                                                out + t0 * H);
+        (void)rw_launch_pdl(combine_kernel,
+                            dim3((unsigned)nt, (unsigned)((H + COMBINE_COLS - 1) / COMBINE_COLS)),
+                            COMBINE_COLS, 0, st, w.y, w.inv, weights + t0 * k, nt, k, H,
+                            out + t0 * H);
         RW_CHECK(RW_LAUNCH_CHECK(s, "moe combine", err));
     }
     return RW_OK;

@@ -64,6 +64,8 @@ typedef struct cuda_be {
     size_t moe_ws_bytes;
     void *gemm_ws; /* the dense GEMMs' K-split workspace (gemm.h), counters zeroed */
     size_t gemm_ws_bytes;
+    int32_t *route_cnt; /* the router's token-group counters (router.h), zeroed */
+    int64_t route_ncnt;
     float *inv_freq;
     /* metadata: device buffer and its pinned host mirror, layout fixed by the capacities. The
      * upload is asynchronous: meta_ev marks it done, and the mirror is not rewritten before it is

@@ -112,11 +112,11 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h, be->h_lo,
                                   be->h32, s, err));
         rw_cuda_mark(be, RW_PHASE_NORM);
-        RW_CHECK(rw_k_router(be->h32, lw->router.data, ntok, E, H, be->rl, s, err));
         /* this layer's slice of the routing record (ops->routes reads every layer's) */
         int32_t *ids = be->ids + (size_t)l * (size_t)be->cap_tok * K;
         float *wts = be->wts + (size_t)l * (size_t)be->cap_tok * K;
-        RW_CHECK(rw_moe_route_cuda(be->rl, ntok, (int)E, K, c->norm_topk_prob, ids, wts, s, err));
+        RW_CHECK(rw_k_router_topk(be->h32, lw->router.data, ntok, E, H, K, c->norm_topk_prob,
+                                  be->rl, ids, wts, be->route_cnt, be->route_ncnt, s, err));
         rw_cuda_mark(be, RW_PHASE_ROUTER);
         if (tp) RW_CUDA_CHECK(err, cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
         RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, ntok, ids, wts, K, moe_out,

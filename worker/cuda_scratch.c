@@ -7,13 +7,15 @@
 
 #include "cuda_be.h"
 #include "kernels/gemm.h"
+#include "kernels/router.h"
 
 void rw_cuda_free_scratch(cuda_be *be) {
     void *d[] = {be->x,      be->y,      be->q,     be->k,    be->v,
                  be->h32,    be->rl,     be->wts,   be->qf,   be->lg_local,
                  be->gath,   be->logits, be->h,     be->h_lo, be->att,
                  be->att_lo, be->hl,     be->hl_lo, be->ids,  be->attn_part,
-                 be->moe_ws, be->meta_d, be->sp_d,  be->so_d, be->gemm_ws};
+                 be->moe_ws, be->meta_d, be->sp_d,  be->so_d, be->gemm_ws,
+                 be->route_cnt};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         cudaFree(d[i]);
     cudaFreeHost(be->meta_h);
@@ -24,6 +26,8 @@ void rw_cuda_free_scratch(cuda_be *be) {
     be->h = be->h_lo = be->att = be->att_lo = be->hl = be->hl_lo = NULL;
     be->ids = NULL;
     be->attn_part = be->moe_ws = be->gemm_ws = NULL;
+    be->route_cnt = NULL;
+    be->route_ncnt = 0;
     be->meta_d = be->meta_h = NULL;
     be->sp_d = be->sp_h = NULL;
     be->so_d = be->so_h = NULL;
@@ -90,6 +94,9 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     DALLOC(be->gemm_ws, be->gemm_ws_bytes);
     if (be->gemm_ws_bytes) /* the tile counters start at zero (gemm.h) */
         RW_CUDA_CHECK(err, cudaMemsetAsync(be->gemm_ws, 0, be->gemm_ws_bytes, be->st));
+    be->route_ncnt = rw_k_router_counters(T);
+    DALLOC(be->route_cnt, be->route_ncnt * 4);
+    RW_CUDA_CHECK(err, cudaMemsetAsync(be->route_cnt, 0, (size_t)be->route_ncnt * 4, be->st));
     /* metadata: tok, pos, slot [T]; rows [NL]; tiles [T + NS]; bt [NS, NB] */
     be->off_pos = (size_t)T * 4;
     be->off_slot = be->off_pos + (size_t)T * 4;

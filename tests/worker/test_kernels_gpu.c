@@ -2,7 +2,8 @@
  * reference on random inputs (gpu suite): embedding and logits gather byte for byte; norms (hi +
  * lo pairs), RoPE and the KV write, attention (prefill tiles, decode, key splits), router logits
  * within named tolerances; attention's batch invariance bit for bit (a token's output is the same
- * in any tiling, split or batch); sampling: greedy, logprobs and top-n exactly or within 1e-5,
+ * in any tiling, split or batch); the router with its routing against moe's route kernel and
+ * reference, bit for bit; sampling: greedy, logprobs and top-n exactly or within 1e-5,
  * sampled tokens equal to the reference's for nearly every row, and bit-identical reruns;
  * processed logprobs and given tokens (scoring) within 1e-4 of the reference. */
 #include <math.h>
@@ -14,6 +15,7 @@
 #include "kernels/router.h"
 #include "kernels/sample.h"
 #include "kernels/vocab.h"
+#include "rw_moe.h"
 #include "rw_worker.h"
 
 static void test_embed_gather(void **state) {
@@ -431,9 +433,70 @@ static void test_attention_invariance(void **state) {
     invariance_case(4, 2, 32);
 }
 
+/* The router with the routing in the same launch (rw_k_router_topk), on the logits gy that
+ * rw_k_router computed: the same logits bits, the ids and weights of rw_moe_route_cuda on them
+ * bit for bit (and rw_moe_route_ref's ids), with and without renormalisation, twice over the same
+ * counters, which every call leaves zero; too few counters are refused. */
+static void router_topk_case(const float *dx, const uint16_t *dw, const float *gy, int64_t n,
+                             int64_t E, int64_t H, int k) {
+    const int64_t nc = rw_k_router_counters(n);
+    float *dy, *dwt, *dwt2, *fy = malloc(4 * n * E), *wt = malloc(4 * n * k),
+                          *wt2 = malloc(4 * n * k), *rwt = malloc(4 * n * k);
+    int32_t *did, *did2, *dcnt, *ids = malloc(4 * n * k), *ids2 = malloc(4 * n * k),
+                                *rids = malloc(4 * n * k), *cnt = malloc(4 * nc);
+    RW_TCK(cudaMalloc((void **)&dy, 4 * n * E));
+    RW_TCK(cudaMalloc((void **)&dwt, 4 * n * k));
+    RW_TCK(cudaMalloc((void **)&dwt2, 4 * n * k));
+    RW_TCK(cudaMalloc((void **)&did, 4 * n * k));
+    RW_TCK(cudaMalloc((void **)&did2, 4 * n * k));
+    RW_TCK(cudaMalloc((void **)&dcnt, 4 * nc));
+    RW_TCK(cudaMemset(dcnt, 0, 4 * nc));
+    rw_err err = {0};
+    for (int rep = 0; rep < 4; rep++) {
+        const bool renorm = rep & 1;
+        RW_ASSERT_OK(rw_k_router_topk(dx, dw, n, E, H, k, renorm, dy, did, dwt, dcnt, nc, NULL,
+                                      &err),
+                     &err);
+        RW_ASSERT_OK(rw_moe_route_cuda(dy, n, (int)E, k, renorm, did2, dwt2, NULL,
+                                       &err),
+                     &err);
+        rw_tdev_get(fy, dy, 4 * n * E);
+        rw_tdev_get(ids, did, 4 * n * k);
+        rw_tdev_get(wt, dwt, 4 * n * k);
+        rw_tdev_get(ids2, did2, 4 * n * k);
+        rw_tdev_get(wt2, dwt2, 4 * n * k);
+        rw_tdev_get(cnt, dcnt, 4 * nc);
+        rw_assert_bytes_equal(fy, gy, 4 * n * E, "router_topk: logits vs rw_k_router");
+        rw_assert_bytes_equal(ids, ids2, 4 * n * k, "router_topk: ids vs rw_moe_route_cuda");
+        rw_assert_bytes_equal(wt, wt2, 4 * n * k, "router_topk: weights vs rw_moe_route_cuda");
+        rw_moe_route_ref(gy, n, (int)E, k, renorm, rids, rwt);
+        rw_assert_bytes_equal(ids, rids, 4 * n * k, "router_topk: ids vs rw_moe_route_ref");
+        for (int64_t i = 0; i < nc; i++)
+            if (cnt[i] != 0) fail_msg("router_topk: counter %lld left at %d", (long long)i, cnt[i]);
+    }
+    assert_int_equal(
+        rw_k_router_topk(dx, dw, n, E, H, k, true, dy, did, dwt, dcnt, nc - 1, NULL, &err),
+        RW_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "counters"));
+    cudaFree(dy);
+    cudaFree(dwt);
+    cudaFree(dwt2);
+    cudaFree(did);
+    cudaFree(did2);
+    cudaFree(dcnt);
+    free(fy);
+    free(wt);
+    free(wt2);
+    free(rwt);
+    free(ids);
+    free(ids2);
+    free(rids);
+    free(cnt);
+}
+
 /* Router logits: decode-sized and prefill-sized batches, the fixture's shape; a token's logits
  * are the same bits alone as in a batch. */
-static void router_case(int64_t n, int64_t E, int64_t H, uint64_t seed) {
+static void router_case(int64_t n, int64_t E, int64_t H, int k, uint64_t seed) {
     float *x = malloc(4 * n * H), *y = malloc(4 * n * E), *gy = malloc(4 * n * E);
     float *one = malloc(4 * E);
     uint16_t *w = malloc(2 * E * H);
@@ -455,6 +518,7 @@ static void router_case(int64_t n, int64_t E, int64_t H, uint64_t seed) {
         rw_tdev_get(one, dy, 4 * E);
         rw_assert_bytes_equal(one, gy + t * E, 4 * E, "router: a token alone vs in the batch");
     }
+    router_topk_case(dx, dw, gy, n, E, H, k);
     cudaFree(dx);
     cudaFree(dy);
     cudaFree(dw);
@@ -467,10 +531,11 @@ static void router_case(int64_t n, int64_t E, int64_t H, uint64_t seed) {
 
 static void test_router(void **state) {
     (void)state;
-    router_case(77, 128, 2048, 14);
-    router_case(1, 128, 2048, 16);
-    router_case(13, 8, 128, 18);
-    router_case(300, 60, 512, 20);
+    router_case(77, 128, 2048, 8, 14);
+    router_case(1, 128, 2048, 8, 16);
+    router_case(8, 128, 2048, 8, 17);
+    router_case(13, 8, 128, 2, 18);
+    router_case(300, 60, 512, 4, 20);
 }
 
 /* The sampling kernel on n requests p over logits l [rows, V]: the results into got, after

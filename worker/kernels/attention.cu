@@ -32,6 +32,7 @@
 #include "attention.h"
 #include "cuda_check.h"
 #include "device.cuh"
+#include "launch.cuh"
 #include "mma.cuh"
 
 #define ATC_THREADS 128
@@ -319,6 +320,7 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
                int nh, int nkv, int bs, int nsplit, float qscale, uint16_t *__restrict__ out_hi,
                uint16_t *__restrict__ out_lo, float *__restrict__ part_o,
                float2 *__restrict__ part_ml, int64_t ntok, int seg_cap) {
+    rw_pdl_begin();
     constexpr int BLK = ATC_KB * HD * 2;       /* bytes of K (or V) per block */
     constexpr int KS = HD / 16;                /* head-dim k16 steps */
     constexpr int DN = HD / 8;                 /* output n8 fragments */
@@ -443,6 +445,7 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
                       uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
                       float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
                       int seg_cap) {
+    rw_pdl_begin();
     constexpr int SBLK = ATC_SB * HD * 2;   /* bytes of K (or V) per softmax block */
     constexpr int NR = HD / 2;              /* fragment registers of o per lane */
     extern __shared__ __align__(128) uint8_t sm[];
@@ -572,6 +575,7 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
                                    const float2 *__restrict__ part_ml,
                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
                                    uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo) {
+    rw_pdl_begin();
     const int64_t th = blockIdx.x; /* token * nh + head */
     const int nseg = pos[th / nh] / ATC_SEG + 1;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -642,22 +646,22 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_decode_kernel<HD>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
-        atc_decode_kernel<HD><<<grid, ATC_THREADS, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride,
-                                                             nh, nkv, bs, nsplit, qscale, out_hi,
-                                                             out_lo, po, pml, ntok, seg_cap);
+        (void)rw_launch_pdl(atc_decode_kernel<HD>, grid, ATC_THREADS, sm, st, q, kc, vc, tiles, pos,
+                            bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml,
+                            ntok, seg_cap);
     } else {
         const size_t sm = atc_smem<HD>();
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_kernel<HD>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
-        atc_kernel<HD><<<grid, ATC_THREADS, sm, st>>>(q, kc, vc, tiles, pos, bt, bt_stride, nh,
-                                                      nkv, bs, nsplit, qscale, out_hi, out_lo, po,
-                                                      pml, ntok, seg_cap);
+        (void)rw_launch_pdl(atc_kernel<HD>, grid, ATC_THREADS, sm, st, q, kc, vc, tiles, pos, bt,
+                            bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml, ntok,
+                            seg_cap);
     }
     RW_CHECK(LAUNCH_CHECK(s, "attention"));
     if (nsplit > 0) {
-        atc_combine_kernel<<<(unsigned)(ntok * nh), 128, 0, st>>>(po, pml, pos, ntok, nh, HD,
-                                                                  out_hi, out_lo);
+        (void)rw_launch_pdl(atc_combine_kernel, dim3((unsigned)(ntok * nh)), 128, 0, st, po, pml,
+                            pos, ntok, nh, HD, out_hi, out_lo);
         RW_CHECK(LAUNCH_CHECK(s, "attention combine"));
     }
     return RW_OK;

@@ -45,6 +45,7 @@
 
 #include "cuda_check.h"
 #include "gemm.h"
+#include "launch.cuh"
 #include "mma.cuh"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -97,6 +98,7 @@ typedef struct gemm_args {
 
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false>
 __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g) {
+    rw_pdl_begin();
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int last_cta;
@@ -355,8 +357,8 @@ static rw_status launch(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *e
      * the most any call of this kernel needs, so captured graphs stay launchable */
     RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT, STG, FOLD>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-    gemm_kernel<BN, TN, WM, WN, SPLIT, STG, FOLD>
-        <<<(unsigned)ctas, C::THREADS, C::SMEM, (cudaStream_t)s>>>(g);
+    (void)rw_launch_pdl(gemm_kernel<BN, TN, WM, WN, SPLIT, STG, FOLD>, dim3((unsigned)ctas),
+                        C::THREADS, C::SMEM, (cudaStream_t)s, g);
     return RW_LAUNCH_CHECK(s, "gemm", err);
 }
 

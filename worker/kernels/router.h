@@ -1,5 +1,6 @@
-/* router.h - the MoE router's logits in fp32 (top-k and the routing weights are moe's
- * rw_moe_route_cuda). Launcher in router.cu, reference in router_ref.c; conventions in common.h. */
+/* router.h - the MoE router's logits in fp32, alone or followed by the routing (top-k and the
+ * routing weights, the bits of moe's rw_moe_route_cuda) in the same launch. Launchers in router.cu,
+ * reference in router_ref.c (and rw_moe_route_ref for the routing); conventions in common.h. */
 #ifndef RW_WORKER_KERNELS_ROUTER_H
 #define RW_WORKER_KERNELS_ROUTER_H
 
@@ -15,6 +16,16 @@ extern "C" {
 void rw_k_router_ref(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y);
 rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y,
                       rw_stream s, rw_err *err);
+
+/* rw_k_router, then the routing of every token from its logits y: ids [n, k] and wts [n, k] as
+ * rw_moe_route_cuda(y, n, E, k, renorm, ...) writes them, bit for bit. cnt: ncnt >=
+ * rw_k_router_counters(n) int32 counters, zero before the call and zero after it (the routing
+ * runs in the CTA that finishes a group of tokens). E <= 1024, k <= 32. */
+#define RW_K_ROUTER_GROUP 8 /* tokens per group (one counter each) */
+int64_t rw_k_router_counters(int64_t max_n);
+rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
+                           int k, bool renorm, float *y, int32_t *ids, float *wts, int32_t *cnt,
+                           int64_t ncnt, rw_stream s, rw_err *err);
 
 #ifdef __cplusplus
 }

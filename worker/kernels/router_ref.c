@@ -10,3 +10,7 @@ void rw_k_router_ref(const float *x, const uint16_t *w, int64_t n, int64_t E, in
             y[t * E + e] = s;
         }
 }
+
+int64_t rw_k_router_counters(int64_t max_n) {
+    return max_n > 0 ? (max_n + RW_K_ROUTER_GROUP - 1) / RW_K_ROUTER_GROUP : 1;
+}

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "device.cuh"
+#include "launch.cuh"
 #include "sample.h"
 
 /* Sampling: one CTA of 1024 threads per row. */
@@ -117,6 +118,7 @@ __device__ uint32_t radix_select(const float *l, int64_t V, float inv_t, float z
 __global__ void __launch_bounds__(SMP_THREADS)
     sample_kernel(const float *logits, int64_t V, const rw_k_sample_param *params,
                   rw_k_sample_out *outs) {
+    rw_pdl_begin();
     __shared__ float shf[33];
     __shared__ amax sha[33];
     __shared__ uint64_t shu[33];
@@ -253,6 +255,7 @@ extern "C" rw_status rw_k_sample(const float *logits, int64_t n, int64_t V,
                                  const rw_k_sample_param *p, rw_k_sample_out *out, rw_stream s,
                                  rw_err *err) {
     if (n <= 0) return RW_OK;
-    sample_kernel<<<(unsigned)n, SMP_THREADS, 0, (cudaStream_t)s>>>(logits, V, p, out);
+    (void)rw_launch_pdl(sample_kernel, dim3((unsigned)n), SMP_THREADS, 0, (cudaStream_t)s, logits,
+                        V, p, out);
     return LAUNCH_CHECK(s, "sample");
 }

@@ -1,0 +1,60 @@
+/* launch.cuh - programmatic dependent launch (PDL) for the forward pass's kernels (CUDA C++ only).
+ *
+ * A kernel launched with rw_launch_pdl may be scheduled before the kernel ahead of it in the
+ * stream has finished, so its CTAs are resident and set up when that kernel ends instead of
+ * being launched only then: at batch 1 a step is some 600 small dependent kernels and that
+ * launch gap is a large part of each. The contract that keeps this exact:
+ *   - every kernel launched with rw_launch_pdl calls rw_pdl_begin() as its first statement,
+ *     before any global memory access. Its wait returns once the previous kernel of the stream
+ *     has completed and its writes are visible, exactly as with an ordinary launch; it is a no-op
+ *     for a kernel launched without the attribute;
+ *   - rw_pdl_begin() then lets the next kernel of the stream be scheduled. That kernel waits in
+ *     its own rw_pdl_begin() for this one to complete, so at most two kernels are in flight and
+ *     every dependency, transitive ones included, is ordered as before.
+ * Nothing computed changes, only when CTAs are scheduled. RW_PDL=0 in the environment launches
+ * ordinarily (read once per process). Captured into a CUDA graph, the attribute becomes a
+ * programmatic edge with the same meaning. */
+#ifndef RW_LAUNCH_CUH
+#define RW_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* First statement of every kernel launched with rw_launch_pdl. */
+__device__ __forceinline__ void rw_pdl_begin(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/* Whether launches use PDL: yes unless RW_PDL=0. */
+static inline bool rw_pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("RW_PDL");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on != 0;
+}
+
+/* kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute; the error is the launch's
+ * (cudaGetLastError reports it too). */
+template <typename... KArgs, typename... Args>
+static cudaError_t rw_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t s, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = rw_pdl_enabled() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
+#endif

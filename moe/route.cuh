@@ -1,0 +1,83 @@
+/* route.cuh - the MoE routing of one token by one warp, as device code for every kernel that
+ * routes: moe's route kernel (rw_moe_route_cuda) and the worker's router, which routes in the
+ * CTA that finishes a token group's logits. One function, so both give the same bits.
+ *
+ * softmax over the E logits (max, exp, sum, divide, in a fixed lane/xor order), then the k
+ * largest probabilities, ties to the lower expert id, optionally renormalised by their sum;
+ * the reference is rw_moe_route_ref (route.c). E <= 1024 (32 logits per lane in registers),
+ * k <= RW_MOE_MAX_TOPK. The logits are read with ld.global.cg: a caller may route logits that
+ * other CTAs of its grid wrote (after a fence and a counter), which this SM's L1 must not serve. */
+#ifndef RW_MOE_ROUTE_CUH
+#define RW_MOE_ROUTE_CUH
+
+#include <stdint.h>
+
+#define RW_MOE_MAX_TOPK 32
+
+/* Routes the token whose logits are l[0..E); lane 0 writes ids[0..k) and wts[0..k). Every lane of
+ * the warp calls it. */
+static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, int k, bool renorm,
+                                                         int32_t *ids, float *wts) {
+    const int lane = threadIdx.x & 31;
+    float v[32];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int e = i * 32 + lane;
+        v[i] = e < E ? __ldcg(l + e) : -INFINITY;
+        mx = fmaxf(mx, v[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int e = i * 32 + lane;
+        v[i] = e < E ? expf(v[i] - mx) : 0.0f;
+        s += v[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        v[i] = i * 32 + lane < E ? v[i] / s : -1.0f;
+    int32_t myid[RW_MOE_MAX_TOPK];
+    float myw[RW_MOE_MAX_TOPK];
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float bp = -2.0f;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < 32; i++) /* ascending expert id per lane: '>' keeps the lower id */
+            if (v[i] > bp) {
+                bp = v[i];
+                be = i * 32 + lane;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (op > bp || (op == bp && oe < be)) {
+                bp = op;
+                be = oe;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            if (i * 32 + lane == be) v[i] = -1.0f; /* taken */
+        if (j < RW_MOE_MAX_TOPK) {
+            myid[j] = be;
+            myw[j] = bp;
+        }
+        sum += bp;
+    }
+    if (lane == 0)
+        for (int j = 0; j < k; j++) {
+            ids[j] = myid[j];
+            wts[j] = renorm ? myw[j] / sum : myw[j];
+        }
+}
+
+#endif
