@@ -4,9 +4,8 @@
  * stream has finished, so its CTAs are resident and set up when that kernel ends instead of
  * being launched only then: at batch 1 a step is some 600 small dependent kernels and that
  * launch gap is a large part of each. The contract that keeps this exact:
- *   - every kernel launched with rw_launch_pdl calls rw_pdl_begin() before any global memory
- *     access (rw_prefetch_l2 of weights, which no kernel of the forward writes, may come first:
- *     a hint that changes no value, since L2 is coherent). Its wait returns once the previous kernel of the stream
+ *   - every kernel launched with rw_launch_pdl calls rw_pdl_begin() as its first statement,
+ *     before any global memory access. Its wait returns once the previous kernel of the stream
  *     has completed and its writes are visible, exactly as with an ordinary launch; it is a no-op
  *     for a kernel launched without the attribute;
  *   - rw_pdl_begin() then lets the next kernel of the stream be scheduled. That kernel waits in
@@ -30,13 +29,6 @@ __device__ __forceinline__ void rw_pdl_begin(void) {
 #endif
 }
 
-/* Asks L2 for bytes [p, p + n) (sm_90 bulk prefetch; p and n multiples of 16): a hint, nothing
- * waits for it. */
-__device__ __forceinline__ void rw_prefetch_l2(const void *p, uint32_t n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(n) : "memory");
-#endif
-}
 /* Whether launches use PDL: yes unless RW_PDL=0. */
 static inline bool rw_pdl_enabled(void) {
     static int on = -1;

@@ -84,9 +84,6 @@ template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0> struct gemm_c
  * than L2 (lm_head prefill) */
 #define GROUP_M 8
 
-/* the most weight bytes a call prefetches into L2 (gemm_args.prefetch); the H200's L2 is 50 MB */
-#define GEMM_PREFETCH_MAX (24u << 20)
-
 /* One launch's operands. */
 typedef struct gemm_args {
     const uint16_t *W, *x, *xlo;
@@ -97,11 +94,11 @@ typedef struct gemm_args {
     int S;              /* K slices */
     bool fold;          /* one CTA per tile walks every slice (else one CTA per slice) */
     int64_t span;       /* columns per slice (rw_k_gemm_slice_cols); the last slice ends at K */
-    bool prefetch;      /* the first token tile's CTAs prefetch their weights into L2 first */
 } gemm_args;
 
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false>
 __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g) {
+    rw_pdl_begin();
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG> C;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int last_cta;
@@ -122,16 +119,6 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
     const int64_t gsz = ntm - first_m < GROUP_M ? ntm - first_m : GROUP_M;
     const int64_t in = tile % per_group;
     const int m0 = (int)((first_m + in % gsz) * TN), n0 = (int)((in / gsz) * BN);
-    /* Before waiting for the kernel ahead (launch.cuh): the weights do not depend on it, so the
-     * CTAs of the first token tile ask L2 for their rows of W (their slice of K) while it runs.
-     * A hint only: L2 is coherent, the loads below read whatever is current. */
-    if (g.prefetch && m0 == 0) {
-        const int64_t kb = FOLD ? 0 : (int64_t)slice * g.span;
-        const int64_t ke = FOLD || slice == g.S - 1 ? K : kb + g.span;
-        for (int r = threadIdx.x; r < BN && n0 + r < N; r += C::THREADS)
-            rw_prefetch_l2(W + (int64_t)(n0 + r) * K + kb, (uint32_t)((ke - kb) * 2));
-    }
-    rw_pdl_begin();
     /* stages of KB columns: nps per slice, nlast in the last one (which ends at K) */
     const int nps = (int)((g.span + C::KB - 1) / C::KB);
     const int nlast = (int)((K - (int64_t)(g.S - 1) * g.span + C::KB - 1) / C::KB);
@@ -498,11 +485,8 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
     int sms = 0;
     RW_CHECK(rw_cuda_sm_count(&sms, err));
     const int S = rw_k_gemm_splits(N, K);
-    gemm_args g = {W, x, x_lo, N, K, M, Y, NULL, NULL, S, true, rw_k_gemm_slice_cols(K, S), false};
+    gemm_args g = {W, x, x_lo, N, K, M, Y, NULL, NULL, S, true, rw_k_gemm_slice_cols(K, S)};
     const gemm_tile t = pick_tile(N, M, S, sms, &g.fold);
-    /* decode-sized calls stream W once; prefetching it pays when it fits L2 with room to spare
-     * (q/k/v, o_proj: 21 and 17 MB in at most two waves), not for the lm_head (622 MB) */
-    g.prefetch = M <= 8 && (uint64_t)N * (uint64_t)K * 2 <= GEMM_PREFETCH_MAX;
     if (g.S > 1 && !g.fold) {
         const size_t need = rw_k_gemm_ws_bytes(N, K, M);
         if (!ws || ws_bytes < need || (uintptr_t)ws % 16)

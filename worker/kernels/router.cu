@@ -28,13 +28,10 @@ __global__ void __launch_bounds__(RT_WARPS * 32)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
                   float *__restrict__ wts, int32_t *__restrict__ cnt) {
+    rw_pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t t0 = (int64_t)blockIdx.x * RT_TT;
     const int64_t e0 = ((int64_t)blockIdx.y * RT_WARPS + warp) * RT_EW;
-    /* the first token group's CTAs ask L2 for the weights while the kernel ahead runs */
-    if (blockIdx.x == 0 && lane < RT_EW && e0 + lane < E)
-        rw_prefetch_l2(w + (e0 + lane) * H, (uint32_t)(H * 2));
-    rw_pdl_begin();
     const int nt = (int)(n - t0 < RT_TT ? n - t0 : RT_TT);
     if (e0 < E) { /* whole warps */
         float acc[RT_EW][RT_TT];
