@@ -66,12 +66,13 @@
 /* routing                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 /* One warp per token (route.cuh). */
+template <int EPL>
 __global__ void route_kernel(const float *__restrict__ logits, int64_t ntok, int E, int k,
                              bool renorm, int32_t *__restrict__ ids, float *__restrict__ wts) {
     rw_pdl_begin();
     const int64_t t = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (t >= ntok) return;
-    rw_moe_route_warp(logits + t * E, E, k, renorm, ids + t * k, wts + t * k);
+    rw_moe_route_warp<EPL>(logits + t * E, E, k, renorm, ids + t * k, wts + t * k);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -467,8 +468,12 @@ extern "C" rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E,
         return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
                           "moe route (cuda): E = %d (1..1024), k = %d (1..%d)", E, k, MAX_TOPK);
     const int wpb = 8;
-    (void)rw_launch_pdl(route_kernel, dim3((unsigned)((ntok + wpb - 1) / wpb)), wpb * 32, 0,
-                        (cudaStream_t)s, logits, ntok, E, k, renorm, ids, weights);
+    const dim3 grid((unsigned)((ntok + wpb - 1) / wpb));
+    const int epl = rw_moe_route_epl(E);
+    auto kern = epl == 4 ? route_kernel<4> : epl == 8 ? route_kernel<8>
+                                          : epl == 16 ? route_kernel<16> : route_kernel<32>;
+    (void)rw_launch_pdl(kern, grid, wpb * 32, 0, (cudaStream_t)s, logits, ntok, E, k, renorm, ids,
+                        weights);
     return RW_LAUNCH_CHECK(s, "moe route", err);
 }
 

@@ -4,7 +4,7 @@
  *
  * softmax over the E logits (max, exp, sum, divide, in a fixed lane/xor order), then the k
  * largest probabilities, ties to the lower expert id, optionally renormalised by their sum;
- * the reference is rw_moe_route_ref (route.c). E <= 1024 (32 logits per lane in registers),
+ * the reference is rw_moe_route_ref (route.c). E <= 1024 (up to 32 logits per lane in registers),
  * k <= RW_MOE_MAX_TOPK. The logits are read with ld.global.cg: a caller may route logits that
  * other CTAs of its grid wrote (after a fence and a counter), which this SM's L1 must not serve. */
 #ifndef RW_MOE_ROUTE_CUH
@@ -14,15 +14,18 @@
 
 #define RW_MOE_MAX_TOPK 32
 
-/* Routes the token whose logits are l[0..E); lane 0 writes ids[0..k) and wts[0..k). Every lane of
- * the warp calls it. */
+/* Routes the token whose logits are l[0..E); lanes 0..k-1 write ids[j] and wts[j] of pick j.
+ * EPL: logits per lane, E <= 32 EPL (rw_moe_route_epl); a smaller EPL only drops entries that are
+ * -inf (max) and 0 (sum, exact) for every E it admits, so every EPL gives the same bits. Every
+ * lane of the warp calls it. */
+template <int EPL>
 static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, int k, bool renorm,
                                                          int32_t *ids, float *wts) {
     const int lane = threadIdx.x & 31;
-    float v[32];
+    float v[EPL];
     float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < EPL; i++) {
         const int e = i * 32 + lane;
         v[i] = e < E ? __ldcg(l + e) : -INFINITY;
         mx = fmaxf(mx, v[i]);
@@ -32,7 +35,7 @@ static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, 
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < EPL; i++) {
         const int e = i * 32 + lane;
         v[i] = e < E ? expf(v[i] - mx) : 0.0f;
         s += v[i];
@@ -41,16 +44,16 @@ static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, 
     for (int o = 16; o > 0; o >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, o);
 #pragma unroll
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < EPL; i++)
         v[i] = i * 32 + lane < E ? v[i] / s : -1.0f;
-    int32_t myid[RW_MOE_MAX_TOPK];
-    float myw[RW_MOE_MAX_TOPK];
-    float sum = 0.0f;
+    /* pick j is kept by lane j (k <= 32): no per-thread array, so no local memory */
+    int32_t myid = 0;
+    float myw = 0.0f, sum = 0.0f;
     for (int j = 0; j < k; j++) {
         float bp = -2.0f;
         int be = 0x7fffffff;
 #pragma unroll
-        for (int i = 0; i < 32; i++) /* ascending expert id per lane: '>' keeps the lower id */
+        for (int i = 0; i < EPL; i++) /* ascending expert id per lane: '>' keeps the lower id */
             if (v[i] > bp) {
                 bp = v[i];
                 be = i * 32 + lane;
@@ -65,19 +68,23 @@ static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, 
             }
         }
 #pragma unroll
-        for (int i = 0; i < 32; i++)
+        for (int i = 0; i < EPL; i++)
             if (i * 32 + lane == be) v[i] = -1.0f; /* taken */
-        if (j < RW_MOE_MAX_TOPK) {
-            myid[j] = be;
-            myw[j] = bp;
+        if (lane == j) {
+            myid = be;
+            myw = bp;
         }
-        sum += bp;
+        sum += bp; /* the same sum, in pick order, in every lane */
     }
-    if (lane == 0)
-        for (int j = 0; j < k; j++) {
-            ids[j] = myid[j];
-            wts[j] = renorm ? myw[j] / sum : myw[j];
-        }
+    if (lane < k) {
+        ids[lane] = myid;
+        wts[lane] = renorm ? myw / sum : myw;
+    }
+}
+
+/* Logits per lane for E experts: the least of 4, 8, 16, 32 that holds them (E <= 1024). */
+static inline int rw_moe_route_epl(int E) {
+    return E <= 128 ? 4 : E <= 256 ? 8 : E <= 512 ? 16 : 32;
 }
 
 #endif

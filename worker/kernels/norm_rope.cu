@@ -7,13 +7,16 @@
 #include "launch.cuh"
 #include "norm_rope.h"
 
-/* One CTA per row; each thread keeps its elements (H <= 256 * 32) in registers between the two
- * passes. All loads of x, y and w are issued before the first store to x: interleaved, the compiler
- * must assume the store may alias the next load and waits out one memory round trip per element
- * (7-10 us for a 2048-wide row on an H200, ncu). The sum of squares keeps its element order. */
+/* One CTA per row; each thread keeps its PER elements (H <= 256 PER) in registers between the
+ * two passes. All loads of x, y and w are issued before the first store to x: interleaved, the
+ * compiler must assume the store may alias the next load and waits out one memory round trip per
+ * element (7-10 us for a 2048-wide row on an H200, ncu). PER is the least that holds the row, so
+ * the 2048-wide rows of the 30B-A3B shape keep the registers, and the CTAs per SM, of a prefill.
+ * The sum of squares keeps its element order for every PER. */
 #define NORM_THREADS 256
 #define NORM_MAXPER 32
 
+template <int PER>
 __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, int64_t H,
                                    float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32,
                                    const int32_t *rows) {
@@ -22,9 +25,9 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
     const int64_t t = blockIdx.x;
     const int64_t src = rows ? rows[t] : t;
     float *xt = x + src * H;
-    float v[NORM_MAXPER], yv[NORM_MAXPER], wv[NORM_MAXPER];
+    float v[PER], yv[PER], wv[PER];
 #pragma unroll
-    for (int j = 0; j < NORM_MAXPER; j++) {
+    for (int j = 0; j < PER; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
         v[j] = i < H ? xt[i] : 0.0f;
         yv[j] = y && i < H ? y[src * H + i] : 0.0f;
@@ -32,7 +35,7 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
     }
     float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < NORM_MAXPER; j++) {
+    for (int j = 0; j < PER; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
         if (i < H) {
             if (y) {
@@ -44,7 +47,7 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
     }
     const float r = rsqrtf(block_sum(ss, sh) / (float)H + eps);
 #pragma unroll
-    for (int j = 0; j < NORM_MAXPER; j++) {
+    for (int j = 0; j < PER; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
         if (i < H) {
             const float o = wv[j] * (v[j] * r);
@@ -62,8 +65,11 @@ static rw_status norm_launch(float *x, const float *y, const uint16_t *w, int64_
     if (H > NORM_THREADS * NORM_MAXPER)
         RW_FAIL(err, RW_E_UNSUPPORTED, "rmsnorm: H = %lld > %d", (long long)H,
                 NORM_THREADS * NORM_MAXPER);
-    (void)rw_launch_pdl(add_rmsnorm_kernel, dim3((unsigned)n), NORM_THREADS, 0, (cudaStream_t)s, x,
-                        y, w, H, eps, out_hi, out_lo, out_f32, rows);
+    auto kern = H <= NORM_THREADS * 8    ? add_rmsnorm_kernel<8>
+                : H <= NORM_THREADS * 16 ? add_rmsnorm_kernel<16>
+                                         : add_rmsnorm_kernel<NORM_MAXPER>;
+    (void)rw_launch_pdl(kern, dim3((unsigned)n), NORM_THREADS, 0, (cudaStream_t)s, x, y, w, H, eps,
+                        out_hi, out_lo, out_f32, rows);
     return LAUNCH_CHECK(s, what);
 }
 

@@ -23,8 +23,10 @@ static_assert(RT_WARPS >= RT_TT, "router: the last CTA routes one token per warp
  * the group's counter, which it then resets) routes the group's tokens, one per warp
  * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch
  * and its wait at batch 1. */
-template <bool ROUTE>
-__global__ void __launch_bounds__(RT_WARPS * 32)
+/* Four CTAs per SM (64 registers): the occupancy of the logits-only kernel, which a prefill's
+ * 2048 token groups per layer need; E <= 256 fits it without spilling. */
+template <bool ROUTE, int EPL = 4>
+__global__ void __launch_bounds__(RT_WARPS * 32, 4)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
                   float *__restrict__ wts, int32_t *__restrict__ cnt) {
@@ -94,8 +96,8 @@ __global__ void __launch_bounds__(RT_WARPS * 32)
     if (!last) return;
     __threadfence(); /* the other CTAs' logits after their counts */
     if (warp < nt)
-        rw_moe_route_warp(y + (t0 + warp) * E, (int)E, k, renorm, ids + (t0 + warp) * k,
-                          wts + (t0 + warp) * k);
+        rw_moe_route_warp<EPL>(y + (t0 + warp) * E, (int)E, k, renorm, ids + (t0 + warp) * k,
+                               wts + (t0 + warp) * k);
 }
 
 static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_err *err) {
@@ -132,7 +134,12 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
     if (!cnt || ncnt < rw_k_router_counters(n))
         RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
-    (void)rw_launch_pdl(router_kernel<true>, router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s,
-                        x, w, n, E, H, y, k, renorm, ids, wts, cnt);
+    const int epl = rw_moe_route_epl((int)E);
+    auto kern = epl == 4    ? router_kernel<true, 4>
+                : epl == 8  ? router_kernel<true, 8>
+                : epl == 16 ? router_kernel<true, 16>
+                            : router_kernel<true, 32>;
+    (void)rw_launch_pdl(kern, router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s, x, w, n, E, H,
+                        y, k, renorm, ids, wts, cnt);
     return LAUNCH_CHECK(s, "router");
 }
