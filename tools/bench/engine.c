@@ -249,6 +249,11 @@ rwb_floor rwb_floor_of(rw_model *m) {
     return f;
 }
 
+double rwb_prefill_attn_flops(const rw_config *cfg, int nprompt, int plen) {
+    const double pairs = (double)plen * (plen + 1) / 2.0; /* (query, key) pairs of one prompt */
+    return (double)cfg->num_layers * 2.0 * 2.0 * nprompt * pairs * cfg->num_heads * cfg->head_dim;
+}
+
 double rwb_floor_bytes(const rwb_floor *f, int batch, double ctx, double *experts) {
     double d = f->E * (1.0 - pow(1.0 - (double)f->k / f->E, batch));
     if (experts) *experts = d;
@@ -305,6 +310,9 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
     eo.max_running = B;
     eo.max_batch_tokens = B > 8192 ? B : 8192;
     eo.max_seq_len = P + N + 16;
+    /* every repetition sends the same prompts (the peer's): with the prefix cache on, the ones
+     * after the first would reuse the first one's prompt KV, which the peer computes each time */
+    eo.prefix_sharing = false;
     if (rw_engine_create(m, &eo, &e, &err) != RW_OK) {
         rwb_emit_error(c, "decode", "generate_bf16", &err);
         return;
@@ -350,11 +358,12 @@ static void run_generate(rwb_ctx *c, rw_model *m, double gbps) {
     rwb_set_int(j, "tokens", (int64_t)B * N);
     rwb_set_int(j, "generated_tokens", toks);
     rwb_set_int(j, "max_batch_tokens", eo.max_batch_tokens);
+    json_object_set_new(j, "prefix_sharing", json_false());
     rwb_set_str(j, "sampling", "greedy");
     rwb_line_stats(j, &s);
     rwb_line_rate(j, (double)B * N / s.median, "tok/s", floor_tok_s,
                   "decode memory floor at this batch and the mean context (prefill not counted)");
-    rwb_line_target(j, "G5", "rw generate tok/s >= 10 x peer (transformers generate) tok/s", -1);
+    rwb_line_target(j, "G5", "rw generate tok/s >= 20 x peer (transformers generate) tok/s", -1);
     if (toks != (int64_t)B * N * done_reps)
         rwb_set_str(j, "warning", "generated token count differs from batch x new x reps");
     rwb_emit(j);
@@ -514,17 +523,22 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
                                 g1 > 0 ? achieved >= 0.98 * g1 : -1);
         } else if (!quant && g1pt) {
             state(c)->g1_tok_s = achieved;
-            rwb_line_target(j, "G1", "decode tok/s >= 0.6 x memory floor (0.8 later)",
-                            achieved >= 0.6 * (B / floor_s));
+            rwb_line_target(j, "G1", "decode tok/s >= 0.85 x memory floor",
+                            achieved >= 0.85 * (B / floor_s));
         } else if (!quant && B == 1 && ctx == c->o.g1_ctx) {
             rwb_set_num(j, "target_max_s", 2.5e-3);
-            rwb_line_target(j, "G2", "decode latency at batch 1 <= 2.5 ms per token",
-                            st.median <= 2.5e-3);
+            rwb_line_target(j, "G2",
+                            "decode latency at batch 1 <= 2.5 ms per token and >= 0.6 x memory "
+                            "floor",
+                            st.median <= 2.5e-3 && achieved >= 0.6 * (B / floor_s));
         } else if (quant && g1pt) {
             double g1 = state(c)->g1_tok_s;
             if (g1 > 0) rwb_set_num(j, "vs_bf16", achieved / g1);
-            rwb_line_target(j, "G3", "mxfp8-last-8-bf16 decode tok/s >= 1.5 x bf16 (G1)",
-                            g1 > 0 ? achieved >= 1.5 * g1 : -1);
+            rwb_line_target(j, "G3",
+                            "mxfp8-last-8-bf16 decode tok/s >= 0.75 x its own memory floor and "
+                            ">= 1.25 x bf16 (G1)",
+                            g1 > 0 ? achieved >= 0.75 * (B / floor_s) && achieved >= 1.25 * g1
+                                   : -1);
         }
         rwb_emit(j);
     }
@@ -662,6 +676,10 @@ void rwb_mode_prefill(rwb_ctx *c) {
     eo.max_running = c->o.nprompt;
     eo.max_batch_tokens = c->o.prefill_max_tokens > 0 ? c->o.prefill_max_tokens : (int)T;
     eo.max_seq_len = c->o.plen + 16;
+    /* the same prompts every repetition: with the prefix cache on, every repetition after the
+     * warm-up found them cached and computed one token each (G4 read 20 ms for 16,384 tokens,
+     * "5.9 x the GEMM peak", from 1037e73 to 3727598) */
+    eo.prefix_sharing = false;
     if (rw_engine_create(m, &eo, &e, &err) != RW_OK) {
         rwb_emit_error(c, "prefill", "prefill_bf16", &err);
         return;
@@ -690,23 +708,35 @@ void rwb_mode_prefill(rwb_ctx *c) {
     }
     rw_engine_destroy(e);
     rwb_stats s = rwb_stats_of(smp, done_reps);
-    const double achieved = flops / s.median / 1e12;
+    /* G4 counts the model's FLOPs: the GEMMs and causal attention (q.k and p.v over the keys at
+     * or before each query), each once */
+    const double attn_flops = rwb_prefill_attn_flops(cfg, c->o.nprompt, c->o.plen);
+    const double achieved = (flops + attn_flops) / s.median / 1e12;
     json_t *j = rwb_line(c, "prefill", "prefill_bf16");
     rwb_set_int(j, "tokens", T);
     rwb_set_int(j, "nprompt", c->o.nprompt);
     rwb_set_int(j, "plen", c->o.plen);
     rwb_set_int(j, "max_batch_tokens", eo.max_batch_tokens);
     rwb_set_num(j, "gemm_flops", flops);
+    rwb_set_num(j, "attention_flops", attn_flops);
+    json_object_set_new(j, "prefix_sharing", json_false());
     rwb_line_stats(j, &s);
     rwb_line_rate(j, achieved, "TFLOP/s", ceil_8192,
-                  "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs only");
+                  "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs and "
+                  "attention, each once");
+    rwb_set_num(j, "achieved_gemm_only", flops / s.median / 1e12);
     rwb_set_num(j, "tok_per_s", (double)T / s.median);
-    if (ceil_shapes > 0) {
+    if (ceil_shapes > 0) { /* the GEMMs alone against cuBLASLt on the same shapes */
         rwb_set_num(j, "ceiling_shapes", ceil_shapes);
-        rwb_set_num(j, "ratio_shapes", achieved / ceil_shapes);
+        rwb_set_num(j, "ratio_shapes", flops / s.median / 1e12 / ceil_shapes);
     }
-    rwb_line_target(j, "G4", "prefill GEMM TFLOP/s >= 0.5 x bf16 GEMM 8192^3",
-                    ceil_8192 > 0 ? achieved >= 0.5 * ceil_8192 : -1);
+    /* more than the GEMM peak is not a measurement of this prefill (the bug that a warm prefix
+     * cache once hid here): no verdict then */
+    const bool sane = ceil_8192 > 0 && achieved <= 1.1 * ceil_8192;
+    if (ceil_8192 > 0 && !sane)
+        rwb_set_str(j, "warning", "above the GEMM peak: not a measurement of prefill work");
+    rwb_line_target(j, "G4", "prefill model TFLOP/s (GEMMs and attention) >= 0.45 x bf16 GEMM 8192^3",
+                    sane ? achieved >= 0.45 * ceil_8192 : -1);
     rwb_emit(j);
 }
 

@@ -121,12 +121,14 @@ void rwb_fwd_decode_lines(rwb_ctx *c, bool quant, int batch, int ctx, const char
         rwb_set_num(j, "hbm_gbps", jnum(o, "hbm_gbs_measured"));
         json_object_set(j, "raw", o);
         int met = -1;
+        /* the thresholds of docs/TARGETS.md; fl is this model's own floor in tok/s */
         if (target_id && !strcmp(target_id, "G1/forward"))
-            met = isfinite(ach / fl) ? ach >= 0.6 * fl : -1;
-        if (target_id && !strcmp(target_id, "G2/forward")) met = isfinite(med) ? med <= 2.5e-3 : -1;
+            met = isfinite(ach / fl) ? ach >= 0.85 * fl : -1;
+        if (target_id && !strcmp(target_id, "G2/forward"))
+            met = isfinite(med) && isfinite(ach / fl) ? med <= 2.5e-3 && ach >= 0.6 * fl : -1;
         if (target_id && !strcmp(target_id, "G3/forward") && tok_s && *tok_s > 0) {
             rwb_set_num(j, "vs_bf16", ach / *tok_s);
-            met = ach >= 1.5 * *tok_s;
+            met = isfinite(ach / fl) ? ach >= 1.25 * *tok_s && ach >= 0.75 * fl : -1;
         }
         rwb_line_target(j, target_id,
                         target_id ? "forward pass only, see the target row above" : NULL, met);
@@ -164,23 +166,27 @@ void rwb_fwd_prefill_lines(rwb_ctx *c, double ceil_8192) {
         const json_t *b = json_object_get(o, "bench");
         if (!json_is_string(b) || strcmp(json_string_value(b), "prefill") != 0) continue;
         const double fwd = jnum(o, "forward_ms") * 1e-3, tf = jnum(o, "gemm_tflop_per_forward");
-        const double ach = tf / fwd;
+        const double ta = jnum(o, "attention_tflop_per_forward");
+        const double ach = (tf + ta) / fwd; /* G4 counts GEMMs and attention, each once */
         json_t *j = rwb_line(c, "prefill", "prefill_forward_bf16");
         rwb_set_str(j, "source", "rwb_fwd_prefill (one forward pass, median of 3)");
         rwb_set_int(j, "tokens", (int64_t)bo.nprompt * bo.plen);
         rwb_set_int(j, "nprompt", bo.nprompt);
         rwb_set_int(j, "plen", bo.plen);
         rwb_set_num(j, "gemm_flops", tf * 1e12);
+        rwb_set_num(j, "attention_flops", ta * 1e12);
         rwb_set_num(j, "median_s", fwd);
         json_object_set_new(j, "p10_s", json_null());
         json_object_set_new(j, "p90_s", json_null());
         rwb_set_int(j, "reps", 3);
         rwb_line_rate(j, ach, "TFLOP/s", ceil_8192,
-                      "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs only");
+                      "cuBLASLt bf16 GEMM 8192^3 (same run); FLOPs of the model's GEMMs and "
+                      "attention, each once");
+        rwb_set_num(j, "achieved_gemm_only", tf / fwd);
         rwb_set_num(j, "tok_per_s", jnum(o, "tokens_per_s"));
         json_object_set(j, "raw", o);
         rwb_line_target(j, "G4/forward", "forward pass only, see the target row above",
-                        ceil_8192 > 0 && isfinite(ach) ? ach >= 0.5 * ceil_8192 : -1);
+                        ceil_8192 > 0 && isfinite(ach) ? ach >= 0.45 * ceil_8192 : -1);
         rwb_emit(j);
         found++;
     }
