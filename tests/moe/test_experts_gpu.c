@@ -49,9 +49,8 @@ static void layer_free_dev(const rw_layer_weights *lw) {
     }
 }
 
-static void test_route(void **state) {
-    (void)state;
-    const int E = 128, k = 8, T = 333;
+/* moe's route kernel against rw_moe_route_ref: E experts, top-k, T tokens, one tie. */
+static void route_case(int E, int k, int T) {
     float *l = malloc(sizeof(float) * T * E);
     rw_rng r;
     rw_rng_seed(&r, 3);
@@ -86,6 +85,16 @@ static void test_route(void **state) {
     free(gids);
     free(w);
     free(gw);
+}
+
+/* Every width of the routing's logits per lane (route.cuh: 4, 8, 16, 32 for E up to 128, 256,
+ * 512, 1024). */
+static void test_route(void **state) {
+    (void)state;
+    route_case(128, 8, 333);
+    route_case(200, 8, 41);
+    route_case(512, 16, 17);
+    route_case(1000, 32, 9);
 }
 
 /* Random routing of the batch (one assignment made non-local) and the CPU reference of the layer

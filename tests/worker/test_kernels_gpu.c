@@ -536,6 +536,8 @@ static void test_router(void **state) {
     router_case(8, 128, 2048, 8, 17);
     router_case(13, 8, 128, 2, 18);
     router_case(300, 60, 512, 4, 20);
+    router_case(9, 200, 256, 8, 22);  /* 8 logits per lane in the routing */
+    router_case(20, 520, 256, 16, 24); /* 32 */
 }
 
 /* The sampling kernel on n requests p over logits l [rows, V]: the results into got, after
