@@ -42,6 +42,9 @@ typedef struct rwb_fwd_opts {
     int expert_tokens[RWB_FWD_MAX_SHAPES];
     int nexpert_tokens;
     int kernel_layers;
+    /* kernels: token counts of the dense GEMMs alone (q/k/v, o_proj, lm_head; none by default) */
+    int dense_tokens[RWB_FWD_MAX_SHAPES];
+    int ndense_tokens;
 } rwb_fwd_opts;
 rwb_fwd_opts rwb_fwd_opts_default(void);
 
@@ -54,9 +57,19 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err);
 rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err);
 
 /* kernels: attention (rw_k_attention, the engine's split) and the expert layer
- * (rw_moe_experts_cuda, on rwb_route_expert's routing) alone, for G6 and G7 (kernels.c); one line
- * per shape with its time, bytes or FLOPs. */
+ * (rw_moe_experts_cuda, on rwb_route_expert's routing) alone, for G6 and G7 (kernels.c), and the
+ * dense GEMMs at o->dense_tokens (rwb_fwd_dense); one line per shape with its time, bytes or
+ * FLOPs. */
 rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err);
+/* The dense GEMMs alone at M tokens (kernels_dense.c): rw_k_gemm on the model's fused q/k/v,
+ * o_proj and lm_head weights with a hi + lo input pair, rotating over up to RWB_DENSE_MAX_LAYERS
+ * layers; one line each with its time, bytes and FLOPs. CUDA builds; the model's attention bf16. */
+#define RWB_DENSE_MAX_LAYERS 64
+rw_status rwb_fwd_dense(struct rw_model *m, int64_t M, uint64_t seed, FILE *out, rw_err *err);
+/* Median seconds of one call of fn(ctx, rep) on stream `st` (a cudaStream_t) over 5 groups of
+ * repetitions of about 20 ms each, after 2 warm-up calls (kernels.c). */
+typedef rw_status (*rwb_kern_fn)(void *ctx, int rep, rw_err *err);
+rw_status rwb_time_kernel(rwb_kern_fn fn, void *ctx, void *st, double *sec, rw_err *err);
 /* Expert j of `token` in the kernel benchmark's routing, given the token's first j experts
  * `chosen`: the first of rw_rand_u64_at(seed, token * 1024 + c) % E, c = 0, 1, ..., that is not
  * among them (k distinct experts, uniform). tools/peer/torch_kernels.py computes the same. */

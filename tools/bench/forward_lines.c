@@ -216,6 +216,34 @@ int rwb_print_routing(const rw_config *cfg, uint64_t seed, long tokens) {
     return 0;
 }
 
+/* A dense GEMM of rwb_fwd_dense as an rw-bench line: against the HBM copy bandwidth of this run
+ * (the bytes it must move) and cuBLASLt on the same shape (bf16 input alone, bf16 output: less
+ * work than rw's hi + lo pair and fp32 output), timed here; no target of its own (G1, G2 and G4
+ * judge the whole step). */
+static void dense_line(rwb_ctx *c, const json_t *o, double copy_gbs, rwb_gemm *g) {
+    char what[96];
+    snprintf(what, sizeof what, "%s_m%d", json_string_value(json_object_get(o, "what")),
+             (int)jnum(o, "tokens"));
+    json_t *j = rwb_line(c, "kernels", what);
+    const double sec = jnum(o, "seconds");
+    rwb_set_num(j, "median_s", sec);
+    rwb_set_int(j, "reps", 5);
+    rwb_line_rate(j, jnum(o, "gbs"), "GB/s", copy_gbs,
+                  "HBM device-to-device copy (read + write), same run");
+    double t = 0;
+    rw_err err = {0};
+    if (g && rwb_measure_gemm(c, g, "kernels", what, (int64_t)jnum(o, "n"), (int64_t)jnum(o, "tokens"),
+                              (int64_t)jnum(o, "k"), 1, false, &t, &err) == RW_OK &&
+        t > 0) {
+        rwb_set_num(j, "cublaslt_s", t);
+        rwb_set_num(j, "vs_cublaslt", t / sec); /* > 1: rw is faster */
+    } else if (g) {
+        rwb_set_str(j, "cublaslt_error", err.msg);
+    }
+    json_object_set(j, "raw", (json_t *)o);
+    rwb_emit(j);
+}
+
 /* One kernel result of rwb_fwd_kernels as an rw-bench line: decode attention and the experts
  * against the HBM copy bandwidth of this run (bytes they must read), prefill attention in
  * TFLOP/s (its ceiling is the peer's, tools/peer/torch_kernels.py). */
@@ -258,20 +286,35 @@ void rwb_mode_kernels(rwb_ctx *c) {
     bo.nattn = c->o.nkattn;
     memcpy(bo.expert_tokens, c->o.ktokens, sizeof c->o.ktokens);
     bo.nexpert_tokens = c->o.nktokens;
+    /* the dense GEMMs at the token counts the GEMM tests use */
+    static const int dense_m[] = {1, 7, 64, 256, 2048};
+    bo.ndense_tokens = (int)(sizeof dense_m / sizeof dense_m[0]);
+    memcpy(bo.dense_tokens, dense_m, sizeof dense_m);
     rw_status st;
     json_t *arr = capture_all(rwb_fwd_kernels, &bo, &st, &err);
     if (!arr) {
         rwb_emit_error(c, "kernels", "kernels", &err);
         return;
     }
+    /* cuBLASLt for the dense lines, created after the kernels ran (their model is freed) */
+    rwb_gemm *g = NULL;
+    if (rwb_gemm_create(c->o.gpu0, &g, &err) != RW_OK) {
+        rwb_emit_error(c, "kernels", "cublaslt", &err);
+        g = NULL;
+    }
     size_t i;
     json_t *o;
     json_array_foreach(arr, i, o) {
         const json_t *b = json_object_get(o, "bench");
-        if (json_is_string(b) && !strcmp(json_string_value(b), "kernel") &&
-            json_is_string(json_object_get(o, "what")))
+        const json_t *w = json_object_get(o, "what");
+        if (!json_is_string(b) || strcmp(json_string_value(b), "kernel") || !json_is_string(w))
+            continue;
+        if (!strncmp(json_string_value(w), "dense_", 6))
+            dense_line(c, o, gbs, g);
+        else
             kernel_line(c, o, gbs);
     }
+    rwb_gemm_destroy(g);
     json_decref(arr);
     if (st != RW_OK) rwb_emit_error(c, "kernels", "kernels", &err);
 }

@@ -13,7 +13,10 @@
  *   engine passes them (a hi + lo activation pair) and, for reference, bf16 alone. Repetitions
  *   rotate over the layers of a small model so the touched expert weights do not stay in L2.
  *
- * Timing: CUDA events around groups of repetitions after a warm-up; the median of 5 groups. */
+ * - the dense GEMMs: kernels_dense.c.
+ *
+ * Timing (rwb_time_kernel): CUDA events around groups of repetitions after a warm-up; the median
+ * of 5 groups. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,11 +49,9 @@ rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
 #include "kernels/attention.h"
 #include "rw_moe.h"
 
-typedef rw_status (*kern_fn)(void *ctx, int rep, rw_err *err);
-
-/* Median seconds of one call of fn over 5 groups of repetitions, after 2 warm-up calls; a group
- * lasts about 20 ms (3 to 200 calls). */
-static rw_status time_kernel(kern_fn fn, void *ctx, cudaStream_t st, double *sec, rw_err *err) {
+/* A group lasts about 20 ms: 3 to 200 calls. */
+rw_status rwb_time_kernel(rwb_kern_fn fn, void *ctx, void *stream, double *sec, rw_err *err) {
+    cudaStream_t st = (cudaStream_t)stream;
     cudaEvent_t a = NULL, b = NULL;
     rw_status rs = RW_OK;
     RW_CUDA_CHECKGOTO(err, cudaEventCreate(&a), rs, done);
@@ -175,7 +176,7 @@ static rw_status bench_attention(rw_model *m, int nseq, int kv, bool prefill, ui
                  done);
     a.nsplit = rw_cuda_be_attn_split(m, a.ntok, a.ntiles, kv, &a.part, &a.part_bytes);
     double sec = 0;
-    RW_CHECKGOTO(time_kernel(attn_call, &a, a.st, &sec, err), st, done);
+    RW_CHECKGOTO(rwb_time_kernel(attn_call, &a, a.st, &sec, err), st, done);
     const double kv_bytes = (double)nseq * kv * a.nkv * a.hd * 2.0 * 2.0;
     const double flop = 4.0 * nseq * ((double)kv * (kv + 1) / 2) * a.nh * a.hd;
     if (prefill)
@@ -279,7 +280,7 @@ static rw_status bench_experts(rw_model *m, int64_t T, uint64_t seed, FILE *out,
         uint16_t *lo = r.xlo;
         if (!pair) r.xlo = NULL;
         double sec = 0;
-        st = time_kernel(moe_call, &r, r.st, &sec, err);
+        st = rwb_time_kernel(moe_call, &r, r.st, &sec, err);
         r.xlo = lo;
         if (st != RW_OK) goto done;
         fprintf(out,
@@ -322,6 +323,10 @@ rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     for (int i = 0; i < o->nexpert_tokens; i++) {
         fprintf(stderr, "rw-bench: kernels: experts %d tokens\n", o->expert_tokens[i]);
         RW_CHECKGOTO(bench_experts(m, o->expert_tokens[i], o->seed, out, err), st, done);
+    }
+    for (int i = 0; i < o->ndense_tokens; i++) {
+        fprintf(stderr, "rw-bench: kernels: dense GEMMs at %d tokens\n", o->dense_tokens[i]);
+        RW_CHECKGOTO(rwb_fwd_dense(m, o->dense_tokens[i], o->seed + 7, out, err), st, done);
     }
     st = RW_OK;
 done:
