@@ -22,9 +22,8 @@ static_assert(RT_WARPS >= RT_TT, "router: the last CTA routes one token per warp
 /* ROUTE: the CTA that completes a token group's logits (the last of its gridDim.y CTAs to bump
  * the group's counter, which it then resets) routes the group's tokens, one per warp
  * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch
- * and its wait at batch 1. */
-/* Four CTAs per SM (64 registers): the occupancy of the logits-only kernel, which a prefill's
- * 2048 token groups per layer need; E <= 256 fits it without spilling. */
+ * and its wait at batch 1. Four CTAs per SM (64 registers): the occupancy of the logits-only
+ * kernel, which a prefill's 2048 token groups per layer need; E <= 256 fits it without spilling. */
 template <bool ROUTE, int EPL = 4>
 __global__ void __launch_bounds__(RT_WARPS * 32, 4)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
