@@ -249,11 +249,6 @@ rwb_floor rwb_floor_of(rw_model *m) {
     return f;
 }
 
-double rwb_prefill_attn_flops(const rw_config *cfg, int nprompt, int plen) {
-    const double pairs = (double)plen * (plen + 1) / 2.0; /* (query, key) pairs of one prompt */
-    return (double)cfg->num_layers * 2.0 * 2.0 * nprompt * pairs * cfg->num_heads * cfg->head_dim;
-}
-
 double rwb_floor_bytes(const rwb_floor *f, int batch, double ctx, double *experts) {
     double d = f->E * (1.0 - pow(1.0 - (double)f->k / f->E, batch));
     if (experts) *experts = d;

@@ -31,10 +31,6 @@ rwb_floor rwb_floor_of(rw_model *m);
  * E (1 - (1 - k/E)^batch) per layer (*experts gets it), + the KV read. */
 double rwb_floor_bytes(const rwb_floor *f, int batch, double ctx, double *experts);
 
-/* FLOPs of causal attention over nprompt prompts of plen tokens, every layer: q.k and p.v (2
- * FLOPs per multiply-add) for each query and each key at or before it, every head. */
-double rwb_prefill_attn_flops(const rw_config *cfg, int nprompt, int plen);
-
 /* Frees every finished output of e. */
 void rwb_free_outputs(rw_engine *e);
 

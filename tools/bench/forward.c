@@ -18,6 +18,11 @@ rwb_fwd_opts rwb_fwd_opts_default(void) {
                           .seed = 1};
 }
 
+double rwb_prefill_attn_flops(const rw_config *cfg, int nprompt, int plen) {
+    const double pairs = (double)plen * (plen + 1) / 2.0; /* (query, key) pairs of one prompt */
+    return (double)cfg->num_layers * 2.0 * 2.0 * nprompt * pairs * cfg->num_heads * cfg->head_dim;
+}
+
 #ifndef RW_HAVE_CUDA
 rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     (void)o, (void)out;
@@ -560,8 +565,7 @@ rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     const double f_moe = 2.0 * T * K * (2.0 * P * H + (double)H * P);
     const double f_lm = 2.0 * NP * (double)m->d.v_local * H;
     const double f_gemm = cfg.num_layers * (f_dense + f_moe) + f_lm;
-    const double f_attn =
-        cfg.num_layers * 2.0 * 2.0 * NP * ((double)L * (L + 1) / 2) * m->d.nh_local * cfg.head_dim;
+    const double f_attn = rwb_prefill_attn_flops(&cfg, NP, L);
     const double dense_tfs = w->attn_fmt == RW_WFMT_BF16 ? f_dense / tg_dense / 1e12 : 0;
     const double moe_tfs = f_moe / tg_moe / 1e12;
     const double layer_gemm_s = (w->attn_fmt == RW_WFMT_BF16 ? tg_dense : 0) + tg_moe;

@@ -61,6 +61,10 @@ rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err);
  * dense GEMMs at o->dense_tokens (rwb_fwd_dense); one line per shape with its time, bytes or
  * FLOPs. */
 rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err);
+/* FLOPs of causal attention over nprompt prompts of plen tokens, every layer: q.k and p.v (2
+ * FLOPs per multiply-add) for each query and each key at or before it, every head (G4 counts
+ * them beside the GEMMs' FLOPs). */
+double rwb_prefill_attn_flops(const rw_config *cfg, int nprompt, int plen);
 /* The dense GEMMs alone at M tokens (kernels_dense.c): rw_k_gemm on the model's fused q/k/v,
  * o_proj and lm_head weights with a hi + lo input pair, rotating over up to RWB_DENSE_MAX_LAYERS
  * layers; one line each with its time, bytes and FLOPs. CUDA builds; the model's attention bf16. */
