@@ -297,13 +297,19 @@ void rwb_mode_kernels(rwb_ctx *c) {
         return;
     }
     /* cuBLASLt for the dense lines, created after the kernels ran (their model is freed) */
-    rwb_gemm *g = NULL;
-    if (rwb_gemm_create(c->o.gpu0, &g, &err) != RW_OK) {
-        rwb_emit_error(c, "kernels", "cublaslt", &err);
-        g = NULL;
-    }
     size_t i;
     json_t *o;
+    bool dense = false;
+    json_array_foreach(arr, i, o) {
+        const json_t *w = json_object_get(o, "what");
+        dense |= json_is_string(w) && !strncmp(json_string_value(w), "dense_", 6);
+    }
+    rwb_gemm *g = NULL;
+    rw_err gerr = {0};
+    if (dense && rwb_gemm_create(c->o.gpu0, &g, &gerr) != RW_OK) {
+        rwb_emit_error(c, "kernels", "cublaslt", &gerr);
+        g = NULL;
+    }
     json_array_foreach(arr, i, o) {
         const json_t *b = json_object_get(o, "bench");
         const json_t *w = json_object_get(o, "what");
