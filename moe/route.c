@@ -1,6 +1,6 @@
 /* route.c - MoE routing reference: fp32 softmax over all router logits, top-k (ties to the lower
  * expert index), renormalisation of the selected weights when norm_topk_prob is set. The CUDA
- * routing kernel (experts.cu) follows the same rules. */
+ * routing (route.cuh, in route.cu and the worker's router) follows the same rules. */
 #include <math.h>
 
 #include "rw_moe.h"

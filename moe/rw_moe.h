@@ -249,7 +249,7 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
                                 const float *weights, int k, float *out, void *ws,
                                 size_t ws_bytes, rw_err *err);
 
-/* CUDA versions (experts.cu; RW_E_NO_DEVICE without CUDA). Device pointers, work on `s`.
+/* CUDA versions (route.cu, experts.cu; RW_E_NO_DEVICE without CUDA). Device pointers, work on `s`.
  * Routing: same rule as rw_moe_route_ref (ties to the lower id), E <= 1024, k <= 32.
  * Experts: x is bf16 [ntok, H] (the GEMM input), out [ntok, H] fp32 is accumulated into (+=) as
  * in the reference; quantized experts are dequantized to bf16 tile by tile (weight-only).

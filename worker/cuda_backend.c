@@ -1,8 +1,9 @@
 /* cuda_backend.c - the CUDA backend: the Qwen3-MoE forward pass on one GPU rank. Own kernels for
  * everything: dense GEMMs (kernels/gemm.h: q, k, v, o, lm_head), norms, RoPE, paged attention,
- * routing, experts (moe/experts.cu) and sampling (worker/kernels/); NCCL all-reduce / all-gather
- * through rw_comm; decode steps replayed from CUDA graphs. This file: the design, init / destroy
- * and the ops table; the work is spread over the cuda_*.c files listed in cuda_be.h.
+ * routing, experts (moe/route.cu, moe/experts.cu) and sampling (worker/kernels/); NCCL
+ * all-reduce / all-gather through rw_comm; decode steps replayed from CUDA graphs. This file: the
+ * design, init / destroy and the ops table; the work is spread over the cuda_*.c files listed in
+ * cuda_be.h.
  *
  * Precision: the residual stream, norms, q, router logits, softmaxes and accumulations are fp32;
  * every GEMM input (normed hidden states, attention output, expert activations, final-normed

@@ -8,7 +8,7 @@
  * not 15 of 16 rows. K is streamed through a cp.async pipeline of 2-6 stages of KC blocks of 64
  * columns; shared-memory tiles are [rows][8 x 16-byte chunks] per 64-column block with chunk c of
  * row r stored at c ^ (r & 7), so ldmatrix reads are free of bank conflicts (the layout of
- * moe/experts.cu). Rows n >= N, tokens m >= M and columns past the slice are zero-filled by
+ * moe/expert_gemm.cu). Rows n >= N, tokens m >= M and columns past the slice are zero-filled by
  * cp.async with a source size of 0.
  *
  * K split. A weight of few rows (o_proj: 2048 x 4096) gives too few tiles to keep every SM

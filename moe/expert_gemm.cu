@@ -1,0 +1,318 @@
+/* expert_gemm.cu - the expert layer's grouped GEMM passes on the packed layout: w13 with SiLU and
+ * w2, bf16 / mxfp8 / fp8-block weights, one input or the hi + lo pair (experts_internal.cuh:
+ * moe_gemm_pass); the pipeline, the layouts and the arithmetic are described in experts.cu. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "experts_internal.cuh"
+#include "launch.cuh"
+#include "mma.cuh"
+
+/* Warps of a CTA: 4 along the 128 weight rows (32 each) times MOE_WN(TN) along the TN tokens.
+ * Wide (prefill) tiles split their tokens over 2 warp columns: 8 warps per SM instead of 4 hide the
+ * ldmatrix -> mma latency that one warp per scheduler leaves exposed, and halve the accumulators
+ * per thread. Narrow (decode) tiles keep 4 warps: 8 warps of 16 rows each measured slower from
+ * 16 tokens up on an H200 (docs/BENCHMARKS.md); with 16 rows a warp loads the same B fragments
+ * for half as many MMAs. Which warp computes an output does not change how: one thread, one
+ * k16 order. */
+#define MOE_WN(TN) ((TN) >= 128 ? 2 : 1)
+#define MOE_THREADS_FOR(TN) (128 * MOE_WN(TN))
+/* cp.async pipeline depth: narrow (decode) tiles are pure weight streaming and keep one more
+ * 16 KB weight block in flight */
+#define MOE_STAGES_FOR(TN) ((TN) <= 32 ? 4 : 3)
+/* A decode grid of at most one wave (a one-token step: 8 x 12 and 8 x 16 CTAs) has few CTAs to
+ * share the memory system, so each keeps more weight blocks in flight: 6 stages. Larger grids
+ * keep 4, which leaves room for 2 CTAs per SM. */
+#define MOE_DEEP_STAGES 6
+/* packed row -> canonical local row (w13: interleave + shuffle inverse; w2: shuffle inverse) */
+__device__ __forceinline__ int64_t canon13(int64_t n, int64_t P) {
+    const int64_t i = 32 * (n / 32) + 4 * (n % 8) + (n % 32) / 8;
+    return (i % 2 == 0) ? i / 2 : P + i / 2;
+}
+__device__ __forceinline__ int64_t unshuffle(int64_t n) {
+    return 32 * (n / 32) + 4 * (n % 8) + (n % 32) / 8;
+}
+
+/* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
+ * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
+ * and the w13 epilogue writes act + act_lo. */
+template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN)>
+__global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args g) {
+    rw_pdl_begin();
+    constexpr int MOE_THREADS = MOE_THREADS_FOR(TN), NTW = TN / MOE_WN(TN); /* tokens per warp */
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int tile = blockIdx.x;
+    if (tile >= *g.ntiles) return;
+    const int2 td = g.tiles[tile];
+    const int e = td.x, r0 = td.y;
+    const int rend = g.off[e + 1];
+    const int64_t m0 = (int64_t)blockIdx.y * MOE_BM;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp & 3, wn = warp >> 2; /* 32 weight rows, NTW tokens */
+    const int nkb = (int)(g.K / 64);
+
+    /* layout: [stage][A 16 KB | B TN*128 B] for bf16; quantized: [stage][A8 8 KB | B], then one
+     * bf16 A tile the stage is dequantized into. SPLIT: B is followed by the B_lo tile. */
+    constexpr int A_BYTES = MOE_BM * 128;
+    constexpr int A8_BYTES = MOE_BM * 64;
+    constexpr int B_BYTES = TN * 128;
+    constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + (SPLIT ? 2 : 1) * B_BYTES;
+    uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only */
+    /* mxfp8: the UE8M0 scales of the CTA's 128 rows over all of K, one contiguous swizzled run of
+     * scale_cols * 512 bytes (rw_moe_scale_swizzle with m / 128 fixed), loaded with the first
+     * stage so the K loop never waits on a global load for its scales */
+    uint8_t *ssc = deq + MOE_BM * 128;
+    __shared__ int64_t brow_src[TN];    /* element offset of each B row, -1 = zero row */
+    __shared__ float rscale[MOE_BM][2]; /* per-row scales of the current 64-column block */
+
+    for (int r = tid; r < TN; r += MOE_THREADS) {
+        const int sr = r0 + r;
+        int64_t src = -1;
+        if (sr < rend) src = W13 ? (int64_t)(g.perm[sr] / g.k) * g.H : (int64_t)sr * g.P;
+        brow_src[r] = src;
+    }
+    __syncthreads();
+
+    const uint8_t *wexp = (const uint8_t *)g.w + (int64_t)e * g.w_expert;
+    auto load_stage = [&](int st, int kb) {
+        uint8_t *sa = smem + st * STAGE;
+        uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
+        if (FMT == FMT_BF16) {
+            /* [K/64, M, 64]: rows m0.. of block kb are 16 KB contiguous */
+            const uint8_t *src = wexp + ((int64_t)kb * g.M + m0) * 128;
+#pragma unroll
+            for (int i = 0; i < A_BYTES / 16 / MOE_THREADS; i++) {
+                const int q = i * MOE_THREADS + tid, r = q >> 3, c = q & 7;
+                rw_cp_async16(sa + rw_swz128(r, c), src + (int64_t)q * 16, 16);
+            }
+        } else {
+            /* e4m3 [M, K]: 64 bytes of row n at n*K + kb*64; fp8-block rows are in canonical
+             * order and read through the packed->canonical map so the epilogue is shared */
+#pragma unroll
+            for (int i = 0; i < A8_BYTES / 16 / MOE_THREADS; i++) {
+                const int q = i * MOE_THREADS + tid, r = q >> 2, c = q & 3;
+                int64_t n = m0 + r;
+                if (FMT == FMT_FP8B && W13) n = canon13(n, g.P);
+                rw_cp_async16(sa + r * 64 + c * 16, wexp + n * g.K + (int64_t)kb * 64 + c * 16, 16);
+            }
+        }
+        const int chunks = TN * 8;
+        for (int q = tid; q < chunks; q += MOE_THREADS) {
+            const int r = q >> 3, c = q & 7;
+            const int64_t s = brow_src[r];
+            const int64_t o = (s < 0 ? 0 : s) + (int64_t)kb * 64 + c * 8;
+            rw_cp_async16(sb + rw_swz128(r, c), g.xin + o, s < 0 ? 0 : 16);
+            if (SPLIT) rw_cp_async16(sb + B_BYTES + rw_swz128(r, c), g.xin_lo + o, s < 0 ? 0 : 16);
+        }
+    };
+
+    float acc[2][NTW / 8][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < NTW / 8; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                acc[a][b][c] = 0.0f;
+
+    if (FMT == FMT_MX) { /* joins the first stage's commit group */
+        const uint8_t *src =
+            (const uint8_t *)g.wscale + (int64_t)e * g.s_expert + (m0 / 128) * g.scale_cols * 512;
+        for (int64_t q = tid; q < g.scale_cols * 32; q += MOE_THREADS)
+            rw_cp_async16(ssc + q * 16, src + q * 16, 16);
+    }
+#pragma unroll
+    for (int s = 0; s < MOE_STAGES - 1; s++) {
+        if (s < nkb) load_stage(s, s);
+        rw_cp_async_commit();
+    }
+    for (int kb = 0; kb < nkb; kb++) {
+        rw_cp_async_wait<MOE_STAGES - 2>();
+        __syncthreads();
+        const int st = kb % MOE_STAGES;
+        uint8_t *sa = smem + st * STAGE;
+        uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
+        if (FMT != FMT_BF16) {
+            /* per-row scales of this 64-column block, then dequantize row tid into the bf16
+             * tile */
+            const uint8_t *sexp = (const uint8_t *)g.wscale + (int64_t)e * g.s_expert;
+            if (tid < MOE_BM) {
+                const int r = tid;
+                const int64_t n = m0 + r;
+                if (FMT == FMT_MX) {
+                    const int64_t kc = (int64_t)kb * 2; /* row r of the CTA's 128: m % 128 = r */
+                    rscale[r][0] = rw_ue8m0_to_f32(ssc[rw_moe_scale_swizzle(r, kc, g.scale_cols)]);
+                    rscale[r][1] =
+                        rw_ue8m0_to_f32(ssc[rw_moe_scale_swizzle(r, kc + 1, g.scale_cols)]);
+                } else {
+                    const int64_t cn = W13 ? canon13(n, g.P) : n;
+                    const float s =
+                        ((const float *)sexp)[(cn / 128) * g.scale_cols + ((int64_t)kb * 64) / 128];
+                    rscale[r][0] = rscale[r][1] = s;
+                }
+                const uint8_t *q = sa + r * 64;
+#pragma unroll
+                for (int c = 0; c < 8; c++) {
+                    /* hardware e4m3x2 -> half2 (exact), times the scale, to bf16x2 */
+                    const uint2 raw = *(const uint2 *)(q + c * 8);
+                    const float sc = rscale[r][c >> 2];
+                    __align__(16) __nv_bfloat162 v[4];
+                    const uint32_t w[2] = {raw.x, raw.y};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const __nv_fp8x2_storage_t pr =
+                            (__nv_fp8x2_storage_t)((w[i >> 1] >> ((i & 1) * 16)) & 0xffffu);
+                        const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(pr, __NV_E4M3));
+                        const float2 f = __half22float2(h2);
+                        v[i] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+                    }
+                    *(uint4 *)(deq + rw_swz128(r, c)) = *(const uint4 *)v;
+                }
+            }
+            __syncthreads();
+            sa = deq;
+        }
+        {
+            const int nk = kb + MOE_STAGES - 1;
+            if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
+            rw_cp_async_commit();
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int r = wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int c = ks * 2 + (lane >> 4);
+                rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], sa + rw_swz128(r, c));
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTW / 8; nt += 2) {
+                uint32_t b0, b1, b2, b3;
+                const int r = wn * NTW + nt * 8 + ((lane >> 4) << 3) + (lane & 7);
+                const int c = ks * 2 + ((lane >> 3) & 1);
+                rw_ldsm_x4(b0, b1, b2, b3, sb + rw_swz128(r, c));
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
+                    rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
+                }
+                if (SPLIT) {
+                    /* the low halves, after the high halves of the same k16 step: a fixed
+                     * order per accumulator, independent of TN and of the other columns */
+                    rw_ldsm_x4(b0, b1, b2, b3, sb + B_BYTES + rw_swz128(r, c));
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
+                        rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
+                    }
+                }
+            }
+        }
+    }
+    rw_cp_async_wait<0>();
+
+    /* epilogue: C fragment rows g, g+8 (weight rows), columns 2c, 2c+1 (tokens) */
+    const int gq = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        const int64_t mrow = m0 + wm * 32 + mt * 16; /* first packed row of this m16 tile */
+#pragma unroll
+        for (int nt = 0; nt < NTW / 8; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int col = wn * NTW + nt * 8 + cq * 2 + h;
+                const int sr = r0 + col;
+                if (sr >= rend) continue;
+                if (W13) {
+                    const int64_t j = 16 * (mrow / 32) + 2 * gq + ((mrow % 32) == 16 ? 1 : 0);
+                    const float up = acc[mt][nt][h], gate = acc[mt][nt][2 + h];
+                    const float v = gate / (1.0f + expf(-gate)) * up;
+                    const __nv_bfloat16 hi = __float2bfloat16(v); /* round to nearest even */
+                    g.act[(int64_t)sr * g.P + j] = hi;
+                    /* v - hi is exact in fp32; its rounding leaves |v - hi - lo| <= 2^-16 |v| */
+                    if (SPLIT)
+                        g.act_lo[(int64_t)sr * g.P + j] =
+                            __float2bfloat16(v - __bfloat162float(hi));
+                } else {
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        const int64_t n = mrow + gq + half * 8;
+                        const int64_t hrow = FMT == FMT_FP8B ? n : unshuffle(n);
+                        g.y[(int64_t)sr * g.H + hrow] = acc[mt][nt][half * 2 + h];
+                    }
+                }
+            }
+    }
+}
+
+/* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,
+ * TN = 128 split with mxfp8 scales for K = MOE_MX_MAX_K, is 3 * (8 + 32) + 16 + 32 = 168 KB; bf16
+ * TN = 128 split is 3 * (16 + 32) = 144 KB: all within sm_90's 227 KB with the same stages. */
+template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
+static constexpr size_t gemm_smem(int64_t scale_cols) {
+    return (size_t)ST *
+               ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
+           (FMT == FMT_BF16 ? 0 : MOE_BM * 128) + (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
+}
+static_assert(gemm_smem<128, FMT_MX, true>(MOE_MX_MAX_K / 128) + 2 * 1024 <= 227 * 1024,
+              "moe gemm: split-mode tiles exceed the shared memory of sm_90");
+static_assert(gemm_smem<128, FMT_BF16, true>(0) + 2 * 1024 <= 227 * 1024,
+              "moe gemm: split-mode tiles exceed the shared memory of sm_90");
+static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES>(MOE_MX_MAX_K / 128) + 2 * 1024 <=
+                  227 * 1024,
+              "moe gemm: deep decode tiles exceed the shared memory of sm_90");
+
+template <int TN, int FMT, bool W13, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
+static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
+    const size_t sm = gemm_smem<TN, FMT, SPLIT, ST>(g.scale_cols);
+    /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
+     * stay launchable */
+    const size_t sm_max = gemm_smem<TN, FMT, SPLIT, ST>(MOE_MX_MAX_K / 128);
+    RW_CUDA_CHECK(err,
+                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
+    dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
+    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST>, grid, MOE_THREADS_FOR(TN), sm,
+                        (cudaStream_t)s, g);
+    return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
+}
+
+template <int TN, bool W13, int ST = MOE_STAGES_FOR(TN)>
+static rw_status launch_fmt(int fmt, bool split, const gemm_args &g, int64_t grid_x, rw_stream s,
+                            rw_err *err) {
+    if (split) {
+        if (fmt == FMT_BF16) return launch_gemm<TN, FMT_BF16, W13, true, ST>(g, grid_x, s, err);
+        if (fmt == FMT_MX) return launch_gemm<TN, FMT_MX, W13, true, ST>(g, grid_x, s, err);
+        return launch_gemm<TN, FMT_FP8B, W13, true, ST>(g, grid_x, s, err);
+    }
+    if (fmt == FMT_BF16) return launch_gemm<TN, FMT_BF16, W13, false, ST>(g, grid_x, s, err);
+    if (fmt == FMT_MX) return launch_gemm<TN, FMT_MX, W13, false, ST>(g, grid_x, s, err);
+    return launch_gemm<TN, FMT_FP8B, W13, false, ST>(g, grid_x, s, err);
+}
+
+/* One GEMM pass (w13 or w2) with tiles of tn tokens; narrow tiles in a grid of at most one wave
+ * keep MOE_DEEP_STAGES blocks in flight. */
+template <bool W13>
+static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, int64_t grid_x,
+                             int sms, rw_stream s, rw_err *err) {
+    if (tn == 128) return launch_fmt<128, W13>(fmt, split, g, grid_x, s, err);
+    if (tn == 16) {
+        if (grid_x * (g.M / MOE_BM) <= sms)
+            return launch_fmt<16, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+        return launch_fmt<16, W13>(fmt, split, g, grid_x, s, err);
+    }
+    if (grid_x * (g.M / MOE_BM) <= sms)
+        return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+    return launch_fmt<32, W13>(fmt, split, g, grid_x, s, err);
+}
+
+rw_status moe_gemm_pass(bool w13, int tn, int fmt, bool split, const gemm_args &g, int64_t grid_x,
+                        int sms, rw_stream s, rw_err *err) {
+    return w13 ? launch_pass<true>(tn, fmt, split, g, grid_x, sms, s, err)
+               : launch_pass<false>(tn, fmt, split, g, grid_x, sms, s, err);
+}

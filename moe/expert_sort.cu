@@ -1,0 +1,121 @@
+/* expert_sort.cu - the expert layer's sort of assignments by expert and its tile schedule
+ * (experts_internal.cuh: moe_sort_launch); the pipeline is described in experts.cu. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_check.h"
+#include "experts_internal.cuh"
+#include "launch.cuh"
+
+/* One CTA. The assignments are cut into SORT_PW(E) contiguous chunks, one per placement warp:
+ *   1. each placement warp counts its chunk's assignments per expert (__match_any_sync groups
+ *      the lanes routed to the same expert; the group's first lane adds) into wc[warp][e];
+ *   2. one thread per expert turns wc[.][e] into exclusive per-warp bases (warp order) and the
+ *      expert's count; warp 0 scans the counts and the tile counts over the experts (each lane a
+ *      contiguous run of experts, then a warp scan) -> off[e], the tile list, ntiles;
+ *   3. each placement warp walks its chunk in order and places assignment a of expert e at
+ *      off[e] + (its warp base) + (earlier ones of its chunk).
+ * The result is the stable order (by assignment index within each expert) on every run, found
+ * in A / (32 * SORT_PW) steps instead of A / 32. perm: sorted row -> assignment; inv: assignment
+ * -> sorted row, -1 for ids outside [0, E) (not a local expert). E <= 1024. */
+#define SORT_WC 4096 /* wc entries: placement warps x experts */
+#define SORT_PW(E) ((E)*32 <= SORT_WC ? 32 : (SORT_WC / (E) > 0 ? SORT_WC / (E) : 1))
+__global__ void __launch_bounds__(1024)
+    sort_kernel(const int32_t *__restrict__ ids, int64_t A, int E, int tn,
+                int32_t *__restrict__ off, int2 *__restrict__ tiles, int32_t *__restrict__ ntiles,
+                int32_t *__restrict__ perm, int32_t *__restrict__ inv) {
+    rw_pdl_begin();
+    __shared__ int32_t wc[SORT_WC]; /* [pw][E]: counts, then bases, then cursors */
+    __shared__ int32_t eoff[1024];  /* first sorted row of each expert */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int pw = SORT_PW(E);
+    const int64_t chunk = (A + pw - 1) / pw;
+    for (int i = tid; i < pw * E; i += blockDim.x)
+        wc[i] = 0;
+    __syncthreads();
+    if (warp < pw) {
+        const int64_t a0 = (int64_t)warp * chunk, a1 = min(A, a0 + chunk);
+        int32_t *mine = wc + warp * E;
+        for (int64_t b = a0; b < a1; b += 32) {
+            const int64_t a = b + lane;
+            const int32_t e = a < a1 ? ids[a] : -1;
+            const bool valid = a < a1 && e >= 0 && e < E;
+            if (a < a1 && !valid) inv[a] = -1;
+            const unsigned mask = __match_any_sync(0xffffffffu, valid ? e : -1);
+            if (valid && lane == __ffs(mask) - 1) mine[e] += __popc(mask);
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < E; e += blockDim.x) { /* per-warp bases; the total into eoff for now */
+        int32_t run = 0;
+        for (int w = 0; w < pw; w++) {
+            const int32_t c = wc[w * E + e];
+            wc[w * E + e] = run;
+            run += c;
+        }
+        eoff[e] = run;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        /* lane l owns experts [l * per, (l + 1) * per): local sums, warp exclusive scan */
+        const int per = (E + 31) / 32;
+        const int e0 = min(E, lane * per), e1 = min(E, e0 + per);
+        int32_t rows = 0, nt = 0;
+        for (int e = e0; e < e1; e++) {
+            rows += eoff[e];
+            nt += (eoff[e] + tn - 1) / tn;
+        }
+        int32_t rows_x = rows, nt_x = nt; /* inclusive scans */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t r = __shfl_up_sync(0xffffffffu, rows_x, o);
+            const int32_t q = __shfl_up_sync(0xffffffffu, nt_x, o);
+            if (lane >= o) {
+                rows_x += r;
+                nt_x += q;
+            }
+        }
+        int32_t o = rows_x - rows, t = nt_x - nt;
+        for (int e = e0; e < e1; e++) {
+            const int32_t c = eoff[e];
+            off[e] = o;
+            eoff[e] = o;
+            for (int r = 0; r < c; r += tn)
+                tiles[t++] = make_int2(e, o + r);
+            o += c;
+        }
+        if (lane == 31) {
+            off[E] = rows_x;
+            *ntiles = nt_x;
+        }
+    }
+    __syncthreads();
+    if (warp < pw) {
+        const int64_t a0 = (int64_t)warp * chunk, a1 = min(A, a0 + chunk);
+        int32_t *cur = wc + warp * E;
+        for (int64_t b = a0; b < a1; b += 32) {
+            const int64_t a = b + lane;
+            const int32_t e = a < a1 ? ids[a] : -1;
+            const bool valid = a < a1 && e >= 0 && e < E;
+            const unsigned mask = __match_any_sync(0xffffffffu, valid ? e : -1);
+            const int base = valid ? eoff[e] + cur[e] : 0;
+            __syncwarp();
+            if (valid && lane == __ffs(mask) - 1) cur[e] += __popc(mask);
+            __syncwarp();
+            if (valid) {
+                const int p = base + __popc(mask & ((1u << lane) - 1u));
+                perm[p] = (int32_t)a;
+                inv[a] = p;
+            }
+        }
+    }
+}
+
+rw_status moe_sort_launch(const int32_t *ids, int64_t A, int E, int tn, int32_t *off, int2 *tiles,
+                          int32_t *ntiles, int32_t *perm, int32_t *inv, cudaStream_t st,
+                          rw_err *err) {
+    (void)rw_launch_pdl(sort_kernel, dim3(1), 1024, 0, st, ids, A, E, tn, off, tiles, ntiles, perm,
+                        inv);
+    return RW_LAUNCH_CHECK((rw_stream)st, "moe sort", err);
+}
