@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""test_kernel_times.py - kernel_times.py on a synthetic ncu CSV (testdata/ncu_times.csv, numbers
+made up for the test): rows among other output, thousands separators, a template argument with
+parentheses, totals and means per kernel and grid, and a clear error on a file without rows."""
+import os
+import subprocess
+import sys
+import tempfile
+
+here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+tool = os.path.join(here, "kernel_times.py")
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print(f"FAIL: {what}")
+
+
+r = subprocess.run([sys.executable, tool, os.path.join(here, "testdata", "ncu_times.csv"),
+                    "--sequence", "2"], capture_output=True, text=True)
+check(r.returncode == 0, f"exit status {r.returncode}: {r.stderr}")
+out = r.stdout.splitlines()
+check(out and out[0] == "4 kernels, 37.5 us in all", f"summary line: {out[:1]}")
+check(any("16.5" in l and "gemm_kernel<64, 8, 4, 1, 1, (int)-1, 0>" in l and "(80, 1, 1)" in l
+          for l in out), "q/k/v row with its whole template name and grid")
+check(any(l.split()[:3] == ["10.0", "2", "5.00"] and "add_rmsnorm_kernel<8>" in l for l in out),
+      "the two norms summed: 10 us, 2 launches, 5 us mean")
+rows = [l for l in out if "kernel" in l and "us in all" not in l and "total us" not in l]
+check(rows and "16.5" in rows[0], "largest first")
+check(out[-2:] == ["     4.00  add_rmsnorm_kernel<8>  (1, 1, 1)",
+                   "    16.50  gemm_kernel<64, 8, 4, 1, 1, (int)-1, 0>  (80, 1, 1)"],
+      f"launch order: {out[-2:]}")
+with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+    f.write("no profiler output here\n")
+r = subprocess.run([sys.executable, tool, f.name], capture_output=True, text=True)
+os.unlink(f.name)
+check(r.returncode != 0 and "no profiled kernels" in r.stderr, "a file without rows is an error")
+print(f"test_kernel_times: {failures} failure(s)")
+sys.exit(1 if failures else 0)
