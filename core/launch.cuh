@@ -2,8 +2,9 @@
  *
  * A kernel launched with rw_launch_pdl may be scheduled before the kernel ahead of it in the
  * stream has finished, so its CTAs are resident and set up when that kernel ends instead of
- * being launched only then: at batch 1 a step is some 600 small dependent kernels and that
- * launch gap is a large part of each. The contract that keeps this exact:
+ * being launched only then. At batch 1 a step is some 580 small dependent kernels; on an H200
+ * this took a decode step from 5.66 to 5.51 ms (docs/BENCHMARKS.md, 2026-12-02). The contract
+ * that keeps this exact:
  *   - every kernel launched with rw_launch_pdl calls rw_pdl_begin() as its first statement,
  *     before any global memory access. Its wait returns once the previous kernel of the stream
  *     has completed and its writes are visible, exactly as with an ordinary launch; it is a no-op
