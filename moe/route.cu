@@ -21,9 +21,9 @@ __global__ void route_kernel(const float *__restrict__ logits, int64_t ntok, int
 extern "C" rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
                                        int32_t *ids, float *weights, rw_stream s, rw_err *err) {
     if (ntok <= 0) return RW_OK;
-    if (E < 1 || E > 1024 || k < 1 || k > RW_MOE_MAX_TOPK || k > E)
+    if (!rw_moe_route_supported(E, k))
         return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
-                          "moe route (cuda): E = %d (1..1024), k = %d (1..%d)", E, k,
+                          "moe route (cuda): E = %d (1..%d), k = %d (1..%d)", E, RW_MOE_MAX_E, k,
                           RW_MOE_MAX_TOPK);
     const int wpb = 8;
     const dim3 grid((unsigned)((ntok + wpb - 1) / wpb));

@@ -13,6 +13,12 @@
 #include <stdint.h>
 
 #define RW_MOE_MAX_TOPK 32
+#define RW_MOE_MAX_E 1024
+
+/* Whether the routing supports E experts and top-k (the launchers' argument check). */
+static inline bool rw_moe_route_supported(int64_t E, int k) {
+    return E >= 1 && E <= RW_MOE_MAX_E && k >= 1 && k <= RW_MOE_MAX_TOPK && k <= E;
+}
 
 /* Routes the token whose logits are l[0..E); lanes 0..k-1 write ids[j] and wts[j] of pick j.
  * EPL: logits per lane, E <= 32 EPL (rw_moe_route_epl); a smaller EPL only drops entries that are

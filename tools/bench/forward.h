@@ -74,6 +74,10 @@ rw_status rwb_fwd_dense(struct rw_model *m, int64_t M, uint64_t seed, FILE *out,
  * repetitions of about 20 ms each, after 2 warm-up calls (kernels.c). */
 typedef rw_status (*rwb_kern_fn)(void *ctx, int rep, rw_err *err);
 rw_status rwb_time_kernel(rwb_kern_fn fn, void *ctx, void *st, double *sec, rw_err *err);
+/* A random hi + lo activation pair of n bf16 values each, as the engine passes GEMM inputs: hi
+ * N(0, 1) from seed, lo about 2^-8 of it from seed + 1 (kernels.c; st a cudaStream_t). */
+rw_status rwb_fill_pair(uint16_t *hi, uint16_t *lo, int64_t n, uint64_t seed, void *st,
+                        rw_err *err);
 /* Expert j of `token` in the kernel benchmark's routing, given the token's first j experts
  * `chosen`: the first of rw_rand_u64_at(seed, token * 1024 + c) % E, c = 0, 1, ..., that is not
  * among them (k distinct experts, uniform). tools/peer/torch_kernels.py computes the same. */

@@ -49,6 +49,12 @@ rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
 #include "kernels/attention.h"
 #include "rw_moe.h"
 
+rw_status rwb_fill_pair(uint16_t *hi, uint16_t *lo, int64_t n, uint64_t seed, void *st,
+                        rw_err *err) {
+    RW_CHECK(rw_k_fill_bf16(hi, n, seed, 0.0f, 1.0f, (rw_stream)st, err));
+    return rw_k_fill_bf16(lo, n, seed + 1, 0.0f, 1.0f / 256, (rw_stream)st, err);
+}
+
 /* A group lasts about 20 ms: 3 to 200 calls. */
 rw_status rwb_time_kernel(rwb_kern_fn fn, void *ctx, void *stream, double *sec, rw_err *err) {
     cudaStream_t st = (cudaStream_t)stream;
@@ -267,9 +273,7 @@ static rw_status bench_experts(rw_model *m, int64_t T, uint64_t seed, FILE *out,
     RW_CUDA_CHECKGOTO(
         err, cudaMemcpy(r.ids, hid, sizeof(int32_t) * (size_t)(T * r.k), cudaMemcpyHostToDevice),
         st, done);
-    RW_CHECKGOTO(rw_k_fill_bf16(r.x, T * r.H, seed + 3, 0.0f, 1.0f, r.st, err), st, done);
-    /* the low half of a pair is about 2^-8 of the high one */
-    RW_CHECKGOTO(rw_k_fill_bf16(r.xlo, T * r.H, seed + 4, 0.0f, 1.0f / 256, r.st, err), st, done);
+    RW_CHECKGOTO(rwb_fill_pair(r.x, r.xlo, T * r.H, seed + 3, r.st, err), st, done);
     RW_CHECKGOTO(rwb_k_fill_f32(r.wts, T * r.k, 1.0f / (float)r.k, r.st, err), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMemsetAsync(r.y, 0, 2 * xb, r.st), st, done);
     const rw_layer_weights *w0 = rw_wset_layer(m->ws, 0);

@@ -47,10 +47,7 @@ static rw_status dense_one(dense_run *d, const char *name, uint64_t seed, FILE *
         /* the split's tile counters start at zero (gemm.h) */
         RW_CUDA_CHECKGOTO(err, cudaMemset(d->ws, 0, d->ws_bytes), st, done);
     }
-    RW_CHECKGOTO(rw_k_fill_bf16(d->x, d->M * d->K, seed, 0.0f, 1.0f, d->st, err), st, done);
-    /* the low half of a pair is about 2^-8 of the high one */
-    RW_CHECKGOTO(rw_k_fill_bf16(d->xlo, d->M * d->K, seed + 1, 0.0f, 1.0f / 256, d->st, err), st,
-                 done);
+    RW_CHECKGOTO(rwb_fill_pair(d->x, d->xlo, d->M * d->K, seed, d->st, err), st, done);
     double sec = 0;
     RW_CHECKGOTO(rwb_time_kernel(dense_call, d, d->st, &sec, err), st, done);
     /* bytes it must move: the weight once, the input pair, the fp32 output */

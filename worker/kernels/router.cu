@@ -127,9 +127,9 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
                                       rw_err *err) {
     if (n <= 0) return RW_OK;
     RW_CHECK(router_check(x, w, H, err));
-    if (E < 1 || E > 1024 || k < 1 || k > RW_MOE_MAX_TOPK || k > E)
-        RW_FAIL(err, RW_E_UNSUPPORTED, "router: E = %lld (1..1024), k = %d (1..%d)",
-                (long long)E, k, RW_MOE_MAX_TOPK);
+    if (!rw_moe_route_supported(E, k))
+        RW_FAIL(err, RW_E_UNSUPPORTED, "router: E = %lld (1..%d), k = %d (1..%d)", (long long)E,
+                RW_MOE_MAX_E, k, RW_MOE_MAX_TOPK);
     if (!cnt || ncnt < rw_k_router_counters(n))
         RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
