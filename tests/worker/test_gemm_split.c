@@ -1,7 +1,8 @@
 /* test_gemm_split.c - the dense GEMM's K-split rule and workspace size (worker/kernels/gemm.h),
  * host code that decides a product's bits on the GPU (cpu suite): the slice count depends on the
- * weight's N and K only and takes the documented values on the 30B-A3B shapes; only weights of at
- * most 4096 rows are split, into whole 64-column blocks, 256 columns a slice or more on average,
+ * weight's N and K only and takes the documented values on the 30B-A3B shapes; only weights of
+ * fewer than 256 panels of 64 rows are split, and no further than a grid of 256 panel slices,
+ * into whole 64-column blocks, 256 columns a slice or more on average,
  * none empty; the workspace covers the slices' partials of up to RW_K_GEMM_SPLIT_ROWS rows and
  * asks nothing more for larger M. */
 #include "rw_test.h"
@@ -19,9 +20,10 @@ static void test_rule(void **state) {
             const int S = rw_k_gemm_splits(N, K);
             if (S != 1 && S != 2 && S != 4 && S != 8)
                 fail_msg("N %lld K %lld: %d slices (1, 2, 4 or 8)", (long long)N, (long long)K, S);
-            if (S > 1 && N > 4096)
-                fail_msg("N %lld K %lld: %d slices for more than 4096 rows", (long long)N,
-                         (long long)K, S);
+            const int64_t panels = (N + 63) / 64;
+            if (S > 1 && panels * (S / 2) >= 256)
+                fail_msg("N %lld K %lld: %d slices where %d give %lld panel slices", (long long)N,
+                         (long long)K, S, S / 2, (long long)(panels * (S / 2)));
             if (S > 1 && K / S < 256)
                 fail_msg("N %lld K %lld: %d slices of fewer than 256 columns", (long long)N,
                          (long long)K, S);
@@ -32,11 +34,15 @@ static void test_rule(void **state) {
                          (long long)c);
             assert_int_equal(rw_k_gemm_splits(N, K), S); /* no state */
         }
-    /* Qwen3-30B-A3B: o_proj at TP1 and TP2 in 8 slices; q/k/v and lm_head whole */
+    /* Qwen3-30B-A3B: o_proj at TP1 and TP2 in 8 slices, q/k/v at TP1 in 4 and at TP2 in 8;
+     * lm_head whole; 256 panels (16384 rows) and more whole */
     assert_int_equal(rw_k_gemm_splits(2048, 4096), 8);
     assert_int_equal(rw_k_gemm_splits(2048, 2048), 8);
-    assert_int_equal(rw_k_gemm_splits(5120, 2048), 1);
+    assert_int_equal(rw_k_gemm_splits(5120, 2048), 4);
+    assert_int_equal(rw_k_gemm_splits(2560, 2048), 8);
     assert_int_equal(rw_k_gemm_splits(151936, 2048), 1);
+    assert_int_equal(rw_k_gemm_splits(16384, 8192), 1);
+    assert_int_equal(rw_k_gemm_splits(16320, 8192), 2);
     /* a short K is not split; a K whose 8 slices of 320 columns would leave the last empty is cut
      * in 4 */
     assert_int_equal(rw_k_gemm_splits(64, 256), 1);

@@ -291,30 +291,47 @@ static void attention_case(int nh, int nkv, int hd, int nsplit) {
     free(q);
 }
 
-/* A decode batch: one-token tiles only (qt 1), positions at block, key-tile and segment edges,
- * blocks shuffled. */
-static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
-    enum { NS = 9 };
-    const int bs = 16, nblocks = 96, stride = 48;
-    static const int32_t pos[NS] = {0, 15, 16, 17, 100, 255, 256, 300, 639};
+/* A decode batch: one-token tiles only (qt 1) at positions pos[0..ns), blocks shuffled. */
+static void attention_decode_at(int nh, int nkv, int hd, int nsplit, const int32_t *pos, int ns) {
+    const int bs = 16;
+    int maxp = 0;
+    for (int i = 0; i < ns; i++)
+        maxp = pos[i] > maxp ? pos[i] : maxp;
+    const int stride = maxp / bs + 1, nblocks = stride * 2;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
     uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
     rw_test_fill_bf16(kc, ce, 21, 1.0f);
     rw_test_fill_bf16(vc, ce, 22, 1.0f);
-    int32_t bt[NS * 48];
-    for (int i = 0; i < NS * stride; i++)
-        bt[i] = (i * 37 + 11) % nblocks; /* distinct within a row */
-    rw_attn_tile tiles[NS];
-    for (int i = 0; i < NS; i++)
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)ns * stride);
+    for (int i = 0; i < ns * stride; i++)
+        bt[i] = (int32_t)(((int64_t)i * 37 + 11) % nblocks); /* distinct within a row */
+    rw_attn_tile *tiles = malloc(sizeof(rw_attn_tile) * (size_t)ns);
+    for (int i = 0; i < ns; i++)
         tiles[i] = (rw_attn_tile){i, i, 1, 0};
-    const size_t qe = (size_t)NS * nh * hd;
+    const size_t qe = (size_t)ns * nh * hd;
     float *q = malloc(4 * qe);
     rw_test_fill_f32(q, qe, 23, 1.0f);
-    attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, NS, bt, NS * stride, stride, tiles,
-                    NS, "decode");
+    attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, ns, bt, ns * stride, stride, tiles,
+                    ns, "decode");
     free(kc);
     free(vc);
+    free(bt);
+    free(tiles);
     free(q);
+}
+
+/* Positions at block, key-block and segment edges (up to 5 segments: a second round of the
+ * decode kernel's 4 warps with one busy warp). */
+static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
+    static const int32_t pos[] = {0, 15, 16, 17, 100, 255, 256, 300, 639};
+    attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]));
+}
+
+/* Long contexts: up to 27 segments (7 rounds), last segments of 1 to 4 key blocks, so each
+ * warp's stream of staged blocks crosses rounds at every offset of the kernel's stage ring. */
+static void attention_decode_long_case(int nh, int nkv, int hd, int nsplit) {
+    static const int32_t pos[] = {1023, 1024, 1055, 1056, 2047, 2100, 3000, 3455};
+    attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]));
 }
 
 static void test_attention(void **state) {
@@ -331,6 +348,9 @@ static void test_attention(void **state) {
     attention_decode_case(8, 8, 64, 1);
     attention_decode_case(16, 1, 64, 3);
     attention_decode_case(12, 1, 128, 2);
+    attention_decode_long_case(32, 4, 128, 0);
+    attention_decode_long_case(32, 4, 128, 3);
+    attention_decode_long_case(8, 8, 64, 0);
 }
 
 /* Batch invariance: one sequence of 40 tokens at positions 490..529 (across a segment boundary:

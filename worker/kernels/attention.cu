@@ -285,47 +285,30 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
     }
 }
 
-/* Element offset of key position kp0 (a multiple of 16) of KV head g in the cache, for a sequence
- * whose block table is `blocks`; 0 past plast (nothing is read there). */
-__device__ __forceinline__ int64_t atc_kv_base(int32_t block, int kp0, int plast, int nkv, int g,
-                                               int bs, int hd) {
-    return kp0 <= plast ? (((int64_t)block * nkv + g) * bs + kp0 % bs) * hd : 0;
-}
-
-/* Stages the 16 keys at position kp0 (inside one KV block, element offset `base`) into rows
- * row0.. of kd / vd (swizzled as atc_swz): NT threads, this one number t; keys past plast are
- * written as zeros without a read. */
-template <int HD, int NT>
-__device__ __forceinline__ void atc_load_group(uint8_t *kd, uint8_t *vd,
-                                               const uint16_t *__restrict__ kc,
-                                               const uint16_t *__restrict__ vc, int64_t base,
-                                               int row0, int kp0, int plast, int t) {
-    constexpr int CH = HD / 8;
-#pragma unroll
-    for (int c = t; c < 16 * CH; c += NT) {
-        const int r = c / CH, cc = c % CH;
-        const bool ok = kp0 + r <= plast;
-        const int64_t at = ok ? base + (int64_t)r * HD + cc * 8 : 0;
-        const int dst = atc_swz<HD>(row0 + r, cc);
-        rw_cp_async16(kd + dst, kc + at, ok ? 16 : 0);
-        rw_cp_async16(vd + dst, vc + at, ok ? 16 : 0);
-    }
-}
-
-/* Stages keys [key0, key0 + nkeys) of one sequence and KV head into kd / vd (rows 0..): NT
- * threads, this one number t. Keys come in 16-position groups, each inside one KV block
- * (bs % 16 == 0), so the block table is read once per group. */
+/* Stages keys [key0, key0 + nkeys) of one sequence and KV head into kd / vd (rows 0.., swizzled
+ * as atc_swz): NT threads, this one number t. Keys come in 16-position groups, each inside one KV
+ * block (bs % 16 == 0), so the block table is read once per group; keys past plast are written
+ * as zeros without a read. */
 template <int HD, int NT>
 __device__ __forceinline__ void atc_load_keys(uint8_t *kd, uint8_t *vd,
                                               const uint16_t *__restrict__ kc,
                                               const uint16_t *__restrict__ vc,
                                               const int32_t *__restrict__ blocks, int key0,
                                               int nkeys, int plast, int nkv, int g, int bs, int t) {
+    constexpr int CH = HD / 8;
     for (int gi = 0; gi < nkeys / 16; gi++) {
         const int kp0 = key0 + 16 * gi;
-        const int64_t base =
-            atc_kv_base(kp0 <= plast ? blocks[kp0 / bs] : 0, kp0, plast, nkv, g, bs, HD);
-        atc_load_group<HD, NT>(kd, vd, kc, vc, base, 16 * gi, kp0, plast, t);
+        int64_t base = 0;
+        if (kp0 <= plast) base = (((int64_t)blocks[kp0 / bs] * nkv + g) * bs + kp0 % bs) * HD;
+#pragma unroll
+        for (int c = t; c < 16 * CH; c += NT) {
+            const int r = c / CH, cc = c % CH;
+            const bool ok = kp0 + r <= plast;
+            const int64_t at = ok ? base + (int64_t)r * HD + cc * 8 : 0;
+            const int dst = atc_swz<HD>(16 * gi + r, cc);
+            rw_cp_async16(kd + dst, kc + at, ok ? 16 : 0);
+            rw_cp_async16(vd + dst, vc + at, ok ? 16 : 0);
+        }
     }
 }
 
@@ -449,17 +432,10 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
 }
 
 /* Decode tiles (at most 16 rows: one token of a group of <= 16 heads): one fragment, so the 4
- * warps take 4 segments at a time instead of 4 row fragments. After each round of 4 segments the
+ * warps take 4 segments at a time instead of 4 row fragments. Each warp streams its segment's
+ * 32-key blocks through its own two shared-memory stages; after each round of 4 segments the
  * partials are merged in segment order (nsplit 0) with the same merge as everywhere else, or
- * written for the combine kernel. Same per-row arithmetic as atc_kernel (atc_block).
- *
- * Each warp streams its 32-key blocks (round by round, its segment's blocks in order) through a
- * ring of ATC_DSTG shared-memory stages of its own, ATC_DSTG - 1 blocks in flight while one is
- * computed: with one CTA of 4 warps per SM a block's load takes several times its compute, and a
- * single block ahead left the kernel at about half the copy bandwidth (docs/BENCHMARKS.md). The
- * block-table entries of the next block to stage are read one step before its loads are issued,
- * so no load waits on a table read. A round's partials go to the stage each warp has just freed. */
-#define ATC_DSTG 3
+ * written for the combine kernel. Same per-row arithmetic as atc_kernel (atc_block). */
 template <int HD>
 __global__ void __launch_bounds__(ATC_THREADS, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
@@ -471,14 +447,12 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
                       int seg_cap) {
     rw_pdl_begin();
     constexpr int SBLK = ATC_SB * HD * 2;   /* bytes of K (or V) per softmax block */
-    constexpr int SLOT = 2 * SBLK;          /* one stage: K then V */
     constexpr int NR = HD / 2;              /* fragment registers of o per lane */
-    static_assert(NR * 32 * 4 <= SLOT, "a warp's partial fits the stage it frees");
     extern __shared__ __align__(128) uint8_t sm[];
-    __shared__ int pslot[4]; /* the stage holding each warp's partial of the round */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    uint8_t *stage = sm + (size_t)warp * ATC_DSTG * SLOT;   /* this warp's ring */
-    float *pml = (float *)(sm + 4 * ATC_DSTG * SLOT);       /* [4 warps][4][32]: m0 m1 l0 l1 */
+    uint8_t *stage = sm + (size_t)warp * 4 * SBLK;          /* this warp's 2 x (K, V) */
+    float *parts = (float *)(sm + 16 * SBLK);              /* [4 warps][NR][32] */
+    float *pml = parts + 4 * NR * 32;                      /* [4 warps][4][32]: m0 m1 l0 l1 */
     float *oacc = pml + 4 * 4 * 32;                        /* [NR][32] merged o */
 
     const rw_attn_tile tl = tiles[blockIdx.x];
@@ -507,33 +481,10 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
         const int left = plast - sg * ATC_SEG;
         return min(ATC_SEG / ATC_SB, left / ATC_SB + 1);
     };
-
-    /* the load cursor: the next block to stage (segment lsg, block lj of lnb; lsg < 0 once the
-     * warp's blocks are all staged) and its two 16-key groups' block-table entries */
-    int lround = 0, lsg = seg_of(0), lj = 0, lnb = lsg >= 0 ? nblocks_of(lsg) : 0;
-    int32_t id0 = 0, id1 = 0;
-    auto read_ids = [&]() {
-        if (lsg < 0) return;
-        const int kp = lsg * ATC_SEG + lj * ATC_SB;
-        id0 = kp <= plast ? blocks[kp / bs] : 0;
-        id1 = kp + 16 <= plast ? blocks[(kp + 16) / bs] : 0;
-    };
-    /* stage the cursor's block into slot st (nothing once all are staged), then advance */
-    auto issue = [&](int st) {
-        if (lsg < 0) return;
-        uint8_t *kd = stage + (size_t)st * SLOT;
-        const int kp = lsg * ATC_SEG + lj * ATC_SB;
-        atc_load_group<HD, 32>(kd, kd + SBLK, kc, vc, atc_kv_base(id0, kp, plast, nkv, g, bs, HD),
-                               0, kp, plast, lane);
-        atc_load_group<HD, 32>(kd, kd + SBLK, kc, vc,
-                               atc_kv_base(id1, kp + 16, plast, nkv, g, bs, HD), 16, kp + 16,
-                               plast, lane);
-        if (++lj == lnb) {
-            lsg = seg_of(++lround);
-            lj = 0;
-            lnb = lsg >= 0 ? nblocks_of(lsg) : 0;
-        }
-        read_ids();
+    auto load = [&](int buf, int sg, int j) {
+        uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
+        atc_load_keys<HD, 32>(kd, kd + SBLK, kc, vc, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB,
+                              plast, nkv, g, bs, lane);
     };
 
     float Mt0 = -INFINITY, Mt1 = -INFINITY, Lt0 = 0.0f, Lt1 = 0.0f;
@@ -544,16 +495,12 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
         for (int i = i0; i < i1; i++)
             oacc[i * 32 + lane] = 0.0f;
 
-    /* one commit group per stage issued (empty past the warp's last block): before computing
-     * the i-th block, i + ATC_DSTG groups are committed and waiting for all but the newest
-     * ATC_DSTG - 1 of them leaves block i staged */
-    read_ids();
-#pragma unroll
-    for (int p = 0; p < ATC_DSTG - 1; p++) {
-        issue(p);
+    int buf = 0;
+    {
+        const int sg = seg_of(0);
+        if (sg >= 0) load(0, sg, 0);
         rw_cp_async_commit();
     }
-    int cslot = 0, islot = ATC_DSTG - 1; /* the stage computed next, the stage filled next */
     for (int round = 0; round < nround; round++) {
         const int sg = seg_of(round);
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
@@ -566,16 +513,20 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
         if (sg >= 0) {
             const int nb = nblocks_of(sg);
             for (int j = 0; j < nb; j++) {
-                issue(islot);
+                if (j + 1 < nb) {
+                    load(buf ^ 1, sg, j + 1);
+                } else {
+                    const int sn = seg_of(round + 1);
+                    if (sn >= 0) load(buf ^ 1, sn, 0);
+                }
                 rw_cp_async_commit();
-                islot = islot + 1 == ATC_DSTG ? 0 : islot + 1;
-                rw_cp_async_wait<ATC_DSTG - 1>();
+                rw_cp_async_wait<1>();
                 __syncwarp();
-                const uint8_t *kd = stage + (size_t)cslot * SLOT;
+                const uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
                 atc_block<HD>(kd, kd + SBLK, sg * ATC_SEG + j * ATC_SB, qh, ql, qp0, qp1, m0, m1,
                               l0, l1, o);
-                __syncwarp(); /* the stage is refilled by a later issue */
-                cslot = cslot + 1 == ATC_DSTG ? 0 : cslot + 1;
+                __syncwarp(); /* the stage is refilled by the next prefetch */
+                buf ^= 1;
             }
         }
         if (nsplit > 0) {
@@ -584,11 +535,8 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
                                    m1, l0, l1, o);
             continue;
         }
-        /* merge the round's segments in order. The stage before cslot was computed last (or
-         * never filled) and the next issue, after the barrier below, refills it: until then it
-         * holds this warp's partial. */
-        const int fslot = cslot == 0 ? ATC_DSTG - 1 : cslot - 1;
-        float *pw = (float *)(stage + (size_t)fslot * SLOT);
+        /* merge the round's segments in order */
+        float *pw = parts + (size_t)warp * NR * 32;
 #pragma unroll
         for (int d = 0; d < HD / 8; d++)
 #pragma unroll
@@ -599,14 +547,13 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
         mw[1 * 32 + lane] = m1;
         mw[2 * 32 + lane] = l0;
         mw[3 * 32 + lane] = l1;
-        if (lane == 0) pslot[warp] = warp * ATC_DSTG + fslot;
         __syncthreads();
         for (int w = 0; w < 4 && round * 4 + w < nloc; w++) {
             const float *mv = pml + (size_t)w * 4 * 32;
             float a0 = 0.0f, b0 = 0.0f, a1 = 0.0f, b1 = 0.0f;
             const bool u0 = rw_attn_merge_ml(Mt0, Lt0, mv[lane], mv[2 * 32 + lane], a0, b0);
             const bool u1 = rw_attn_merge_ml(Mt1, Lt1, mv[32 + lane], mv[3 * 32 + lane], a1, b1);
-            const float *pv = (const float *)(sm + (size_t)pslot[w] * SLOT);
+            const float *pv = parts + (size_t)w * NR * 32;
             for (int i = i0; i < i1; i++) {
                 const bool hi = i & 2;
                 if (hi ? !u1 : !u0) continue;
@@ -614,7 +561,7 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
                 O = __fadd_rn(__fmul_rn(O, hi ? a1 : a0), __fmul_rn(pv[i * 32 + lane], hi ? b1 : b0));
             }
         }
-        __syncthreads(); /* the partials' stages are refilled next round */
+        __syncthreads(); /* the partial slots are rewritten next round */
     }
     rw_cp_async_wait<0>();
     if (nsplit != 0) return;
@@ -651,7 +598,8 @@ template <int HD> static constexpr size_t atc_smem() {
     return (size_t)4 * ATC_KB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4;
 }
 template <int HD> static constexpr size_t atc_decode_smem() {
-    return (size_t)4 * ATC_DSTG * 2 * ATC_SB * HD * 2 + 4 * 4 * 32 * 4 + (size_t)(HD / 2) * 32 * 4;
+    return (size_t)16 * ATC_SB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4 + 4 * 4 * 32 * 4 +
+           (size_t)(HD / 2) * 32 * 4;
 }
 
 /* ------------------------------------------------------------------------------------------ */

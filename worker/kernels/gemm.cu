@@ -11,15 +11,15 @@
  * moe/expert_gemm.cu). Rows n >= N, tokens m >= M and columns past the slice are zero-filled by
  * cp.async with a source size of 0.
  *
- * K split. A weight of few rows (o_proj: 2048 x 4096) gives too few tiles to keep every SM
- * streaming at small M, so its K range is cut into S slices (rw_k_gemm_splits: a function of N
- * and K alone, slice boundaries at multiples of 64 columns). At M <= 8 each slice gets a CTA: it
- * writes its partial tile to the workspace, and the last of a tile's S CTAs to finish (a counter
- * per tile) adds the S partials in slice order, ((p0 + p1) + p2) + ..., and writes Y. At larger M
- * the tiles alone fill the GPU and one CTA folds the slices instead (gemm_kernel's FOLD): it
- * walks them in turn, each from a zeroed accumulator, and adds each finished slice's sum to a
- * running total in registers, in the same order and with the same roundings as the split over
- * CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over CTAs at M = 256 were up to 1.8 x
+ * K split. A weight of few rows (o_proj 2048 x 4096, q/k/v 5120 x 2048) gives too few tiles to
+ * keep every SM streaming at small M, so its K range is cut into S slices (rw_k_gemm_splits: a
+ * function of N and K alone, slice boundaries at multiples of 64 columns). At M <= 8 each slice
+ * gets a CTA: it writes its partial tile to the workspace, and the last of a tile's S CTAs to
+ * finish (a counter per tile) adds the S partials in slice order, ((p0 + p1) + p2) + ..., and
+ * writes Y. At larger M the tiles alone fill the GPU and one CTA folds the slices instead
+ * (gemm_kernel's FOLD): it walks them in turn, each from a zeroed accumulator, and adds each
+ * finished slice's sum to a running total in registers, in the same order and with the same
+ * roundings as the split over CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over CTAs at M = 256 were up to 1.8 x
  * slower than no split (partials' traffic, smaller tiles); a running total stored in Y and read
  * back 1.5 x; the total's registers in every instantiation slowed unsplit wide tiles by up to
  * 1.15 x, hence FOLD only where S > 1.
@@ -393,8 +393,8 @@ static const gemm_tile k_tiles[] = {GEMM_TILES(GEMM_TILE_ENTRY)};
  * tile): the first tile whose grid gives every SM 1.5 CTAs, else the one with the most. A weight
  * tile is then streamed by S CTAs at once. Measured on an H200 at M = 1 (split activations,
  * us): o_proj 2048 x 4096 29.3 unsplit, 11.6 in 8 slices on 64 x 8 tiles (15.4 on 128 x 8);
- * q/k/v 5120 x 2048 17.8 unsplit, 12.3 in 4 slices on 64 x 8; lm_head (not split) 154 on
- * 128 x 8 against 164 on 64 x 8.
+ * q/k/v 5120 x 2048 14.6 unsplit, 10.4 in 4 slices on 64 x 8 of 2 stages (launch_tile);
+ * lm_head (not split) 154 on 128 x 8 against 164 on 64 x 8.
  *
  * M > 8: the first candidate of at least 4 warps (fewer cannot keep enough weight bytes in
  * flight) with token tiles no wider than M needs (16 at least) whose tiles give half the SMs a
@@ -436,7 +436,9 @@ static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool *fold) {
  * flight when few CTAs share the memory system (measured on an H200 at M = 1..7: q/k/v on 64 x 8
  * tiles 17.6 -> 15.6 us, o_proj on 32 x 16 tiles 28.8 -> 25.3 us); with more CTAs than SMs the
  * larger shared memory costs occupancy instead (lm_head at M = 1: 161 us with 4 stages, 202 us
- * with 6). */
+ * with 6). K slices over CTAs in more than one wave go further, to 2 stages: five 64 x 8 CTAs
+ * fit an SM instead of two (q/k/v in 4 slices at M = 1: 14.0 us with 4 stages, 10.4 with 2;
+ * o_proj in 8 slices 9.9 us either way). */
 static rw_status launch_tile(const gemm_args &g, gemm_tile t, int sms, rw_stream s, rw_err *err) {
     const int64_t ctas = ((g.N + t.bn - 1) / t.bn) * ((g.M + t.tn - 1) / t.tn) * (g.fold ? 1 : g.S);
     if (ctas > INT_MAX)
@@ -449,6 +451,10 @@ static rw_status launch_tile(const gemm_args &g, gemm_tile t, int sms, rw_stream
         if (fold)                                                                                  \
             return g.xlo ? launch<BN_, TN_, WM_, WN_, true, 0, true>(g, ctas, s, err)              \
                          : launch<BN_, TN_, WM_, WN_, false, 0, true>(g, ctas, s, err);            \
+        if constexpr (TN_ == 8)                                                                    \
+            if (!one_wave && g.S > 1)                                                              \
+                return g.xlo ? launch<BN_, TN_, WM_, WN_, true, 2>(g, ctas, s, err)                \
+                             : launch<BN_, TN_, WM_, WN_, false, 2>(g, ctas, s, err);              \
         if constexpr (TN_ <= 16)                                                                   \
             if (one_wave)                                                                          \
                 return g.xlo ? launch<BN_, TN_, WM_, WN_, true, GEMM_DEEP>(g, ctas, s, err)        \

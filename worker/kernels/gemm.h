@@ -45,8 +45,8 @@ rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
                     rw_stream s, rw_err *err);
 
 /* The number of K slices of an [N, K] weight (1: K is not split): a function of N and K alone,
- * > 1 only for weights of few rows (o_proj), whose tiles alone cannot keep every SM busy at small
- * M. */
+ * > 1 only for weights of fewer than 256 x 64 rows (o_proj, q/k/v), whose tiles alone cannot keep
+ * every SM busy at small M. */
 int rw_k_gemm_splits(int64_t N, int64_t K);
 
 /* Columns of each of the S slices of K (a multiple of 64; K itself for S = 1); slice s covers

@@ -21,17 +21,17 @@ void rw_k_gemm_ref(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x, c
 }
 
 int rw_k_gemm_splits(int64_t N, int64_t K) {
-    /* Weights of at most 64 panels of 64 rows (4096 rows: o_proj 2048 x 4096) cannot give every
-     * SM a tile at small M; they are cut into enough slices for two CTAs on every SM of a large
-     * GPU (o_proj: 8 slices of 512 columns), K / S >= 256 columns. Measured on an H200 at
-     * M = 1 (split activations): o_proj 29.1 us unsplit, 11.2 us in 8 slices; at M = 256 (folded)
-     * 52.8 and 53.7 us. q/k/v (5120 x 2048, 80 panels) is not split: 4 slices took it
-     * from 16.5 to 15.3 us at M = 1 (11.8 us with 2-stage tiles) but from 60.4 to 62.1 us at
-     * M = 256 and 291 to 300 us at M = 2048. A function of N and K only: the bits of a product
-     * never depend on the batch or the device. */
+    /* A weight of fewer than 256 panels of 64 rows cannot give every SM of a large GPU two
+     * CTAs at small M; its K is cut into slices until it can (o_proj 2048 x 4096, 32 panels: 8
+     * slices of 512 columns; q/k/v 5120 x 2048, 80 panels: 4 of 512), at most 8, K / S >= 256
+     * columns. Measured on an H200 at M = 1 (split activations): o_proj 29.1 us unsplit, 11.2 us
+     * in 8 slices; q/k/v 14.6 us unsplit, 10.4 us in 4 slices of 2-stage tiles (rw_k_gemm). The
+     * slices cost the larger M, where one CTA folds them: q/k/v 52.7 -> 57.8 us at M = 256, 257
+     * -> 293 us at M = 2048; o_proj 52.8 -> 53.7 us at M = 256. A function of N and K only: the
+     * bits of a product never depend on the batch or the device. */
     const int64_t panels = (N + 63) / 64;
     int S = 1;
-    while (panels <= 64 && S < 8 && panels * S < 256 && K / (2 * S) >= 256)
+    while (S < 8 && panels * S < 256 && K / (2 * S) >= 256)
         S *= 2;
     /* slices of whole 64-column blocks: with a K that is not a multiple of 64 S, the first S - 1
      * slices may reach K and leave the last one empty (K = 2056 in 8 slices of 320); fewer then */
