@@ -78,6 +78,8 @@ typedef struct cuda_be {
     size_t off_pos, off_slot, off_rows, off_tiles, off_bt;
     rw_k_sample_param *sp_d, *sp_h;
     rw_k_sample_out *so_d, *so_h;
+    void *smp_ws; /* the sampler's chunk sums (rw_k_sample_ws_bytes for cap_smp requests) */
+    size_t smp_ws_bytes;
     int cap_smp;
     int64_t nlogits;
     int64_t last_ntok; /* tokens of the last forward (ops->routes) */

@@ -31,7 +31,8 @@ rw_status rw_cuda_sample(rw_model *m, int n, const rw_sample_req *req, rw_sample
     RW_CUDA_CHECK(err, cudaMemcpyAsync(be->sp_d, be->sp_h, sizeof(rw_k_sample_param) * (size_t)n,
                                        cudaMemcpyHostToDevice, be->st));
     rw_cuda_mark(be, RW_PHASE_SAMPLE_BEGIN);
-    RW_CHECK(rw_k_sample(be->logits, n, m->cfg.vocab_size, be->sp_d, be->so_d, be->st, err));
+    RW_CHECK(rw_k_sample(be->logits, n, m->cfg.vocab_size, be->sp_d, be->so_d, be->smp_ws,
+                         be->smp_ws_bytes, be->st, err));
     rw_cuda_mark(be, RW_PHASE_SAMPLE_END);
     RW_CUDA_CHECK(err, cudaMemcpyAsync(be->so_h, be->so_d, sizeof(rw_k_sample_out) * (size_t)n,
                                        cudaMemcpyDeviceToHost, be->st));

@@ -15,7 +15,7 @@ void rw_cuda_free_scratch(cuda_be *be) {
                  be->gath,   be->logits, be->h,     be->h_lo, be->att,
                  be->att_lo, be->hl,     be->hl_lo, be->ids,  be->attn_part,
                  be->moe_ws, be->meta_d, be->sp_d,  be->so_d, be->gemm_ws,
-                 be->route_cnt};
+                 be->route_cnt, be->smp_ws};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         cudaFree(d[i]);
     cudaFreeHost(be->meta_h);
@@ -31,6 +31,8 @@ void rw_cuda_free_scratch(cuda_be *be) {
     be->meta_d = be->meta_h = NULL;
     be->sp_d = be->sp_h = NULL;
     be->so_d = be->so_h = NULL;
+    be->smp_ws = NULL;
+    be->smp_ws_bytes = 0;
     be->cap_tok = be->cap_log = 0;
     be->cap_seq = be->cap_bt = be->cap_smp = 0;
 }
@@ -109,6 +111,8 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     be->cap_smp = (int)(NL > NS ? NL : NS);
     DALLOC(be->sp_d, (size_t)be->cap_smp * sizeof(rw_k_sample_param));
     DALLOC(be->so_d, (size_t)be->cap_smp * sizeof(rw_k_sample_out));
+    be->smp_ws_bytes = rw_k_sample_ws_bytes(be->cap_smp, m->cfg.vocab_size);
+    DALLOC(be->smp_ws, be->smp_ws_bytes);
     RW_CUDA_CHECK(
         err, cudaMallocHost((void **)&be->sp_h, (size_t)be->cap_smp * sizeof(rw_k_sample_param)));
     RW_CUDA_CHECK(

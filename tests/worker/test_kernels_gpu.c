@@ -569,21 +569,41 @@ static void sample_gpu(const float *l, int64_t rows, int64_t n, int64_t V,
     rw_k_sample_param *dp = rw_tdev_put(p, sizeof *p * n);
     rw_k_sample_out *dout;
     RW_TCK(cudaMalloc((void **)&dout, sizeof *dout * n));
+    const size_t wb = rw_k_sample_ws_bytes(n, V);
+    void *ws;
+    RW_TCK(cudaMalloc(&ws, wb));
     rw_err err = {0};
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
+    /* a workspace too small is refused, naming the size it needs */
+    const rw_status bad = rw_k_sample(dl, n, V, dp, dout, ws, wb - 1, NULL, &err);
+    assert_int_equal(bad, RW_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "workspace"));
+    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, ws, wb, NULL, &err), &err);
     rw_tdev_get(got, dout, sizeof *got * n);
-    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, NULL, &err), &err);
+    RW_ASSERT_OK(rw_k_sample(dl, n, V, dp, dout, ws, wb, NULL, &err), &err);
     rw_tdev_get(again, dout, sizeof *again * n);
     rw_assert_bytes_equal(got, again, sizeof *got * n, what);
+    /* each request alone (its row first in a batch of one): the same bytes as in the batch */
+    for (int64_t i = 0; i < n; i += 37) {
+        rw_k_sample_out one;
+        RW_ASSERT_OK(rw_k_sample(dl, 1, V, dp + i, dout, ws, wb, NULL, &err), &err);
+        rw_tdev_get(&one, dout, sizeof one);
+        const int tn = p[i].top_n < 20 ? p[i].top_n : 20;
+        if (one.token != got[i].token || memcmp(&one.logprob, &got[i].logprob, 4) ||
+            memcmp(one.top_ids, got[i].top_ids, 4 * (size_t)tn) ||
+            memcmp(one.top_lps, got[i].top_lps, 4 * (size_t)tn))
+            fail_msg("%s: request %lld alone gives token %d (%a), batched %d (%a)", what,
+                     (long long)i, one.token, one.logprob, got[i].token, got[i].logprob);
+    }
     cudaFree(dl);
     cudaFree(dp);
     cudaFree(dout);
+    cudaFree(ws);
     free(again);
 }
 
-static void test_sample(void **state) {
-    (void)state;
-    const int64_t n = 240, V = 5003;
+/* n requests over a vocabulary of V: draws, greedy rows, top-k and top-p limits, top-n lists,
+ * against the reference. */
+static void sample_case(int64_t n, int64_t V) {
     float *l = malloc(4 * n * V);
     rw_test_fill_f32(l, (size_t)(n * V), 16, 3.0f);
     rw_k_sample_param *p = calloc((size_t)n, sizeof *p);
@@ -635,13 +655,21 @@ static void test_sample(void **state) {
             assert_true(above < p[i].top_k);
         }
     }
-    print_message("sampled rows: %d of %d draw the reference's token\n", same, sampled);
+    print_message("V %lld: sampled rows: %d of %d draw the reference's token\n", (long long)V,
+                  same, sampled);
     /* only exp() rounding differs from the reference: boundary cases are rare */
     assert_true(same >= sampled - 2);
     free(l);
     free(p);
     free(ref);
     free(got);
+}
+
+/* A vocabulary of 2 chunks (the second of 907 ids) and the 30B-A3B one (38 chunks). */
+static void test_sample(void **state) {
+    (void)state;
+    sample_case(240, 5003);
+    sample_case(24, 151936);
 }
 
 /* Processed logprobs (mode 1) and given tokens (forced >= 0) against the reference: given tokens

@@ -32,7 +32,7 @@ RW_HD float rw_sample_inv_temperature(float temperature, int32_t top_k, float ma
     return inv_t;
 }
 
-/* Sampling of n rows of logits [n, V] fp32 on the device, one CTA per row, the rule of
+/* Sampling of n rows of logits [n, V] fp32 on the device, the rule of
  * rw_sampling (rw_worker.h) with one documented difference: probability masses are summed as
  * 32.32 fixed point (exp(z - zmax) * 2^32, truncated) in uint64, which makes the sums exact and
  * independent of the reduction order (so reruns give the same tokens); an id whose mass rounds
@@ -59,11 +59,31 @@ typedef struct rw_k_sample_out {
     int32_t top_ids[20];
     float top_lps[20];
 } rw_k_sample_out;
-/* n requests; request i samples row p[i].row of logits [rows, V] into out[i]. */
+/* n requests; request i samples row p[i].row of logits [rows, V] into out[i].
+ *
+ * The device version reduces each row in chunks of RW_K_SAMPLE_CHUNK ids, one CTA per (request,
+ * chunk), before one CTA per request picks the token: the argmax, the normaliser sum
+ * S = sum exp(l - max) (fp32, a fixed tree per chunk, the chunks added in order) and, for a
+ * request without top-k / top-p limits, the kept masses (the draw's 32.32 fixed-point sum, exact;
+ * the processed logprobs' fp32 sum, as S). The chunks are fixed by V alone, so a row gives the
+ * same bits in any batch. A draw then walks only the chunk its target falls in. Requests with a
+ * top-k or top-p limit (the threshold needs the whole row) and top-n lists read the whole row in
+ * their request's CTA.
+ *   ws: device workspace of at least rw_k_sample_ws_bytes(n, V) bytes, 16-byte aligned.
+ * Asynchronous on s; no allocation. */
+#define RW_K_SAMPLE_CHUNK 4096
+typedef struct rw_k_sample_part { /* one (request, chunk) reduction, internal to sample.cu */
+    float v;                      /* the chunk's largest logit, id i (ties to the lower id) */
+    int32_t i;
+    float se;           /* sum of exp(l - max) over the chunk, max over the row */
+    float sk;           /* processed: sum of exp(z - zmax) */
+    unsigned long long w; /* draw: sum of the 32.32 masses */
+} rw_k_sample_part;
+size_t rw_k_sample_ws_bytes(int64_t n, int64_t V);
 void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
                      rw_k_sample_out *out);
 rw_status rw_k_sample(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
-                      rw_k_sample_out *out, rw_stream s, rw_err *err);
+                      rw_k_sample_out *out, void *ws, size_t ws_bytes, rw_stream s, rw_err *err);
 
 /* The CPU side shared by both sampling rules (sampler.c and sample_ref.c):
  * - (z, id) pairs ordered by descending z, ties to the lower id (a qsort comparator);

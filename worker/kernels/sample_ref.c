@@ -52,6 +52,12 @@ static inline uint64_t fixed_mass(float z, float zmax) {
     return (uint64_t)((double)expf(z - zmax) * 4294967296.0);
 }
 
+size_t rw_k_sample_ws_bytes(int64_t n, int64_t V) {
+    if (n <= 0 || V <= 0) return 0;
+    const int64_t chunks = (V + RW_K_SAMPLE_CHUNK - 1) / RW_K_SAMPLE_CHUNK;
+    return (size_t)n * (size_t)chunks * sizeof(rw_k_sample_part);
+}
+
 void rw_k_sample_ref(const float *logits, int64_t n, int64_t V, const rw_k_sample_param *p,
                      rw_k_sample_out *out) {
     rw_sample_zid *s = malloc(sizeof(rw_sample_zid) * (size_t)V);
