@@ -82,9 +82,6 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     be->attn_part_bytes = rw_k_attention_part_bytes(T < SPLIT_MAX_TOK ? T : SPLIT_MAX_TOK,
                                                     d->nh_local, (int)hd, SPLIT_SEGS);
     DALLOC(be->attn_part, be->attn_part_bytes);
-    /* the attention split's tile counters start at zero (attention.h) */
-    if (be->attn_part_bytes)
-        RW_CUDA_CHECK(err, cudaMemset(be->attn_part, 0, RW_ATTN_COUNTERS * sizeof(unsigned)));
     be->moe_ws_bytes = rw_moe_experts_cuda_workspace(E, d->P, H, T, (int)K);
     DALLOC(be->moe_ws, be->moe_ws_bytes);
     /* the dense GEMMs' K-split workspace for the largest of them: q/k/v fused and apart, o_proj,

@@ -431,85 +431,6 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
                           Lt0, Lt1);
 }
 
-/* One step of the segment merge: (M, L, O) of an output element with a segment's (m, l) and
- * its partial o, in segment order (a segment without keys for the row is skipped); then
- * out = O / L as a hi + lo pair. The combine kernel's arithmetic and the decode kernel's last
- * CTA's, so both give the same bits. */
-__device__ __forceinline__ void atc_merge_step(float &M, float &L, float &O, float2 ml, float o) {
-    float a, b;
-    if (!rw_attn_merge_ml(M, L, ml.x, ml.y, a, b)) return;
-    O = __fadd_rn(__fmul_rn(O, a), __fmul_rn(o, b));
-}
-__device__ __forceinline__ void atc_merge_store(uint16_t *__restrict__ out_hi,
-                                                uint16_t *__restrict__ out_lo, int64_t at, float O,
-                                                float L) {
-    const float v = __fdiv_rn(O, L);
-    const uint16_t hv = rw_f32_to_bf16(v);
-    out_hi[at] = hv;
-    if (out_lo) out_lo[at] = rw_bf16_split_lo(v, hv);
-}
-
-/* The decode kernel's last CTA of a (tile, kv head): merges the partials of the tile's nrows
- * rows (row r: token tok0 + r / group, head g * group + r % group), all HD columns. Thread t
- * takes column t % HD of rows t / HD, t / HD + 128 / HD, ...; it walks the segments once for all
- * its rows, loading segment s + 1's partials (from L2: other CTAs wrote them) before merging
- * segment s, so the walk waits on one load round per segment. */
-template <int HD>
-__device__ __forceinline__ void atc_merge_rows(const float *__restrict__ part_o,
-                                               const float2 *__restrict__ part_ml,
-                                               const int32_t *__restrict__ pos,
-                                               const rw_attn_tile &tl, int g, int group, int nh,
-                                               int nrows, int64_t ntok,
-                                               uint16_t *__restrict__ out_hi,
-                                               uint16_t *__restrict__ out_lo) {
-    constexpr int STEP = ATC_THREADS / HD, RPT = 16 / STEP; /* rows per thread, at most */
-    const int d = threadIdx.x % HD, r0 = threadIdx.x / HD;
-    int64_t th[RPT];
-    int nseg[RPT], smax = 0;
-    float M[RPT], L[RPT], O[RPT], o_next[RPT];
-    float2 ml_next[RPT];
-#pragma unroll
-    for (int j = 0; j < RPT; j++) {
-        const int r = r0 + j * STEP;
-        nseg[j] = 0;
-        th[j] = 0;
-        if (r < nrows) {
-            const int64_t t = tl.tok0 + r / group;
-            th[j] = t * nh + g * group + r % group;
-            nseg[j] = pos[t] / ATC_SEG + 1;
-            smax = max(smax, nseg[j]);
-        }
-        M[j] = -INFINITY;
-        L[j] = O[j] = 0.0f;
-    }
-    auto fetch = [&](int s) {
-#pragma unroll
-        for (int j = 0; j < RPT; j++)
-            if (s < nseg[j]) {
-                const int64_t b = (int64_t)s * ntok * nh + th[j];
-                ml_next[j] = __ldcg(part_ml + b);
-                o_next[j] = __ldcg(part_o + b * HD + d);
-            }
-    };
-    fetch(0);
-    for (int s = 0; s < smax; s++) {
-        float2 ml[RPT];
-        float o[RPT];
-#pragma unroll
-        for (int j = 0; j < RPT; j++) {
-            ml[j] = ml_next[j];
-            o[j] = o_next[j];
-        }
-        if (s + 1 < smax) fetch(s + 1);
-#pragma unroll
-        for (int j = 0; j < RPT; j++)
-            if (s < nseg[j]) atc_merge_step(M[j], L[j], O[j], ml[j], o[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < RPT; j++)
-        if (nseg[j] > 0) atc_merge_store(out_hi, out_lo, th[j] * HD + d, O[j], L[j]);
-}
-
 /* Decode tiles (at most 16 rows: one token of a group of <= 16 heads): one fragment, so the 4
  * warps take 4 segments at a time instead of 4 row fragments. Each warp streams its segment's
  * 32-key blocks through its own two shared-memory stages; after each round of 4 segments the
@@ -523,7 +444,7 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
                       int bt_stride, int nh, int nkv, int bs, int nsplit, float qscale,
                       uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
                       float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
-                      int seg_cap, unsigned *__restrict__ cnt) {
+                      int seg_cap) {
     rw_pdl_begin();
     constexpr int SBLK = ATC_SB * HD * 2;   /* bytes of K (or V) per softmax block */
     constexpr int NR = HD / 2;              /* fragment registers of o per lane */
@@ -643,28 +564,10 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
         __syncthreads(); /* the partial slots are rewritten next round */
     }
     rw_cp_async_wait<0>();
-    if (nsplit == 0) {
-        for (int i = i0; i < i1; i++)
-            atc_store_out<HD>(out_hi, out_lo, tl, g, group, nh, nrows, r0, r1, i,
-                              oacc[i * 32 + lane], Lt0, Lt1);
-        return;
-    }
-    if (!cnt) return; /* the combine kernel merges */
-    /* the last of the (tile, kv head)'s nsplit CTAs to finish merges its rows' partials (the
-     * pattern of a last-block reduction: partials, fence, then the counter, which that CTA
-     * resets for the next call) */
-    __shared__ bool last_cta;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        unsigned *c = cnt + (int64_t)blockIdx.x * gridDim.y + g;
-        last_cta = atomicAdd(c, 1u) == (unsigned)nsplit - 1;
-        if (last_cta) *c = 0;
-    }
-    __syncthreads();
-    if (!last_cta) return;
-    __threadfence();
-    atc_merge_rows<HD>(part_o, part_ml, pos, tl, g, group, nh, nrows, ntok, out_hi, out_lo);
+    if (nsplit != 0) return;
+    for (int i = i0; i < i1; i++)
+        atc_store_out<HD>(out_hi, out_lo, tl, g, group, nh, nrows, r0, r1, i, oacc[i * 32 + lane],
+                          Lt0, Lt1);
 }
 
 /* Merges the segments of every (token, head) in order, with the kernel's merge. */
@@ -679,9 +582,15 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
         float M = -INFINITY, L = 0.0f, O = 0.0f;
         for (int s = 0; s < nseg; s++) {
             const int64_t b = (int64_t)s * ntok * nh + th;
-            atc_merge_step(M, L, O, part_ml[b], part_o[b * hd + d]);
+            const float2 ml = part_ml[b];
+            float a, bb;
+            if (!rw_attn_merge_ml(M, L, ml.x, ml.y, a, bb)) continue;
+            O = __fadd_rn(__fmul_rn(O, a), __fmul_rn(part_o[b * hd + d], bb));
         }
-        atc_merge_store(out_hi, out_lo, th * hd + d, O, L);
+        const float v = __fdiv_rn(O, L);
+        const uint16_t hv = rw_f32_to_bf16(v);
+        out_hi[th * hd + d] = hv;
+        if (out_lo) out_lo[th * hd + d] = rw_bf16_split_lo(v, hv);
     }
 }
 
@@ -698,8 +607,7 @@ template <int HD> static constexpr size_t atc_decode_smem() {
 /* ------------------------------------------------------------------------------------------ */
 extern "C" size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments) {
     if (segments < 1 || ntok < 1) return 0;
-    return RW_ATTN_COUNTERS * sizeof(unsigned) +
-           (size_t)segments * (size_t)ntok * (size_t)nh * ((size_t)hd * 4 + 8) + 256;
+    return (size_t)segments * (size_t)ntok * (size_t)nh * ((size_t)hd * 4 + 8) + 256;
 }
 
 extern "C" int rw_k_attention_tile_tokens(int nh, int nkv) {
@@ -718,16 +626,14 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
     float *po = NULL;
     float2 *pml = NULL;
     int seg_cap = 0;
-    /* part: [RW_ATTN_COUNTERS counters | o partials of seg_cap segments | their (m, l)] */
-    const size_t head = RW_ATTN_COUNTERS * sizeof(unsigned) + 256;
     if (nsplit > 0) {
         const size_t per = (size_t)ntok * nh * ((size_t)HD * 4 + 8);
-        seg_cap = part_bytes > head ? (int)((part_bytes - head) / per) : 0;
+        seg_cap = part_bytes > 256 ? (int)((part_bytes - 256) / per) : 0;
         if (seg_cap < 1)
             RW_FAIL(err, RW_E_INVALID_ARG, "attention: %zu bytes of scratch hold no segment",
                     part_bytes);
-        po = (float *)((uint8_t *)part + RW_ATTN_COUNTERS * sizeof(unsigned));
-        pml = (float2 *)((uint8_t *)po + (size_t)seg_cap * ntok * nh * HD * 4);
+        po = (float *)part;
+        pml = (float2 *)((uint8_t *)part + (size_t)seg_cap * ntok * nh * HD * 4);
     }
     dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)(nsplit > 0 ? nsplit : 1));
     const float qscale = (float)(1.4426950408889634 / sqrt((double)HD));
@@ -735,16 +641,14 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
     /* tiles of one fragment (decode) spread key segments over the warps; larger tiles spread
      * their row fragments; the smem attributes are the kernels' fixed needs, so captured graphs
      * stay launchable whatever is launched in between */
-    bool merged = false; /* the decode kernel's last CTAs merge the partials */
     if (qt * group <= 16) {
-        merged = nsplit > 0 && (int64_t)ntiles * nkv <= RW_ATTN_COUNTERS;
         const size_t sm = atc_decode_smem<HD>();
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_decode_kernel<HD>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
         (void)rw_launch_pdl(atc_decode_kernel<HD>, grid, ATC_THREADS, sm, st, q, kc, vc, tiles, pos,
                             bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml,
-                            ntok, seg_cap, merged ? (unsigned *)part : (unsigned *)NULL);
+                            ntok, seg_cap);
     } else {
         const size_t sm = atc_smem<HD>();
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_kernel<HD>,
@@ -755,7 +659,7 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
                             seg_cap);
     }
     RW_CHECK(LAUNCH_CHECK(s, "attention"));
-    if (nsplit > 0 && !merged) {
+    if (nsplit > 0) {
         (void)rw_launch_pdl(atc_combine_kernel, dim3((unsigned)(ntok * nh)), 128, 0, st, po, pml,
                             pos, ntok, nh, HD, out_hi, out_lo);
         RW_CHECK(LAUNCH_CHECK(s, "attention combine"));

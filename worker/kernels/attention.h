@@ -31,16 +31,11 @@ extern "C" {
  * fragments), or how the segments are spread over CTAs:
  * - nsplit 0: one CTA per (tile, kv head) walks every segment and merges as it goes;
  * - nsplit >= 1: CTA z of nsplit takes segments z, z + nsplit, ... and writes each segment's
- *   partial to `part`; the partials are merged per (token, head) in segment order by the last of
- *   a tile's CTAs to finish (decode tiles, up to RW_ATTN_COUNTERS tiles x kv heads: a counter
- *   each) or by a combine kernel. `part` must hold rw_k_attention_part_bytes(ntok, nh, hd,
- *   segments) with segments >= pos / RW_ATTN_SEG + 1 for every token (part_bytes says how much
- *   it holds; segments past it are not written), 16-byte aligned. Its first RW_ATTN_COUNTERS
- *   32-bit words are the counters: zero before the first call (cudaMemset once after allocating
- *   it); every call leaves them zero, so one buffer serves any number of calls in stream order. */
+ *   partial to `part`, then a combine kernel merges them per (token, head). `part` must hold
+ *   rw_k_attention_part_bytes(ntok, nh, hd, segments) with segments >= pos / RW_ATTN_SEG + 1 for
+ *   every token (part_bytes says how much it holds; segments past it are not written). */
 #define RW_ATTN_QT 64
 #define RW_ATTN_SEG 128
-#define RW_ATTN_COUNTERS 1024
 typedef struct rw_attn_tile {
     int32_t seq, tok0, ntok, pad;
 } rw_attn_tile;
