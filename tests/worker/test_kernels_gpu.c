@@ -663,8 +663,8 @@ static void sample_case(int64_t n, int64_t V) {
             assert_true(above < p[i].top_k);
         }
     }
-    print_message("V %lld: sampled rows: %d of %d draw the reference's token\n", (long long)V,
-                  same, sampled);
+    print_message("V %lld: sampled rows: %d of %d draw the reference's token\n", (long long)V, same,
+                  sampled);
     /* only exp() rounding differs from the reference: boundary cases are rare */
     assert_true(same >= sampled - 2);
     free(l);

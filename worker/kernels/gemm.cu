@@ -19,10 +19,10 @@
  * writes Y. At larger M the tiles alone fill the GPU and one CTA folds the slices instead
  * (gemm_kernel's FOLD): it walks them in turn, each from a zeroed accumulator, and adds each
  * finished slice's sum to a running total in registers, in the same order and with the same
- * roundings as the split over CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over CTAs at M = 256 were up to 1.8 x
- * slower than no split (partials' traffic, smaller tiles); a running total stored in Y and read
- * back 1.5 x; the total's registers in every instantiation slowed unsplit wide tiles by up to
- * 1.15 x, hence FOLD only where S > 1.
+ * roundings as the split over CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over CTAs
+ * at M = 256 were up to 1.8 x slower than no split (partials' traffic, smaller tiles); a running
+ * total stored in Y and read back 1.5 x; the total's registers in every instantiation slowed
+ * unsplit wide tiles by up to 1.15 x, hence FOLD only where S > 1.
  *
  * Batch invariance. Element (m, n) of slice s is accumulated by one thread in one fp32 register:
  * starting from 0, one mma per k16 step for k0 = begin(s), begin(s) + 16, ... < end(s) in

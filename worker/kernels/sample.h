@@ -75,8 +75,8 @@ typedef struct rw_k_sample_out {
 typedef struct rw_k_sample_part { /* one (request, chunk) reduction, internal to sample.cu */
     float v;                      /* the chunk's largest logit, id i (ties to the lower id) */
     int32_t i;
-    float se;           /* sum of exp(l - max) over the chunk, max over the row */
-    float sk;           /* processed: sum of exp(z - zmax) */
+    float se;             /* sum of exp(l - max) over the chunk, max over the row */
+    float sk;             /* processed: sum of exp(z - zmax) */
     unsigned long long w; /* draw: sum of the 32.32 masses */
 } rw_k_sample_part;
 size_t rw_k_sample_ws_bytes(int64_t n, int64_t V);
