@@ -35,6 +35,8 @@ enum {
     RW_EMUL_SPLIT = 1u << 9,
     /* the expert inputs (expert input, silu(g)*u) are hi + lo pairs too */
     RW_EMUL_SPLIT_MOE = 1u << 10,
+    /* with RW_EMUL_SPLIT: the q/k/v GEMM input alone is one bf16 (what dropping its pair costs) */
+    RW_EMUL_ONE_QKV = 1u << 11,
     /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair
      * (docs/BENCHMARKS.md has the per-GEMM choice and what dropping a pair would cost) */
     RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE,
@@ -45,7 +47,8 @@ static inline float emul_round(float x, unsigned flags, unsigned bit) {
     const float hi = rw_bf16_to_f32(h);
     const unsigned dense = RW_EMUL_ROUND_QKV_IN | RW_EMUL_ROUND_ATT | RW_EMUL_ROUND_LM_IN;
     const unsigned moe = RW_EMUL_ROUND_MOE_IN | RW_EMUL_ROUND_ACT;
-    if (((flags & RW_EMUL_SPLIT) && (bit & dense)) || ((flags & RW_EMUL_SPLIT_MOE) && (bit & moe)))
+    const unsigned split = (flags & RW_EMUL_ONE_QKV) ? dense & ~RW_EMUL_ROUND_QKV_IN : dense;
+    if (((flags & RW_EMUL_SPLIT) && (bit & split)) || ((flags & RW_EMUL_SPLIT_MOE) && (bit & moe)))
         return hi + rw_bf16_to_f32(rw_bf16_split_lo(x, h));
     return hi;
 }

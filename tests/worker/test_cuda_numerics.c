@@ -209,6 +209,8 @@ static void test_rounding_points(void **state) {
         {RW_EMUL_ROUND_ALL, "all, one bf16 each"},
         {RW_EMUL_ROUND_K | RW_EMUL_ROUND_V | RW_EMUL_ROUND_ACT, "bf16 K, V and silu(g)*u"},
         {RW_EMUL_CUDA & ~RW_EMUL_SPLIT_MOE, "one bf16 expert input"},
+        {RW_EMUL_CUDA | RW_EMUL_ONE_QKV, "one bf16 q/k/v input"},
+        {RW_EMUL_CUDA | RW_EMUL_ONE_QKV | RW_EMUL_F32_ACCUM, "one bf16 q/k/v input, fp32 acc"},
         {RW_EMUL_CUDA, "the CUDA backend"},
     };
     cmp cuda = {0};
