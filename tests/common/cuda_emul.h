@@ -37,6 +37,9 @@ enum {
     RW_EMUL_SPLIT_MOE = 1u << 10,
     /* with RW_EMUL_SPLIT: the q/k/v GEMM input alone is one bf16 (what dropping its pair costs) */
     RW_EMUL_ONE_QKV = 1u << 11,
+    /* the softmax weights enter P.V as one bf16 each (the kernel feeds a hi + lo pair; what
+     * dropping the lo half would cost); the sum they are divided by stays fp32 */
+    RW_EMUL_ROUND_P = 1u << 12,
     /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair
      * (docs/BENCHMARKS.md has the per-GEMM choice and what dropping a pair would cost) */
     RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE,
@@ -115,13 +118,14 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
     float *q = calloc((size_t)(n * qd), fl), *k = calloc((size_t)(n * kd), fl);
     float *v = calloc((size_t)(n * kd), fl), *att = calloc((size_t)(n * qd), fl);
     float *rl = calloc((size_t)(n * E), fl), *wts = calloc((size_t)(n * K), fl);
-    float *sc = calloc((size_t)n, fl), *gu = calloc((size_t)(2 * P), fl);
+    float *sc = calloc((size_t)n, fl), *pw = calloc((size_t)n, fl);
+    float *gu = calloc((size_t)(2 * P), fl);
     float *act = calloc((size_t)P, fl), *ye = calloc((size_t)(K * H), fl);
     float *inv = calloc((size_t)(hd / 2), fl);
     int32_t *ids = calloc((size_t)(n * K), sizeof(int32_t));
     rw_status st = RW_OK;
-    if (!x || !y || !h || !h32 || !q || !k || !v || !att || !rl || !wts || !sc || !gu || !act ||
-        !ye || !inv || !ids) {
+    if (!x || !y || !h || !h32 || !q || !k || !v || !att || !rl || !wts || !sc || !pw || !gu ||
+        !act || !ye || !inv || !ids) {
         st = RW_ERR(err, RW_E_OOM, "emulation: scratch for %d tokens", n);
         goto done;
     }
@@ -183,10 +187,14 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
                     sc[j] = expf(sc[j] - mx);
                     ls += sc[j];
                 }
+                if (flags & RW_EMUL_ROUND_P)
+                    for (int j = 0; j <= t; j++)
+                        pw[j] = rw_bf16_to_f32(rw_f32_to_bf16(sc[j]));
+                const float *pj = (flags & RW_EMUL_ROUND_P) ? pw : sc;
                 for (int64_t e = 0; e < hd; e++) {
                     float o = 0.0f;
                     for (int j = 0; j <= t; j++)
-                        o += sc[j] * v[j * kd + g * hd + e];
+                        o += pj[j] * v[j * kd + g * hd + e];
                     att[t * qd + hh * hd + e] = emul_round(o / ls, flags, RW_EMUL_ROUND_ATT);
                 }
             }
@@ -264,6 +272,7 @@ done:
     free(rl);
     free(wts);
     free(sc);
+    free(pw);
     free(gu);
     free(act);
     free(ye);

@@ -9,6 +9,8 @@
  *   is why the CUDA backend keeps q in fp32 and feeds every GEMM a hi + lo bf16 pair (with one
  *   bf16 expert input instead, the logits still meet F2 under double accumulation, but one
  *   routing decision moves under fp32 accumulation: the margin would rest on the order);
+ * - what dropping one pair would cost on top of the backend's rounding points (the q/k/v GEMM
+ *   input, the softmax weights in P.V), printed for docs/BENCHMARKS.md;
  * - the CUDA backend's own rounding points (RW_EMUL_CUDA: K and V cache bf16, the rest near
  *   fp32) meet F2 (RW_TOL_CUDA_REF, >= 95% greedy) with no routing decision changed, also under
  * another GEMM summation order (fp32 vs double accumulation: what tensor cores, TP or another
@@ -211,6 +213,8 @@ static void test_rounding_points(void **state) {
         {RW_EMUL_CUDA & ~RW_EMUL_SPLIT_MOE, "one bf16 expert input"},
         {RW_EMUL_CUDA | RW_EMUL_ONE_QKV, "one bf16 q/k/v input"},
         {RW_EMUL_CUDA | RW_EMUL_ONE_QKV | RW_EMUL_F32_ACCUM, "one bf16 q/k/v input, fp32 acc"},
+        {RW_EMUL_CUDA | RW_EMUL_ROUND_P, "one bf16 softmax weight in P.V"},
+        {RW_EMUL_CUDA | RW_EMUL_ROUND_P | RW_EMUL_F32_ACCUM, "one bf16 P weight, fp32 acc"},
         {RW_EMUL_CUDA, "the CUDA backend"},
     };
     cmp cuda = {0};
