@@ -680,6 +680,48 @@ static void test_sample(void **state) {
     sample_case(24, 151936);
 }
 
+/* More requests than one launch of the chunk passes takes (65535): requests i and i + 100 sample
+ * the same row with the same parameters, so every request must equal request i % 100, across
+ * the launches' boundary; and those match the reference. */
+static void test_sample_many(void **state) {
+    (void)state;
+    const int64_t rows = 100, n = 65535 + 300, V = 5003;
+    float *l = malloc(4 * rows * V);
+    rw_test_fill_f32(l, (size_t)(rows * V), 41, 3.0f);
+    rw_k_sample_param *p = calloc((size_t)n, sizeof *p);
+    for (int64_t i = 0; i < n; i++) {
+        const int r = (int)(i % rows);
+        p[i].row = r;
+        p[i].forced = -1;
+        p[i].seed = 7000 + (uint64_t)r;
+        p[i].position = 5 + r;
+        p[i].top_p = 1.0f;
+        p[i].top_n = r % 3;
+        p[i].temperature = r % 2 ? 1.0f : 0.0f;
+    }
+    rw_k_sample_out *got = calloc((size_t)n, sizeof *got), *ref = calloc((size_t)rows, sizeof *ref);
+    sample_gpu(l, rows, n, V, p, got, "many requests rerun");
+    rw_k_sample_ref(l, rows, V, p, ref);
+    for (int64_t i = 0; i < n; i++) {
+        const rw_k_sample_out *a = &got[i], *b = &got[i % rows];
+        const int tn = p[i].top_n;
+        if (a->token != b->token || memcmp(&a->logprob, &b->logprob, 4) ||
+            memcmp(a->top_ids, b->top_ids, 4 * (size_t)tn))
+            fail_msg("request %lld: token %d (%a), request %lld: %d (%a)", (long long)i, a->token,
+                     a->logprob, (long long)(i % rows), b->token, b->logprob);
+    }
+    int same = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (p[r].temperature == 0.0f) assert_int_equal(got[r].token, ref[r].token);
+        same += got[r].token == ref[r].token;
+    }
+    assert_true(same >= rows - 2);
+    free(l);
+    free(p);
+    free(got);
+    free(ref);
+}
+
 /* Processed logprobs (mode 1) and given tokens (forced >= 0) against the reference: given tokens
  * exactly; logprobs and top-n within 1e-4 (the kernel sums the kept mass in a fixed tree, the
  * reference in index order), -inf exactly where the reference has it; greedy rows 0 / -inf;
@@ -808,6 +850,7 @@ int main(void) {
         cmocka_unit_test(test_rope_kv),      cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_invariance),
         cmocka_unit_test(test_router),       cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_sample_many),
         cmocka_unit_test(test_sample_processed),
         cmocka_unit_test(test_sample_tiny_temperature),
     };

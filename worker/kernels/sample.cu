@@ -7,6 +7,7 @@
  * 144 us for one request of a 151,936-id vocabulary on an H200, as long as 1/30 of the decode step;
  * the chunk passes spread that over the GPU. */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 
 #include "device.cuh"
@@ -384,21 +385,28 @@ extern "C" rw_status rw_k_sample(const float *logits, int64_t n, int64_t V,
                                  size_t ws_bytes, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     const int64_t nc = (V + RW_K_SAMPLE_CHUNK - 1) / RW_K_SAMPLE_CHUNK;
-    if (V < 1 || nc > 65535 || n > 65535)
-        RW_FAIL(err, RW_E_UNSUPPORTED, "sample: V = %lld, %lld requests (at most 65535 each)",
-                (long long)V, (long long)n);
+    if (V < 1 || n > INT_MAX)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "sample: V = %lld, %lld requests (at most %d)", (long long)V,
+                (long long)n, INT_MAX);
     if (!ws || ws_bytes < rw_k_sample_ws_bytes(n, V) || (uintptr_t)ws % 16)
         RW_FAIL(err, RW_E_INVALID_ARG,
                 "sample: %lld requests over V = %lld need a 16-byte aligned workspace of %zu "
                 "bytes (have %p, %zu bytes)",
                 (long long)n, (long long)V, rw_k_sample_ws_bytes(n, V), ws, ws_bytes);
     rw_k_sample_part *parts = (rw_k_sample_part *)ws;
-    const dim3 chunks((unsigned)nc, (unsigned)n);
     cudaStream_t st = (cudaStream_t)s;
-    (void)rw_launch_pdl(smp_max_kernel, chunks, SMP_CHUNK_THREADS, 0, st, logits, V, p, parts);
-    RW_CHECK(LAUNCH_CHECK(s, "sample (chunk maxima)"));
-    (void)rw_launch_pdl(smp_mass_kernel, chunks, SMP_CHUNK_THREADS, 0, st, logits, V, p, parts);
-    RW_CHECK(LAUNCH_CHECK(s, "sample (chunk sums)"));
+    /* chunks on x, requests on y: at most 65535 requests a launch (a grid's y limit), so larger
+     * batches take several, each on its requests' rows of params and parts */
+    for (int64_t r0 = 0; r0 < n; r0 += 65535) {
+        const dim3 chunks((unsigned)nc, (unsigned)(n - r0 < 65535 ? n - r0 : 65535));
+        rw_k_sample_part *pr = parts + r0 * nc;
+        (void)rw_launch_pdl(smp_max_kernel, chunks, SMP_CHUNK_THREADS, 0, st, logits, V, p + r0,
+                            pr);
+        RW_CHECK(LAUNCH_CHECK(s, "sample (chunk maxima)"));
+        (void)rw_launch_pdl(smp_mass_kernel, chunks, SMP_CHUNK_THREADS, 0, st, logits, V, p + r0,
+                            pr);
+        RW_CHECK(LAUNCH_CHECK(s, "sample (chunk sums)"));
+    }
     (void)rw_launch_pdl(sample_kernel, dim3((unsigned)n), SMP_THREADS, 0, st, logits, V, p, out,
                         (const rw_k_sample_part *)parts, (int)nc);
     return LAUNCH_CHECK(s, "sample");
