@@ -30,22 +30,29 @@ __global__ void __launch_bounds__(1024)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int pw = SORT_PW(E);
     const int64_t chunk = (A + pw - 1) / pw;
-    for (int i = tid; i < pw * E; i += blockDim.x)
-        wc[i] = 0;
-    __syncthreads();
-    if (warp < pw) {
-        const int64_t a0 = (int64_t)warp * chunk, a1 = min(A, a0 + chunk);
+    /* a placement warp's chunk, 32 assignments a step in order: visit(its row of wc (counts,
+     * then bases, then cursors), a, a in the chunk, expert e, valid, mask of the lanes routed to
+     * the same expert) */
+    auto walk = [&](auto &&visit) {
+        if (warp >= pw) return;
         int32_t *mine = wc + warp * E;
+        const int64_t a0 = (int64_t)warp * chunk, a1 = min(A, a0 + chunk);
         for (int64_t b = a0; b < a1; b += 32) {
             const int64_t a = b + lane;
             const int32_t e = a < a1 ? ids[a] : -1;
             const bool valid = a < a1 && e >= 0 && e < E;
-            if (a < a1 && !valid) inv[a] = -1;
             const unsigned mask = __match_any_sync(0xffffffffu, valid ? e : -1);
-            if (valid && lane == __ffs(mask) - 1) mine[e] += __popc(mask);
-            __syncwarp();
+            visit(mine, a, a < a1, e, valid, mask);
         }
-    }
+    };
+    for (int i = tid; i < pw * E; i += blockDim.x)
+        wc[i] = 0;
+    __syncthreads();
+    walk([&](int32_t *mine, int64_t a, bool in, int32_t e, bool valid, unsigned mask) {
+        if (in && !valid) inv[a] = -1;
+        if (valid && lane == __ffs(mask) - 1) mine[e] += __popc(mask);
+        __syncwarp();
+    });
     __syncthreads();
     for (int e = tid; e < E; e += blockDim.x) { /* per-warp bases; the total into eoff for now */
         int32_t run = 0;
@@ -91,25 +98,17 @@ __global__ void __launch_bounds__(1024)
         }
     }
     __syncthreads();
-    if (warp < pw) {
-        const int64_t a0 = (int64_t)warp * chunk, a1 = min(A, a0 + chunk);
-        int32_t *cur = wc + warp * E;
-        for (int64_t b = a0; b < a1; b += 32) {
-            const int64_t a = b + lane;
-            const int32_t e = a < a1 ? ids[a] : -1;
-            const bool valid = a < a1 && e >= 0 && e < E;
-            const unsigned mask = __match_any_sync(0xffffffffu, valid ? e : -1);
-            const int base = valid ? eoff[e] + cur[e] : 0;
-            __syncwarp();
-            if (valid && lane == __ffs(mask) - 1) cur[e] += __popc(mask);
-            __syncwarp();
-            if (valid) {
-                const int p = base + __popc(mask & ((1u << lane) - 1u));
-                perm[p] = (int32_t)a;
-                inv[a] = p;
-            }
+    walk([&](int32_t *mine, int64_t a, bool, int32_t e, bool valid, unsigned mask) {
+        const int base = valid ? eoff[e] + mine[e] : 0;
+        __syncwarp();
+        if (valid && lane == __ffs(mask) - 1) mine[e] += __popc(mask);
+        __syncwarp();
+        if (valid) {
+            const int p = base + __popc(mask & ((1u << lane) - 1u));
+            perm[p] = (int32_t)a;
+            inv[a] = p;
         }
-    }
+    });
 }
 
 rw_status moe_sort_launch(const int32_t *ids, int64_t A, int E, int tn, int32_t *off, int2 *tiles,
