@@ -209,16 +209,15 @@ __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
     se = block_sum(se, shf);
     const float inv_t = rw_sample_inv_temperature(p.temperature, p.top_k, mx);
     const bool kept = inv_t != 0.0f && smp_plain(p, V);
+    const float zmax = mx * inv_t;
     uint64_t w = 0;
     float sk = 0.0f;
     if (kept && p.forced < 0) { /* uniform over the CTA */
-        const float zmax = mx * inv_t;
         for (int64_t i = c0 + threadIdx.x; i < c1; i += blockDim.x)
             w += fmass(__fmul_rn(l[i], inv_t), zmax);
         w = block_sum_u64(w, shu);
     }
     if (kept && p.mode == 1) {
-        const float zmax = mx * inv_t;
         for (int64_t i = c0 + threadIdx.x; i < c1; i += blockDim.x)
             sk += expf(__fsub_rn(l[i] * inv_t, zmax));
         sk = block_sum(sk, shf);
@@ -283,17 +282,15 @@ __global__ void __launch_bounds__(SMP_THREADS)
         /* draw: the first kept id whose running mass (ids in order) passes the target. Without
          * limits the chunk sums locate the chunk and only that chunk is read. */
         int64_t r0 = 0, r1 = V;
-        uint64_t before = 0, W = 0;
-        if (plain) {
-            for (int c = 0; c < nc; c++)
-                W += pr[c].w;
-        }
+        uint64_t before = 0, target = 0;
         const uint64_t u = (uint64_t)(rw_sample_uniform_dev(p.seed, p.position) * 16777216.0f);
         auto target_of = [&](uint64_t tw) {
             return (tw >> 24) * u + (((tw & 0xffffffull) * u) >> 24);
         };
-        uint64_t target = 0;
         if (plain) {
+            uint64_t W = 0;
+            for (int c = 0; c < nc; c++)
+                W += pr[c].w;
             target = target_of(W);
             int c = 0;
             while (c < nc - 1 && before + pr[c].w <= target)
