@@ -431,13 +431,21 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
                           Lt0, Lt1);
 }
 
-/* Decode tiles (at most 16 rows: one token of a group of <= 16 heads): one fragment, so the 4
- * warps take 4 segments at a time instead of 4 row fragments. Each warp streams its segment's
- * 32-key blocks through its own two shared-memory stages; after each round of 4 segments the
- * partials are merged in segment order (nsplit 0) with the same merge as everywhere else, or
- * written for the combine kernel. Same per-row arithmetic as atc_kernel (atc_block). */
+/* Decode tiles (at most 16 rows: one token of a group of <= 16 heads): one fragment, so the
+ * ATC_DW warps of a CTA take ATC_DW segments at a time instead of row fragments. Each warp streams
+ * its segment's 32-key blocks through its own two shared-memory stages; after each round of ATC_DW
+ * segments the partials are merged in segment order (nsplit 0) with the same merge as everywhere
+ * else, or written for the combine kernel. Same per-row arithmetic as atc_kernel (atc_block), and
+ * the rounds' merges make one left fold over the segments whatever ATC_DW is.
+ *
+ * Why 2 warps: the kernel is bound by each warp's chain of dependent instructions, not by bytes
+ * in flight (docs/BENCHMARKS.md: at 4 warps, 170 KB of shared memory held an SM to one CTA, one
+ * warp per scheduler issuing every 3.6 cycles; a deeper key ring changed nothing). A CTA of 2 warps
+ * needs 73 KB (a round's partials go to the stage each warp has just consumed), so 3 CTAs, 6
+ * warps, share an SM. */
+#define ATC_DW 2
 template <int HD>
-__global__ void __launch_bounds__(ATC_THREADS, 1)
+__global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
                       const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
                       const int32_t *__restrict__ pos, const int32_t *__restrict__ bt,
@@ -448,12 +456,13 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
     rw_pdl_begin();
     constexpr int SBLK = ATC_SB * HD * 2;   /* bytes of K (or V) per softmax block */
     constexpr int NR = HD / 2;              /* fragment registers of o per lane */
+    static_assert(NR * 32 * 4 <= 2 * SBLK, "a warp's partial fits the stage it has consumed");
     extern __shared__ __align__(128) uint8_t sm[];
+    __shared__ int pbuf[ATC_DW]; /* the stage holding each warp's partial of the round */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     uint8_t *stage = sm + (size_t)warp * 4 * SBLK;          /* this warp's 2 x (K, V) */
-    float *parts = (float *)(sm + 16 * SBLK);              /* [4 warps][NR][32] */
-    float *pml = parts + 4 * NR * 32;                      /* [4 warps][4][32]: m0 m1 l0 l1 */
-    float *oacc = pml + 4 * 4 * 32;                        /* [NR][32] merged o */
+    float *pml = (float *)(sm + ATC_DW * 4 * SBLK);        /* [warps][4][32]: m0 m1 l0 l1 */
+    float *oacc = pml + ATC_DW * 4 * 32;                   /* [NR][32] merged o */
 
     const rw_attn_tile tl = tiles[blockIdx.x];
     const int g = blockIdx.y, split = blockIdx.z;
@@ -468,13 +477,13 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
     int32_t qp0, qp1;
     atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
 
-    /* CTA-local segment li is global segment sfirst + li * sstep; warp w takes li = 4 r + w */
+    /* CTA-local segment li is global segment sfirst + li * sstep; warp w takes li = ATC_DW r + w */
     const int sstep = nsplit > 0 ? nsplit : 1;
     const int sfirst = nsplit > 0 ? split : 0;
     const int nloc = sfirst < nseg ? (nseg - sfirst + sstep - 1) / sstep : 0;
-    const int nround = (nloc + 3) / 4;
+    const int nround = (nloc + ATC_DW - 1) / ATC_DW;
     auto seg_of = [&](int round) -> int {
-        const int li = round * 4 + warp;
+        const int li = round * ATC_DW + warp;
         return li < nloc ? sfirst + li * sstep : -1;
     };
     auto nblocks_of = [&](int sg) -> int { /* 32-key blocks of segment sg up to plast */
@@ -488,9 +497,9 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
     };
 
     float Mt0 = -INFINITY, Mt1 = -INFINITY, Lt0 = 0.0f, Lt1 = 0.0f;
-    /* this thread's share of the merged o: registers [warp * NR / 4, (warp + 1) * NR / 4) of its
-     * lane (every warp's lane holds the same rows and columns) */
-    const int i0 = warp * (NR / 4), i1 = i0 + NR / 4;
+    /* this thread's share of the merged o: registers [warp * NR / ATC_DW, (warp + 1) * NR /
+     * ATC_DW) of its lane (every warp's lane holds the same rows and columns) */
+    const int i0 = warp * (NR / ATC_DW), i1 = i0 + NR / ATC_DW;
     if (nsplit == 0)
         for (int i = i0; i < i1; i++)
             oacc[i * 32 + lane] = 0.0f;
@@ -535,8 +544,10 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
                                    m1, l0, l1, o);
             continue;
         }
-        /* merge the round's segments in order */
-        float *pw = parts + (size_t)warp * NR * 32;
+        /* merge the round's segments in order. buf holds the block prefetched for the next
+         * round (if any); buf ^ 1 was consumed last and is refilled only after the barrier at
+         * the end of this merge, so until then it holds this warp's partial. */
+        float *pw = (float *)(stage + (size_t)(buf ^ 1) * 2 * SBLK);
 #pragma unroll
         for (int d = 0; d < HD / 8; d++)
 #pragma unroll
@@ -547,13 +558,14 @@ __global__ void __launch_bounds__(ATC_THREADS, 1)
         mw[1 * 32 + lane] = m1;
         mw[2 * 32 + lane] = l0;
         mw[3 * 32 + lane] = l1;
+        if (lane == 0) pbuf[warp] = warp * 2 + (buf ^ 1);
         __syncthreads();
-        for (int w = 0; w < 4 && round * 4 + w < nloc; w++) {
+        for (int w = 0; w < ATC_DW && round * ATC_DW + w < nloc; w++) {
             const float *mv = pml + (size_t)w * 4 * 32;
             float a0 = 0.0f, b0 = 0.0f, a1 = 0.0f, b1 = 0.0f;
             const bool u0 = rw_attn_merge_ml(Mt0, Lt0, mv[lane], mv[2 * 32 + lane], a0, b0);
             const bool u1 = rw_attn_merge_ml(Mt1, Lt1, mv[32 + lane], mv[3 * 32 + lane], a1, b1);
-            const float *pv = parts + (size_t)w * NR * 32;
+            const float *pv = (const float *)(sm + (size_t)pbuf[w] * 2 * SBLK);
             for (int i = i0; i < i1; i++) {
                 const bool hi = i & 2;
                 if (hi ? !u1 : !u0) continue;
@@ -598,7 +610,7 @@ template <int HD> static constexpr size_t atc_smem() {
     return (size_t)4 * ATC_KB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4;
 }
 template <int HD> static constexpr size_t atc_decode_smem() {
-    return (size_t)16 * ATC_SB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4 + 4 * 4 * 32 * 4 +
+    return (size_t)ATC_DW * 4 * ATC_SB * HD * 2 + (size_t)ATC_DW * 4 * 32 * 4 +
            (size_t)(HD / 2) * 32 * 4;
 }
 
@@ -646,7 +658,7 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_decode_kernel<HD>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
-        (void)rw_launch_pdl(atc_decode_kernel<HD>, grid, ATC_THREADS, sm, st, q, kc, vc, tiles, pos,
+        (void)rw_launch_pdl(atc_decode_kernel<HD>, grid, ATC_DW * 32, sm, st, q, kc, vc, tiles, pos,
                             bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml,
                             ntok, seg_cap);
     } else {
