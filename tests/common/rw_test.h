@@ -120,6 +120,10 @@ typedef struct rw_tol {
 #define RW_TOL_ROPE_BF16 ((rw_tol){"RW_TOL_ROPE_BF16", 0.0, 2.0 / 128, 0.05})
 /* Attention outputs (averages of O(1) values in fp32, another order) as hi + lo pairs. */
 #define RW_TOL_ATTN_PAIR ((rw_tol){"RW_TOL_ATTN_PAIR", 0.0, 4e-5, 0.25})
+/* Attention outputs whose softmax weights entered P.V as one bf16 each: each term is off by at
+ * most 2^-9 of itself, so the average by at most 2^-9 max|v|, on top of RW_TOL_ATTN_PAIR's
+ * budget (vmax: the largest |v| of the cache). */
+#define RW_TOL_ATTN_P1(vmax) ((rw_tol){"RW_TOL_ATTN_P1", (vmax) / 512.0 + 1e-5, 4e-5, 0.25})
 /* Router logits: fp32 dot products over H in another order. */
 #define RW_TOL_F32_DOT ((rw_tol){"RW_TOL_F32_DOT", 0.0, 1e-4, 1.0})
 

@@ -14,17 +14,19 @@
  *     S = fl(qh.K^T) + fl(ql.K^T) (mma.sync m16n8k16, fp32 accumulate, head-dim k16 steps in
  *         order); keys after the row's position -> -inf;
  *     mn = max(m, the row's 32 scores); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: c = p = 0);
- *     l = l*c + sum(p) (a fixed shuffle tree); o = o*c + ph.V + pl.V (P as the pair bf16(p),
- *         bf16(p - bf16(p)), key k16 steps in order);
+ *     l = l*c + sum(p) (a fixed shuffle tree); o = o*c + bf16(p).V (key k16 steps in order;
+ *         one bf16 per weight: its error, at most 2^-9 of each term, moved no routing decision
+ *         on either fixture in the CPU emulation, docs/BENCHMARKS.md);
  *   segments merged in segment order by rw_attn_merge_ml (in the kernel, or in the combine kernel
  *   when segments are spread over CTAs: the same function, so the same bits); out = o / l.
  * An MMA computes each output element from its own row of A and column of B, so a row's result
  * does not depend on the other rows of its fragment (other tokens of a prefill tile, padding rows
  * of a decode tile) nor on which warp or CTA computes it. A key block past a row's position
  * leaves (m, l, o) unchanged exactly (c = 1, p = 0); keys past the tile's last position are
- * loaded as zeros, never read, so no stale non-finite value can reach a product. The q/p pairs
- * keep the scores and weights to ~2^-16 relative (near-fp32); they double the tensor-core work,
- * which decode (memory-bound) does not notice and prefill pays (docs/BENCHMARKS.md). */
+ * loaded as zeros, never read, so no stale non-finite value can reach a product. The q pair
+ * keeps the scores to ~2^-16 relative (near-fp32) and doubles the QK tensor-core work, which
+ * decode (memory-bound) does not notice and prefill pays (docs/BENCHMARKS.md); the weights are
+ * one bf16 each. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -175,7 +177,7 @@ __device__ __forceinline__ void atc_store_out(uint16_t *__restrict__ out_hi,
  *     masking a key at or before the position changes nothing);
  *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
  *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
- *   o = o*c (skipped when every row's c is 1: exact) + ph.V + pl.V in key k16 steps. */
+ *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps. */
 template <int HD>
 __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int key_abs,
                                           const uint32_t (&qh)[HD / 16][4],
@@ -266,11 +268,10 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
      * keys +8..15, row r1 keys +8..15) = s[2j][0,1], s[2j][2,3], s[2j+1][0,1], s[2j+1][2,3] */
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-        uint32_t ph[4], pl[4];
-        atc_split2(s[2 * j][0], s[2 * j][1], ph[0], pl[0]);
-        atc_split2(s[2 * j][2], s[2 * j][3], ph[1], pl[1]);
-        atc_split2(s[2 * j + 1][0], s[2 * j + 1][1], ph[2], pl[2]);
-        atc_split2(s[2 * j + 1][2], s[2 * j + 1][3], ph[3], pl[3]);
+        const uint32_t ph[4] = {rw_pack_bf16x2(s[2 * j][0], s[2 * j][1]),
+                                rw_pack_bf16x2(s[2 * j][2], s[2 * j][3]),
+                                rw_pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
+                                rw_pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
 #pragma unroll
         for (int dn = 0; dn < DN / 2; dn++) {
             const int vr = 16 * j + (lane & 7) + ((lane & 8) ? 8 : 0);
@@ -279,8 +280,6 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             rw_ldsm_x4_trans(b0, b1, b2, b3, vd + atc_swz<HD>(vr, vcidx));
             rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
             rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
-            rw_mma_bf16_16816(o[2 * dn], pl, b0, b1);
-            rw_mma_bf16_16816(o[2 * dn + 1], pl, b2, b3);
         }
     }
 }

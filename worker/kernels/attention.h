@@ -19,9 +19,9 @@ extern "C" {
  * q [ntok, nh, hd] fp32 -> out_hi / out_lo [ntok, nh, hd] (a hi + lo pair); softmax scale
  * 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
  *
- * Numerics: scores and weights travel to the tensor cores as hi + lo bf16 pairs (about 16
- * significant bits), products accumulate in fp32: within ~1e-5 of an fp32 computation on O(1)
- * values (attention.cu has the exact per-row sequence).
+ * Numerics: q travels to the tensor cores as a hi + lo bf16 pair (about 16 significant bits), the
+ * softmax weights as one bf16 each, products accumulate in fp32: within 2^-9 max|v| of an fp32
+ * computation (attention.cu has the exact per-row sequence).
  *
  * Batch invariance: a query row's keys are cut into fixed segments of RW_ATTN_SEG positions
  * (0..127, 128..255, ...), each reduced in one order (softmax blocks of 32 keys in sequence), and
