@@ -88,4 +88,102 @@ __device__ __forceinline__ uint32_t rw_pack_bf16x2(float lo, float hi) {
     return r;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* wgmma (sm_90a only: RW_WGMMA is 1 when the build targets it)                                 */
+/* ------------------------------------------------------------------------------------------ */
+/* A warpgroup (4 consecutive warps, the first a multiple of 4) multiplies a 64 x 16 bf16 tile of
+ * A by a 16 x N tile of B, both read from shared memory through descriptors, into fp32
+ * accumulators held by its 128 threads. Warp w of the group holds rows 16 w .. 16 w + 15 and its
+ * registers d[4 j + i] are element (16 w + lane / 4 + 8 (i / 2), 8 j + 2 (lane % 4) + i % 2): the
+ * accumulator layout of N / 8 side-by-side m16n8 mma.sync fragments.
+ *
+ * Operands here are K-major tiles in the rw_swz128 layout above (rows of 128 bytes, chunk c of
+ * row r at c ^ (r & 7)): that is the hardware's 128-byte swizzle when the tile starts on a
+ * 1024-byte boundary, with 8-row groups 1024 bytes apart. A descriptor names one k16 step: the
+ * tile's first row plus 32 bytes per step inside the 128-byte rows. */
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define RW_WGMMA_DEVICE 0 /* device code for an architecture without wgmma: the wrappers trap */
+#else
+#define RW_WGMMA_DEVICE 1
+#endif
+
+/* Descriptor of a 128-byte-swizzled K-major operand at p (16-byte aligned; the swizzle pattern
+ * is anchored to the 1024-byte boundary below p). */
+__device__ __forceinline__ uint64_t rw_wgmma_desc(const void *p) {
+    const uint64_t a = rw_smem_u32(p);
+    return ((a & 0x3FFFFu) >> 4)           /* start address, 16-byte units */
+           | ((uint64_t)1 << 16)           /* leading offset: unused for swizzled K-major */
+           | ((uint64_t)(1024 >> 4) << 32) /* stride between 8-row groups */
+           | ((uint64_t)1 << 62);          /* 128-byte swizzle */
+}
+/* Orders this thread's earlier register and shared-memory writes before the next wgmma reads. */
+__device__ __forceinline__ void rw_wgmma_fence() {
+#if RW_WGMMA_DEVICE
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+/* Closes the group of wgmmas issued since the last commit. */
+__device__ __forceinline__ void rw_wgmma_commit() {
+#if RW_WGMMA_DEVICE
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+/* Waits until at most N committed groups are in flight; their accumulators are then readable. */
+template <int N> __device__ __forceinline__ void rw_wgmma_wait() {
+#if RW_WGMMA_DEVICE
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+/* Makes generic-proxy writes to shared memory (st.shared, cp.async) visible to wgmma's reads. */
+__device__ __forceinline__ void rw_fence_proxy_async() {
+#if RW_WGMMA_DEVICE
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/* Pins n accumulator registers at this point of the program (an empty asm that reads and writes
+ * them): the compiler then keeps them in place across a wgmma group instead of copying them
+ * between its instructions, which would force a fence before every wgmma. */
+__device__ __forceinline__ void rw_wgmma_pin(float *d, int n) {
+#pragma unroll
+    for (int i = 0; i < n; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* d[0 .. N/2) += A (64 x 16, descriptor a) . B (16 x N, descriptor b), bf16 in, fp32 accumulate
+ * (D = A.B + D: the predicate p, scale-d, is true); N = 64 or 128. Asynchronous: the registers are
+ * defined after rw_wgmma_commit + rw_wgmma_wait. */
+#define RW_WG_R8(i)                                                                                \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_t a, uint64_t b);
+template <> __device__ __forceinline__ void rw_wgmma_bf16<64>(float *d, uint64_t a, uint64_t b) {
+#if RW_WGMMA_DEVICE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
+                 "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24)
+                 : "l"(a), "l"(b));
+#else
+    __trap();
+#endif
+}
+template <> __device__ __forceinline__ void rw_wgmma_bf16<128>(float *d, uint64_t a, uint64_t b) {
+#if RW_WGMMA_DEVICE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
+                 "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"
+                 "%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,"
+                 "%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24), RW_WG_R8(32), RW_WG_R8(40),
+                   RW_WG_R8(48), RW_WG_R8(56)
+                 : "l"(a), "l"(b));
+#else
+    __trap();
+#endif
+}
+#undef RW_WG_R8
+
 #endif /* RW_MMA_CUH */
