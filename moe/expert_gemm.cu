@@ -39,12 +39,27 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
 
 /* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
- * and the w13 epilogue writes act + act_lo. */
-template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN)>
+ * and the w13 epilogue writes act + act_lo.
+ *
+ * WG (the prefill tiles, TN = 128, of builds for sm_90a: RW_WGMMA): the two warpgroups each
+ * multiply 64 of the weight rows by all 128 tokens with wgmma from the same shared-memory tiles,
+ * one instruction per k16 step (and one more for the lo half), instead of each warp's ldmatrix
+ * and mma.sync. wgmma and mma.sync give the same bits for the same k16 steps in the same order
+ * (measured on an H200; moe_experts_gpu compares tokens computed on these tiles with the same
+ * tokens alone on decode tiles), and warp w then holds weight rows 16 w .. 16 w + 15: the m16
+ * fragment of a gate / up pair, as the epilogue needs. */
+template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
+          bool WG = false>
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args g) {
     rw_pdl_begin();
     constexpr int MOE_THREADS = MOE_THREADS_FOR(TN), NTW = TN / MOE_WN(TN); /* tokens per warp */
-    extern __shared__ __align__(128) uint8_t smem[];
+    static_assert(!WG || (TN == 128 && MOE_THREADS == 256), "wgmma: two warpgroups of 64 rows");
+    /* accumulators per warp: mma.sync 2 m16 fragments x NTW tokens, wgmma 1 x TN */
+    constexpr int AM = WG ? 1 : 2, AN = WG ? TN / 8 : NTW / 8;
+    extern __shared__ __align__(128) uint8_t smem_raw[];
+    /* wgmma's descriptors anchor the swizzle to 1024-byte boundaries (gemm_smem adds the slack) */
+    uint8_t *const smem =
+        WG ? (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023) : smem_raw;
     const int tile = blockIdx.x;
     if (tile >= *g.ntiles) return;
     const int2 td = g.tiles[tile];
@@ -110,11 +125,11 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
         }
     };
 
-    float acc[2][NTW / 8][4];
+    float acc[AM][AN][4];
 #pragma unroll
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < AM; a++)
 #pragma unroll
-        for (int b = 0; b < NTW / 8; b++)
+        for (int b = 0; b < AN; b++)
 #pragma unroll
             for (int c = 0; c < 4; c++)
                 acc[a][b][c] = 0.0f;
@@ -132,6 +147,9 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
     }
     for (int kb = 0; kb < nkb; kb++) {
         rw_cp_async_wait<MOE_STAGES - 2>();
+        /* wgmma reads through the async proxy: each thread's copies are made visible to it
+         * before the barrier that publishes them */
+        if constexpr (WG) rw_fence_proxy_async();
         __syncthreads();
         const int st = kb % MOE_STAGES;
         uint8_t *sa = smem + st * STAGE;
@@ -173,6 +191,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
                     *(uint4 *)(deq + rw_swz128(r, c)) = *(const uint4 *)v;
                 }
             }
+            if constexpr (WG) rw_fence_proxy_async();
             __syncthreads();
             sa = deq;
         }
@@ -181,34 +200,52 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
             if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
             rw_cp_async_commit();
         }
+        if constexpr (WG) {
+            /* warpgroup warp / 4: weight rows 64 (warp / 4) .. + 64 by all TN tokens; waited
+             * for before the next stage's barrier lets the loads overwrite this stage */
+            const uint8_t *ab = sa + (warp >> 2) * (64 * 128);
+            rw_wgmma_pin(&acc[0][0][0], TN / 2);
+            rw_wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < 4; ks++) {
-            uint32_t a[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const int r = wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int c = ks * 2 + (lane >> 4);
-                rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], sa + rw_swz128(r, c));
+            for (int ks = 0; ks < 4; ks++) {
+                const uint64_t da = rw_wgmma_desc(ab + ks * 32);
+                rw_wgmma_bf16<TN>(&acc[0][0][0], da, rw_wgmma_desc(sb + ks * 32));
+                if (SPLIT)
+                    rw_wgmma_bf16<TN>(&acc[0][0][0], da, rw_wgmma_desc(sb + B_BYTES + ks * 32));
             }
+            rw_wgmma_commit();
+            rw_wgmma_wait<0>();
+            rw_wgmma_pin(&acc[0][0][0], TN / 2);
+        } else {
 #pragma unroll
-            for (int nt = 0; nt < NTW / 8; nt += 2) {
-                uint32_t b0, b1, b2, b3;
-                const int r = wn * NTW + nt * 8 + ((lane >> 4) << 3) + (lane & 7);
-                const int c = ks * 2 + ((lane >> 3) & 1);
-                rw_ldsm_x4(b0, b1, b2, b3, sb + rw_swz128(r, c));
+            for (int ks = 0; ks < 4; ks++) {
+                uint32_t a[AM][4];
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
-                    rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
+                for (int mt = 0; mt < AM; mt++) {
+                    const int r = wm * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    const int c = ks * 2 + (lane >> 4);
+                    rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], sa + rw_swz128(r, c));
                 }
-                if (SPLIT) {
-                    /* the low halves, after the high halves of the same k16 step: a fixed
-                     * order per accumulator, independent of TN and of the other columns */
-                    rw_ldsm_x4(b0, b1, b2, b3, sb + B_BYTES + rw_swz128(r, c));
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
+                for (int nt = 0; nt < NTW / 8; nt += 2) {
+                    uint32_t b0, b1, b2, b3;
+                    const int r = wn * NTW + nt * 8 + ((lane >> 4) << 3) + (lane & 7);
+                    const int c = ks * 2 + ((lane >> 3) & 1);
+                    rw_ldsm_x4(b0, b1, b2, b3, sb + rw_swz128(r, c));
+#pragma unroll
+                    for (int mt = 0; mt < AM; mt++) {
                         rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
                         rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
+                    }
+                    if (SPLIT) {
+                        /* the low halves, after the high halves of the same k16 step: a fixed
+                         * order per accumulator, independent of TN and of the other columns */
+                        rw_ldsm_x4(b0, b1, b2, b3, sb + B_BYTES + rw_swz128(r, c));
+#pragma unroll
+                        for (int mt = 0; mt < AM; mt++) {
+                            rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
+                            rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
+                        }
                     }
                 }
             }
@@ -219,13 +256,14 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
     /* epilogue: C fragment rows g, g+8 (weight rows), columns 2c, 2c+1 (tokens) */
     const int gq = lane >> 2, cq = lane & 3;
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++) {
-        const int64_t mrow = m0 + wm * 32 + mt * 16; /* first packed row of this m16 tile */
+    for (int mt = 0; mt < AM; mt++) {
+        /* first packed row of this m16 tile */
+        const int64_t mrow = WG ? m0 + warp * 16 : m0 + wm * 32 + mt * 16;
 #pragma unroll
-        for (int nt = 0; nt < NTW / 8; nt++)
+        for (int nt = 0; nt < AN; nt++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int col = wn * NTW + nt * 8 + cq * 2 + h;
+                const int col = (WG ? 0 : wn * NTW) + nt * 8 + cq * 2 + h;
                 const int sr = r0 + col;
                 if (sr >= rend) continue;
                 if (W13) {
@@ -253,13 +291,16 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
 /* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,
  * TN = 128 split with mxfp8 scales for K = MOE_MX_MAX_K, is 3 * (8 + 32) + 16 + 32 = 168 KB; bf16
  * TN = 128 split is 3 * (16 + 32) = 144 KB: all within sm_90's 227 KB with the same stages. */
-template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
+template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN), bool WG = false>
 static constexpr size_t gemm_smem(int64_t scale_cols) {
-    return (size_t)ST *
+    return (WG ? 1024 : 0) +
+           (size_t)ST *
                ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
            (FMT == FMT_BF16 ? 0 : MOE_BM * 128) + (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
 }
-static_assert(gemm_smem<128, FMT_MX, true>(MOE_MX_MAX_K / 128) + 2 * 1024 <= 227 * 1024,
+static_assert(gemm_smem<128, FMT_MX, true, MOE_STAGES_FOR(128), true>(MOE_MX_MAX_K / 128) +
+                      2 * 1024 <=
+                  227 * 1024,
               "moe gemm: split-mode tiles exceed the shared memory of sm_90");
 static_assert(gemm_smem<128, FMT_BF16, true>(0) + 2 * 1024 <= 227 * 1024,
               "moe gemm: split-mode tiles exceed the shared memory of sm_90");
@@ -267,17 +308,22 @@ static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES>(MOE_MX_MAX_K / 128) +
                   227 * 1024,
               "moe gemm: deep decode tiles exceed the shared memory of sm_90");
 
+/* wgmma for the prefill tiles of builds for sm_90a (see moe_gemm_kernel) */
+#ifndef RW_WGMMA
+#define RW_WGMMA 0
+#endif
 template <int TN, int FMT, bool W13, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
 static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
-    const size_t sm = gemm_smem<TN, FMT, SPLIT, ST>(g.scale_cols);
+    constexpr bool WG = RW_WGMMA && TN == 128;
+    const size_t sm = gemm_smem<TN, FMT, SPLIT, ST, WG>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
-    const size_t sm_max = gemm_smem<TN, FMT, SPLIT, ST>(MOE_MX_MAX_K / 128);
+    const size_t sm_max = gemm_smem<TN, FMT, SPLIT, ST, WG>(MOE_MX_MAX_K / 128);
     RW_CUDA_CHECK(err,
-                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST>,
+                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST, WG>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
-    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST>, grid, MOE_THREADS_FOR(TN), sm,
+    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST, WG>, grid, MOE_THREADS_FOR(TN), sm,
                         (cudaStream_t)s, g);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
 }
