@@ -38,7 +38,18 @@
  * independent of each other and computed the same way in every column position, so the tile
  * shape may be chosen from M, N and the SM count for speed without changing any bit.
  * tests/worker/test_gemm_gpu.c checks rows computed alone and inside batches of several sizes
- * byte for byte, split shapes among them. */
+ * byte for byte, split shapes among them.
+ *
+ * wgmma. On builds for sm_90a (RW_WGMMA) the three wide tiles (128 x 128, 128 x 64, 64 x 64, the
+ * tiles of M > 32) run as wgmma twins where every K slice is whole stages: the same tiles in the
+ * same shared-memory layout (the 128-byte swizzle above is wgmma's), the same k16 steps in the
+ * same order, but each warpgroup multiplies 64 weight rows by all TN tokens with one
+ * asynchronous instruction per k16 step, reading both operands from shared memory, and keeps one
+ * stage's group in flight while the next stage's loads are issued. wgmma m64nNk16 and a chain of
+ * mma.sync m16n8k16 give the same bits for the same k16 steps (measured on an H200 on random and
+ * wide-exponent data, with and without the lo half; docs/BENCHMARKS.md), so a row computed on a
+ * wgmma tile equals the same row computed alone on an 8-token mma.sync tile: the invariance tests
+ * compare exactly these. */
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdint.h>
