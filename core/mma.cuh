@@ -151,12 +151,35 @@ __device__ __forceinline__ void rw_wgmma_pin(float *d, int n) {
 }
 
 /* d[0 .. N/2) += A (64 x 16, descriptor a) . B (16 x N, descriptor b), bf16 in, fp32 accumulate
- * (D = A.B + D: the predicate p, scale-d, is true); N = 64 or 128. Asynchronous: the registers are
- * defined after rw_wgmma_commit + rw_wgmma_wait. */
+ * (D = A.B + D: the predicate p, scale-d, is true); N = 16, 32, 64 or 128. Asynchronous: the
+ * registers are defined after rw_wgmma_commit + rw_wgmma_wait. */
 #define RW_WG_R8(i)                                                                                \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
         "+f"(d[i + 6]), "+f"(d[i + 7])
 template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_t a, uint64_t b);
+template <> __device__ __forceinline__ void rw_wgmma_bf16<16>(float *d, uint64_t a, uint64_t b) {
+#if RW_WGMMA_DEVICE
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+                 : RW_WG_R8(0)
+                 : "l"(a), "l"(b));
+#else
+    __trap();
+#endif
+}
+template <> __device__ __forceinline__ void rw_wgmma_bf16<32>(float *d, uint64_t a, uint64_t b) {
+#if RW_WGMMA_DEVICE
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : RW_WG_R8(0), RW_WG_R8(8)
+        : "l"(a), "l"(b));
+#else
+    __trap();
+#endif
+}
 template <> __device__ __forceinline__ void rw_wgmma_bf16<64>(float *d, uint64_t a, uint64_t b) {
 #if RW_WGMMA_DEVICE
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"

@@ -53,9 +53,12 @@ template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args g) {
     rw_pdl_begin();
     constexpr int MOE_THREADS = MOE_THREADS_FOR(TN), NTW = TN / MOE_WN(TN); /* tokens per warp */
-    static_assert(!WG || (TN == 128 && MOE_THREADS == 256), "wgmma: two warpgroups of 64 rows");
-    /* accumulators per warp: mma.sync 2 m16 fragments x NTW tokens, wgmma 1 x TN */
-    constexpr int AM = WG ? 1 : 2, AN = WG ? TN / 8 : NTW / 8;
+    /* wgmma: NWG warpgroups, each MOE_BM / NWG weight rows in m64 blocks by all TN tokens */
+    constexpr int NWG = MOE_THREADS / 128;
+    static_assert(!WG || (MOE_BM % (64 * NWG) == 0), "wgmma: whole m64 blocks per warpgroup");
+    /* accumulators per warp: mma.sync 2 m16 fragments x NTW tokens; wgmma one m16 fragment of
+     * each of the warpgroup's m64 blocks x TN */
+    constexpr int AM = WG ? MOE_BM / 64 / NWG : 2, AN = WG ? TN / 8 : NTW / 8;
     extern __shared__ __align__(128) uint8_t smem_raw[];
     /* wgmma's descriptors anchor the swizzle to 1024-byte boundaries (gemm_smem adds the slack) */
     uint8_t *const smem =
@@ -201,21 +204,25 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
             rw_cp_async_commit();
         }
         if constexpr (WG) {
-            /* warpgroup warp / 4: weight rows 64 (warp / 4) .. + 64 by all TN tokens; waited
-             * for before the next stage's barrier lets the loads overwrite this stage */
-            const uint8_t *ab = sa + (warp >> 2) * (64 * 128);
-            rw_wgmma_pin(&acc[0][0][0], TN / 2);
+            /* warpgroup warp / 4: its AM m64 blocks of weight rows by all TN tokens; waited for
+             * before the next stage's barrier lets the loads overwrite this stage. Per
+             * accumulator the k16 steps in order, hi then lo, as below. */
+            const uint8_t *ab = sa + (warp >> 2) * (AM * 64 * 128);
+            rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
             rw_wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                const uint64_t da = rw_wgmma_desc(ab + ks * 32);
-                rw_wgmma_bf16<TN>(&acc[0][0][0], da, rw_wgmma_desc(sb + ks * 32));
-                if (SPLIT)
-                    rw_wgmma_bf16<TN>(&acc[0][0][0], da, rw_wgmma_desc(sb + B_BYTES + ks * 32));
-            }
+            for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+                for (int mt = 0; mt < AM; mt++) {
+                    const uint64_t da = rw_wgmma_desc(ab + mt * (64 * 128) + ks * 32);
+                    rw_wgmma_bf16<TN>(&acc[mt][0][0], da, rw_wgmma_desc(sb + ks * 32));
+                    if (SPLIT)
+                        rw_wgmma_bf16<TN>(&acc[mt][0][0], da,
+                                          rw_wgmma_desc(sb + B_BYTES + ks * 32));
+                }
             rw_wgmma_commit();
             rw_wgmma_wait<0>();
-            rw_wgmma_pin(&acc[0][0][0], TN / 2);
+            rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
         } else {
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
@@ -258,7 +265,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
 #pragma unroll
     for (int mt = 0; mt < AM; mt++) {
         /* first packed row of this m16 tile */
-        const int64_t mrow = WG ? m0 + warp * 16 : m0 + wm * 32 + mt * 16;
+        const int64_t mrow =
+            WG ? m0 + ((warp >> 2) * AM + mt) * 64 + (warp & 3) * 16 : m0 + wm * 32 + mt * 16;
 #pragma unroll
         for (int nt = 0; nt < AN; nt++)
 #pragma unroll
@@ -312,9 +320,11 @@ static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES>(MOE_MX_MAX_K / 128) +
 #ifndef RW_WGMMA
 #define RW_WGMMA 0
 #endif
+/* the decode tiles (TN = 16, 32) on wgmma too */
+#define MOE_WG_ALL 1
 template <int TN, int FMT, bool W13, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
 static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
-    constexpr bool WG = RW_WGMMA && TN == 128;
+    constexpr bool WG = RW_WGMMA && MOE_WG_ALL ? true : (RW_WGMMA && TN == 128);
     const size_t sm = gemm_smem<TN, FMT, SPLIT, ST, WG>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
