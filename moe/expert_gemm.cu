@@ -41,13 +41,14 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
  * and the w13 epilogue writes act + act_lo.
  *
- * WG (the prefill tiles, TN = 128, of builds for sm_90a: RW_WGMMA): the two warpgroups each
- * multiply 64 of the weight rows by all 128 tokens with wgmma from the same shared-memory tiles,
- * one instruction per k16 step (and one more for the lo half), instead of each warp's ldmatrix
- * and mma.sync. wgmma and mma.sync give the same bits for the same k16 steps in the same order
- * (measured on an H200; moe_experts_gpu compares tokens computed on these tiles with the same
- * tokens alone on decode tiles), and warp w then holds weight rows 16 w .. 16 w + 15: the m16
- * fragment of a gate / up pair, as the epilogue needs. */
+ * WG (tiles of TN >= MOE_WG_MIN_TN on builds for sm_90a: RW_WGMMA): each warpgroup multiplies
+ * its m64 blocks of the weight rows (one each of two warpgroups at TN = 128, both blocks of the
+ * one warpgroup at TN = 32) by all TN tokens with wgmma from the same shared-memory tiles, one
+ * instruction per block and k16 step (and one more for the lo half), instead of each warp's
+ * ldmatrix and mma.sync. wgmma and mma.sync give the same bits for the same k16 steps in the same
+ * order (measured on an H200; moe_experts_gpu compares tokens computed on these tiles with the same
+ * tokens alone on decode tiles), and warp w of a warpgroup holds rows 16 (w % 4) .. + 15 of each of
+ * its blocks: the m16 fragments of gate / up pairs, as the epilogue needs. */
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
           bool WG = false>
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args g) {
@@ -320,11 +321,15 @@ static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES>(MOE_MX_MAX_K / 128) +
 #ifndef RW_WGMMA
 #define RW_WGMMA 0
 #endif
-/* the decode tiles (TN = 16, 32) on wgmma too */
-#define MOE_WG_ALL 1
+/* Which tiles run on wgmma: TN = 128 (prefill) and 32 (decode batches of more than E / k
+ * tokens); TN = 16 (a one-token step) stays on mma.sync. Measured on an H200 in one session
+ * (docs/BENCHMARKS.md): wgmma took the b256 step's experts from 17.69 to 17.14 ms (32-token
+ * tiles) but the b1 step's from 1.92 to 1.99 ms (16-token tiles, each CTA one warpgroup that
+ * waits for its wgmma group every stage). */
+#define MOE_WG_MIN_TN 32
 template <int TN, int FMT, bool W13, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
 static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
-    constexpr bool WG = RW_WGMMA && MOE_WG_ALL ? true : (RW_WGMMA && TN == 128);
+    constexpr bool WG = RW_WGMMA && TN >= MOE_WG_MIN_TN;
     const size_t sm = gemm_smem<TN, FMT, SPLIT, ST, WG>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
