@@ -73,9 +73,10 @@
  * the default (4 stages up to 32 KB a stage, else 3); GEMM_DEEP for as many as fit 200 KB, at most
  * 6 (rw_k_gemm says when). */
 #define GEMM_DEEP (-1)
-/* WG: 0 mma.sync; 1 wgmma, each stage's group waited for before the next stage; 2 wgmma with one
- * group left in flight across the next stage's barrier and loads (4 stages, loads 2 ahead). */
-template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, int WG = 0> struct gemm_cfg {
+/* WG: the wgmma twin (each warpgroup 64 weight rows by all TN tokens), which keeps one stage's
+ * group in flight across the next stage's barrier and loads: 4 stages, loads 2 ahead. */
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool WG = false>
+struct gemm_cfg {
     static constexpr int THREADS = 32 * WM * WN;
     static constexpr int KC = (128 / BN) < (128 / TN) ? (128 / BN) : (128 / TN);
     static constexpr int KB = 64 * KC; /* columns per stage */
@@ -84,14 +85,14 @@ template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, int WG = 0> s
     static constexpr int STAGE = A_BYTES + B_BYTES * (SPLIT ? 2 : 1);
     static constexpr int DEFAULT_STAGES = STAGE <= 32768 ? 4 : 3;
     static constexpr int DEEP_STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
-    static constexpr int STAGES = WG == 2   ? 4
+    static constexpr int STAGES = WG        ? 4
                                   : STG > 0 ? STG
                                             : (STG == GEMM_DEEP && DEEP_STAGES > DEFAULT_STAGES
                                                    ? DEEP_STAGES
                                                    : DEFAULT_STAGES);
     /* stages loaded ahead of the one computed: the stage a wgmma group still in flight reads is
      * not overwritten */
-    static constexpr int AHEAD = WG == 2 ? STAGES - 2 : STAGES - 1;
+    static constexpr int AHEAD = WG ? STAGES - 2 : STAGES - 1;
     /* wgmma reads the swizzled tiles through descriptors anchored to 1024-byte boundaries: the
      * kernel rounds its dynamic shared memory up to one */
     static constexpr int SMEM = STAGES * STAGE + (WG ? 1024 : 0);
@@ -121,7 +122,8 @@ typedef struct gemm_args {
     int64_t span;       /* columns per slice (rw_k_gemm_slice_cols); the last slice ends at K */
 } gemm_args;
 
-template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false, int WG = 0>
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false,
+          bool WG = false>
 __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g) {
     rw_pdl_begin();
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG, WG> C;
@@ -247,7 +249,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
         next(lw);
         rw_cp_async_commit();
     }
-    if constexpr (WG == 2) {
+    if constexpr (WG) {
         /* wgmma with one group in flight: stage kb's group runs while the barrier and the loads
          * of the next iteration go ahead; its wait<1> there retires group kb - 1, so the
          * stage the loads overwrite (kb - 2 + STAGES) is no longer read. Slices are the outer
@@ -296,9 +298,6 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
         walk cw = {slice, 0}; /* the stage to compute */
         for (int kb = 0; kb < nkb; kb++) {
             rw_cp_async_wait<C::AHEAD - 1>();
-            /* wgmma reads shared memory through the async proxy: each thread's copies are made
-             * visible to it before the barrier that publishes them */
-            if constexpr (WG) rw_fence_proxy_async();
             __syncthreads(); /* stage kb landed for everyone; stage kb - 1 is no longer read */
             if (kb + C::AHEAD < nkb) load_stage((kb + C::AHEAD) % C::STAGES, lw);
             next(lw);
@@ -306,74 +305,48 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
             const uint8_t *sa = smem + (kb % C::STAGES) * C::STAGE;
             const uint8_t *sb = sa + C::A_BYTES;
             const int k0 = k_first(cw), kend = k_end(cw);
-            if constexpr (WG) {
-                /* the warpgroup's 64 weight rows times every token, one wgmma per k16 step (and one
-                 * more for x_lo), finished before the next stage's __syncthreads lets the loads
-                 * overwrite this one. Stages are whole here (rw_k_gemm runs wgmma tiles only on
-                 * shapes whose slices are whole stages): a partial stage's branches between the
-                 * wgmmas made the compiler serialize them. */
-                rw_wgmma_pin(&acc[0][0][0], TN / 2);
-                rw_wgmma_fence();
 #pragma unroll
-                for (int i = 0; i < C::KC * 4; i++) {
-                    const uint8_t *ab = sa + (i >> 2) * (BN * 128) + (warp >> 2) * (64 * 128);
-                    const uint8_t *bb = sb + (i >> 2) * (TN * 128);
-                    const uint64_t da = rw_wgmma_desc(ab + (i & 3) * 32);
-                    rw_wgmma_bf16<TN>(&acc[0][0][0], da, rw_wgmma_desc(bb + (i & 3) * 32));
-                    if (SPLIT)
-                        rw_wgmma_bf16<TN>(&acc[0][0][0], da,
-                                          rw_wgmma_desc(bb + C::B_BYTES + (i & 3) * 32));
-                }
-                rw_wgmma_commit();
-                rw_wgmma_wait<0>();
-                rw_wgmma_pin(&acc[0][0][0], TN / 2);
-            } else {
+            for (int kc = 0; kc < C::KC; kc++) {
+                const uint8_t *ab = sa + kc * (BN * 128);
+                const uint8_t *bb = sb + kc * (TN * 128);
 #pragma unroll
-                for (int kc = 0; kc < C::KC; kc++) {
-                    const uint8_t *ab = sa + kc * (BN * 128);
-                    const uint8_t *bb = sb + kc * (TN * 128);
+                for (int ks = 0; ks < 4; ks++) {
+                    /* k16 steps past the slice are skipped, not run on zeros: the same steps in
+                     * every configuration (see the top of the file) */
+                    if (k0 + kc * 64 + ks * 16 >= kend) continue;
+                    uint32_t a[C::MT][4];
 #pragma unroll
-                    for (int ks = 0; ks < 4; ks++) {
-                        /* k16 steps past the slice are skipped, not run on zeros: the same steps in
-                         * every configuration (see the top of the file) */
-                        if (k0 + kc * 64 + ks * 16 >= kend) continue;
-                        uint32_t a[C::MT][4];
+                    for (int mt = 0; mt < C::MT; mt++) {
+                        const int r = (wm * C::MT + mt) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                        const int c = ks * 2 + (lane >> 4);
+                        rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], ab + rw_swz128(r, c));
+                    }
+                    if constexpr (C::NT == 1) {
+                        const int r = wn * 8 + (lane & 7);
+                        const int c = ks * 2 + ((lane >> 3) & 1);
+                        uint32_t b0, b1, l0 = 0, l1 = 0;
+                        rw_ldsm_x2(b0, b1, bb + rw_swz128(r, c));
+                        if (SPLIT) rw_ldsm_x2(l0, l1, bb + C::B_BYTES + rw_swz128(r, c));
 #pragma unroll
                         for (int mt = 0; mt < C::MT; mt++) {
-                            const int r =
-                                (wm * C::MT + mt) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                            const int c = ks * 2 + (lane >> 4);
-                            rw_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
-                                       ab + rw_swz128(r, c));
+                            rw_mma_bf16_16816(acc[mt][0], a[mt], b0, b1);
+                            if (SPLIT) rw_mma_bf16_16816(acc[mt][0], a[mt], l0, l1);
                         }
-                        if constexpr (C::NT == 1) {
-                            const int r = wn * 8 + (lane & 7);
+                    } else {
+#pragma unroll
+                        for (int nt = 0; nt < C::NT; nt += 2) {
+                            const int r = (wn * C::NT + nt) * 8 + ((lane >> 4) << 3) + (lane & 7);
                             const int c = ks * 2 + ((lane >> 3) & 1);
-                            uint32_t b0, b1, l0 = 0, l1 = 0;
-                            rw_ldsm_x2(b0, b1, bb + rw_swz128(r, c));
-                            if (SPLIT) rw_ldsm_x2(l0, l1, bb + C::B_BYTES + rw_swz128(r, c));
+                            uint32_t b0, b1, b2, b3, l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+                            rw_ldsm_x4(b0, b1, b2, b3, bb + rw_swz128(r, c));
+                            if (SPLIT)
+                                rw_ldsm_x4(l0, l1, l2, l3, bb + C::B_BYTES + rw_swz128(r, c));
 #pragma unroll
                             for (int mt = 0; mt < C::MT; mt++) {
-                                rw_mma_bf16_16816(acc[mt][0], a[mt], b0, b1);
-                                if (SPLIT) rw_mma_bf16_16816(acc[mt][0], a[mt], l0, l1);
-                            }
-                        } else {
-#pragma unroll
-                            for (int nt = 0; nt < C::NT; nt += 2) {
-                                const int r =
-                                    (wn * C::NT + nt) * 8 + ((lane >> 4) << 3) + (lane & 7);
-                                const int c = ks * 2 + ((lane >> 3) & 1);
-                                uint32_t b0, b1, b2, b3, l0 = 0, l1 = 0, l2 = 0, l3 = 0;
-                                rw_ldsm_x4(b0, b1, b2, b3, bb + rw_swz128(r, c));
-                                if (SPLIT)
-                                    rw_ldsm_x4(l0, l1, l2, l3, bb + C::B_BYTES + rw_swz128(r, c));
-#pragma unroll
-                                for (int mt = 0; mt < C::MT; mt++) {
-                                    rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
-                                    if (SPLIT) rw_mma_bf16_16816(acc[mt][nt], a[mt], l0, l1);
-                                    rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
-                                    if (SPLIT) rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], l2, l3);
-                                }
+                                rw_mma_bf16_16816(acc[mt][nt], a[mt], b0, b1);
+                                if (SPLIT) rw_mma_bf16_16816(acc[mt][nt], a[mt], l0, l1);
+                                rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], b2, b3);
+                                if (SPLIT) rw_mma_bf16_16816(acc[mt][nt + 1], a[mt], l2, l3);
                             }
                         }
                     }
@@ -454,7 +427,8 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
 /* ------------------------------------------------------------------------------------------ */
 /* launcher                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false, int WG = 0>
+template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false,
+          bool WG = false>
 static rw_status launch(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *err) {
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG, WG> C;
     /* a configuration's shared memory does not depend on the shape: the attribute set here is
@@ -540,18 +514,17 @@ static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool *fold) {
  * of its KB columns (the kernel's wgmma path has no partial stage), which the model's K of 2048
  * and 4096 always are. The twin changes no bit: tests/worker/test_gemm_gpu.c compares rows of
  * these tiles with the same rows computed alone on mma.sync decode tiles. */
-#define GEMM_WG_MODE 2 /* gemm_cfg's WG for the twins */
 template <int BN, int TN> static bool wg_whole(const gemm_args &g) {
-    const int64_t kb = gemm_cfg<BN, TN, BN / 16, 1, false, 0, GEMM_WG_MODE>::KB;
+    const int64_t kb = gemm_cfg<BN, TN, BN / 16, 1, false, 0, true>::KB;
     return g.K % kb == 0 && (g.S == 1 || g.span % kb == 0);
 }
 template <int BN, int TN>
 static rw_status launch_wg(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *err) {
     if (g.fold && g.S > 1)
-        return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, true, GEMM_WG_MODE>(g, ctas, s, err)
-                     : launch<BN, TN, BN / 16, 1, false, 0, true, GEMM_WG_MODE>(g, ctas, s, err);
-    return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, false, GEMM_WG_MODE>(g, ctas, s, err)
-                 : launch<BN, TN, BN / 16, 1, false, 0, false, GEMM_WG_MODE>(g, ctas, s, err);
+        return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, true, true>(g, ctas, s, err)
+                     : launch<BN, TN, BN / 16, 1, false, 0, true, true>(g, ctas, s, err);
+    return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, false, true>(g, ctas, s, err)
+                 : launch<BN, TN, BN / 16, 1, false, 0, false, true>(g, ctas, s, err);
 }
 
 /* One launch of tile t over g. Narrow (decode) tiles in grids of at most one wave
