@@ -101,11 +101,22 @@ __device__ __forceinline__ uint32_t rw_pack_bf16x2(float lo, float hi) {
  * row r at c ^ (r & 7)): that is the hardware's 128-byte swizzle when the tile starts on a
  * 1024-byte boundary, with 8-row groups 1024 bytes apart. A descriptor names one k16 step: the
  * tile's first row plus 32 bytes per step inside the 128-byte rows. */
+#ifndef RW_WGMMA
+#define RW_WGMMA 0 /* host side: whether the build targets sm_90a (meson sets it) */
+#endif
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define RW_WGMMA_DEVICE 0 /* device code for an architecture without wgmma: the wrappers trap */
 #else
 #define RW_WGMMA_DEVICE 1
 #endif
+
+/* wgmma's descriptors anchor the swizzle to 1024-byte boundaries: a kernel's dynamic shared
+ * memory (which follows its static shared memory) is rounded up to one, and sized
+ * RW_WGMMA_SMEM_SLACK bytes larger for it. */
+#define RW_WGMMA_SMEM_SLACK 1024
+__device__ __forceinline__ uint8_t *rw_smem_align1024(uint8_t *p) {
+    return (uint8_t *)(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
+}
 
 /* Descriptor of a 128-byte-swizzled K-major operand at p (16-byte aligned; the swizzle pattern
  * is anchored to the 1024-byte boundary below p). */
@@ -153,60 +164,42 @@ __device__ __forceinline__ void rw_wgmma_pin(float *d, int n) {
 /* d[0 .. N/2) += A (64 x 16, descriptor a) . B (16 x N, descriptor b), bf16 in, fp32 accumulate
  * (D = A.B + D: the predicate p, scale-d, is true); N = 16, 32, 64 or 128. Asynchronous: the
  * registers are defined after rw_wgmma_commit + rw_wgmma_wait. */
+template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_t a, uint64_t b);
+/* One specialization per N: REGS is the asm's accumulator list, A and B the operand numbers of
+ * the descriptors, OPS the accumulator constraints (RW_WG_R8 per 8 registers). */
 #define RW_WG_R8(i)                                                                                \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
         "+f"(d[i + 6]), "+f"(d[i + 7])
-template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_t a, uint64_t b);
-template <> __device__ __forceinline__ void rw_wgmma_bf16<16>(float *d, uint64_t a, uint64_t b) {
 #if RW_WGMMA_DEVICE
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-                 : RW_WG_R8(0)
-                 : "l"(a), "l"(b));
+#define RW_WGMMA_BF16(N, REGS, A, B, ...)                                                          \
+    template <>                                                                                    \
+    __device__ __forceinline__ void rw_wgmma_bf16<N>(float *d, uint64_t a, uint64_t b) {           \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                    \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                   \
+                     "{" REGS "}, %" #A ", %" #B ", p, 1, 1, 0, 0;\n}\n"                           \
+                     : __VA_ARGS__                                                                 \
+                     : "l"(a), "l"(b));                                                            \
+    }
 #else
-    __trap();
+#define RW_WGMMA_BF16(N, REGS, A, B, ...)                                                          \
+    template <> __device__ __forceinline__ void rw_wgmma_bf16<N>(float *, uint64_t, uint64_t) {    \
+        __trap();                                                                                  \
+    }
 #endif
-}
-template <> __device__ __forceinline__ void rw_wgmma_bf16<32>(float *d, uint64_t a, uint64_t b) {
-#if RW_WGMMA_DEVICE
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : RW_WG_R8(0), RW_WG_R8(8)
-        : "l"(a), "l"(b));
-#else
-    __trap();
-#endif
-}
-template <> __device__ __forceinline__ void rw_wgmma_bf16<64>(float *d, uint64_t a, uint64_t b) {
-#if RW_WGMMA_DEVICE
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
-                 "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24)
-                 : "l"(a), "l"(b));
-#else
-    __trap();
-#endif
-}
-template <> __device__ __forceinline__ void rw_wgmma_bf16<128>(float *d, uint64_t a, uint64_t b) {
-#if RW_WGMMA_DEVICE
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"
-                 "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"
-                 "%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,"
-                 "%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24), RW_WG_R8(32), RW_WG_R8(40),
-                   RW_WG_R8(48), RW_WG_R8(56)
-                 : "l"(a), "l"(b));
-#else
-    __trap();
-#endif
-}
+#define RW_WG_L16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define RW_WG_L32 RW_WG_L16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define RW_WG_L64                                                                                  \
+    RW_WG_L32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,"  \
+              "%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+RW_WGMMA_BF16(16, "%0,%1,%2,%3,%4,%5,%6,%7", 8, 9, RW_WG_R8(0))
+RW_WGMMA_BF16(32, RW_WG_L16, 16, 17, RW_WG_R8(0), RW_WG_R8(8))
+RW_WGMMA_BF16(64, RW_WG_L32, 32, 33, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24))
+RW_WGMMA_BF16(128, RW_WG_L64, 64, 65, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24),
+              RW_WG_R8(32), RW_WG_R8(40), RW_WG_R8(48), RW_WG_R8(56))
+#undef RW_WGMMA_BF16
+#undef RW_WG_L16
+#undef RW_WG_L32
+#undef RW_WG_L64
 #undef RW_WG_R8
 
 #endif /* RW_MMA_CUH */

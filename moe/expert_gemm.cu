@@ -61,9 +61,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
      * each of the warpgroup's m64 blocks x TN */
     constexpr int AM = WG ? MOE_BM / 64 / NWG : 2, AN = WG ? TN / 8 : NTW / 8;
     extern __shared__ __align__(128) uint8_t smem_raw[];
-    /* wgmma's descriptors anchor the swizzle to 1024-byte boundaries (gemm_smem adds the slack) */
-    uint8_t *const smem =
-        WG ? (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023) : smem_raw;
+    uint8_t *const smem = WG ? rw_smem_align1024(smem_raw) : smem_raw;
     const int tile = blockIdx.x;
     if (tile >= *g.ntiles) return;
     const int2 td = g.tiles[tile];
@@ -302,7 +300,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
  * TN = 128 split is 3 * (16 + 32) = 144 KB: all within sm_90's 227 KB with the same stages. */
 template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN), bool WG = false>
 static constexpr size_t gemm_smem(int64_t scale_cols) {
-    return (WG ? 1024 : 0) +
+    return (WG ? RW_WGMMA_SMEM_SLACK : 0) +
            (size_t)ST *
                ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
            (FMT == FMT_BF16 ? 0 : MOE_BM * 128) + (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
@@ -317,10 +315,6 @@ static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES>(MOE_MX_MAX_K / 128) +
                   227 * 1024,
               "moe gemm: deep decode tiles exceed the shared memory of sm_90");
 
-/* wgmma for the prefill tiles of builds for sm_90a (see moe_gemm_kernel) */
-#ifndef RW_WGMMA
-#define RW_WGMMA 0
-#endif
 /* Which tiles run on wgmma: TN = 128 (prefill) and 32 (decode batches of more than E / k
  * tokens); TN = 16 (a one-token step) stays on mma.sync. Measured on an H200 in one session
  * (docs/BENCHMARKS.md): wgmma took the b256 step's experts from 17.69 to 17.14 ms (32-token

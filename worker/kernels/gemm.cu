@@ -59,10 +59,6 @@
 #include "launch.cuh"
 #include "mma.cuh"
 
-#ifndef RW_WGMMA
-#define RW_WGMMA 0 /* set by the build when it targets sm_90a */
-#endif
-
 /* ------------------------------------------------------------------------------------------ */
 /* tile configuration                                                                           */
 /* ------------------------------------------------------------------------------------------ */
@@ -93,9 +89,7 @@ struct gemm_cfg {
     /* stages loaded ahead of the one computed: the stage a wgmma group still in flight reads is
      * not overwritten */
     static constexpr int AHEAD = WG ? STAGES - 2 : STAGES - 1;
-    /* wgmma reads the swizzled tiles through descriptors anchored to 1024-byte boundaries: the
-     * kernel rounds its dynamic shared memory up to one */
-    static constexpr int SMEM = STAGES * STAGE + (WG ? 1024 : 0);
+    static constexpr int SMEM = STAGES * STAGE + (WG ? RW_WGMMA_SMEM_SLACK : 0);
     static constexpr int MT = BN / WM / 16; /* m16 fragments per warp */
     static constexpr int NT = TN / WN / 8;  /* n8 fragments per warp */
     static_assert(BN % (16 * WM) == 0 && TN % (8 * WN) == 0, "warp tile");
@@ -128,8 +122,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
     rw_pdl_begin();
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG, WG> C;
     extern __shared__ __align__(128) uint8_t smem_raw[];
-    uint8_t *const smem =
-        WG ? (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023) : smem_raw;
+    uint8_t *const smem = WG ? rw_smem_align1024(smem_raw) : smem_raw;
     __shared__ int last_cta;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp % WM, wn = warp / WM;
@@ -213,6 +206,20 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
             for (int c = 0; c < 4; c++)
                 acc[a][b][c] = 0.0f;
 
+    /* FOLD: a slice finished; add its sum to the total of the earlier ones (the first slice's
+     * sum is the total), then accumulate the next slice from 0 */
+    auto fold = [&](bool first) {
+#pragma unroll
+        for (int a = 0; a < C::MT; a++)
+#pragma unroll
+            for (int b = 0; b < C::NT; b++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    tot[a][b][c] = first ? acc[a][b][c] : tot[a][b][c] + acc[a][b][c];
+                    acc[a][b][c] = 0.0f;
+                }
+    };
+
     /* C fragment: rows gq, gq + 8 (weight rows n), columns 2 cq, 2 cq + 1 (tokens m); a warp's
      * store covers 8 consecutive floats of 4 token rows. The last CTA's sum below walks the same
      * elements; it is not folded into one iterator with this: that raised the 128 x 128 tile from
@@ -282,17 +289,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
                 rw_wgmma_wait<1>();
             }
             rw_wgmma_wait<0>();
-            if constexpr (FOLD) {
-#pragma unroll
-                for (int a = 0; a < C::MT; a++)
-#pragma unroll
-                    for (int b = 0; b < C::NT; b++)
-#pragma unroll
-                        for (int c = 0; c < 4; c++) {
-                            tot[a][b][c] = sl == 0 ? acc[a][b][c] : tot[a][b][c] + acc[a][b][c];
-                            acc[a][b][c] = 0.0f;
-                        }
-            }
+            if constexpr (FOLD) fold(sl == 0);
         }
     } else {
         walk cw = {slice, 0}; /* the stage to compute */
@@ -355,20 +352,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
             const int done_slice = cw.s;
             next(cw);
             if constexpr (FOLD)
-                if (cw.s != done_slice) {
-                    /* a slice finished: add its sum to the total of the earlier ones (the first is
-                     * the total), then from 0 again */
-#pragma unroll
-                    for (int a = 0; a < C::MT; a++)
-#pragma unroll
-                        for (int b = 0; b < C::NT; b++)
-#pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                tot[a][b][c] =
-                                    done_slice == 0 ? acc[a][b][c] : tot[a][b][c] + acc[a][b][c];
-                                acc[a][b][c] = 0.0f;
-                            }
-                }
+                if (cw.s != done_slice) fold(done_slice == 0);
         }
     }
     rw_cp_async_wait<0>();
