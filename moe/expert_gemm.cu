@@ -28,6 +28,9 @@
  * share the memory system, so each keeps more weight blocks in flight: 6 stages. Larger grids
  * keep 4, which leaves room for 2 CTAs per SM. */
 #define MOE_DEEP_STAGES 6
+/* The least stages of a pipelined wgmma tile (bf16 weights, the kernel's PIPE): one stage's group
+ * in flight and two stages of loads ahead of it. */
+#define MOE_PIPE_STAGES 4
 /* packed row -> canonical local row (w13: interleave + shuffle inverse; w2: shuffle inverse) */
 __device__ __forceinline__ int64_t canon13(int64_t n, int64_t P) {
     const int64_t i = 32 * (n / 32) + 4 * (n % 8) + (n % 32) / 8;
@@ -41,13 +44,13 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
  * and the w13 epilogue writes act + act_lo.
  *
- * WG (tiles of TN >= MOE_WG_MIN_TN on builds for sm_90a: RW_WGMMA): each warpgroup multiplies
- * its m64 blocks of the weight rows (one each of two warpgroups at TN = 128, both blocks of the
- * one warpgroup at TN = 32) by all TN tokens with wgmma from the same shared-memory tiles, one
+ * WG (every tile on builds for sm_90a: RW_WGMMA): each warpgroup multiplies its m64 blocks of
+ * the weight rows (one each of two warpgroups at TN = 128, both blocks of the one warpgroup at
+ * TN = 16 and 32) by all TN tokens with wgmma from the same shared-memory tiles, one
  * instruction per block and k16 step (and one more for the lo half), instead of each warp's
  * ldmatrix and mma.sync. wgmma and mma.sync give the same bits for the same k16 steps in the same
- * order (measured on an H200; moe_experts_gpu compares tokens computed on these tiles with the same
- * tokens alone on decode tiles), and warp w of a warpgroup holds rows 16 (w % 4) .. + 15 of each of
+ * order (measured on an H200, docs/BENCHMARKS.md; moe_experts_gpu compares tokens computed on wide
+ * tiles with the same tokens alone on 16-token tiles), and warp w of a warpgroup holds rows 16 (w % 4) .. + 15 of each of
  * its blocks: the m16 fragments of gate / up pairs, as the epilogue needs. */
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
           bool WG = false>
@@ -57,9 +60,20 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
     /* wgmma: NWG warpgroups, each MOE_BM / NWG weight rows in m64 blocks by all TN tokens */
     constexpr int NWG = MOE_THREADS / 128;
     static_assert(!WG || (MOE_BM % (64 * NWG) == 0), "wgmma: whole m64 blocks per warpgroup");
+    static_assert(!WG || NWG == 1 || MOE_BM / 64 / NWG == 1,
+                  "wgmma: one block per warpgroup or one warpgroup (the epilogue's rows)");
     /* accumulators per warp: mma.sync 2 m16 fragments x NTW tokens; wgmma one m16 fragment of
      * each of the warpgroup's m64 blocks x TN */
     constexpr int AM = WG ? MOE_BM / 64 / NWG : 2, AN = WG ? TN / 8 : NTW / 8;
+    /* PIPE: wgmma keeps one stage's group in flight across the next stage's barrier and loads, as
+     * the dense GEMM's twins do; the loads then run STAGES - 2 ahead, so the stage they overwrite
+     * is one whose group has retired. bf16 weights only (a quantized stage is dequantized into the
+     * one deq tile, which the group in flight still reads), with at least MOE_PIPE_STAGES stages
+     * (launch_gemm gives them to the split tiles; the 3-stage unsplit 128-token tile keeps two
+     * CTAs per SM instead and waits for its group). */
+    constexpr bool PIPE = WG && FMT == FMT_BF16 && MOE_STAGES >= MOE_PIPE_STAGES;
+    constexpr int AHEAD = PIPE ? MOE_STAGES - 2 : MOE_STAGES - 1;
+    static_assert(AHEAD >= 1, "moe gemm: a pipeline needs a stage loaded ahead");
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *const smem = WG ? rw_smem_align1024(smem_raw) : smem_raw;
     const int tile = blockIdx.x;
@@ -143,12 +157,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
             rw_cp_async16(ssc + q * 16, src + q * 16, 16);
     }
 #pragma unroll
-    for (int s = 0; s < MOE_STAGES - 1; s++) {
+    for (int s = 0; s < AHEAD; s++) {
         if (s < nkb) load_stage(s, s);
         rw_cp_async_commit();
     }
     for (int kb = 0; kb < nkb; kb++) {
-        rw_cp_async_wait<MOE_STAGES - 2>();
+        rw_cp_async_wait<AHEAD - 1>();
         /* wgmma reads through the async proxy: each thread's copies are made visible to it
          * before the barrier that publishes them */
         if constexpr (WG) rw_fence_proxy_async();
@@ -198,16 +212,18 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
             sa = deq;
         }
         {
-            const int nk = kb + MOE_STAGES - 1;
+            const int nk = kb + AHEAD;
             if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
             rw_cp_async_commit();
         }
         if constexpr (WG) {
-            /* warpgroup warp / 4: its AM m64 blocks of weight rows by all TN tokens; waited for
-             * before the next stage's barrier lets the loads overwrite this stage. Per
-             * accumulator the k16 steps in order, hi then lo, as below. */
+            /* warpgroup warp / 4: its AM m64 blocks of weight rows by all TN tokens. Per
+             * accumulator the k16 steps in order, hi then lo, as below. The group is retired
+             * before a later barrier lets the loads overwrite this stage: PIPE at the next stage
+             * (wait<1> leaves only that stage's group in flight), otherwise here. */
             const uint8_t *ab = sa + (warp >> 2) * (AM * 64 * 128);
-            rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
+            /* (a pin while a group is in flight would define its registers: only without PIPE) */
+            if constexpr (!PIPE) rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
             rw_wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
@@ -220,8 +236,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
                                           rw_wgmma_desc(sb + B_BYTES + ks * 32));
                 }
             rw_wgmma_commit();
-            rw_wgmma_wait<0>();
-            rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
+            if constexpr (PIPE) {
+                rw_wgmma_wait<1>();
+            } else {
+                rw_wgmma_wait<0>();
+                rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
+            }
         } else {
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
@@ -258,14 +278,20 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
         }
     }
     rw_cp_async_wait<0>();
+    if constexpr (PIPE) {
+        rw_wgmma_wait<0>();
+        rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
+    }
 
     /* epilogue: C fragment rows g, g+8 (weight rows), columns 2c, 2c+1 (tokens) */
     const int gq = lane >> 2, cq = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < AM; mt++) {
-        /* first packed row of this m16 tile */
-        const int64_t mrow =
-            WG ? m0 + ((warp >> 2) * AM + mt) * 64 + (warp & 3) * 16 : m0 + wm * 32 + mt * 16;
+        /* first packed row of this m16 tile; wgmma: warp w's m16 slice of block mt of its
+         * warpgroup, 64 ((w / 4) AM + mt) + 16 (w % 4), which is 64 mt + 16 w for the tiles
+         * built (one block per warpgroup, or one warpgroup). Written so: with the warpgroup
+         * term ptxas serialized the pipelined wgmma of the 128-token tiles (C7515). */
+        const int64_t mrow = WG ? m0 + mt * 64 + warp * 16 : m0 + wm * 32 + mt * 16;
 #pragma unroll
         for (int nt = 0; nt < AN; nt++)
 #pragma unroll
@@ -297,7 +323,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
 
 /* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,
  * TN = 128 split with mxfp8 scales for K = MOE_MX_MAX_K, is 3 * (8 + 32) + 16 + 32 = 168 KB; bf16
- * TN = 128 split is 3 * (16 + 32) = 144 KB: all within sm_90's 227 KB with the same stages. */
+ * TN = 128 split on wgmma is 4 * (16 + 32) = 192 KB: all within sm_90's 227 KB. */
 template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN), bool WG = false>
 static constexpr size_t gemm_smem(int64_t scale_cols) {
     return (WG ? RW_WGMMA_SMEM_SLACK : 0) +
@@ -309,31 +335,34 @@ static_assert(gemm_smem<128, FMT_MX, true, MOE_STAGES_FOR(128), true>(MOE_MX_MAX
                       2 * 1024 <=
                   227 * 1024,
               "moe gemm: split-mode tiles exceed the shared memory of sm_90");
-static_assert(gemm_smem<128, FMT_BF16, true>(0) + 2 * 1024 <= 227 * 1024,
+static_assert(gemm_smem<128, FMT_BF16, true, MOE_PIPE_STAGES, true>(0) + 2 * 1024 <= 227 * 1024,
               "moe gemm: split-mode tiles exceed the shared memory of sm_90");
 static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES>(MOE_MX_MAX_K / 128) + 2 * 1024 <=
                   227 * 1024,
               "moe gemm: deep decode tiles exceed the shared memory of sm_90");
 
-/* Which tiles run on wgmma: TN = 128 (prefill) and 32 (decode batches of more than E / k
- * tokens); TN = 16 (a one-token step) stays on mma.sync. Measured on an H200 in one session
- * (docs/BENCHMARKS.md): wgmma took the b256 step's experts from 17.69 to 17.14 ms (32-token
- * tiles) but the b1 step's from 1.92 to 1.99 ms (16-token tiles, each CTA one warpgroup that
- * waits for its wgmma group every stage). */
-#define MOE_WG_MIN_TN 32
+/* Every tile runs on wgmma on builds for sm_90a. Measured on an H200 (docs/BENCHMARKS.md): the
+ * 32-token tiles took the b256 step's experts from 17.69 to 17.14 ms; the 16-token tiles of a
+ * one-token step were slower on wgmma (1.92 -> 1.99 ms) until the pipelined form, which keeps
+ * one group in flight (PIPE), took them to 1.79 ms against 1.91 on mma.sync. */
 template <int TN, int FMT, bool W13, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
 static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
-    constexpr bool WG = RW_WGMMA && TN >= MOE_WG_MIN_TN;
-    const size_t sm = gemm_smem<TN, FMT, SPLIT, ST, WG>(g.scale_cols);
+    constexpr bool WG = RW_WGMMA;
+    /* the pipelined wgmma form (bf16) loads STAGES - 2 ahead: split 3-stage tiles take a fourth
+     * stage so that two stay in flight. (The unsplit 128-token tile measured slower so: 4 stages of
+     * 32 KB leave one CTA per SM where 3 leave two; docs/BENCHMARKS.md.) */
+    constexpr int STG =
+        WG && SPLIT && FMT == FMT_BF16 && ST < MOE_PIPE_STAGES ? MOE_PIPE_STAGES : ST;
+    const size_t sm = gemm_smem<TN, FMT, SPLIT, STG, WG>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
-    const size_t sm_max = gemm_smem<TN, FMT, SPLIT, ST, WG>(MOE_MX_MAX_K / 128);
+    const size_t sm_max = gemm_smem<TN, FMT, SPLIT, STG, WG>(MOE_MX_MAX_K / 128);
     RW_CUDA_CHECK(err,
-                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST, WG>,
+                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
-    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, ST, WG>, grid, MOE_THREADS_FOR(TN), sm,
-                        (cudaStream_t)s, g);
+    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG>, grid, MOE_THREADS_FOR(TN),
+                        sm, (cudaStream_t)s, g);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
 }
 
