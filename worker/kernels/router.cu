@@ -22,27 +22,29 @@ static_assert(RT_WARPS >= RT_TT, "router: the last CTA routes one token per warp
 /* ROUTE: the CTA that completes a token group's logits (the last of its gridDim.y CTAs to bump
  * the group's counter, which it then resets) routes the group's tokens, one per warp
  * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch
- * and its wait at batch 1. Four CTAs per SM (64 registers): the occupancy of the logits-only
- * kernel, which a prefill's 2048 token groups per layer need; E <= 256 fits it without spilling. */
-template <bool ROUTE, int EPL = 4>
-__global__ void __launch_bounds__(RT_WARPS * 32, 4)
+ * and its wait at batch 1. Token groups (TT = RT_TT) run two CTAs per SM: 128 registers hold the
+ * loads of a chunk for all TT tokens; a lone token (TT = 1) four, in 64. E <= 256 fits with at most a
+ * word spilled. */
+template <bool ROUTE, int EPL, int TT>
+__global__ void __launch_bounds__(RT_WARPS * 32, TT == 1 ? 4 : 2)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
                   float *__restrict__ wts, int32_t *__restrict__ cnt) {
     rw_pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t t0 = (int64_t)blockIdx.x * RT_TT;
+    const int64_t t0 = (int64_t)blockIdx.x * TT;
     const int64_t e0 = ((int64_t)blockIdx.y * RT_WARPS + warp) * RT_EW;
-    const int nt = (int)(n - t0 < RT_TT ? n - t0 : RT_TT);
+    const int nt = (int)(n - t0 < TT ? n - t0 : TT);
     if (e0 < E) { /* whole warps */
-        float acc[RT_EW][RT_TT];
+        float acc[RT_EW][TT];
 #pragma unroll
         for (int a = 0; a < RT_EW; a++)
 #pragma unroll
-            for (int b = 0; b < RT_TT; b++)
+            for (int b = 0; b < TT; b++)
                 acc[a][b] = 0.0f;
-        /* unrolled so a warp has several chunks' loads in flight (H = 2048 is 8 chunks) */
-#pragma unroll 4
+        /* one token: unrolled so a warp has several chunks' loads in flight (H = 2048 is 8
+         * chunks); a group already has the loads of its TT tokens in flight */
+#pragma unroll(TT == 1 ? 4 : 1)
         for (int64_t c = (int64_t)lane * 8; c < H; c += 256) {
             float wv[RT_EW][8];
 #pragma unroll
@@ -57,10 +59,16 @@ __global__ void __launch_bounds__(RT_WARPS * 32, 4)
                 }
             }
 #pragma unroll
-            for (int b = 0; b < RT_TT; b++) {
-                if (b >= nt) break; /* uniform over the warp */
-                const float4 p0 = __ldg((const float4 *)(x + (t0 + b) * H + c));
-                const float4 p1 = __ldg((const float4 *)(x + (t0 + b) * H + c + 4));
+            for (int b = 0; b < TT; b++) {
+                /* a predicated load, not a break at nt: with the break, each token's loads waited
+                 * for the previous token's FMAs, a memory round trip per token and chunk (23 us a
+                 * layer for a 256-token step, ncu on an H200). The sums of the missing tokens
+                 * (zeros) are never stored. */
+                float4 p0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), p1 = p0;
+                if (b < nt) {
+                    p0 = __ldg((const float4 *)(x + (t0 + b) * H + c));
+                    p1 = __ldg((const float4 *)(x + (t0 + b) * H + c + 4));
+                }
                 const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
                 for (int a = 0; a < RT_EW; a++) {
@@ -75,7 +83,7 @@ __global__ void __launch_bounds__(RT_WARPS * 32, 4)
 #pragma unroll
         for (int a = 0; a < RT_EW; a++)
 #pragma unroll
-            for (int b = 0; b < RT_TT; b++) {
+            for (int b = 0; b < TT; b++) {
                 float v = acc[a][b];
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1)
@@ -106,8 +114,10 @@ static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_e
     return RW_OK;
 }
 
+/* A one-token step takes CTAs of one token (TT = 1), which keep four chunks' loads in flight in
+ * 64 registers; larger batches groups of RT_TT tokens (one group per counter either way). */
 static dim3 router_grid(int64_t n, int64_t E) {
-    return dim3((unsigned)((n + RT_TT - 1) / RT_TT),
+    return dim3((unsigned)(n == 1 ? 1 : (n + RT_TT - 1) / RT_TT),
                 (unsigned)((E + RT_WARPS * RT_EW - 1) / (RT_WARPS * RT_EW)));
 }
 
@@ -115,7 +125,8 @@ extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, i
                                  float *y, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     RW_CHECK(router_check(x, w, H, err));
-    (void)rw_launch_pdl(router_kernel<false>, router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s,
+    (void)rw_launch_pdl(n == 1 ? router_kernel<false, 4, 1> : router_kernel<false, 4, RT_TT>,
+                        router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s,
                         x, w, n, E, H, y, 0, false, (int32_t *)NULL, (float *)NULL,
                         (int32_t *)NULL);
     return LAUNCH_CHECK(s, "router");
@@ -134,10 +145,15 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
         RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
     const int epl = rw_moe_route_epl((int)E);
-    auto kern = epl == 4    ? router_kernel<true, 4>
-                : epl == 8  ? router_kernel<true, 8>
-                : epl == 16 ? router_kernel<true, 16>
-                            : router_kernel<true, 32>;
+    auto kern = epl == 4    ? router_kernel<true, 4, RT_TT>
+                : epl == 8  ? router_kernel<true, 8, RT_TT>
+                : epl == 16 ? router_kernel<true, 16, RT_TT>
+                            : router_kernel<true, 32, RT_TT>;
+    if (n == 1)
+        kern = epl == 4    ? router_kernel<true, 4, 1>
+               : epl == 8  ? router_kernel<true, 8, 1>
+               : epl == 16 ? router_kernel<true, 16, 1>
+                           : router_kernel<true, 32, 1>;
     (void)rw_launch_pdl(kern, router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s, x, w, n, E, H,
                         y, k, renorm, ids, wts, cnt);
     return LAUNCH_CHECK(s, "router");
