@@ -31,6 +31,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "experts_internal.cuh"
@@ -40,12 +43,16 @@
 #define MAX_TOPK RW_MOE_MAX_TOPK
 
 /* out[t, h] += sum_j w[t, j] * y[inv[t*k + j], h], slots in order. A CTA takes one token and
- * COMBINE_COLS columns: the token's k rows and weights are read once, and each thread issues its k
- * loads of y before the first add. (One CTA per token walking all H columns waited on k dependent
- * loads per column: 31 us for a one-token decode step, measured with ncu on an H200, against 5 us
- * for the sort and 45 us for both GEMMs.) The sum is the same expression in the same slot order. */
-#define COMBINE_COLS 256
-__global__ void __launch_bounds__(COMBINE_COLS)
+ * COMBINE_THREADS * V columns: the token's k rows and weights are read once, and each thread issues
+ * its k loads of y (V columns each: 16-byte loads where H and the pointers allow) before the first
+ * add. (One CTA per token walking all H columns waited on k dependent loads per column: 31 us for a
+ * one-token decode step, measured with ncu on an H200, against 5 us for the sort and 45 us for both
+ * GEMMs; one column a thread, a b256 step's combine took 13.7 us a layer.) The sum is the same
+ * fmaf chain in slot order whatever V, so the choice of V (by H and alignment, never by the
+ * batch) does not change a bit. KMAX: the slots held in registers, k <= KMAX. */
+#define COMBINE_THREADS 256
+template <int V, int KMAX>
+__global__ void __launch_bounds__(COMBINE_THREADS)
     combine_kernel(const float *__restrict__ y, const int32_t *__restrict__ inv,
                    const float *__restrict__ wts, int64_t nt, int k, int64_t H,
                    float *__restrict__ out) {
@@ -58,17 +65,49 @@ __global__ void __launch_bounds__(COMBINE_COLS)
         ws[threadIdx.x] = wts[t * k + threadIdx.x];
     }
     __syncthreads();
-    const int64_t h = (int64_t)blockIdx.y * COMBINE_COLS + threadIdx.x;
+    const int64_t h = ((int64_t)blockIdx.y * COMBINE_THREADS + threadIdx.x) * V;
     if (h >= H) return;
-    float yv[MAX_TOPK];
+    typedef typename std::conditional<V == 4, float4, float>::type vec;
+    vec yv[KMAX];
 #pragma unroll
-    for (int j = 0; j < MAX_TOPK; j++)
-        yv[j] = j < k && rows[j] >= 0 ? y[(int64_t)rows[j] * H + h] : 0.0f;
-    float s = 0.0f;
+    for (int j = 0; j < KMAX; j++) {
+        if (j < k && rows[j] >= 0)
+            yv[j] = *(const vec *)(y + (int64_t)rows[j] * H + h);
+        else
+            memset(&yv[j], 0, sizeof(vec));
+    }
+    float s[V];
 #pragma unroll
-    for (int j = 0; j < MAX_TOPK; j++)
-        if (j < k && rows[j] >= 0) s += ws[j] * yv[j];
-    out[t * H + h] += s;
+    for (int c = 0; c < V; c++)
+        s[c] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < KMAX; j++)
+        if (j < k && rows[j] >= 0) {
+            const float *f = (const float *)&yv[j];
+#pragma unroll
+            for (int c = 0; c < V; c++)
+                s[c] = fmaf(ws[j], f[c], s[c]);
+        }
+    vec *o = (vec *)(out + t * H + h);
+    vec ov = *o;
+    float *of = (float *)&ov;
+#pragma unroll
+    for (int c = 0; c < V; c++)
+        of[c] += s[c];
+    *o = ov;
+}
+
+/* The combine of nt tokens: 4 columns a thread where H and the pointers allow, the top-k slots in
+ * registers (8 for k <= 8). */
+static rw_status combine_launch(const float *y, const int32_t *inv, const float *wts, int64_t nt,
+                                int k, int64_t H, float *out, cudaStream_t st, rw_err *err) {
+    const bool v4 = H % 4 == 0 && ((uintptr_t)y | (uintptr_t)out) % 16 == 0;
+    const int64_t cols = COMBINE_THREADS * (v4 ? 4 : 1);
+    const dim3 grid((unsigned)nt, (unsigned)((H + cols - 1) / cols));
+    auto kern = v4 ? (k <= 8 ? combine_kernel<4, 8> : combine_kernel<4, MAX_TOPK>)
+                   : (k <= 8 ? combine_kernel<1, 8> : combine_kernel<1, MAX_TOPK>);
+    (void)rw_launch_pdl(kern, grid, COMBINE_THREADS, 0, st, y, inv, wts, nt, k, H, out);
+    return RW_LAUNCH_CHECK((rw_stream)st, "moe combine", err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -197,10 +236,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.xin = w.act;
         g.xin_lo = split ? w.act_lo : NULL;
         RW_CHECK(moe_gemm_pass(false, tn, fmt, split, g, grid_x, sms, s, err));
-        (void)rw_launch_pdl(
-            combine_kernel, dim3((unsigned)nt, (unsigned)((H + COMBINE_COLS - 1) / COMBINE_COLS)),
-            COMBINE_COLS, 0, st, w.y, w.inv, weights + t0 * k, nt, k, H, out + t0 * H);
-        RW_CHECK(RW_LAUNCH_CHECK(s, "moe combine", err));
+        RW_CHECK(combine_launch(w.y, w.inv, weights + t0 * k, nt, k, H, out + t0 * H, st, err));
     }
     return RW_OK;
 }
