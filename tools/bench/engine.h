@@ -13,7 +13,8 @@
  * (rwb_engine_release frees it). Borrowed. */
 rw_status rwb_engine_model(rwb_ctx *c, bool quant, rw_model **out, rw_err *err);
 /* The HBM copy bandwidth in GB/s, measured once per invocation (its ceiling line is emitted
- * under `bench` the first time). */
+ * under `bench` the first time) with no engine model resident: a model that rwb_engine_model
+ * cached before is released first, so a pointer it returned is invalid after the first call. */
 rw_status rwb_engine_hbm(rwb_ctx *c, const char *bench, double *gbps, rw_err *err);
 
 /* Bytes a forward must read, by kind. */
