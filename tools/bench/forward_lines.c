@@ -244,6 +244,13 @@ static void dense_line(rwb_ctx *c, const json_t *o, double copy_gbs, rwb_gemm *g
     rwb_emit(j);
 }
 
+/* Whether an attention shape is one of G6's points (docs/TARGETS.md): prefill, and decode at
+ * 256 x 1024 and 32 x 8192. Other shapes (the batch-1 point) are measured for the per-phase table
+ * and carry no target. */
+static bool g6_point(bool prefill, int seqs, int kv) {
+    return prefill || (seqs == 256 && kv == 1024) || (seqs == 32 && kv == 8192);
+}
+
 /* One kernel result of rwb_fwd_kernels as an rw-bench line: decode attention and the experts
  * against the HBM copy bandwidth of this run (bytes they must read), prefill attention in
  * TFLOP/s (its ceiling is the peer's, tools/peer/torch_kernels.py). */
@@ -266,8 +273,11 @@ static void kernel_line(rwb_ctx *c, const json_t *o, double copy_gbs) {
         rwb_line_rate(j, jnum(o, "gbs"), "GB/s", copy_gbs,
                       "HBM device-to-device copy (read + write), same run");
     json_object_set(j, "raw", (json_t *)o);
-    rwb_line_target(j, attn ? "G6/rw" : "G7/rw",
-                    "rw side; the ratio to torch comes from tools/peer/torch_kernels.py", -1);
+    if (!attn || g6_point(prefill, (int)jnum(o, "seqs"), (int)jnum(o, "kv")))
+        rwb_line_target(j, attn ? "G6/rw" : "G7/rw",
+                        "rw side; the ratio to torch comes from tools/peer/torch_kernels.py", -1);
+    else
+        rwb_set_str(j, "role", "info");
     rwb_emit(j);
 }
 

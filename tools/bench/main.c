@@ -70,7 +70,8 @@ static void usage(FILE *f) {
             "  --rollout-dt S       time-series interval in seconds (default 0.5)\n"
             "  --kernel-attention LIST  kernels: attention shapes, dSxK (S decode queries at\n"
             "                       position K - 1) or pSxK (S causal prompts of K tokens)\n"
-            "                       (default d256x1024,d32x8192,p8x2048)\n"
+            "                       (default d256x1024,d32x8192,d1x1024,p8x2048; d1x1024 is\n"
+            "                       the batch-1 point, no G6 target)\n"
             "  --expert-tokens LIST kernels: expert-layer token counts (default\n"
             "                       1,16,64,256,2048,16384)\n"
             "  --kernel-layers N    kernels: layers whose expert weights the repetitions rotate\n"
@@ -118,9 +119,10 @@ static void defaults(rwb_opts *o) {
     o->ro_sharing = 2;
     o->ro_max_running = 512;
     o->ro_max_batch_tokens = 8192;
-    static const rwb_attn_shape ka[] = {{256, 1024, false}, {32, 8192, false}, {8, 2048, true}};
+    static const rwb_attn_shape ka[] = {
+        {256, 1024, false}, {32, 8192, false}, {1, 1024, false}, {8, 2048, true}};
     static const int kt[] = {1, 16, 64, 256, 2048, 16384};
-    o->nkattn = 3;
+    o->nkattn = (int)(sizeof ka / sizeof ka[0]);
     memcpy(o->kattn, ka, sizeof ka);
     o->nktokens = 6;
     memcpy(o->ktokens, kt, sizeof kt);
