@@ -50,8 +50,9 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
  * instruction per block and k16 step (and one more for the lo half), instead of each warp's
  * ldmatrix and mma.sync. wgmma and mma.sync give the same bits for the same k16 steps in the same
  * order (measured on an H200, docs/BENCHMARKS.md; moe_experts_gpu compares tokens computed on wide
- * tiles with the same tokens alone on 16-token tiles), and warp w of a warpgroup holds rows 16 (w % 4) .. + 15 of each of
- * its blocks: the m16 fragments of gate / up pairs, as the epilogue needs. */
+ * tiles with the same tokens alone on 16-token tiles), and warp w of a warpgroup holds rows
+ * 16 (w % 4) .. + 15 of each of its blocks: the m16 fragments of gate / up pairs, as the epilogue
+ * needs. */
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
           bool WG = false>
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args g) {

@@ -23,8 +23,8 @@ static_assert(RT_WARPS >= RT_TT, "router: the last CTA routes one token per warp
  * the group's counter, which it then resets) routes the group's tokens, one per warp
  * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch
  * and its wait at batch 1. Token groups (TT = RT_TT) run two CTAs per SM: 128 registers hold the
- * loads of a chunk for all TT tokens; a lone token (TT = 1) four, in 64. E <= 256 fits with at most a
- * word spilled. */
+ * loads of a chunk for all TT tokens; a lone token (TT = 1) four, in 64. E <= 256 fits with at
+ * most a word spilled. */
 template <bool ROUTE, int EPL, int TT>
 __global__ void __launch_bounds__(RT_WARPS * 32, TT == 1 ? 4 : 2)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
