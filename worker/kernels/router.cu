@@ -114,21 +114,33 @@ static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_e
     return RW_OK;
 }
 
-/* A one-token step takes CTAs of one token (TT = 1), which keep four chunks' loads in flight in
- * 64 registers; larger batches groups of RT_TT tokens (one group per counter either way). */
+/* Tokens a CTA takes for n tokens: a one-token step takes CTAs of one token (TT = 1), which keep
+ * four chunks' loads in flight in 64 registers; larger batches groups of RT_TT tokens (one group
+ * per counter either way). */
+static int router_tt(int64_t n) {
+    return n == 1 ? 1 : RT_TT;
+}
 static dim3 router_grid(int64_t n, int64_t E) {
-    return dim3((unsigned)(n == 1 ? 1 : (n + RT_TT - 1) / RT_TT),
+    const int tt = router_tt(n);
+    return dim3((unsigned)((n + tt - 1) / tt),
                 (unsigned)((E + RT_WARPS * RT_EW - 1) / (RT_WARPS * RT_EW)));
+}
+/* The routing instance for EPL logits a lane (rw_moe_route_epl) and TT tokens a CTA. */
+template <int TT> static auto router_topk_kernel(int epl) -> decltype(&router_kernel<true, 4, TT>) {
+    return epl == 4    ? router_kernel<true, 4, TT>
+           : epl == 8  ? router_kernel<true, 8, TT>
+           : epl == 16 ? router_kernel<true, 16, TT>
+                       : router_kernel<true, 32, TT>;
 }
 
 extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                                  float *y, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     RW_CHECK(router_check(x, w, H, err));
-    (void)rw_launch_pdl(n == 1 ? router_kernel<false, 4, 1> : router_kernel<false, 4, RT_TT>,
-                        router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s,
-                        x, w, n, E, H, y, 0, false, (int32_t *)NULL, (float *)NULL,
-                        (int32_t *)NULL);
+    (void)rw_launch_pdl(router_tt(n) == 1 ? router_kernel<false, 4, 1>
+                                          : router_kernel<false, 4, RT_TT>,
+                        router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, 0,
+                        false, (int32_t *)NULL, (float *)NULL, (int32_t *)NULL);
     return LAUNCH_CHECK(s, "router");
 }
 
@@ -145,15 +157,7 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
         RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
     const int epl = rw_moe_route_epl((int)E);
-    auto kern = epl == 4    ? router_kernel<true, 4, RT_TT>
-                : epl == 8  ? router_kernel<true, 8, RT_TT>
-                : epl == 16 ? router_kernel<true, 16, RT_TT>
-                            : router_kernel<true, 32, RT_TT>;
-    if (n == 1)
-        kern = epl == 4    ? router_kernel<true, 4, 1>
-               : epl == 8  ? router_kernel<true, 8, 1>
-               : epl == 16 ? router_kernel<true, 16, 1>
-                           : router_kernel<true, 32, 1>;
+    auto kern = router_tt(n) == 1 ? router_topk_kernel<1>(epl) : router_topk_kernel<RT_TT>(epl);
     (void)rw_launch_pdl(kern, router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s, x, w, n, E, H,
                         y, k, renorm, ids, wts, cnt);
     return LAUNCH_CHECK(s, "router");
