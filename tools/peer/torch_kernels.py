@@ -205,7 +205,7 @@ def experts_lines(torch, T, cfg, layers, seed, dev, base, weights, emit):
 
 def compare(rw_path, peer_lines, base, emit):
     """G6 / G7 from rw-bench's kernels lines of this run and the peer lines just measured."""
-    rw = {}
+    rw = {}  # what -> (its raw result, whether rw-bench gave the line a G6 target)
     with open(rw_path) as f:
         for ln in f:
             try:
@@ -213,7 +213,7 @@ def compare(rw_path, peer_lines, base, emit):
             except ValueError:
                 continue
             if o.get("bench") == "kernels" and "error" not in o and isinstance(o.get("raw"), dict):
-                rw[o["what"]] = o["raw"]
+                rw[o["what"]] = (o["raw"], o.get("target_id") == "G6/rw")
     by = {}
     for p in peer_lines:
         if "seconds" in p:
@@ -223,14 +223,13 @@ def compare(rw_path, peer_lines, base, emit):
     for what, p in sorted(by.items()):
         if what.startswith("sdpa_"):
             rname = f"attention_{what.split('_')[1]}_{p['seqs']}x{p['kv']}"
-            r = rw.get(rname)
-            if r is None:
+            if rname not in rw:
                 continue
+            # G6's points are the shapes rw-bench gave a target (docs/TARGETS.md); others (the
+            # batch-1 point) are compared without one
+            r, g6 = rw[rname]
             ratio = p["seconds"] / r["seconds"]
             need = 0.9
-            # G6's points (docs/TARGETS.md); other shapes (the batch-1 point) are compared
-            # without a target
-            g6 = what.startswith("sdpa_prefill") or (p["seqs"], p["kv"]) in ((256, 1024), (32, 8192))
             emit(dict(base, bench="compare", what=rname, target_id="G6" if g6 else None,
                       target=f"rw >= {need} x the faster torch backend" if g6 else "none at this shape",
                       rw_seconds=r["seconds"], peer_seconds=p["seconds"], peer_backend=p["backend"],
@@ -240,9 +239,9 @@ def compare(rw_path, peer_lines, base, emit):
             need = 1.5 if T <= 256 else 1.0
             for rname, tid, rw_input in ((f"experts_t{T}", "G7", "hi + lo pair (as the engine runs)"),
                                          (f"experts_bf16_input_t{T}", None, "bf16")):
-                r = rw.get(rname)
-                if r is None:
+                if rname not in rw:
                     continue
+                r = rw[rname][0]
                 ratio = p["seconds"] / r["seconds"]
                 emit(dict(base, bench="compare", what=rname, target_id=tid,
                           target=f"rw >= {need} x torch grouped_mm", rw_seconds=r["seconds"],
