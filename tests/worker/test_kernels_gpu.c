@@ -359,10 +359,12 @@ static void test_attention(void **state) {
 /* Batch invariance: one sequence of 40 tokens at positions 490..529 (across a segment boundary:
  * 512 is a multiple of RW_ATTN_SEG) attended in several batches: one prefill chunk in tiles of 8, the same
  * tokens in tiles of 3 and 5 next to another sequence's tokens, every token alone as a one-token
- * tile (a decode step), with and without splits (nsplit 0, 1, 2, 7). The outputs of the 40 tokens
- * (hi and lo) must be the same bits in every run. */
+ * tile (a decode step), and the first D of them alone as a decode batch of D, with and without
+ * splits (nsplit 0, 1, 2, 7). The outputs (hi and lo) must be the same bits in every run. The
+ * batch of D launches a grid smaller than the SM count where the 40 launch more CTAs than fit
+ * one wave, so a launch-shape choice made by grid size would show here. */
 static void invariance_case(int nh, int nkv, int hd) {
-    enum { N = 40, P0 = 490, OTHER = 11 };
+    enum { N = 40, P0 = 490, OTHER = 11, D = 8 };
     const int bs = 16, nblocks = 80, stride = 40;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
     uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
@@ -394,7 +396,7 @@ static void invariance_case(int nh, int nkv, int hd) {
     rw_err err = {0};
     static const int splits[] = {0, 1, 2, 7};
     int runs = 0;
-    for (int layout = 0; layout < 3; layout++)
+    for (int layout = 0; layout < 4; layout++)
         for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
             rw_attn_tile tiles[N + OTHER];
             int nt = 0, qt = 1;
@@ -407,14 +409,15 @@ static void invariance_case(int nh, int nkv, int hd) {
                     tiles[nt++] = (rw_attn_tile){1, i, OTHER - i < 4 ? OTHER - i : 4, 0};
                 for (int i = 0, w = 3; i < N; i += w, w = w == 3 ? 5 : 3)
                     tiles[nt++] = (rw_attn_tile){0, OTHER + i, N - i < w ? N - i : w, 0};
-            } else { /* every token alone: a decode batch */
-                for (int i = 0; i < N; i++)
+            } else { /* every token alone: a decode batch of N, or of the first D (layout 3) */
+                for (int i = 0; i < (layout == 3 ? D : N); i++)
                     tiles[nt++] = (rw_attn_tile){0, i, 1, 0};
             }
             for (int i = 0; i < nt; i++)
                 qt = tiles[i].ntok > qt ? tiles[i].ntok : qt;
-            const int64_t ntok = layout == 1 ? N + OTHER : N;
-            /* layouts 0 and 2 use the 40 tokens' rows of q and pos directly */
+            const int64_t ntok = layout == 1 ? N + OTHER : layout == 3 ? D : N;
+            const int64_t rows = layout == 3 ? D : N; /* the 40 tokens' rows this run computes */
+            /* layouts 0, 2 and 3 use the 40 tokens' rows of q and pos directly */
             const float *qp = layout == 1 ? dq : dq + row * OTHER;
             const int32_t *pp = layout == 1 ? dpos : dpos + OTHER;
             /* sequence 0's block table is row 0, sequence 1's row 1 */
@@ -422,8 +425,8 @@ static void invariance_case(int nh, int nkv, int hd) {
             RW_ASSERT_OK(rw_k_attention(qp, dkc, dvc, dt, nt, qt, pp, dbt, stride, ntok, nh, nkv,
                                         hd, bs, splits[si], part, pb, dhi, dlo, NULL, &err),
                          &err);
-            rw_tdev_get(got, dhi + row * base, 2 * row * N);
-            rw_tdev_get(got + row * N, dlo + row * base, 2 * row * N);
+            rw_tdev_get(got, dhi + row * base, 2 * row * rows);
+            rw_tdev_get(got + row * N, dlo + row * base, 2 * row * rows);
             if (runs++ == 0) {
                 memcpy(first, got, 4 * row * N);
             } else {
@@ -431,7 +434,8 @@ static void invariance_case(int nh, int nkv, int hd) {
                 snprintf(what, sizeof what,
                          "attention invariance nh %d hd %d: layout %d split %d vs layout 0 split 0",
                          nh, hd, layout, splits[si]);
-                rw_assert_bytes_equal(got, first, 4 * row * N, what);
+                rw_assert_bytes_equal(got, first, 2 * row * rows, what);
+                rw_assert_bytes_equal(got + row * N, first + row * N, 2 * row * rows, what);
             }
         }
     cudaFree(dq);

@@ -1,7 +1,8 @@
 /* attention.cu - paged causal attention on tensor cores (attention.h): one per-row arithmetic for
  * prefill and decode, two ways of spreading the work (row fragments over warps for prefill tiles,
- * key segments over warps for decode tiles), the combine kernel of the key split, and the
- * launcher; reference in attention_ref.c.
+ * key segments over warps for decode tiles, whose MMAs put the keys on the M side: atc_block_t),
+ * the combine kernel of the key split, and the launcher; reference in
+ * attention_ref.c.
  *
  * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
  * of consecutive tokens of one sequence and that tile's rows, cut into 16-row MMA fragments. Keys
@@ -168,9 +169,68 @@ __device__ __forceinline__ void atc_store_out(uint16_t *__restrict__ out_hi,
     if (out_lo) out_lo[at] = rw_bf16_split_lo(v, hv);
 }
 
+/* The softmax step of a key block for rows r0 (i < 2) and, with NI = 4, r1 (i >= 2) of the
+ * scores s[n][i] (keys key_abs + 8 n + 2 (lane % 4) + (i & 1)), the one place it is written:
+ *   keys past the row's position -> -inf (a block with no such key for any row skips the test:
+ *     masking a key at or before the position changes nothing);
+ *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
+ *   l = l*c + sum(p) (each lane's values in order, then the quad: xor 1, xor 2).
+ * s becomes p; m and l are updated; c0 / c1 are the factors o is to be multiplied by. */
+template <int NI>
+__device__ __forceinline__ void atc_softmax(float (&s)[4][4], int key_abs, int32_t qp0,
+                                            int32_t qp1, float &m0, float &m1, float &l0,
+                                            float &l1, float &c0, float &c1) {
+    const int lane = threadIdx.x & 31;
+    const int kbase = key_abs + 2 * (lane & 3);
+    if (__any_sync(0xffffffffu, key_abs + ATC_SB - 1 > min(qp0, qp1))) {
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < NI; i++)
+                if (kbase + n * 8 + (i & 1) > ((i & 2) ? qp1 : qp0)) s[n][i] = -INFINITY;
+    }
+    float bm0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    bm0 = fmaxf(bm0, fmaxf(fmaxf(s[2][0], s[2][1]), fmaxf(s[3][0], s[3][1])));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
+    float bm1 = -INFINITY;
+    if constexpr (NI == 4) {
+        bm1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+        bm1 = fmaxf(bm1, fmaxf(fmaxf(s[2][2], s[2][3]), fmaxf(s[3][2], s[3][3])));
+        bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
+        bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+    }
+    const float mn0 = fmaxf(m0, bm0), mn1 = fmaxf(m1, bm1);
+    const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
+    const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+    c0 = atc_exp2(__fsub_rn(m0, mu0));
+    c1 = atc_exp2(__fsub_rn(m1, mu1));
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const float pv = atc_exp2(__fsub_rn(s[n][i], (i & 2) ? mu1 : mu0));
+            s[n][i] = pv;
+            if (i & 2)
+                ps1 = __fadd_rn(ps1, pv);
+            else
+                ps0 = __fadd_rn(ps0, pv);
+        }
+    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 1));
+    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 2));
+    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 1));
+    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 2));
+    l0 = __fadd_rn(__fmul_rn(l0, c0), ps0);
+    l1 = __fadd_rn(__fmul_rn(l1, c1), ps1);
+    m0 = mn0;
+    m1 = mn1;
+}
+
 /* One softmax block of ATC_SB keys for a warp's 16 rows: kd / vd point at the block's first key
  * row in shared memory (ATC_SB rows, swizzled as atc_swz), key_abs is its first position. Updates
- * the rows' segment state (m, l, o). The one place the per-row arithmetic is written:
+ * the rows' segment state (m, l, o). The per-row arithmetic (atc_block_t is its decode form, the
+ * softmax step is atc_softmax):
  *   S = fl(qh.K^T) + fl(ql.K^T), each product accumulated over the head dimension in k16 steps in
  *     order (two accumulators, so the tensor cores get independent chains);
  *   keys past the row's position -> -inf (a block with no such key for any row skips the test:
@@ -213,48 +273,8 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
 #pragma unroll
         for (int i = 0; i < 4; i++)
             s[n][i] = __fadd_rn(sh[n][i], sl[n][i]);
-    /* mask */
-    const int kbase = key_abs + 2 * (lane & 3);
-    if (__any_sync(0xffffffffu, key_abs + ATC_SB - 1 > min(qp0, qp1))) {
-#pragma unroll
-        for (int n = 0; n < 4; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                if (kbase + n * 8 + (i & 1) > ((i & 2) ? qp1 : qp0)) s[n][i] = -INFINITY;
-    }
-    /* block max */
-    float bm0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-    float bm1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
-    bm0 = fmaxf(bm0, fmaxf(fmaxf(s[2][0], s[2][1]), fmaxf(s[3][0], s[3][1])));
-    bm1 = fmaxf(bm1, fmaxf(fmaxf(s[2][2], s[2][3]), fmaxf(s[3][2], s[3][3])));
-    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
-    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
-    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
-    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
-    const float mn0 = fmaxf(m0, bm0), mn1 = fmaxf(m1, bm1);
-    const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
-    const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
-    const float c0 = atc_exp2(__fsub_rn(m0, mu0)), c1 = atc_exp2(__fsub_rn(m1, mu1));
-    float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 4; n++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float pv = atc_exp2(__fsub_rn(s[n][i], (i & 2) ? mu1 : mu0));
-            s[n][i] = pv;
-            if (i & 2)
-                ps1 = __fadd_rn(ps1, pv);
-            else
-                ps0 = __fadd_rn(ps0, pv);
-        }
-    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 1));
-    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 2));
-    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 1));
-    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 2));
-    l0 = __fadd_rn(__fmul_rn(l0, c0), ps0);
-    l1 = __fadd_rn(__fmul_rn(l1, c1), ps1);
-    m0 = mn0;
-    m1 = mn1;
+    float c0, c1;
+    atc_softmax<4>(s, key_abs, qp0, qp1, m0, m1, l0, l1, c0, c1);
     if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
         for (int d = 0; d < DN; d++) {
@@ -430,20 +450,145 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
                           Lt0, Lt1);
 }
 
-/* Decode tiles (at most 16 rows: one token of a group of <= 16 heads): one fragment, so the
+/* Decode tiles (at most 16 rows: one token of a group of <= 16 heads) are one fragment, so the
  * ATC_DW warps of a CTA take ATC_DW segments at a time instead of row fragments. Each warp streams
  * its segment's 32-key blocks through its own two shared-memory stages; after each round of ATC_DW
  * segments the partials are merged in segment order (nsplit 0) with the same merge as everywhere
- * else, or written for the combine kernel. Same per-row arithmetic as atc_kernel (atc_block), and
- * the rounds' merges make one left fold over the segments whatever ATC_DW is.
+ * else, or written for the combine kernel. The rounds' merges make one left fold over the segments
+ * whatever ATC_DW is.
+ *
+ * The MMAs run with the operands' roles swapped (atc_block_t): the keys are the M side and the
+ * tile's rows the N side, S^T = K q'^T and o^T += V^T P^T, in NF n8 fragments of rows (NF = 1 for
+ * at most 8 rows). A one-token tile of the 30B-A3B shape has 8 rows, which filled half of a
+ * 16-row fragment with the rows as the M side; here it fills one n8 fragment exactly, which
+ * halves the MMAs and the o registers of each key block. Every output element is still the sum
+ * of the same products over the same k16 steps in the same order (the head-dim steps of q'.K, hi
+ * then lo; the key steps of P.V), one MMA per step whichever side of the instruction its row sits
+ * on, and the scores are moved into atc_block's register layout before the softmax, which is
+ * atc_block's code: the same bits as the prefill kernel (tests/worker/test_kernels_gpu.c compares
+ * rows computed both ways byte for byte).
  *
  * Why 2 warps: the kernel is bound by each warp's chain of dependent instructions, not by bytes
  * in flight (docs/BENCHMARKS.md: at 4 warps, 170 KB of shared memory held an SM to one CTA, one
  * warp per scheduler issuing every 3.6 cycles; a deeper key ring changed nothing). A CTA of 2 warps
- * needs 73 KB (a round's partials go to the stage each warp has just consumed), so 3 CTAs, 6
+ * needs 69-73 KB (a round's partials go to the stage each warp has just consumed), so 3 CTAs, 6
  * warps, share an SM. */
 #define ATC_DW 2
-template <int HD>
+
+/* One softmax block of ATC_SB keys for a warp's rows r0 = lane / 4 and (NF = 2) r1 = r0 + 8,
+ * atc_block's arithmetic with the keys as the MMA's M side. qb / qlb: the B fragments of q'^T
+ * (hi, lo) for row fragment nf (atc_load_q's registers 0, 2 of row r0 and 1, 3 of row r1);
+ * ot[f][nf]: o^T for head-dim rows 16 f .. 16 f + 15 by the fragment's rows (columns). */
+template <int HD, int NF>
+__device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd, int key_abs,
+                                            const uint32_t (&qb)[HD / 16][NF][2],
+                                            const uint32_t (&qlb)[HD / 16][NF][2], int32_t qp0,
+                                            int32_t qp1, float &m0, float &m1, float &l0,
+                                            float &l1, float (&ot)[HD / 16][NF][4]) {
+    constexpr int KS = HD / 16, NI = 2 * NF; /* s[n][i]: i < 2 row r0, i >= 2 row r1 */
+    const int lane = threadIdx.x & 31, cq = lane & 3;
+    float th[2][NF][4], tl[2][NF][4];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                th[j][nf][i] = tl[j][nf][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            /* keys 16 j .. + 15 as A rows, head-dim chunks 2 ks, 2 ks + 1 */
+            const int kr = 16 * j + (lane & 7) + ((lane >> 3) & 1) * 8;
+            const int kc = 2 * ks + (lane >> 4);
+            uint32_t a[4];
+            rw_ldsm_x4(a[0], a[1], a[2], a[3], kd + atc_swz<HD>(kr, kc));
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++) {
+                rw_mma_bf16_16816(th[j][nf], a, qb[ks][nf][0], qb[ks][nf][1]);
+                rw_mma_bf16_16816(tl[j][nf], a, qlb[ks][nf][0], qlb[ks][nf][1]);
+            }
+        }
+    }
+    /* S[r][key], key = 8 n + 2 cq + (i & 1), row r0 / r1 by i / 2: element (key % 16 / 8, r % 2)
+     * of fragment (key / 16, r / 8) in lane 4 (key % 8) + (r % 8) / 2 */
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int src = 8 * cq + 4 * (i & 1) + (lane >> 3);
+            const int j = n >> 1, h = n & 1, nf = i >> 1;
+            const float v0 = __fadd_rn(th[j][nf][2 * h], tl[j][nf][2 * h]);
+            const float v1 = __fadd_rn(th[j][nf][2 * h + 1], tl[j][nf][2 * h + 1]);
+            const float w0 = __shfl_sync(0xffffffffu, v0, src);
+            const float w1 = __shfl_sync(0xffffffffu, v1, src);
+            s[n][i] = ((lane >> 2) & 1) ? w1 : w0;
+        }
+    float c0, c1;
+    atc_softmax<NI>(s, key_abs, qp0, qp1, m0, m1, l0, l1, c0, c1);
+    /* o^T's columns in fragment nf are rows 8 nf + 2 cq and + 1: their factors from lanes 8 cq
+     * and 8 cq + 4 */
+    float ca[NF], cb[NF];
+#pragma unroll
+    for (int nf = 0; nf < NF; nf++) {
+        ca[nf] = __shfl_sync(0xffffffffu, nf ? c1 : c0, 8 * cq);
+        cb[nf] = __shfl_sync(0xffffffffu, nf ? c1 : c0, 8 * cq + 4);
+    }
+    if (__any_sync(0xffffffffu, c0 != 1.0f || (NF == 2 && c1 != 1.0f))) {
+#pragma unroll
+        for (int f = 0; f < KS; f++)
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++) {
+                ot[f][nf][0] = __fmul_rn(ot[f][nf][0], ca[nf]);
+                ot[f][nf][1] = __fmul_rn(ot[f][nf][1], cb[nf]);
+                ot[f][nf][2] = __fmul_rn(ot[f][nf][2], ca[nf]);
+                ot[f][nf][3] = __fmul_rn(ot[f][nf][3], cb[nf]);
+            }
+    }
+    /* o^T += V^T P^T in key steps: P^T's B fragment for row fragment nf is atc_block's A
+     * fragment registers (0, 2) of row r0 or (1, 3) of row r1; V^T's A fragment is the
+     * transposed key rows, head-dim rows 16 f .. + 15 */
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        uint32_t b0[NF], b1[NF];
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++) {
+            b0[nf] = rw_pack_bf16x2(s[2 * j][2 * nf], s[2 * j][2 * nf + 1]);
+            b1[nf] = rw_pack_bf16x2(s[2 * j + 1][2 * nf], s[2 * j + 1][2 * nf + 1]);
+        }
+#pragma unroll
+        for (int f = 0; f < KS; f++) {
+            const int vr = 16 * j + (lane & 7) + ((lane >> 4) & 1) * 8;
+            const int vc = 2 * f + ((lane >> 3) & 1);
+            uint32_t a[4];
+            rw_ldsm_x4_trans(a[0], a[1], a[2], a[3], vd + atc_swz<HD>(vr, vc));
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++)
+                rw_mma_bf16_16816(ot[f][nf], a, b0[nf], b1[nf]);
+        }
+    }
+}
+
+/* The tile row and head-dim index of o^T register i = 4 (NF f + nf) + c of this lane. */
+template <int NF> __device__ __forceinline__ int atc_t_row(int i) {
+    return 8 * ((i >> 2) % NF) + 2 * (threadIdx.x & 3) + (i & 1);
+}
+template <int NF> __device__ __forceinline__ int atc_t_dim(int i) {
+    return 16 * ((i >> 2) / NF) + ((threadIdx.x & 31) >> 2) + ((i & 2) ? 8 : 0);
+}
+
+/* x[nf][e] for indices known only at run time, by selects (an indexed register array would go to
+ * local memory) */
+template <typename T, int NF>
+__device__ __forceinline__ T atc_t_pick(const T (&x)[NF][2], int nf, int e) {
+    const T v0 = e ? x[0][1] : x[0][0];
+    if constexpr (NF == 1) return v0;
+    else return nf ? (e ? x[NF - 1][1] : x[NF - 1][0]) : v0;
+}
+
+template <int HD, int NF>
 __global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
                       const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
@@ -453,28 +598,40 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                       float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
                       int seg_cap) {
     rw_pdl_begin();
-    constexpr int SBLK = ATC_SB * HD * 2;   /* bytes of K (or V) per softmax block */
-    constexpr int NR = HD / 2;              /* fragment registers of o per lane */
+    constexpr int SBLK = ATC_SB * HD * 2; /* bytes of K (or V) per softmax block */
+    constexpr int NR = HD / 4 * NF;       /* o^T registers per lane */
     static_assert(NR * 32 * 4 <= 2 * SBLK, "a warp's partial fits the stage it has consumed");
     extern __shared__ __align__(128) uint8_t sm[];
     __shared__ int pbuf[ATC_DW]; /* the stage holding each warp's partial of the round */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    uint8_t *stage = sm + (size_t)warp * 4 * SBLK;          /* this warp's 2 x (K, V) */
-    float *pml = (float *)(sm + ATC_DW * 4 * SBLK);        /* [warps][4][32]: m0 m1 l0 l1 */
-    float *oacc = pml + ATC_DW * 4 * 32;                   /* [NR][32] merged o */
+    uint8_t *stage = sm + (size_t)warp * 4 * SBLK;   /* this warp's 2 x (K, V) */
+    float *pml = (float *)(sm + ATC_DW * 4 * SBLK); /* [warps][4][32]: m0 m1 l0 l1 */
+    float *oacc = pml + ATC_DW * 4 * 32;            /* [NR][32] merged o^T */
 
     const rw_attn_tile tl = tiles[blockIdx.x];
     const int g = blockIdx.y, split = blockIdx.z;
     const int group = nh / nkv;
     const int nrows = tl.ntok * group;
-    if (nrows > 16) __trap(); /* the launcher sends only tiles of one fragment here */
+    if (nrows > 8 * NF) __trap(); /* the launcher picks NF for the tile's rows */
     const int r0 = lane >> 2, r1 = r0 + 8;
     const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
     const int nseg = plast / ATC_SEG + 1;
     const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
-    uint32_t qh[HD / 16][4], ql[HD / 16][4];
+    uint32_t qb[HD / 16][NF][2], qlb[HD / 16][NF][2];
     int32_t qp0, qp1;
-    atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+    {
+        uint32_t qh[HD / 16][4], ql[HD / 16][4];
+        atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++)
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++) {
+                qb[ks][nf][0] = qh[ks][nf];
+                qb[ks][nf][1] = qh[ks][nf + 2];
+                qlb[ks][nf][0] = ql[ks][nf];
+                qlb[ks][nf][1] = ql[ks][nf + 2];
+            }
+    }
 
     /* CTA-local segment li is global segment sfirst + li * sstep; warp w takes li = ATC_DW r + w */
     const int sstep = nsplit > 0 ? nsplit : 1;
@@ -495,8 +652,16 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                               plast, nkv, g, bs, lane);
     };
 
-    float Mt0 = -INFINITY, Mt1 = -INFINITY, Lt0 = 0.0f, Lt1 = 0.0f;
-    /* this thread's share of the merged o: registers [warp * NR / ATC_DW, (warp + 1) * NR /
+    /* the merged state of this lane's o^T columns: rows 8 nf + 2 (lane % 4) + e */
+    float Mt[NF][2], Lt[NF][2];
+#pragma unroll
+    for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            Mt[nf][e] = -INFINITY;
+            Lt[nf][e] = 0.0f;
+        }
+    /* this thread's share of the merged o^T: registers [warp * NR / ATC_DW, (warp + 1) * NR /
      * ATC_DW) of its lane (every warp's lane holds the same rows and columns) */
     const int i0 = warp * (NR / ATC_DW), i1 = i0 + NR / ATC_DW;
     if (nsplit == 0)
@@ -512,12 +677,14 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     for (int round = 0; round < nround; round++) {
         const int sg = seg_of(round);
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-        float o[HD / 8][4];
+        float ot[HD / 16][NF][4];
 #pragma unroll
-        for (int d = 0; d < HD / 8; d++)
+        for (int f = 0; f < HD / 16; f++)
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                o[d][i] = 0.0f;
+            for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    ot[f][nf][i] = 0.0f;
         if (sg >= 0) {
             const int nb = nblocks_of(sg);
             for (int j = 0; j < nb; j++) {
@@ -531,16 +698,34 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 rw_cp_async_wait<1>();
                 __syncwarp();
                 const uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
-                atc_block<HD>(kd, kd + SBLK, sg * ATC_SEG + j * ATC_SB, qh, ql, qp0, qp1, m0, m1,
-                              l0, l1, o);
+                atc_block_t<HD, NF>(kd, kd + SBLK, sg * ATC_SEG + j * ATC_SB, qb, qlb, qp0, qp1,
+                                    m0, m1, l0, l1, ot);
                 __syncwarp(); /* the stage is refilled by the next prefetch */
                 buf ^= 1;
             }
         }
+        const float *ov = &ot[0][0][0]; /* register i of o^T */
         if (nsplit > 0) {
-            if (sg >= 0 && sg < seg_cap)
-                atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok, m0,
-                                   m1, l0, l1, o);
+            if (sg >= 0 && sg < seg_cap) {
+                /* the segment's partial, laid out as atc_write_part lays it out */
+#pragma unroll
+                for (int i = 0; i < NR; i++) {
+                    const int r = atc_t_row<NF>(i);
+                    if (r >= nrows) continue;
+                    const int64_t b = ((int64_t)sg * ntok + tl.tok0 + r / group) * nh +
+                                      g * group + r % group;
+                    part_o[b * HD + atc_t_dim<NF>(i)] = ov[i];
+                }
+                if ((lane & 3) == 0)
+#pragma unroll
+                    for (int rr = 0; rr < NF; rr++) {
+                        const int r = rr ? r1 : r0;
+                        if (r >= nrows) continue;
+                        const int64_t b = ((int64_t)sg * ntok + tl.tok0 + r / group) * nh +
+                                          g * group + r % group;
+                        part_ml[b] = rr ? make_float2(m1, l1) : make_float2(m0, l0);
+                    }
+            }
             continue;
         }
         /* merge the round's segments in order. buf holds the block prefetched for the next
@@ -548,10 +733,8 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
          * the end of this merge, so until then it holds this warp's partial. */
         float *pw = (float *)(stage + (size_t)(buf ^ 1) * 2 * SBLK);
 #pragma unroll
-        for (int d = 0; d < HD / 8; d++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                pw[(d * 4 + i) * 32 + lane] = o[d][i];
+        for (int i = 0; i < NR; i++)
+            pw[i * 32 + lane] = ov[i];
         float *mw = pml + (size_t)warp * 4 * 32;
         mw[0 * 32 + lane] = m0;
         mw[1 * 32 + lane] = m1;
@@ -560,25 +743,42 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         if (lane == 0) pbuf[warp] = warp * 2 + (buf ^ 1);
         __syncthreads();
         for (int w = 0; w < ATC_DW && round * ATC_DW + w < nloc; w++) {
+            /* row r's (m, l) sit in lanes 4 (r % 8) .. + 3, slots r / 8 and 2 + r / 8 */
             const float *mv = pml + (size_t)w * 4 * 32;
-            float a0 = 0.0f, b0 = 0.0f, a1 = 0.0f, b1 = 0.0f;
-            const bool u0 = rw_attn_merge_ml(Mt0, Lt0, mv[lane], mv[2 * 32 + lane], a0, b0);
-            const bool u1 = rw_attn_merge_ml(Mt1, Lt1, mv[32 + lane], mv[3 * 32 + lane], a1, b1);
+            float a[NF][2], b[NF][2];
+            bool u[NF][2];
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int at = 4 * (2 * (lane & 3) + e);
+                    a[nf][e] = b[nf][e] = 0.0f;
+                    u[nf][e] = rw_attn_merge_ml(Mt[nf][e], Lt[nf][e], mv[nf * 32 + at],
+                                                mv[(2 + nf) * 32 + at], a[nf][e], b[nf][e]);
+                }
             const float *pv = (const float *)(sm + (size_t)pbuf[w] * 2 * SBLK);
             for (int i = i0; i < i1; i++) {
-                const bool hi = i & 2;
-                if (hi ? !u1 : !u0) continue;
+                const int nf = (i >> 2) % NF, e = i & 1;
+                if (!atc_t_pick(u, nf, e)) continue;
                 float &O = oacc[i * 32 + lane];
-                O = __fadd_rn(__fmul_rn(O, hi ? a1 : a0), __fmul_rn(pv[i * 32 + lane], hi ? b1 : b0));
+                O = __fadd_rn(__fmul_rn(O, atc_t_pick(a, nf, e)),
+                              __fmul_rn(pv[i * 32 + lane], atc_t_pick(b, nf, e)));
             }
         }
         __syncthreads(); /* the partial slots are rewritten next round */
     }
     rw_cp_async_wait<0>();
     if (nsplit != 0) return;
-    for (int i = i0; i < i1; i++)
-        atc_store_out<HD>(out_hi, out_lo, tl, g, group, nh, nrows, r0, r1, i, oacc[i * 32 + lane],
-                          Lt0, Lt1);
+    for (int i = i0; i < i1; i++) {
+        const int r = atc_t_row<NF>(i);
+        if (r >= nrows) continue;
+        const int64_t at = ((tl.tok0 + r / group) * nh + g * group + r % group) * HD +
+                           atc_t_dim<NF>(i);
+        const float v = __fdiv_rn(oacc[i * 32 + lane], atc_t_pick(Lt, (i >> 2) % NF, i & 1));
+        const uint16_t hv = rw_f32_to_bf16(v);
+        out_hi[at] = hv;
+        if (out_lo) out_lo[at] = rw_bf16_split_lo(v, hv);
+    }
 }
 
 /* Merges the segments of every (token, head) in order, with the kernel's merge. */
@@ -653,13 +853,13 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
      * their row fragments; the smem attributes are the kernels' fixed needs, so captured graphs
      * stay launchable whatever is launched in between */
     if (qt * group <= 16) {
+        /* the merged o^T of 16 rows is the largest (HD / 2 registers a lane); 8 rows use half */
         const size_t sm = atc_decode_smem<HD>();
-        RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_decode_kernel<HD>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+        auto kern = qt * group <= 8 ? atc_decode_kernel<HD, 1> : atc_decode_kernel<HD, 2>;
+        RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
-        (void)rw_launch_pdl(atc_decode_kernel<HD>, grid, ATC_DW * 32, sm, st, q, kc, vc, tiles, pos,
-                            bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml,
-                            ntok, seg_cap);
+        (void)rw_launch_pdl(kern, grid, ATC_DW * 32, sm, st, q, kc, vc, tiles, pos, bt, bt_stride,
+                            nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml, ntok, seg_cap);
     } else {
         const size_t sm = atc_smem<HD>();
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_kernel<HD>,
