@@ -1,8 +1,7 @@
 /* attention.cu - paged causal attention on tensor cores (attention.h): one per-row arithmetic for
  * prefill and decode, two ways of spreading the work (row fragments over warps for prefill tiles,
  * key segments over warps for decode tiles, whose MMAs put the keys on the M side: atc_block_t),
- * the combine kernel of the key split, and the launcher; reference in
- * attention_ref.c.
+ * the combine kernel of the key split, and the launcher; reference in attention_ref.c.
  *
  * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
  * of consecutive tokens of one sequence and that tile's rows, cut into 16-row MMA fragments. Keys
@@ -471,7 +470,7 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
  * Why 2 warps: the kernel is bound by each warp's chain of dependent instructions, not by bytes
  * in flight (docs/BENCHMARKS.md: at 4 warps, 170 KB of shared memory held an SM to one CTA, one
  * warp per scheduler issuing every 3.6 cycles; a deeper key ring changed nothing). A CTA of 2 warps
- * needs 69-73 KB (a round's partials go to the stage each warp has just consumed), so 3 CTAs, 6
+ * needs 73 KB (a round's partials go to the stage each warp has just consumed), so 3 CTAs, 6
  * warps, share an SM. */
 #define ATC_DW 2
 
