@@ -570,24 +570,41 @@ __device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd
     }
 }
 
-/* The tile row and head-dim index of o^T register i = 4 (NF f + nf) + c of this lane. */
-template <int NF> __device__ __forceinline__ int atc_t_row(int i) {
-    return 8 * ((i >> 2) % NF) + 2 * (threadIdx.x & 3) + (i & 1);
-}
-template <int NF> __device__ __forceinline__ int atc_t_dim(int i) {
-    return 16 * ((i >> 2) / NF) + ((threadIdx.x & 31) >> 2) + ((i & 2) ? 8 : 0);
+/* A lane's o registers and the rows they belong to, in the two MMA forms of the decode kernel.
+ * T (atc_block_t, NF row fragments): register i = 4 (NF f + nf) + c holds head-dim row
+ * 16 f + lane / 4 (+ 8 for c >= 2) of tile row 8 nf + 2 (lane % 4) + c % 2. Rows on the M side
+ * (atc_block, one 16-row fragment): register i = 4 d + c holds head-dim 8 d + 2 (lane % 4) + c % 2
+ * of row lane / 4 (+ 8 for c >= 2). A lane's registers cover ATC_SLOTS rows, its slots. */
+template <bool T, int NF> struct atc_regs {
+    static constexpr int SLOTS = T ? 2 * NF : 2;
+    static __device__ __forceinline__ int slot(int i) {
+        return T ? 2 * ((i >> 2) % NF) + (i & 1) : (i >> 1) & 1;
+    }
+    static __device__ __forceinline__ int row(int k) {
+        const int lane = threadIdx.x & 31;
+        return T ? 8 * (k >> 1) + 2 * (lane & 3) + (k & 1) : (lane >> 2) + 8 * k;
+    }
+    static __device__ __forceinline__ int dim(int i) {
+        const int lane = threadIdx.x & 31;
+        return T ? 16 * ((i >> 2) / NF) + (lane >> 2) + ((i & 2) ? 8 : 0)
+                 : 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    }
+};
+
+/* x[k] for a k known only at run time, by selects (an indexed register array would go to local
+ * memory) */
+template <typename V, int K> __device__ __forceinline__ V atc_pick(const V (&x)[K], int k) {
+    V v = x[0];
+#pragma unroll
+    for (int j = 1; j < K; j++)
+        if (k == j) v = x[j];
+    return v;
 }
 
-/* x[nf][e] for indices known only at run time, by selects (an indexed register array would go to
- * local memory) */
-template <typename T, int NF>
-__device__ __forceinline__ T atc_t_pick(const T (&x)[NF][2], int nf, int e) {
-    const T v0 = e ? x[0][1] : x[0][0];
-    if constexpr (NF == 1) return v0;
-    else return nf ? (e ? x[NF - 1][1] : x[NF - 1][0]) : v0;
-}
-
-template <int HD, int NF>
+/* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
+ * merged here); otherwise atc_block's (NF = 2: the 16 rows of one fragment), which also writes
+ * the partials of split launches. */
+template <int HD, bool T, int NF>
 __global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
                       const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
@@ -597,40 +614,42 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                       float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
                       int seg_cap) {
     rw_pdl_begin();
-    constexpr int SBLK = ATC_SB * HD * 2; /* bytes of K (or V) per softmax block */
-    constexpr int NR = HD / 4 * NF;       /* o^T registers per lane */
+    typedef atc_regs<T, NF> R;
+    static_assert(T || NF == 2, "atc_block's form takes one 16-row fragment");
+    constexpr int SBLK = ATC_SB * HD * 2;  /* bytes of K (or V) per softmax block */
+    constexpr int NR = HD / 4 * NF;        /* o registers per lane */
     static_assert(NR * 32 * 4 <= 2 * SBLK, "a warp's partial fits the stage it has consumed");
     extern __shared__ __align__(128) uint8_t sm[];
     __shared__ int pbuf[ATC_DW]; /* the stage holding each warp's partial of the round */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     uint8_t *stage = sm + (size_t)warp * 4 * SBLK;   /* this warp's 2 x (K, V) */
     float *pml = (float *)(sm + ATC_DW * 4 * SBLK); /* [warps][4][32]: m0 m1 l0 l1 */
-    float *oacc = pml + ATC_DW * 4 * 32;            /* [NR][32] merged o^T */
+    float *oacc = pml + ATC_DW * 4 * 32;            /* [NR][32] merged o */
 
     const rw_attn_tile tl = tiles[blockIdx.x];
     const int g = blockIdx.y, split = blockIdx.z;
     const int group = nh / nkv;
     const int nrows = tl.ntok * group;
-    if (nrows > 8 * NF) __trap(); /* the launcher picks NF for the tile's rows */
+    /* the launcher picks NF for the tile's rows, and T only for unsplit launches */
+    if (nrows > 8 * NF || (T && nsplit > 0)) __trap();
     const int r0 = lane >> 2, r1 = r0 + 8;
     const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
     const int nseg = plast / ATC_SEG + 1;
     const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
-    uint32_t qb[HD / 16][NF][2], qlb[HD / 16][NF][2];
+    uint32_t qh[HD / 16][4], ql[HD / 16][4];
     int32_t qp0, qp1;
-    {
-        uint32_t qh[HD / 16][4], ql[HD / 16][4];
-        atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+    atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+    /* T: q'^T's B fragments, registers (0, 2) of row r0 and (1, 3) of row r1 */
+    uint32_t qb[HD / 16][NF][2], qlb[HD / 16][NF][2];
 #pragma unroll
-        for (int ks = 0; ks < HD / 16; ks++)
+    for (int ks = 0; ks < HD / 16; ks++)
 #pragma unroll
-            for (int nf = 0; nf < NF; nf++) {
-                qb[ks][nf][0] = qh[ks][nf];
-                qb[ks][nf][1] = qh[ks][nf + 2];
-                qlb[ks][nf][0] = ql[ks][nf];
-                qlb[ks][nf][1] = ql[ks][nf + 2];
-            }
-    }
+        for (int nf = 0; nf < NF; nf++) {
+            qb[ks][nf][0] = qh[ks][nf];
+            qb[ks][nf][1] = qh[ks][nf + 2];
+            qlb[ks][nf][0] = ql[ks][nf];
+            qlb[ks][nf][1] = ql[ks][nf + 2];
+        }
 
     /* CTA-local segment li is global segment sfirst + li * sstep; warp w takes li = ATC_DW r + w */
     const int sstep = nsplit > 0 ? nsplit : 1;
@@ -651,16 +670,14 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                               plast, nkv, g, bs, lane);
     };
 
-    /* the merged state of this lane's o^T columns: rows 8 nf + 2 (lane % 4) + e */
-    float Mt[NF][2], Lt[NF][2];
+    /* the merged state of this lane's rows (its slots) */
+    float Mt[R::SLOTS], Lt[R::SLOTS];
 #pragma unroll
-    for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            Mt[nf][e] = -INFINITY;
-            Lt[nf][e] = 0.0f;
-        }
-    /* this thread's share of the merged o^T: registers [warp * NR / ATC_DW, (warp + 1) * NR /
+    for (int k = 0; k < R::SLOTS; k++) {
+        Mt[k] = -INFINITY;
+        Lt[k] = 0.0f;
+    }
+    /* this thread's share of the merged o: registers [warp * NR / ATC_DW, (warp + 1) * NR /
      * ATC_DW) of its lane (every warp's lane holds the same rows and columns) */
     const int i0 = warp * (NR / ATC_DW), i1 = i0 + NR / ATC_DW;
     if (nsplit == 0)
@@ -676,14 +693,10 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     for (int round = 0; round < nround; round++) {
         const int sg = seg_of(round);
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-        float ot[HD / 16][NF][4];
+        float ov[NR]; /* T: [HD / 16][NF][4]; otherwise [HD / 8][4] */
 #pragma unroll
-        for (int f = 0; f < HD / 16; f++)
-#pragma unroll
-            for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    ot[f][nf][i] = 0.0f;
+        for (int i = 0; i < NR; i++)
+            ov[i] = 0.0f;
         if (sg >= 0) {
             const int nb = nblocks_of(sg);
             for (int j = 0; j < nb; j++) {
@@ -697,34 +710,22 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 rw_cp_async_wait<1>();
                 __syncwarp();
                 const uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
-                atc_block_t<HD, NF>(kd, kd + SBLK, sg * ATC_SEG + j * ATC_SB, qb, qlb, qp0, qp1,
-                                    m0, m1, l0, l1, ot);
+                const int key = sg * ATC_SEG + j * ATC_SB;
+                if constexpr (T)
+                    atc_block_t<HD, NF>(kd, kd + SBLK, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
+                                        *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov));
+                else
+                    atc_block<HD>(kd, kd + SBLK, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
+                                  *reinterpret_cast<float(*)[HD / 8][4]>(ov));
                 __syncwarp(); /* the stage is refilled by the next prefetch */
                 buf ^= 1;
             }
         }
-        const float *ov = &ot[0][0][0]; /* register i of o^T */
         if (nsplit > 0) {
-            if (sg >= 0 && sg < seg_cap) {
-                /* the segment's partial, laid out as atc_write_part lays it out */
-#pragma unroll
-                for (int i = 0; i < NR; i++) {
-                    const int r = atc_t_row<NF>(i);
-                    if (r >= nrows) continue;
-                    const int64_t b = ((int64_t)sg * ntok + tl.tok0 + r / group) * nh +
-                                      g * group + r % group;
-                    part_o[b * HD + atc_t_dim<NF>(i)] = ov[i];
-                }
-                if ((lane & 3) == 0)
-#pragma unroll
-                    for (int rr = 0; rr < NF; rr++) {
-                        const int r = rr ? r1 : r0;
-                        if (r >= nrows) continue;
-                        const int64_t b = ((int64_t)sg * ntok + tl.tok0 + r / group) * nh +
-                                          g * group + r % group;
-                        part_ml[b] = rr ? make_float2(m1, l1) : make_float2(m0, l0);
-                    }
-            }
+            if constexpr (!T) /* (T is never split) */
+                if (sg >= 0 && sg < seg_cap)
+                    atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok,
+                                       m0, m1, l0, l1, *reinterpret_cast<float(*)[HD / 8][4]>(ov));
             continue;
         }
         /* merge the round's segments in order. buf holds the block prefetched for the next
@@ -742,26 +743,24 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         if (lane == 0) pbuf[warp] = warp * 2 + (buf ^ 1);
         __syncthreads();
         for (int w = 0; w < ATC_DW && round * ATC_DW + w < nloc; w++) {
-            /* row r's (m, l) sit in lanes 4 (r % 8) .. + 3, slots r / 8 and 2 + r / 8 */
+            /* row r's (m, l) sit in lanes 4 (r % 8) .. + 3, in slots r / 8 and 2 + r / 8 */
             const float *mv = pml + (size_t)w * 4 * 32;
-            float a[NF][2], b[NF][2];
-            bool u[NF][2];
+            float a[R::SLOTS], b[R::SLOTS];
+            bool u[R::SLOTS];
 #pragma unroll
-            for (int nf = 0; nf < NF; nf++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int at = 4 * (2 * (lane & 3) + e);
-                    a[nf][e] = b[nf][e] = 0.0f;
-                    u[nf][e] = rw_attn_merge_ml(Mt[nf][e], Lt[nf][e], mv[nf * 32 + at],
-                                                mv[(2 + nf) * 32 + at], a[nf][e], b[nf][e]);
-                }
+            for (int k = 0; k < R::SLOTS; k++) {
+                const int r = R::row(k), at = 4 * (r % 8);
+                a[k] = b[k] = 0.0f;
+                u[k] = rw_attn_merge_ml(Mt[k], Lt[k], mv[(r / 8) * 32 + at],
+                                        mv[(2 + r / 8) * 32 + at], a[k], b[k]);
+            }
             const float *pv = (const float *)(sm + (size_t)pbuf[w] * 2 * SBLK);
             for (int i = i0; i < i1; i++) {
-                const int nf = (i >> 2) % NF, e = i & 1;
-                if (!atc_t_pick(u, nf, e)) continue;
+                const int k = R::slot(i);
+                if (!atc_pick(u, k)) continue;
                 float &O = oacc[i * 32 + lane];
-                O = __fadd_rn(__fmul_rn(O, atc_t_pick(a, nf, e)),
-                              __fmul_rn(pv[i * 32 + lane], atc_t_pick(b, nf, e)));
+                O = __fadd_rn(__fmul_rn(O, atc_pick(a, k)),
+                              __fmul_rn(pv[i * 32 + lane], atc_pick(b, k)));
             }
         }
         __syncthreads(); /* the partial slots are rewritten next round */
@@ -769,11 +768,10 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     rw_cp_async_wait<0>();
     if (nsplit != 0) return;
     for (int i = i0; i < i1; i++) {
-        const int r = atc_t_row<NF>(i);
+        const int k = R::slot(i), r = R::row(k);
         if (r >= nrows) continue;
-        const int64_t at = ((tl.tok0 + r / group) * nh + g * group + r % group) * HD +
-                           atc_t_dim<NF>(i);
-        const float v = __fdiv_rn(oacc[i * 32 + lane], atc_t_pick(Lt, (i >> 2) % NF, i & 1));
+        const int64_t at = ((tl.tok0 + r / group) * nh + g * group + r % group) * HD + R::dim(i);
+        const float v = __fdiv_rn(oacc[i * 32 + lane], atc_pick(Lt, k));
         const uint16_t hv = rw_f32_to_bf16(v);
         out_hi[at] = hv;
         if (out_lo) out_lo[at] = rw_bf16_split_lo(v, hv);
@@ -852,9 +850,15 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
      * their row fragments; the smem attributes are the kernels' fixed needs, so captured graphs
      * stay launchable whatever is launched in between */
     if (qt * group <= 16) {
-        /* the merged o^T of 16 rows is the largest (HD / 2 registers a lane); 8 rows use half */
+        /* unsplit: the keys on the MMA's M side (atc_block_t), in one row fragment for up to 8
+         * rows (a b256 step: 160.1 -> 140.9 us a layer for 256 x 1k keys on an H200); split:
+         * the rows on the M side (atc_block), which measured faster when few CTAs share the
+         * GPU (32 x 8k in 2 splits: 178 vs 208 us; a b1 step 11.9 vs 14.3 us). Both give the
+         * same bits (docs/BENCHMARKS.md, fifth session). */
         const size_t sm = atc_decode_smem<HD>();
-        auto kern = qt * group <= 8 ? atc_decode_kernel<HD, 1> : atc_decode_kernel<HD, 2>;
+        auto kern = nsplit > 0          ? atc_decode_kernel<HD, false, 2>
+                    : qt * group <= 8 ? atc_decode_kernel<HD, true, 1>
+                                      : atc_decode_kernel<HD, true, 2>;
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
         (void)rw_launch_pdl(kern, grid, ATC_DW * 32, sm, st, q, kc, vc, tiles, pos, bt, bt_stride,
