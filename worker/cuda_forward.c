@@ -159,8 +159,9 @@ int rw_cuda_pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int
     if (ntok > SPLIT_MAX_TOK) return 0;
     /* about one CTA per SM: measured on an H200 with decode-tile CTAs of four warps (170 KB of
      * shared memory, one per SM), a second wave of split CTAs and the combine cost more than they
-     * hide (32 sequences x 8k keys: split 0 at 0.75 of copy bandwidth, split 4 at 0.66). CTAs of
-     * two warps (73 KB, three per SM) have not been measured against this choice yet. */
+     * hide (32 sequences x 8k keys: split 0 at 0.75 of copy bandwidth, split 4 at 0.66). With
+     * the decode CTAs of two warps (73 KB, three per SM), a rule aiming at three split CTAs per SM
+     * lost at 8 and 32 sequences of 4k-8k keys (docs/BENCHMARKS.md), so one per SM stays. */
     const int cta = ntiles * nkv > 0 ? ntiles * nkv : 1;
     int ns = (be->nsm + cta - 1) / cta;
     if (max_ctx > 0) {

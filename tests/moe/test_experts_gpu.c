@@ -441,6 +441,10 @@ static void test_bf16(void **s) {
     check(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 2);  /* unpadded, wide tiles */
     check(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 3); /* more than one 4096-token pass */
     check(RW_WFMT_BF16, 16, 96, 128, 1, 0, 10, 37, 8);  /* top-10: the combine's 32 slots */
+    /* decode-width tiles in grids of more than one wave (4-stage pipelines), each token then
+     * alone in a one-wave grid (6 stages), at the model's K of 6-32 blocks */
+    check(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 21);  /* 32-token tiles */
+    check(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 22); /* 16-token tiles */
 }
 static void test_mxfp8(void **s) {
     (void)s;
@@ -457,6 +461,9 @@ static void test_split_bf16(void **s) {
     check_split(RW_WFMT_BF16, 8, 96, 128, 2, 1, 2, 37, 11, false);    /* padded, narrow tiles */
     check_split(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 12, false);  /* unpadded, wide tiles */
     check_split(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 13, false); /* two passes */
+    /* multi-wave decode grids, as in test_bf16 */
+    check_split(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 23, false);
+    check_split(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 24, false);
 }
 static void test_split_mxfp8(void **s) {
     (void)s;

@@ -1,6 +1,7 @@
 /* attention.h - paged causal attention for prefill and decode (one arithmetic for both), with an
  * optional split of a token's keys over CTAs for batches of few sequences. Launcher in
- * attention.cu, reference in attention_ref.c; conventions and the hi + lo pair in common.h. */
+ * attention.cu (kernels in attention_*.cuh), reference in attention_ref.c; conventions and the
+ * hi + lo pair in common.h. */
 #ifndef RW_WORKER_KERNELS_ATTENTION_H
 #define RW_WORKER_KERNELS_ATTENTION_H
 
@@ -21,7 +22,7 @@ extern "C" {
  *
  * Numerics: q travels to the tensor cores as a hi + lo bf16 pair (about 16 significant bits), the
  * softmax weights as one bf16 each, products accumulate in fp32: within 2^-9 max|v| of an fp32
- * computation (attention.cu has the exact per-row sequence).
+ * computation (attention_tile.cuh has the exact per-row sequence).
  *
  * Batch invariance: a query row's keys are cut into fixed segments of RW_ATTN_SEG positions
  * (0..127, 128..255, ...), each reduced in one order (softmax blocks of 32 keys in sequence), and

@@ -1,0 +1,341 @@
+/* attention_decode.cuh - the attention kernel of tiles of one MMA fragment (decode steps): key
+ * segments spread over the CTA's warps, with the MMAs in either form (atc_block_t below, or the
+ * prefill form atc_block). Per-row arithmetic in attention_tile.cuh; launched by attention.cu. */
+#ifndef RW_WORKER_KERNELS_ATTENTION_DECODE_CUH
+#define RW_WORKER_KERNELS_ATTENTION_DECODE_CUH
+
+#include "attention_tile.cuh"
+#include "launch.cuh"
+
+/* Decode tiles (at most 16 rows: one token of a group of <= 16 heads) are one fragment, so the
+ * ATC_DW warps of a CTA take ATC_DW segments at a time instead of row fragments. Each warp streams
+ * its segment's 32-key blocks through its own two shared-memory stages; after each round of ATC_DW
+ * segments the partials are merged in segment order (nsplit 0) with the same merge as everywhere
+ * else, or written for the combine kernel. The rounds' merges make one left fold over the segments
+ * whatever ATC_DW is.
+ *
+ * The MMAs run with the operands' roles swapped (atc_block_t): the keys are the M side and the
+ * tile's rows the N side, S^T = K q'^T and o^T += V^T P^T, in NF n8 fragments of rows (NF = 1 for
+ * at most 8 rows). A one-token tile of the 30B-A3B shape has 8 rows, which filled half of a
+ * 16-row fragment with the rows as the M side; here it fills one n8 fragment exactly, which
+ * halves the MMAs and the o registers of each key block. Every output element is still the sum
+ * of the same products over the same k16 steps in the same order (the head-dim steps of q'.K, hi
+ * then lo; the key steps of P.V), one MMA per step whichever side of the instruction its row sits
+ * on, and the scores are moved into atc_block's register layout before the softmax, which is
+ * atc_block's code: the same bits as the prefill kernel (tests/worker/test_kernels_gpu.c compares
+ * rows computed both ways byte for byte).
+ *
+ * Why 2 warps: the kernel is bound by each warp's chain of dependent instructions, not by bytes
+ * in flight (docs/BENCHMARKS.md: at 4 warps, 170 KB of shared memory held an SM to one CTA, one
+ * warp per scheduler issuing every 3.6 cycles; a deeper key ring changed nothing). A CTA of 2 warps
+ * needs 73 KB (a round's partials go to the stage each warp has just consumed), so 3 CTAs, 6
+ * warps, share an SM. */
+#define ATC_DW 2
+
+/* One softmax block of ATC_SB keys for a warp's rows r0 = lane / 4 and (NF = 2) r1 = r0 + 8,
+ * atc_block's arithmetic with the keys as the MMA's M side. qb / qlb: the B fragments of q'^T
+ * (hi, lo) for row fragment nf (atc_load_q's registers 0, 2 of row r0 and 1, 3 of row r1);
+ * ot[f][nf]: o^T for head-dim rows 16 f .. 16 f + 15 by the fragment's rows (columns). */
+template <int HD, int NF>
+__device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd, int key_abs,
+                                            const uint32_t (&qb)[HD / 16][NF][2],
+                                            const uint32_t (&qlb)[HD / 16][NF][2], int32_t qp0,
+                                            int32_t qp1, float &m0, float &m1, float &l0,
+                                            float &l1, float (&ot)[HD / 16][NF][4]) {
+    constexpr int KS = HD / 16, NI = 2 * NF; /* s[n][i]: i < 2 row r0, i >= 2 row r1 */
+    const int lane = threadIdx.x & 31, cq = lane & 3;
+    float th[2][NF][4], tl[2][NF][4];
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                th[j][nf][i] = tl[j][nf][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            /* keys 16 j .. + 15 as A rows, head-dim chunks 2 ks, 2 ks + 1 */
+            const int kr = 16 * j + (lane & 7) + ((lane >> 3) & 1) * 8;
+            const int kc = 2 * ks + (lane >> 4);
+            uint32_t a[4];
+            rw_ldsm_x4(a[0], a[1], a[2], a[3], kd + atc_swz<HD>(kr, kc));
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++) {
+                rw_mma_bf16_16816(th[j][nf], a, qb[ks][nf][0], qb[ks][nf][1]);
+                rw_mma_bf16_16816(tl[j][nf], a, qlb[ks][nf][0], qlb[ks][nf][1]);
+            }
+        }
+    }
+    /* S[r][key], key = 8 n + 2 cq + (i & 1), row r0 / r1 by i / 2: element (key % 16 / 8, r % 2)
+     * of fragment (key / 16, r / 8) in lane 4 (key % 8) + (r % 8) / 2 */
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int src = 8 * cq + 4 * (i & 1) + (lane >> 3);
+            const int j = n >> 1, h = n & 1, nf = i >> 1;
+            const float v0 = __fadd_rn(th[j][nf][2 * h], tl[j][nf][2 * h]);
+            const float v1 = __fadd_rn(th[j][nf][2 * h + 1], tl[j][nf][2 * h + 1]);
+            const float w0 = __shfl_sync(0xffffffffu, v0, src);
+            const float w1 = __shfl_sync(0xffffffffu, v1, src);
+            s[n][i] = ((lane >> 2) & 1) ? w1 : w0;
+        }
+    float c0, c1;
+    atc_softmax<NI>(s, key_abs, qp0, qp1, m0, m1, l0, l1, c0, c1);
+    /* o^T's columns in fragment nf are rows 8 nf + 2 cq and + 1: their factors from lanes 8 cq
+     * and 8 cq + 4 */
+    float ca[NF], cb[NF];
+#pragma unroll
+    for (int nf = 0; nf < NF; nf++) {
+        ca[nf] = __shfl_sync(0xffffffffu, nf ? c1 : c0, 8 * cq);
+        cb[nf] = __shfl_sync(0xffffffffu, nf ? c1 : c0, 8 * cq + 4);
+    }
+    if (__any_sync(0xffffffffu, c0 != 1.0f || (NF == 2 && c1 != 1.0f))) {
+#pragma unroll
+        for (int f = 0; f < KS; f++)
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++) {
+                ot[f][nf][0] = __fmul_rn(ot[f][nf][0], ca[nf]);
+                ot[f][nf][1] = __fmul_rn(ot[f][nf][1], cb[nf]);
+                ot[f][nf][2] = __fmul_rn(ot[f][nf][2], ca[nf]);
+                ot[f][nf][3] = __fmul_rn(ot[f][nf][3], cb[nf]);
+            }
+    }
+    /* o^T += V^T P^T in key steps: P^T's B fragment for row fragment nf is atc_block's A
+     * fragment registers (0, 2) of row r0 or (1, 3) of row r1; V^T's A fragment is the
+     * transposed key rows, head-dim rows 16 f .. + 15 */
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        uint32_t b0[NF], b1[NF];
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++) {
+            b0[nf] = rw_pack_bf16x2(s[2 * j][2 * nf], s[2 * j][2 * nf + 1]);
+            b1[nf] = rw_pack_bf16x2(s[2 * j + 1][2 * nf], s[2 * j + 1][2 * nf + 1]);
+        }
+#pragma unroll
+        for (int f = 0; f < KS; f++) {
+            const int vr = 16 * j + (lane & 7) + ((lane >> 4) & 1) * 8;
+            const int vc = 2 * f + ((lane >> 3) & 1);
+            uint32_t a[4];
+            rw_ldsm_x4_trans(a[0], a[1], a[2], a[3], vd + atc_swz<HD>(vr, vc));
+#pragma unroll
+            for (int nf = 0; nf < NF; nf++)
+                rw_mma_bf16_16816(ot[f][nf], a, b0[nf], b1[nf]);
+        }
+    }
+}
+
+/* A lane's o registers and the rows they belong to, in the two MMA forms of the decode kernel.
+ * T (atc_block_t, NF row fragments): register i = 4 (NF f + nf) + c holds head-dim row
+ * 16 f + lane / 4 (+ 8 for c >= 2) of tile row 8 nf + 2 (lane % 4) + c % 2. Rows on the M side
+ * (atc_block, one 16-row fragment): register i = 4 d + c holds head-dim 8 d + 2 (lane % 4) + c % 2
+ * of row lane / 4 (+ 8 for c >= 2). A lane's registers cover ATC_SLOTS rows, its slots. */
+template <bool T, int NF> struct atc_regs {
+    static constexpr int SLOTS = T ? 2 * NF : 2;
+    static __device__ __forceinline__ int slot(int i) {
+        return T ? 2 * ((i >> 2) % NF) + (i & 1) : (i >> 1) & 1;
+    }
+    static __device__ __forceinline__ int row(int k) {
+        const int lane = threadIdx.x & 31;
+        return T ? 8 * (k >> 1) + 2 * (lane & 3) + (k & 1) : (lane >> 2) + 8 * k;
+    }
+    static __device__ __forceinline__ int dim(int i) {
+        const int lane = threadIdx.x & 31;
+        return T ? 16 * ((i >> 2) / NF) + (lane >> 2) + ((i & 2) ? 8 : 0)
+                 : 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    }
+};
+
+/* x[k] for a k known only at run time, by selects (an indexed register array would go to local
+ * memory) */
+template <typename V, int K> __device__ __forceinline__ V atc_pick(const V (&x)[K], int k) {
+    V v = x[0];
+#pragma unroll
+    for (int j = 1; j < K; j++)
+        if (k == j) v = x[j];
+    return v;
+}
+
+/* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
+ * merged here); otherwise atc_block's (NF = 2: the 16 rows of one fragment), which also writes
+ * the partials of split launches. */
+template <int HD, bool T, int NF>
+__global__ void __launch_bounds__(ATC_DW * 32, 1)
+    atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
+                      const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
+                      const int32_t *__restrict__ pos, const int32_t *__restrict__ bt,
+                      int bt_stride, int nh, int nkv, int bs, int nsplit, float qscale,
+                      uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
+                      float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
+                      int seg_cap) {
+    rw_pdl_begin();
+    typedef atc_regs<T, NF> R;
+    static_assert(T || NF == 2, "atc_block's form takes one 16-row fragment");
+    constexpr int SBLK = ATC_SB * HD * 2;  /* bytes of K (or V) per softmax block */
+    constexpr int NR = HD / 4 * NF;        /* o registers per lane */
+    static_assert(NR * 32 * 4 <= 2 * SBLK, "a warp's partial fits the stage it has consumed");
+    extern __shared__ __align__(128) uint8_t sm[];
+    __shared__ int pbuf[ATC_DW]; /* the stage holding each warp's partial of the round */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    uint8_t *stage = sm + (size_t)warp * 4 * SBLK;   /* this warp's 2 x (K, V) */
+    float *pml = (float *)(sm + ATC_DW * 4 * SBLK); /* [warps][4][32]: m0 m1 l0 l1 */
+    float *oacc = pml + ATC_DW * 4 * 32;            /* [NR][32] merged o */
+
+    const rw_attn_tile tl = tiles[blockIdx.x];
+    const int g = blockIdx.y, split = blockIdx.z;
+    const int group = nh / nkv;
+    const int nrows = tl.ntok * group;
+    /* the launcher picks NF for the tile's rows, and T only for unsplit launches */
+    if (nrows > 8 * NF || (T && nsplit > 0)) __trap();
+    const int r0 = lane >> 2, r1 = r0 + 8;
+    const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
+    const int nseg = plast / ATC_SEG + 1;
+    const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
+    uint32_t qh[HD / 16][4], ql[HD / 16][4];
+    int32_t qp0, qp1;
+    atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+    /* T: q'^T's B fragments, registers (0, 2) of row r0 and (1, 3) of row r1 */
+    uint32_t qb[HD / 16][NF][2], qlb[HD / 16][NF][2];
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++) {
+            qb[ks][nf][0] = qh[ks][nf];
+            qb[ks][nf][1] = qh[ks][nf + 2];
+            qlb[ks][nf][0] = ql[ks][nf];
+            qlb[ks][nf][1] = ql[ks][nf + 2];
+        }
+
+    /* CTA-local segment li is global segment sfirst + li * sstep; warp w takes li = ATC_DW r + w */
+    const int sstep = nsplit > 0 ? nsplit : 1;
+    const int sfirst = nsplit > 0 ? split : 0;
+    const int nloc = sfirst < nseg ? (nseg - sfirst + sstep - 1) / sstep : 0;
+    const int nround = (nloc + ATC_DW - 1) / ATC_DW;
+    auto seg_of = [&](int round) -> int {
+        const int li = round * ATC_DW + warp;
+        return li < nloc ? sfirst + li * sstep : -1;
+    };
+    auto nblocks_of = [&](int sg) -> int { /* 32-key blocks of segment sg up to plast */
+        const int left = plast - sg * ATC_SEG;
+        return min(ATC_SEG / ATC_SB, left / ATC_SB + 1);
+    };
+    auto load = [&](int buf, int sg, int j) {
+        uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
+        atc_load_keys<HD, 32>(kd, kd + SBLK, kc, vc, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB,
+                              plast, nkv, g, bs, lane);
+    };
+
+    /* the merged state of this lane's rows (its slots) */
+    float Mt[R::SLOTS], Lt[R::SLOTS];
+#pragma unroll
+    for (int k = 0; k < R::SLOTS; k++) {
+        Mt[k] = -INFINITY;
+        Lt[k] = 0.0f;
+    }
+    /* this thread's share of the merged o: registers [warp * NR / ATC_DW, (warp + 1) * NR /
+     * ATC_DW) of its lane (every warp's lane holds the same rows and columns) */
+    const int i0 = warp * (NR / ATC_DW), i1 = i0 + NR / ATC_DW;
+    if (nsplit == 0)
+        for (int i = i0; i < i1; i++)
+            oacc[i * 32 + lane] = 0.0f;
+
+    int buf = 0;
+    {
+        const int sg = seg_of(0);
+        if (sg >= 0) load(0, sg, 0);
+        rw_cp_async_commit();
+    }
+    for (int round = 0; round < nround; round++) {
+        const int sg = seg_of(round);
+        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+        float ov[NR]; /* T: [HD / 16][NF][4]; otherwise [HD / 8][4] */
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            ov[i] = 0.0f;
+        if (sg >= 0) {
+            const int nb = nblocks_of(sg);
+            for (int j = 0; j < nb; j++) {
+                if (j + 1 < nb) {
+                    load(buf ^ 1, sg, j + 1);
+                } else {
+                    const int sn = seg_of(round + 1);
+                    if (sn >= 0) load(buf ^ 1, sn, 0);
+                }
+                rw_cp_async_commit();
+                rw_cp_async_wait<1>();
+                __syncwarp();
+                const uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
+                const int key = sg * ATC_SEG + j * ATC_SB;
+                if constexpr (T)
+                    atc_block_t<HD, NF>(kd, kd + SBLK, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
+                                        *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov));
+                else
+                    atc_block<HD>(kd, kd + SBLK, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
+                                  *reinterpret_cast<float(*)[HD / 8][4]>(ov));
+                __syncwarp(); /* the stage is refilled by the next prefetch */
+                buf ^= 1;
+            }
+        }
+        if (nsplit > 0) {
+            if constexpr (!T) /* (T is never split) */
+                if (sg >= 0 && sg < seg_cap)
+                    atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok,
+                                       m0, m1, l0, l1, *reinterpret_cast<float(*)[HD / 8][4]>(ov));
+            continue;
+        }
+        /* merge the round's segments in order. buf holds the block prefetched for the next
+         * round (if any); buf ^ 1 was consumed last and is refilled only after the barrier at
+         * the end of this merge, so until then it holds this warp's partial. */
+        float *pw = (float *)(stage + (size_t)(buf ^ 1) * 2 * SBLK);
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            pw[i * 32 + lane] = ov[i];
+        float *mw = pml + (size_t)warp * 4 * 32;
+        mw[0 * 32 + lane] = m0;
+        mw[1 * 32 + lane] = m1;
+        mw[2 * 32 + lane] = l0;
+        mw[3 * 32 + lane] = l1;
+        if (lane == 0) pbuf[warp] = warp * 2 + (buf ^ 1);
+        __syncthreads();
+        for (int w = 0; w < ATC_DW && round * ATC_DW + w < nloc; w++) {
+            /* row r's (m, l) sit in lanes 4 (r % 8) .. + 3, in slots r / 8 and 2 + r / 8 */
+            const float *mv = pml + (size_t)w * 4 * 32;
+            float a[R::SLOTS], b[R::SLOTS];
+            bool u[R::SLOTS];
+#pragma unroll
+            for (int k = 0; k < R::SLOTS; k++) {
+                const int r = R::row(k), at = 4 * (r % 8);
+                a[k] = b[k] = 0.0f;
+                u[k] = rw_attn_merge_ml(Mt[k], Lt[k], mv[(r / 8) * 32 + at],
+                                        mv[(2 + r / 8) * 32 + at], a[k], b[k]);
+            }
+            const float *pv = (const float *)(sm + (size_t)pbuf[w] * 2 * SBLK);
+            for (int i = i0; i < i1; i++) {
+                const int k = R::slot(i);
+                if (!atc_pick(u, k)) continue;
+                float &O = oacc[i * 32 + lane];
+                O = __fadd_rn(__fmul_rn(O, atc_pick(a, k)),
+                              __fmul_rn(pv[i * 32 + lane], atc_pick(b, k)));
+            }
+        }
+        __syncthreads(); /* the partial slots are rewritten next round */
+    }
+    rw_cp_async_wait<0>();
+    if (nsplit != 0) return;
+    for (int i = i0; i < i1; i++) {
+        const int k = R::slot(i), r = R::row(k);
+        if (r >= nrows) continue;
+        atc_put_out(out_hi, out_lo, atc_row_th(tl, g, group, nh, r) * HD + R::dim(i),
+                    __fdiv_rn(oacc[i * 32 + lane], atc_pick(Lt, k)));
+    }
+}
+
+template <int HD> static constexpr size_t atc_decode_smem() {
+    return (size_t)ATC_DW * 4 * ATC_SB * HD * 2 + (size_t)ATC_DW * 4 * 32 * 4 +
+           (size_t)(HD / 2) * 32 * 4;
+}
+
+#endif

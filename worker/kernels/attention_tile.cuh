@@ -1,0 +1,343 @@
+/* attention_tile.cuh - the per-row arithmetic of the attention kernels (attention.cu), shared by
+ * the prefill kernel (attention_prefill.cuh) and the decode kernel (attention_decode.cuh): key
+ * staging, the q pair, one softmax block (atc_block; its decode form is atc_block_t), the merge
+ * of segments and the stores. CUDA C++, included by attention.cu only.
+ *
+ * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
+ * of consecutive tokens of one sequence and that tile's rows, cut into 16-row MMA fragments. Keys
+ * are staged in shared memory and reduced in softmax blocks of ATC_SB = 32 aligned positions, four
+ * to a segment of RW_ATTN_SEG = 128.
+ *
+ * The arithmetic of one row (atc_block; the same instructions for every row, wherever it sits):
+ *   q' = q * (1/sqrt(hd)) * log2(e) in fp32, as a bf16 pair qh = bf16(q'), ql = bf16(q' - qh);
+ *   per segment s, from (m, l, o) = (-inf, 0, 0), per softmax block of 32 keys in order:
+ *     S = fl(qh.K^T) + fl(ql.K^T) (mma.sync m16n8k16, fp32 accumulate, head-dim k16 steps in
+ *         order); keys after the row's position -> -inf;
+ *     mn = max(m, the row's 32 scores); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: c = p = 0);
+ *     l = l*c + sum(p) (a fixed shuffle tree); o = o*c + bf16(p).V (key k16 steps in order;
+ *         one bf16 per weight: its error, at most 2^-9 of each term, moved no routing decision
+ *         on either fixture in the CPU emulation, docs/BENCHMARKS.md);
+ *   segments merged in segment order by rw_attn_merge_ml (in the kernel, or in the combine kernel
+ *   when segments are spread over CTAs: the same function, so the same bits); out = o / l.
+ * An MMA computes each output element from its own row of A and column of B, so a row's result
+ * does not depend on the other rows of its fragment (other tokens of a prefill tile, padding rows
+ * of a decode tile) nor on which warp or CTA computes it. A key block past a row's position
+ * leaves (m, l, o) unchanged exactly (c = 1, p = 0); keys past the tile's last position are
+ * loaded as zeros, never read, so no stale non-finite value can reach a product. The q pair
+ * keeps the scores to ~2^-16 relative (near-fp32) and doubles the QK tensor-core work, which
+ * decode (memory-bound) does not notice and prefill pays (docs/BENCHMARKS.md); the weights are
+ * one bf16 each. */
+#ifndef RW_WORKER_KERNELS_ATTENTION_TILE_CUH
+#define RW_WORKER_KERNELS_ATTENTION_TILE_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "attention.h"
+#include "device.cuh"
+#include "mma.cuh"
+
+#define ATC_THREADS 128
+#define ATC_ROWS 64 /* rows per CTA: 4 warps x 16 */
+#define ATC_KB 64   /* keys per staged block (shared memory) */
+#define ATC_SB 32   /* keys per softmax block */
+#define ATC_SEG RW_ATTN_SEG
+
+/* Byte offset of 16-byte chunk c of key row r in a [64][HD] bf16 block, swizzled so that the 8
+ * rows an ldmatrix reads at one chunk fall in 8 different bank groups. */
+template <int HD> __device__ __forceinline__ int atc_swz(int r, int c) {
+    constexpr int RB = HD * 2;
+    if constexpr (HD == 32)
+        return r * RB + ((c ^ ((r >> 1) & 3)) << 4);
+    else
+        return r * RB + ((c ^ (r & 7)) << 4);
+}
+
+
+/* 2^x in one instruction (ex2.approx.ftz: results below 2^-126 flush to zero); exact at 0
+ * (1.0) and -inf (+0.0), the two values the masking and merging rules rely on. */
+__device__ __forceinline__ float atc_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* (x0, x1) as the bf16 pair registers hi = (bf16(x0), bf16(x1)), lo = (bf16(x0 - hi0),
+ * bf16(x1 - hi1)), round to nearest even (the differences are exact in fp32). */
+__device__ __forceinline__ void atc_split2(float x0, float x1, uint32_t &hi, uint32_t &lo) {
+    hi = rw_pack_bf16x2(x0, x1);
+    lo = rw_pack_bf16x2(__fsub_rn(x0, __uint_as_float(hi << 16)),
+                        __fsub_rn(x1, __uint_as_float(hi & 0xffff0000u)));
+}
+
+/* (M, L, O) <- (M, L, O) merged with a segment's (m, l, o), log2 domain; a segment without keys
+ * for the row (l == 0) is skipped. From (-inf, 0, 0) the first merge is an exact copy. No fused
+ * multiply-adds, so every caller gets the same bits. */
+__device__ __forceinline__ bool rw_attn_merge_ml(float &M, float &L, float m, float l, float &a,
+                                                 float &b) {
+    if (!(l > 0.0f)) return false;
+    const float mn = fmaxf(M, m);
+    a = atc_exp2(__fsub_rn(M, mn));
+    b = atc_exp2(__fsub_rn(m, mn));
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+    M = mn;
+    return true;
+}
+
+/* The (token, head) index of row r of a tile's KV head g: the rows are the tile's tokens times
+ * the group's query heads, token-major (token tok0 + r / group, head g * group + r % group). */
+__device__ __forceinline__ int64_t atc_row_th(const rw_attn_tile &tl, int g, int group, int nh,
+                                              int r) {
+    return (int64_t)(tl.tok0 + r / group) * nh + g * group + r % group;
+}
+
+/* An output element: out_hi[at] = bf16(v) and, with out_lo, out_lo[at] = bf16(v - that). */
+__device__ __forceinline__ void atc_put_out(uint16_t *__restrict__ out_hi,
+                                            uint16_t *__restrict__ out_lo, int64_t at, float v) {
+    const uint16_t hv = rw_f32_to_bf16(v);
+    out_hi[at] = hv;
+    if (out_lo) out_lo[at] = rw_bf16_split_lo(v, hv);
+}
+
+/* A warp's q fragments for rows r0 = base + lane / 4 and r1 = r0 + 8 of the tile (zeros past
+ * nrows), head-dim columns 16 ks + 2 (lane % 4) + {0, 1} (+ 8): q' = q * qscale as a bf16 pair
+ * (qh, ql), and the rows' positions (INT_MAX past nrows: padding rows mask nothing, so they never
+ * force the mask test; their results are never stored). */
+template <int HD>
+__device__ __forceinline__ void atc_load_q(const float *__restrict__ q,
+                                           const int32_t *__restrict__ pos, const rw_attn_tile &tl,
+                                           int g, int group, int nh, int nrows, int r0, int r1,
+                                           float qscale, uint32_t (&qh)[HD / 16][4],
+                                           uint32_t (&ql)[HD / 16][4], int32_t &qp0,
+                                           int32_t &qp1) {
+    const int lane = threadIdx.x & 31, c0 = 2 * (lane & 3);
+    const float *q0 = nullptr, *q1 = nullptr;
+    qp0 = qp1 = 0x7fffffff;
+    if (r0 < nrows) {
+        q0 = q + atc_row_th(tl, g, group, nh, r0) * HD;
+        qp0 = pos[tl.tok0 + r0 / group];
+    }
+    if (r1 < nrows) {
+        q1 = q + atc_row_th(tl, g, group, nh, r1) * HD;
+        qp1 = pos[tl.tok0 + r1 / group];
+    }
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float *qr = (i & 1) ? q1 : q0;
+            const int col = ks * 16 + c0 + ((i & 2) ? 8 : 0);
+            float v0 = 0.0f, v1 = 0.0f;
+            if (qr) {
+                const float2 v = *(const float2 *)(qr + col);
+                v0 = __fmul_rn(v.x, qscale);
+                v1 = __fmul_rn(v.y, qscale);
+            }
+            atc_split2(v0, v1, qh[ks][i], ql[ks][i]);
+        }
+    }
+}
+
+/* Writes a warp's segment partial (m, l, o of rows r0, r1) for segment sg to part_o / part_ml
+ * ([segment][token][head] (x hd)), the combine kernel's input. */
+template <int HD>
+__device__ __forceinline__ void atc_write_part(float *__restrict__ part_o,
+                                               float2 *__restrict__ part_ml, const rw_attn_tile &tl,
+                                               int g, int group, int nh, int nrows, int r0,
+                                               int r1, int sg, int64_t ntok, float m0, float m1,
+                                               float l0, float l1, const float (&o)[HD / 8][4]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const int r = rr ? r1 : r0;
+        if (r >= nrows) continue;
+        const int64_t base = (int64_t)sg * ntok * nh + atc_row_th(tl, g, group, nh, r);
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            const int col = d * 8 + 2 * (lane & 3);
+            *(float2 *)(part_o + base * HD + col) = make_float2(o[d][2 * rr], o[d][2 * rr + 1]);
+        }
+        if ((lane & 3) == 0) part_ml[base] = rr ? make_float2(m1, l1) : make_float2(m0, l0);
+    }
+}
+
+/* out = o / l of the element at fragment register i (0..HD/2-1, = 4 * n8 fragment + c) of this
+ * lane, rows r0 / r1, as a hi + lo pair. */
+template <int HD>
+__device__ __forceinline__ void atc_store_out(uint16_t *__restrict__ out_hi,
+                                              uint16_t *__restrict__ out_lo, const rw_attn_tile &tl,
+                                              int g, int group, int nh, int nrows, int r0, int r1,
+                                              int i, float o, float L0, float L1) {
+    const int lane = threadIdx.x & 31;
+    const int rr = (i & 2) ? 1 : 0;
+    const int r = rr ? r1 : r0;
+    if (r >= nrows) return;
+    atc_put_out(out_hi, out_lo,
+                atc_row_th(tl, g, group, nh, r) * HD + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1),
+                __fdiv_rn(o, rr ? L1 : L0));
+}
+
+/* The softmax step of a key block for rows r0 (i < 2) and, with NI = 4, r1 (i >= 2) of the
+ * scores s[n][i] (keys key_abs + 8 n + 2 (lane % 4) + (i & 1)), the one place it is written:
+ *   keys past the row's position -> -inf (a block with no such key for any row skips the test:
+ *     masking a key at or before the position changes nothing);
+ *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
+ *   l = l*c + sum(p) (each lane's values in order, then the quad: xor 1, xor 2).
+ * s becomes p; m and l are updated; c0 / c1 are the factors o is to be multiplied by. */
+template <int NI>
+__device__ __forceinline__ void atc_softmax(float (&s)[4][4], int key_abs, int32_t qp0,
+                                            int32_t qp1, float &m0, float &m1, float &l0,
+                                            float &l1, float &c0, float &c1) {
+    const int lane = threadIdx.x & 31;
+    const int kbase = key_abs + 2 * (lane & 3);
+    if (__any_sync(0xffffffffu, key_abs + ATC_SB - 1 > min(qp0, qp1))) {
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int i = 0; i < NI; i++)
+                if (kbase + n * 8 + (i & 1) > ((i & 2) ? qp1 : qp0)) s[n][i] = -INFINITY;
+    }
+    float bm0 = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    bm0 = fmaxf(bm0, fmaxf(fmaxf(s[2][0], s[2][1]), fmaxf(s[3][0], s[3][1])));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
+    float bm1 = -INFINITY;
+    if constexpr (NI == 4) {
+        bm1 = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+        bm1 = fmaxf(bm1, fmaxf(fmaxf(s[2][2], s[2][3]), fmaxf(s[3][2], s[3][3])));
+        bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
+        bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+    }
+    const float mn0 = fmaxf(m0, bm0), mn1 = fmaxf(m1, bm1);
+    const float mu0 = mn0 == -INFINITY ? 0.0f : mn0;
+    const float mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+    c0 = atc_exp2(__fsub_rn(m0, mu0));
+    c1 = atc_exp2(__fsub_rn(m1, mu1));
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const float pv = atc_exp2(__fsub_rn(s[n][i], (i & 2) ? mu1 : mu0));
+            s[n][i] = pv;
+            if (i & 2)
+                ps1 = __fadd_rn(ps1, pv);
+            else
+                ps0 = __fadd_rn(ps0, pv);
+        }
+    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 1));
+    ps0 = __fadd_rn(ps0, __shfl_xor_sync(0xffffffffu, ps0, 2));
+    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 1));
+    ps1 = __fadd_rn(ps1, __shfl_xor_sync(0xffffffffu, ps1, 2));
+    l0 = __fadd_rn(__fmul_rn(l0, c0), ps0);
+    l1 = __fadd_rn(__fmul_rn(l1, c1), ps1);
+    m0 = mn0;
+    m1 = mn1;
+}
+
+/* One softmax block of ATC_SB keys for a warp's 16 rows: kd / vd point at the block's first key
+ * row in shared memory (ATC_SB rows, swizzled as atc_swz), key_abs is its first position. Updates
+ * the rows' segment state (m, l, o). The per-row arithmetic (atc_block_t is its decode form, the
+ * softmax step is atc_softmax):
+ *   S = fl(qh.K^T) + fl(ql.K^T), each product accumulated over the head dimension in k16 steps in
+ *     order (two accumulators, so the tensor cores get independent chains);
+ *   keys past the row's position -> -inf (a block with no such key for any row skips the test:
+ *     masking a key at or before the position changes nothing);
+ *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
+ *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
+ *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps. */
+template <int HD>
+__device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int key_abs,
+                                          const uint32_t (&qh)[HD / 16][4],
+                                          const uint32_t (&ql)[HD / 16][4], int32_t qp0,
+                                          int32_t qp1, float &m0, float &m1, float &l0, float &l1,
+                                          float (&o)[HD / 8][4]) {
+    constexpr int KS = HD / 16, DN = HD / 8;
+    const int lane = threadIdx.x & 31;
+    float sh[4][4], sl[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            sh[n][i] = sl[n][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            /* keys 16j..16j+15 of the block, head-dim chunks 2ks, 2ks+1 */
+            const int kr = 16 * j + (lane & 7) + ((lane & 16) ? 8 : 0);
+            const int kcidx = 2 * ks + ((lane & 8) ? 1 : 0);
+            uint32_t b0, b1, b2, b3;
+            rw_ldsm_x4(b0, b1, b2, b3, kd + atc_swz<HD>(kr, kcidx));
+            rw_mma_bf16_16816(sh[2 * j], qh[ks], b0, b1);
+            rw_mma_bf16_16816(sh[2 * j + 1], qh[ks], b2, b3);
+            rw_mma_bf16_16816(sl[2 * j], ql[ks], b0, b1);
+            rw_mma_bf16_16816(sl[2 * j + 1], ql[ks], b2, b3);
+        }
+    }
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            s[n][i] = __fadd_rn(sh[n][i], sl[n][i]);
+    float c0, c1;
+    atc_softmax<4>(s, key_abs, qp0, qp1, m0, m1, l0, l1, c0, c1);
+    if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+        for (int d = 0; d < DN; d++) {
+            o[d][0] = __fmul_rn(o[d][0], c0);
+            o[d][1] = __fmul_rn(o[d][1], c0);
+            o[d][2] = __fmul_rn(o[d][2], c1);
+            o[d][3] = __fmul_rn(o[d][3], c1);
+        }
+    }
+    /* o += P.V, keys in k16 steps: A fragment regs (row r0 keys +0..7, row r1 keys +0..7, row r0
+     * keys +8..15, row r1 keys +8..15) = s[2j][0,1], s[2j][2,3], s[2j+1][0,1], s[2j+1][2,3] */
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t ph[4] = {rw_pack_bf16x2(s[2 * j][0], s[2 * j][1]),
+                                rw_pack_bf16x2(s[2 * j][2], s[2 * j][3]),
+                                rw_pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
+                                rw_pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+        for (int dn = 0; dn < DN / 2; dn++) {
+            const int vr = 16 * j + (lane & 7) + ((lane & 8) ? 8 : 0);
+            const int vcidx = 2 * dn + ((lane & 16) ? 1 : 0);
+            uint32_t b0, b1, b2, b3;
+            rw_ldsm_x4_trans(b0, b1, b2, b3, vd + atc_swz<HD>(vr, vcidx));
+            rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
+            rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
+        }
+    }
+}
+
+/* Stages keys [key0, key0 + nkeys) of one sequence and KV head into kd / vd (rows 0.., swizzled
+ * as atc_swz): NT threads, this one number t. Keys come in 16-position groups, each inside one KV
+ * block (bs % 16 == 0), so the block table is read once per group; keys past plast are written
+ * as zeros without a read. */
+template <int HD, int NT>
+__device__ __forceinline__ void atc_load_keys(uint8_t *kd, uint8_t *vd,
+                                              const uint16_t *__restrict__ kc,
+                                              const uint16_t *__restrict__ vc,
+                                              const int32_t *__restrict__ blocks, int key0,
+                                              int nkeys, int plast, int nkv, int g, int bs, int t) {
+    constexpr int CH = HD / 8;
+    for (int gi = 0; gi < nkeys / 16; gi++) {
+        const int kp0 = key0 + 16 * gi;
+        int64_t base = 0;
+        if (kp0 <= plast) base = (((int64_t)blocks[kp0 / bs] * nkv + g) * bs + kp0 % bs) * HD;
+#pragma unroll
+        for (int c = t; c < 16 * CH; c += NT) {
+            const int r = c / CH, cc = c % CH;
+            const bool ok = kp0 + r <= plast;
+            const int64_t at = ok ? base + (int64_t)r * HD + cc * 8 : 0;
+            const int dst = atc_swz<HD>(16 * gi + r, cc);
+            rw_cp_async16(kd + dst, kc + at, ok ? 16 : 0);
+            rw_cp_async16(vd + dst, vc + at, ok ? 16 : 0);
+        }
+    }
+}
+
+#endif
