@@ -42,7 +42,7 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
 
 /* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
- * and the w13 epilogue writes act + act_lo.
+ * and the w13 epilogue writes act + act_lo where act_lo is given.
  *
  * WG (every tile on builds for sm_90a: RW_WGMMA): each warpgroup multiplies its m64 blocks of
  * the weight rows (one each of two warpgroups at TN = 128, both blocks of the one warpgroup at
@@ -306,8 +306,9 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN)) moe_gemm_kernel(gemm_args
                     const float v = gate / (1.0f + expf(-gate)) * up;
                     const __nv_bfloat16 hi = __float2bfloat16(v); /* round to nearest even */
                     g.act[(int64_t)sr * g.P + j] = hi;
-                    /* v - hi is exact in fp32; its rounding leaves |v - hi - lo| <= 2^-16 |v| */
-                    if (SPLIT)
+                    /* v - hi is exact in fp32; its rounding leaves |v - hi - lo| <= 2^-16 |v|
+                     * (act pairs only: g.act_lo is NULL when w2 takes one bf16) */
+                    if (SPLIT && g.act_lo)
                         g.act_lo[(int64_t)sr * g.P + j] =
                             __float2bfloat16(v - __bfloat162float(hi));
                 } else {

@@ -16,7 +16,8 @@
  *   3. each placement warp walks its chunk in order and places assignment a of expert e at
  *      off[e] + (its warp base) + (earlier ones of its chunk).
  * The result is the stable order (by assignment index within each expert) on every run, found
- * in A / (32 * SORT_PW) steps instead of A / 32. perm: sorted row -> assignment; inv: assignment
+ * in A / (32 * SORT_PW) steps instead of A / 32 (fewer warps for fewer assignments: at most one
+ * warp per 32). perm: sorted row -> assignment; inv: assignment
  * -> sorted row, -1 for ids outside [0, E) (not a local expert). E <= 1024. */
 #define SORT_WC 4096 /* wc entries: placement warps x experts */
 #define SORT_PW(E) ((E)*32 <= SORT_WC ? 32 : (SORT_WC / (E) > 0 ? SORT_WC / (E) : 1))
@@ -28,7 +29,11 @@ __global__ void __launch_bounds__(1024)
     __shared__ int32_t wc[SORT_WC]; /* [pw][E]: counts, then bases, then cursors */
     __shared__ int32_t eoff[1024];  /* first sorted row of each expert */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int pw = SORT_PW(E);
+    /* no more placement warps than 32-assignment steps: a one-token step (8 assignments) then
+     * has one, and the per-expert base loop below reads one count instead of 32. The sorted
+     * order does not depend on the cut. */
+    const int64_t steps = (A + 31) / 32;
+    const int pw = SORT_PW(E) < steps ? SORT_PW(E) : (int)(steps > 0 ? steps : 1);
     const int64_t chunk = (A + pw - 1) / pw;
     /* a placement warp's chunk, 32 assignments a step in order: visit(its row of wc (counts,
      * then bases, then cursors), a, a in the chunk, expert e, valid, mask of the lanes routed to

@@ -231,7 +231,7 @@ size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t ma
     return 0;
 }
 rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
-                              const uint16_t *x, const uint16_t *x_lo, int64_t ntok,
+                              const uint16_t *x, const uint16_t *x_lo, bool act_pair, int64_t ntok,
                               const int32_t *ids, const float *weights, int k, float *out, void *ws,
                               size_t ws_bytes, rw_stream s, rw_err *err) {
     RW_FAIL(err, RW_E_NO_DEVICE, "moe experts: built without CUDA");

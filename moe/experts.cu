@@ -20,11 +20,13 @@
  * order, so results do not depend on the run or on atomics.
  *
  * Split activations (x_lo != NULL): the GEMM inputs carry about 16 significant bits as a pair of
- * bf16 arrays, x ~= hi + lo (hi = bf16(x), lo = bf16(x - hi)). Each k16 step of both GEMMs then
- * runs two mma into the same fp32 accumulators, acc += W hi, then acc += W lo (always in that
- * order), and the w13 epilogue writes act as such a pair too. Rounding the activations to bf16
- * is what flips near-tied routing decisions of later layers; the weights are unchanged (the
- * products stay exact in fp32), only the B tile doubles.
+ * bf16 arrays, x ~= hi + lo (hi = bf16(x), lo = bf16(x - hi)). Each k16 step of w13 then runs
+ * two mma into the same fp32 accumulators, acc += W hi, then acc += W lo (always in that order).
+ * Rounding the expert input to bf16 is what flips near-tied routing decisions of later layers;
+ * the weights are unchanged (the products stay exact in fp32), only the B tile doubles. With
+ * act_pair the w13 epilogue writes act as such a pair too and w2 runs the same two mma; without
+ * it act is one bf16, which moved no routing decision in the CPU emulation of the backend on
+ * either test fixture (tests/worker/test_cuda_numerics.c) and halves w2's mma and input bytes.
  *
  * Shared-memory tiles are [rows][8 x 16-byte chunks] with chunk c of row r stored at c ^ (r & 7)
  * (rw_swz128) so ldmatrix reads are free of bank conflicts; the PTX wrappers are core/mma.cuh. */
@@ -140,7 +142,7 @@ static moe_ws ws_layout(void *base, int64_t E, int64_t P, int64_t H, int64_t max
     TAKE(ntiles, int32_t, 1);
     TAKE(tiles, int2, max_tiles(A, E, MOE_TN_MIN));
     TAKE(act, __nv_bfloat16, A * P);
-    TAKE(act_lo, __nv_bfloat16, A * P); /* split mode only; reserved always */
+    TAKE(act_lo, __nv_bfloat16, A * P); /* act pairs only; reserved always */
     TAKE(y, float, A *H);
 #undef TAKE
     w.bytes = o;
@@ -157,7 +159,8 @@ extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H,
 }
 
 extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
-                                         const uint16_t *x, const uint16_t *x_lo, int64_t ntok,
+                                         const uint16_t *x, const uint16_t *x_lo, bool act_pair,
+                                         int64_t ntok,
                                          const int32_t *ids, const float *weights, int k,
                                          float *out, void *ws, size_t ws_bytes, rw_stream s,
                                          rw_err *err) {
@@ -186,7 +189,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
     const int fmt = lw->moe_fmt == RW_WFMT_BF16    ? FMT_BF16
                     : lw->moe_fmt == RW_WFMT_MXFP8 ? FMT_MX
                                                    : FMT_FP8B;
-    const bool split = x_lo != NULL;
+    const bool split = x_lo != NULL, split2 = split && act_pair; /* w13's input, w2's */
     cudaStream_t st = (cudaStream_t)s;
     int sms = 0;
     RW_CHECK(rw_cuda_sm_count(&sms, err));
@@ -209,7 +212,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.ntiles = w.ntiles;
         g.k = k;
         g.act = w.act;
-        g.act_lo = w.act_lo;
+        g.act_lo = split2 ? w.act_lo : NULL; /* w13 writes act's low half only for w2's pair */
         g.y = w.y;
         /* tiles: at most one per tn rows plus one partial per expert, and never more than the
          * assignments (a decode step of A = 8 launches 8 columns of CTAs, not E + 1) */
@@ -234,8 +237,8 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.K = P;
         g.scale_cols = fmt == FMT_MX ? (P / 32 + 3) / 4 : (P + 127) / 128;
         g.xin = w.act;
-        g.xin_lo = split ? w.act_lo : NULL;
-        RW_CHECK(moe_gemm_pass(false, tn, fmt, split, g, grid_x, sms, s, err));
+        g.xin_lo = split2 ? w.act_lo : NULL;
+        RW_CHECK(moe_gemm_pass(false, tn, fmt, split2, g, grid_x, sms, s, err));
         RW_CHECK(combine_launch(w.y, w.inv, weights + t0 * k, nt, k, H, out + t0 * H, st, err));
     }
     return RW_OK;

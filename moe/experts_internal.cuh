@@ -39,7 +39,7 @@ struct gemm_args {
     const int32_t *ntiles;
     int k;                 /* top-k (w13 gathers token perm[row] / k) */
     __nv_bfloat16 *act;    /* w13 output [A, P] */
-    __nv_bfloat16 *act_lo; /* split mode: act_lo = bf16(v - act) */
+    __nv_bfloat16 *act_lo; /* split mode, when w2 takes the pair: act_lo = bf16(v - act); or NULL */
     float *y;              /* w2 output [A, H] */
 };
 

@@ -257,9 +257,11 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
  *     the down projection.
  *   x_lo != NULL (split mode): x_lo is bf16 [ntok, H] too and the input is x + x_lo, about 16
  *     significant bits (for an fp32 value v: x = bf16(v), x_lo = bf16(v - x), both to nearest
- *     even). Each k16 step accumulates W x, then W x_lo, in fp32; silu(g) * u is kept as the same
- *     kind of pair for the down projection. This keeps activation rounding (up to 2^-8 relative in
- *     bf16) from deciding near-tied routing downstream.
+ *     even). Each k16 step accumulates W x, then W x_lo, in fp32. This keeps activation rounding
+ *     (up to 2^-8 relative in bf16) from deciding near-tied routing downstream. act_pair: the
+ *     down projection's input silu(g) * u is kept as the same kind of pair; otherwise it is one
+ *     bf16 (the CUDA backend's choice: docs/BENCHMARKS.md has what each costs in accuracy and
+ *     time). act_pair is ignored without x_lo.
  * Each output element is one thread's fixed-order sum: a token's result does not depend on the
  * other tokens of the batch, in either mode. H and P multiples of 128. ws holds
  * rw_moe_experts_cuda_workspace(E_l, P, H, max_tok, k) bytes for calls with ntok <= max_tok
@@ -268,7 +270,7 @@ rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, boo
                             int32_t *ids, float *weights, rw_stream s, rw_err *err);
 size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok, int k);
 rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
-                              const uint16_t *x, const uint16_t *x_lo, int64_t ntok,
+                              const uint16_t *x, const uint16_t *x_lo, bool act_pair, int64_t ntok,
                               const int32_t *ids, const float *weights, int k, float *out,
                               void *ws, size_t ws_bytes, rw_stream s, rw_err *err);
 

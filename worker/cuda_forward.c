@@ -119,7 +119,7 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
                                   be->rl, ids, wts, be->route_cnt, be->route_ncnt, s, err));
         rw_cuda_mark(be, RW_PHASE_ROUTER);
         if (tp) RW_CUDA_CHECK(err, cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
-        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, ntok, ids, wts, K, moe_out,
+        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, false, ntok, ids, wts, K, moe_out,
                                      be->moe_ws, be->moe_ws_bytes, s, err));
         rw_cuda_mark(be, RW_PHASE_EXPERTS);
         if (tp) {

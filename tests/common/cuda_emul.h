@@ -40,16 +40,21 @@ enum {
     /* the softmax weights enter P.V as one bf16 each (the kernel feeds a hi + lo pair; what
      * dropping the lo half would cost); the sum they are divided by stays fp32 */
     RW_EMUL_ROUND_P = 1u << 12,
+    /* with RW_EMUL_SPLIT_MOE: silu(g)*u, the down-projection input, alone is one bf16 */
+    RW_EMUL_ONE_ACT = 1u << 13,
     /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair
-     * (docs/BENCHMARKS.md has the per-GEMM choice and what dropping a pair would cost) */
-    RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE,
+     * but the down projection's (silu(g)*u one bf16; docs/BENCHMARKS.md has the per-GEMM choice
+     * and what dropping a pair would cost) */
+    RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE |
+                   RW_EMUL_ONE_ACT,
 };
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if (!(flags & bit)) return x;
     const uint16_t h = rw_f32_to_bf16(x);
     const float hi = rw_bf16_to_f32(h);
     const unsigned dense = RW_EMUL_ROUND_QKV_IN | RW_EMUL_ROUND_ATT | RW_EMUL_ROUND_LM_IN;
-    const unsigned moe = RW_EMUL_ROUND_MOE_IN | RW_EMUL_ROUND_ACT;
+    const unsigned moe =
+        (flags & RW_EMUL_ONE_ACT) ? RW_EMUL_ROUND_MOE_IN : RW_EMUL_ROUND_MOE_IN | RW_EMUL_ROUND_ACT;
     const unsigned split = (flags & RW_EMUL_ONE_QKV) ? dense & ~RW_EMUL_ROUND_QKV_IN : dense;
     if (((flags & RW_EMUL_SPLIT) && (bit & split)) || ((flags & RW_EMUL_SPLIT_MOE) && (bit & moe)))
         return hi + rw_bf16_to_f32(rw_bf16_split_lo(x, h));

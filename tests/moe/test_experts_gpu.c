@@ -3,8 +3,9 @@
  * rw_moe_experts_ref on the same packed bytes for bf16, mxfp8 and fp8-block, padded and unpadded
  * shards, decode-sized (narrow tiles) and prefill-sized (wide tiles, several passes) batches;
  * runs are bit-identical and token-by-token equals the whole batch bit for bit. The same for the
- * split input (x_lo != NULL) against the reference on fp32 x, with a tolerance for ~16-bit
- * activations that the bf16-input path must fail. */
+ * split input (x_lo != NULL) against the reference on fp32 x: with silu(g)*u a pair too, with a
+ * tolerance for ~16-bit activations that the bf16-input path must fail; with silu(g)*u one bf16
+ * (what the CUDA backend runs), with that rounding added to the tolerance. */
 #include "moe_experts_util.h"
 #include "rw_test_cuda.h"
 
@@ -153,7 +154,7 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
     for (int run = 0; run < 2; run++) {
         float *dout = dbuf + run;
         RW_TCK(cudaMemcpy(dout, half, sizeof(float) * (size_t)ntok * H, cudaMemcpyHostToDevice));
-        RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx, NULL, ntok, did, dw, k, dout, dws, gws,
+        RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx, NULL, false, ntok, did, dw, k, dout, dws, gws,
                                          NULL, &err),
                      &err);
         RW_TCK(cudaDeviceSynchronize());
@@ -180,7 +181,7 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
     if (ntok <= 64) {
         for (int t = 0; t < ntok; t++) {
             RW_TCK(cudaMemset(dbuf, 0, sizeof(float) * H));
-            RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx + (size_t)t * H, NULL, 1,
+            RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx + (size_t)t * H, NULL, false, 1,
                                              did + t * k, dw + t * k, k, dbuf, dws, gws, NULL,
                                              &err),
                          &err);
@@ -263,14 +264,15 @@ static void fp8b_pow2_scales(canon *c, packed_layer *pl) {
 
 /* sigma[t, h] (see U_SPLIT): the rounding scale of out[t, h] in double, from the canonical
  * weights of rank r's slice. Relative errors: u_x on each input term (the pair), u_w on each
- * weight term (fp8-block scales the kernel rounds), u_x on act (its pair):
+ * weight term (fp8-block scales the kernel rounds), u_act on act (u_x for its pair, 2^-8 for
+ * one bf16):
  *   var g_p   = (u_x^2 + u_w^2) sum_i (G_pi x_i)^2, var u_p likewise with U
- *   var act_p = (silu'(g_p) u_p)^2 var g_p + silu(g_p)^2 var u_p + u_x^2 act_p^2
+ *   var act_p = (silu'(g_p) u_p)^2 var g_p + silu(g_p)^2 var u_p + u_act^2 act_p^2
  *   var y_h   = sum_p D_hp^2 var act_p + u_w^2 sum_p (D_hp act_p)^2
  *   var out   = sum_j w_j^2 var y_h(j) */
 static void split_sigma(const canon *c, const rw_tp_dims *d, const float *x, int64_t ntok,
                         const int32_t *ids, const float *w, int k, double u_x, double u_w,
-                        double *sigma) {
+                        double u_act, double *sigma) {
     const int64_t I = c->I, H = c->H, S = d->S, r = d->rank;
     const double ui2 = u_x * u_x + u_w * u_w;
     double *act = malloc(sizeof(double) * (size_t)S), *vact = malloc(sizeof(double) * (size_t)S);
@@ -296,7 +298,7 @@ static void split_sigma(const canon *c, const rw_tp_dims *d, const float *x, int
                 const double dsilu = sig * (1.0 + g * (1.0 - sig));
                 act[p] = silu * u;
                 vact[p] = dsilu * u * dsilu * u * ui2 * sg + silu * silu * ui2 * su +
-                          u_x * u_x * act[p] * act[p];
+                          u_act * u_act * act[p] * act[p];
             }
             const double ww = (double)w[t * k + j] * w[t * k + j];
             for (int64_t h = 0; h < H; h++) {
@@ -331,15 +333,17 @@ static double worst_ratio(const float *got, const float *ref, const double *sigm
 
 /* One run of the CUDA experts from out = 0.5 (x_lo may be NULL), result to host `got`. */
 static void run_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int H, const uint16_t *dx,
-                     const uint16_t *dxl, int64_t ntok, const int32_t *did, const float *dw, int k,
-                     float *dout, void *dws, size_t gws, float *got) {
+                     const uint16_t *dxl, bool act_pair, int64_t ntok, const int32_t *did,
+                     const float *dw, int k, float *dout, void *dws, size_t gws, float *got) {
     float *half = malloc(sizeof(float) * (size_t)(ntok * H));
     for (int64_t i = 0; i < ntok * H; i++)
         half[i] = 0.5f;
     RW_TCK(cudaMemcpy(dout, half, sizeof(float) * (size_t)(ntok * H), cudaMemcpyHostToDevice));
     rw_err err = {0};
     RW_ASSERT_OK(
-        rw_moe_experts_cuda(lw, d, H, dx, dxl, ntok, did, dw, k, dout, dws, gws, NULL, &err), &err);
+        rw_moe_experts_cuda(lw, d, H, dx, dxl, act_pair, ntok, did, dw, k, dout, dws, gws, NULL,
+                            &err),
+        &err);
     RW_TCK(cudaDeviceSynchronize());
     RW_TCK(cudaMemcpy(got, dout, sizeof(float) * (size_t)(ntok * H), cudaMemcpyDeviceToHost));
     free(half);
@@ -347,9 +351,11 @@ static void run_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int H, con
 
 /* Split mode on fp32 x: hi = bf16(x), lo = bf16(x - hi). pow2: fp8-block scales made powers of
  * two (exact bf16 weights in the kernel); otherwise fp8-block weights add their bf16 rounding to
- * sigma and the bf16-input path is not expected to fail. */
+ * sigma and the bf16-input path is not expected to fail. act_pair: silu(g)*u a pair too; else one
+ * bf16, whose rounding (2^-8) is as large as the input's and hides it, so the bf16-input path is
+ * not expected to fail either. */
 static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int ntok,
-                        uint64_t seed, bool pow2) {
+                        uint64_t seed, bool pow2, bool act_pair) {
     canon c;
     canon_random(&c, E, I, H, seed);
     packed_layer pl;
@@ -372,7 +378,7 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
     }
     float *ref = route_and_ref(&pl, &rng, E, H, k, ntok, xf, lg, ids, w);
     double *sigma = malloc(sizeof(double) * nx);
-    split_sigma(&c, &pl.d, xf, ntok, ids, w, k, U_SPLIT, u_w, sigma);
+    split_sigma(&c, &pl.d, xf, ntok, ids, w, k, U_SPLIT, u_w, act_pair ? U_SPLIT : 0x1p-8, sigma);
 
     uint16_t *dx = to_dev(xh, sizeof(uint16_t) * nx), *dxl = to_dev(xl, sizeof(uint16_t) * nx);
     int32_t *did = to_dev(ids, sizeof(int32_t) * (size_t)ntok * k);
@@ -383,17 +389,17 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
     void *dws;
     RW_TCK(cudaMalloc(&dws, gws));
     float *got = malloc(sizeof(float) * nx), *again = malloc(sizeof(float) * nx);
-    run_cuda(&lw, &pl.d, H, dx, dxl, ntok, did, dw, k, dout, dws, gws, got);
-    run_cuda(&lw, &pl.d, H, dx, dxl, ntok, did, dw, k, dout, dws, gws, again);
+    run_cuda(&lw, &pl.d, H, dx, dxl, act_pair, ntok, did, dw, k, dout, dws, gws, got);
+    run_cuda(&lw, &pl.d, H, dx, dxl, act_pair, ntok, did, dw, k, dout, dws, gws, again);
     rw_assert_bytes_equal(got, again, sizeof(float) * nx, "split rerun");
     int64_t wi = 0, wn = 0;
     const double q = worst_ratio(got, ref, sigma, (int64_t)nx, &wi);
     /* the bf16-input path on the same data: hi alone */
-    run_cuda(&lw, &pl.d, H, dx, NULL, ntok, did, dw, k, dout, dws, gws, again);
+    run_cuda(&lw, &pl.d, H, dx, NULL, false, ntok, did, dw, k, dout, dws, gws, again);
     const double qn = worst_ratio(again, ref, sigma, (int64_t)nx, &wn);
-    print_message("split %s%s E=%d I=%d H=%d T=%d r=%d ntok=%d: max |err| / tol %.3g (bf16 input "
-                  "%.3g), sigma at worst %.3g\n",
-                  rw_wfmt_str(fmt),
+    print_message("split %s%s%s E=%d I=%d H=%d T=%d r=%d ntok=%d: max |err| / tol %.3g (bf16 "
+                  "input %.3g), sigma at worst %.3g\n",
+                  rw_wfmt_str(fmt), act_pair ? "" : " (one bf16 act)",
                   fmt == RW_WFMT_FP8_BLOCK ? (pow2 ? " (2^n scales)" : " (fp32 scales)") : "", E, I,
                   H, T, r, ntok, q, qn, sigma[wi]);
     if (q > 1.0)
@@ -401,15 +407,15 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
                  fabs((got[wi] - 0.5) - ref[wi]), (long long)wi, got[wi] - 0.5, ref[wi],
                  SPLIT_KAPPA * sigma[wi] + 0x1p-22 * (1.0 + fabs(ref[wi])), SPLIT_KAPPA);
     /* the tolerance has to tell the two inputs apart */
-    if (u_w == 0.0 && qn <= 1.0)
+    if (u_w == 0.0 && act_pair && qn <= 1.0)
         fail_msg("split tolerance too loose: the bf16-input path passes it (%g)", qn);
     /* batch invariance: every token alone (a strided sample, first and last included, for large
      * batches: those reach the second 4096-token pass and the wide tiles) */
     const int stride = ntok <= 1024 ? 1 : ntok / 64;
     float *one = malloc(sizeof(float) * (size_t)H);
     for (int t = 0;; t = t + stride < ntok ? t + stride : ntok - 1) {
-        run_cuda(&lw, &pl.d, H, dx + (size_t)t * H, dxl + (size_t)t * H, 1, did + t * k, dw + t * k,
-                 k, dout, dws, gws, one);
+        run_cuda(&lw, &pl.d, H, dx + (size_t)t * H, dxl + (size_t)t * H, act_pair, 1, did + t * k,
+                 dw + t * k, k, dout, dws, gws, one);
         rw_assert_bytes_equal(one, got + (size_t)t * H, sizeof(float) * H, "split token alone");
         if (t == ntok - 1) break;
     }
@@ -458,23 +464,35 @@ static void test_fp8_block(void **s) {
 }
 static void test_split_bf16(void **s) {
     (void)s;
-    check_split(RW_WFMT_BF16, 8, 96, 128, 2, 1, 2, 37, 11, false);    /* padded, narrow tiles */
-    check_split(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 12, false);  /* unpadded, wide tiles */
-    check_split(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 13, false); /* two passes */
+    check_split(RW_WFMT_BF16, 8, 96, 128, 2, 1, 2, 37, 11, false, true);    /* padded, narrow tiles */
+    check_split(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 12, false, true);  /* unpadded, wide tiles */
+    check_split(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 13, false, true); /* two passes */
     /* multi-wave decode grids, as in test_bf16 */
-    check_split(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 23, false);
-    check_split(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 24, false);
+    check_split(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 23, false, true);
+    check_split(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 24, false, true);
+}
+/* the backend's form: the input a pair, silu(g)*u one bf16 (narrow, wide, two passes, multi-wave
+ * decode grids; each token alone byte for byte) */
+static void test_split_one_act(void **s) {
+    (void)s;
+    check_split(RW_WFMT_BF16, 8, 96, 128, 2, 1, 2, 37, 31, false, false);
+    check_split(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 32, false, false);
+    check_split(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 33, false, false);
+    check_split(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 34, false, false);
+    check_split(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 35, false, false);
+    check_split(RW_WFMT_MXFP8, 8, 256, 256, 2, 1, 2, 600, 36, false, false);
+    check_split(RW_WFMT_FP8_BLOCK, 8, 256, 256, 1, 0, 3, 600, 37, true, false);
 }
 static void test_split_mxfp8(void **s) {
     (void)s;
-    check_split(RW_WFMT_MXFP8, 8, 96, 128, 1, 0, 2, 37, 14, false);
-    check_split(RW_WFMT_MXFP8, 8, 256, 256, 2, 1, 2, 600, 15, false);
+    check_split(RW_WFMT_MXFP8, 8, 96, 128, 1, 0, 2, 37, 14, false, true);
+    check_split(RW_WFMT_MXFP8, 8, 256, 256, 2, 1, 2, 600, 15, false, true);
 }
 static void test_split_fp8_block(void **s) {
     (void)s;
-    check_split(RW_WFMT_FP8_BLOCK, 8, 96, 128, 2, 0, 2, 37, 16, true);
-    check_split(RW_WFMT_FP8_BLOCK, 8, 256, 256, 1, 0, 3, 600, 17, true);
-    check_split(RW_WFMT_FP8_BLOCK, 8, 256, 256, 2, 1, 2, 600, 18, false);
+    check_split(RW_WFMT_FP8_BLOCK, 8, 96, 128, 2, 0, 2, 37, 16, true, true);
+    check_split(RW_WFMT_FP8_BLOCK, 8, 256, 256, 1, 0, 3, 600, 17, true, true);
+    check_split(RW_WFMT_FP8_BLOCK, 8, 256, 256, 2, 1, 2, 600, 18, false, true);
 }
 
 int main(void) {
@@ -487,6 +505,7 @@ int main(void) {
         cmocka_unit_test(test_split_bf16),
         cmocka_unit_test(test_split_mxfp8),
         cmocka_unit_test(test_split_fp8_block),
+        cmocka_unit_test(test_split_one_act),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,11 +6,15 @@
  *   together, and the MoE routing decisions it changes: the fixture's router has top-k
  *   near-ties (the k-th and (k+1)-th router logits a few 1e-4 apart), which one bf16 rounding of
  *   an activation upstream flips, and a flipped expert moves that token's logits by O(1). That
- *   is why the CUDA backend keeps q in fp32 and feeds every GEMM a hi + lo bf16 pair (with one
- *   bf16 expert input instead, the logits still meet F2 under double accumulation, but one
- *   routing decision moves under fp32 accumulation: the margin would rest on the order);
- * - what dropping one pair would cost on top of the backend's rounding points (the q/k/v GEMM
- *   input, the softmax weights in P.V), printed for docs/BENCHMARKS.md;
+ *   is why the CUDA backend keeps q in fp32 and feeds every GEMM but the down projection a hi +
+ *   lo bf16 pair (with one bf16 expert input instead, the logits still meet F2 under double
+ *   accumulation, but one routing decision moves under fp32 accumulation: the margin would rest
+ *   on the order). silu(g)*u, the down projection's input, is one bf16: alone it moves no
+ *   routing decision on either fixture, under either accumulation (test_order_sensitivity runs
+ *   the backend's rounding points in fp32);
+ * - what dropping one more pair would cost on top of the backend's rounding points (the q/k/v
+ *   GEMM input, the softmax weights in P.V), and what keeping silu(g)*u a pair would give,
+ *   printed for docs/BENCHMARKS.md;
  * - the CUDA backend's own rounding points (RW_EMUL_CUDA: K and V cache bf16, the rest near
  *   fp32) meet F2 (RW_TOL_CUDA_REF, >= 95% greedy) with no routing decision changed, also under
  * another GEMM summation order (fp32 vs double accumulation: what tensor cores, TP or another
@@ -210,7 +214,8 @@ static void test_rounding_points(void **state) {
         {RW_EMUL_ROUND_LM_IN, "bf16 lm_head input"},
         {RW_EMUL_ROUND_ALL, "all, one bf16 each"},
         {RW_EMUL_ROUND_K | RW_EMUL_ROUND_V | RW_EMUL_ROUND_ACT, "bf16 K, V and silu(g)*u"},
-        {RW_EMUL_CUDA & ~RW_EMUL_SPLIT_MOE, "one bf16 expert input"},
+        {RW_EMUL_CUDA & ~RW_EMUL_SPLIT_MOE, "one bf16 expert input and silu(g)*u"},
+        {RW_EMUL_CUDA & ~RW_EMUL_ONE_ACT, "silu(g)*u a pair too"},
         {RW_EMUL_CUDA | RW_EMUL_ONE_QKV, "one bf16 q/k/v input"},
         {RW_EMUL_CUDA | RW_EMUL_ONE_QKV | RW_EMUL_F32_ACCUM, "one bf16 q/k/v input, fp32 acc"},
         {RW_EMUL_CUDA | RW_EMUL_ROUND_P, "one bf16 softmax weight in P.V"},

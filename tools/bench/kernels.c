@@ -230,8 +230,9 @@ typedef struct moe_run {
 static rw_status moe_call(void *ctx, int rep, rw_err *err) {
     moe_run *r = ctx;
     const rw_layer_weights *lw = rw_wset_layer(r->m->ws, rep % r->layers);
-    return rw_moe_experts_cuda(lw, &r->m->d, r->H, r->x, r->xlo, r->T, r->ids, r->wts, r->k, r->y,
-                               r->ws, r->ws_bytes, (rw_stream)r->st, err);
+    /* silu(g)*u one bf16, as the engine runs it */
+    return rw_moe_experts_cuda(lw, &r->m->d, r->H, r->x, r->xlo, false, r->T, r->ids, r->wts, r->k,
+                               r->y, r->ws, r->ws_bytes, (rw_stream)r->st, err);
 }
 
 static rw_status bench_experts(rw_model *m, int64_t T, uint64_t seed, FILE *out, rw_err *err) {
