@@ -49,7 +49,13 @@
  * mma.sync m16n8k16 give the same bits for the same k16 steps (measured on an H200 on random and
  * wide-exponent data, with and without the lo half; docs/BENCHMARKS.md), so a row computed on a
  * wgmma tile equals the same row computed alone on an 8-token mma.sync tile: the invariance tests
- * compare exactly these. */
+ * compare exactly these. The twins load their stages with tensor copies (core/tma.cuh): one
+ * thread issues a stage's boxes (W, x, x_lo; zeros past N, M and K), which complete on the
+ * stage's shared-memory barrier, in the layout the cp.async form wrote. The cp.async form spent
+ * about 350 instructions a warp on each stage's addresses against 8 wgmma (ncu, 128 x 128 tile
+ * at M = 256); with the copies q/k/v at M = 256 went from 39.2 to 28.4 us and o_proj from 30.1 to
+ * 23.1 us on an H200 (docs/BENCHMARKS.md). Where the driver cannot encode the tensor maps the
+ * launcher keeps the mma.sync tiles. */
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdint.h>
@@ -58,6 +64,7 @@
 #include "gemm.h"
 #include "launch.cuh"
 #include "mma.cuh"
+#include "tma.cuh"
 
 /* ------------------------------------------------------------------------------------------ */
 /* tile configuration                                                                           */
@@ -115,10 +122,16 @@ typedef struct gemm_args {
     bool fold;          /* one CTA per tile walks every slice (else one CTA per slice) */
     int64_t span;       /* columns per slice (rw_k_gemm_slice_cols); the last slice ends at K */
 } gemm_args;
+/* wgmma tiles: the tensor maps of W (boxes of 64 columns by BN rows), x and x_lo (by TN). A
+ * parameter of its own: in gemm_args (as a __grid_constant__ parameter) it changed the registers
+ * of every tile. */
+typedef struct gemm_maps {
+    CUtensorMap tw, tx, txlo;
+} gemm_maps;
 
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false,
           bool WG = false>
-__global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g) {
+__global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g, const __grid_constant__ gemm_maps t) {
     rw_pdl_begin();
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG, WG> C;
     extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -250,11 +263,41 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
     };
 
     walk lw = {slice, 0}; /* the next stage to load */
+    /* wgmma tiles load their stages with tensor copies, one thread a stage, completing on the
+     * stage's barrier (tma.cuh); the others with cp.async groups */
+    __shared__ __align__(8) uint64_t full[WG ? C::STAGES : 1];
+    auto tma_stage = [&](int st, const walk &w) {
+        uint8_t *sa = smem + st * C::STAGE;
+        uint8_t *sb = sa + C::A_BYTES;
+        const int k0 = k_first(w);
+        rw_mbar_expect_tx(&full[st], C::STAGE);
+#pragma unroll
+        for (int kc = 0; kc < C::KC; kc++) {
+            rw_tma_load_2d(sa + kc * (BN * 128), &t.tw, &full[st], k0 + kc * 64, n0);
+            rw_tma_load_2d(sb + kc * (TN * 128), &t.tx, &full[st], k0 + kc * 64, m0);
+            if (SPLIT)
+                rw_tma_load_2d(sb + C::B_BYTES + kc * (TN * 128), &t.txlo, &full[st],
+                               k0 + kc * 64, m0);
+        }
+    };
+    if constexpr (WG) {
+        if (tid == 0) {
+#pragma unroll
+            for (int st = 0; st < C::STAGES; st++)
+                rw_mbar_init(&full[st], 1);
+            rw_mbar_init_fence();
+        }
+        __syncthreads();
+    }
 #pragma unroll
     for (int st = 0; st < C::AHEAD; st++) {
-        if (st < nkb) load_stage(st, lw);
+        if constexpr (WG) {
+            if (tid == 0 && st < nkb) tma_stage(st, lw);
+        } else {
+            if (st < nkb) load_stage(st, lw);
+            rw_cp_async_commit();
+        }
         next(lw);
-        rw_cp_async_commit();
     }
     if constexpr (WG) {
         /* wgmma with one group in flight: stage kb's group runs while the barrier and the loads
@@ -266,12 +309,12 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
         for (int sl = FOLD ? 0 : slice; sl < (FOLD ? g.S : slice + 1); sl++) {
             const int n = sl == g.S - 1 ? nlast : nps;
             for (int j = 0; j < n; j++, kb++) {
-                rw_cp_async_wait<C::AHEAD - 1>();
-                rw_fence_proxy_async();
+                /* stage kb has landed; the barrier then says every warp has retired group
+                 * kb - 2, whose stage the next copy refills */
+                rw_mbar_wait(&full[kb % C::STAGES], (uint32_t)(kb / C::STAGES) & 1u);
                 __syncthreads();
-                if (kb + C::AHEAD < nkb) load_stage((kb + C::AHEAD) % C::STAGES, lw);
+                if (tid == 0 && kb + C::AHEAD < nkb) tma_stage((kb + C::AHEAD) % C::STAGES, lw);
                 next(lw);
-                rw_cp_async_commit();
                 const uint8_t *sa = smem + (kb % C::STAGES) * C::STAGE;
                 const uint8_t *sb = sa + C::A_BYTES;
                 rw_wgmma_fence();
@@ -413,14 +456,16 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
 /* ------------------------------------------------------------------------------------------ */
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false,
           bool WG = false>
-static rw_status launch(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *err) {
+static rw_status launch(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *err,
+                        const gemm_maps *maps = NULL) {
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG, WG> C;
     /* a configuration's shared memory does not depend on the shape: the attribute set here is
      * the most any call of this kernel needs, so captured graphs stay launchable */
     RW_CUDA_CHECK(err, cudaFuncSetAttribute(gemm_kernel<BN, TN, WM, WN, SPLIT, STG, FOLD, WG>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    const gemm_maps none = {};
     (void)rw_launch_pdl(gemm_kernel<BN, TN, WM, WN, SPLIT, STG, FOLD, WG>, dim3((unsigned)ctas),
-                        C::THREADS, C::SMEM, (cudaStream_t)s, g);
+                        C::THREADS, C::SMEM, (cudaStream_t)s, g, maps ? *maps : none);
     return RW_LAUNCH_CHECK(s, "gemm", err);
 }
 
@@ -502,13 +547,21 @@ template <int BN, int TN> static bool wg_whole(const gemm_args &g) {
     const int64_t kb = gemm_cfg<BN, TN, BN / 16, 1, false, 0, true>::KB;
     return g.K % kb == 0 && (g.S == 1 || g.span % kb == 0);
 }
+/* The twin's tensor maps (tma.cuh): false where the driver cannot make them, and the caller keeps
+ * the mma.sync tile. */
+template <int BN, int TN> static bool wg_maps(const gemm_args &g, gemm_maps *t) {
+    return rw_tma_map_bf16(&t->tw, g.W, (uint64_t)g.N, (uint64_t)g.K, BN) &&
+           rw_tma_map_bf16(&t->tx, g.x, (uint64_t)g.M, (uint64_t)g.K, TN) &&
+           (!g.xlo || rw_tma_map_bf16(&t->txlo, g.xlo, (uint64_t)g.M, (uint64_t)g.K, TN));
+}
 template <int BN, int TN>
-static rw_status launch_wg(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *err) {
+static rw_status launch_wg(const gemm_args &g, const gemm_maps &t, int64_t ctas, rw_stream s,
+                           rw_err *err) {
     if (g.fold && g.S > 1)
-        return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, true, true>(g, ctas, s, err)
-                     : launch<BN, TN, BN / 16, 1, false, 0, true, true>(g, ctas, s, err);
-    return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, false, true>(g, ctas, s, err)
-                 : launch<BN, TN, BN / 16, 1, false, 0, false, true>(g, ctas, s, err);
+        return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, true, true>(g, ctas, s, err, &t)
+                     : launch<BN, TN, BN / 16, 1, false, 0, true, true>(g, ctas, s, err, &t);
+    return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, false, true>(g, ctas, s, err, &t)
+                 : launch<BN, TN, BN / 16, 1, false, 0, false, true>(g, ctas, s, err, &t);
 }
 
 /* One launch of tile t over g. Narrow (decode) tiles in grids of at most one wave
@@ -527,11 +580,13 @@ static rw_status launch_tile(const gemm_args &g, gemm_tile t, int sms, rw_stream
     const bool one_wave = ctas <= sms;
     const bool fold = g.fold && g.S > 1;
 #if RW_WGMMA
-    if (t.bn == 128 && t.tn == 128 && wg_whole<128, 128>(g))
-        return launch_wg<128, 128>(g, ctas, s, err);
-    if (t.bn == 128 && t.tn == 64 && wg_whole<128, 64>(g))
-        return launch_wg<128, 64>(g, ctas, s, err);
-    if (t.bn == 64 && t.tn == 64 && wg_whole<64, 64>(g)) return launch_wg<64, 64>(g, ctas, s, err);
+    gemm_maps maps;
+    if (t.bn == 128 && t.tn == 128 && wg_whole<128, 128>(g) && wg_maps<128, 128>(g, &maps))
+        return launch_wg<128, 128>(g, maps, ctas, s, err);
+    if (t.bn == 128 && t.tn == 64 && wg_whole<128, 64>(g) && wg_maps<128, 64>(g, &maps))
+        return launch_wg<128, 64>(g, maps, ctas, s, err);
+    if (t.bn == 64 && t.tn == 64 && wg_whole<64, 64>(g) && wg_maps<64, 64>(g, &maps))
+        return launch_wg<64, 64>(g, maps, ctas, s, err);
 #endif
 #define GEMM_DISPATCH(BN_, TN_, WM_, WN_)                                                          \
     if (t.bn == BN_ && t.tn == TN_) {                                                              \
