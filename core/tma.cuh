@@ -30,8 +30,8 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 rw_tma_encoder(void) {
         tried = 1;
         void *p = NULL;
         cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                             cudaEnableDefault, &q) == cudaSuccess &&
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
             q == cudaDriverEntryPointSuccess)
             fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
         else
@@ -44,8 +44,8 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 rw_tma_encoder(void) {
  * whose copies are boxes of 64 columns (128 bytes) by box_rows rows, written to shared memory
  * with the 128-byte swizzle; elements past the matrix are copied as zeros. false when the driver
  * cannot encode it (the caller then keeps its cp.async form). */
-static inline bool rw_tma_map_bf16(CUtensorMap *map, const void *base, uint64_t rows,
-                                   uint64_t cols, uint32_t box_rows) {
+static inline bool rw_tma_map_bf16(CUtensorMap *map, const void *base, uint64_t rows, uint64_t cols,
+                                   uint32_t box_rows) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = rw_tma_encoder();
     if (!enc || !base || cols % 8 || (uintptr_t)base % 16 || box_rows < 1 || box_rows > 256)
         return false;
@@ -81,8 +81,7 @@ __device__ __forceinline__ void rw_mbar_init_fence() {
  * completes when every arrival is in and those bytes have landed. */
 __device__ __forceinline__ void rw_mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
 #if RW_WGMMA_DEVICE
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                     rw_smem_u32(bar)),
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(rw_smem_u32(bar)),
                  "r"(bytes)
                  : "memory");
 #endif

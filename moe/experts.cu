@@ -160,9 +160,8 @@ extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H,
 
 extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
                                          const uint16_t *x, const uint16_t *x_lo, bool act_pair,
-                                         int64_t ntok,
-                                         const int32_t *ids, const float *weights, int k,
-                                         float *out, void *ws, size_t ws_bytes, rw_stream s,
+                                         int64_t ntok, const int32_t *ids, const float *weights,
+                                         int k, float *out, void *ws, size_t ws_bytes, rw_stream s,
                                          rw_err *err) {
     if (ntok <= 0) return RW_OK;
     if (!lw || !d || !x || !ids || !weights || !out || !ws || k < 1)

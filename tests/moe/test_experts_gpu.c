@@ -154,8 +154,8 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
     for (int run = 0; run < 2; run++) {
         float *dout = dbuf + run;
         RW_TCK(cudaMemcpy(dout, half, sizeof(float) * (size_t)ntok * H, cudaMemcpyHostToDevice));
-        RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx, NULL, false, ntok, did, dw, k, dout, dws, gws,
-                                         NULL, &err),
+        RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx, NULL, false, ntok, did, dw, k, dout,
+                                         dws, gws, NULL, &err),
                      &err);
         RW_TCK(cudaDeviceSynchronize());
         RW_TCK(cudaMemcpy(run ? again : got, dout, sizeof(float) * (size_t)ntok * H,
@@ -464,9 +464,10 @@ static void test_fp8_block(void **s) {
 }
 static void test_split_bf16(void **s) {
     (void)s;
-    check_split(RW_WFMT_BF16, 8, 96, 128, 2, 1, 2, 37, 11, false, true);    /* padded, narrow tiles */
-    check_split(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 12, false, true);  /* unpadded, wide tiles */
-    check_split(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 13, false, true); /* two passes */
+    /* padded, narrow tiles; unpadded, wide tiles; two passes */
+    check_split(RW_WFMT_BF16, 8, 96, 128, 2, 1, 2, 37, 11, false, true);
+    check_split(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 12, false, true);
+    check_split(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 13, false, true);
     /* multi-wave decode grids, as in test_bf16 */
     check_split(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 23, false, true);
     check_split(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 24, false, true);

@@ -561,8 +561,8 @@ rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
         RW_CUDA_CHECKGOTO(err, cudaMemsetAsync(yd, 0, (size_t)T * H * 4, (cudaStream_t)s), st,
                           done);
         RW_CHECKGOTO(
-            rw_moe_experts_cuda(w, &m->d, H, xd, NULL, false, T, idd, wd, K, yd, mws, mwsb, s, err), st,
-            done);
+            rw_moe_experts_cuda(w, &m->d, H, xd, NULL, false, T, idd, wd, K, yd, mws, mwsb, s, err),
+            st, done);
         RW_CUDA_CHECKGOTO(err, cudaStreamSynchronize((cudaStream_t)s), st, done);
         double t2 = rw_now();
         if (it) { /* first round warms up */

@@ -131,7 +131,8 @@ typedef struct gemm_maps {
 
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool FOLD = false,
           bool WG = false>
-__global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g, const __grid_constant__ gemm_maps t) {
+__global__ void __launch_bounds__(32 * WM * WN, 1)
+    gemm_kernel(const gemm_args g, const __grid_constant__ gemm_maps t) {
     rw_pdl_begin();
     typedef gemm_cfg<BN, TN, WM, WN, SPLIT, STG, WG> C;
     extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -276,8 +277,8 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const gemm_args g
             rw_tma_load_2d(sa + kc * (BN * 128), &t.tw, &full[st], k0 + kc * 64, n0);
             rw_tma_load_2d(sb + kc * (TN * 128), &t.tx, &full[st], k0 + kc * 64, m0);
             if (SPLIT)
-                rw_tma_load_2d(sb + C::B_BYTES + kc * (TN * 128), &t.txlo, &full[st],
-                               k0 + kc * 64, m0);
+                rw_tma_load_2d(sb + C::B_BYTES + kc * (TN * 128), &t.txlo, &full[st], k0 + kc * 64,
+                               m0);
         }
     };
     if constexpr (WG) {
