@@ -22,21 +22,19 @@
 /* host                                                                                        */
 /* ----------------------------------------------------------------------------------------- */
 /* The driver's tensor-map encoder, found once through the runtime (no link against the driver
- * library); NULL where the driver has none. */
+ * library; a function-local static, so concurrent first callers see one lookup); NULL where the
+ * driver has none. */
 static inline PFN_cuTensorMapEncodeTiled_v12000 rw_tma_encoder(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    static int tried = 0;
-    if (!tried) {
-        tried = 1;
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void *p = NULL;
         cudaDriverEntryPointQueryResult q;
         if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
                                              &q) == cudaSuccess &&
             q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-        else
-            (void)cudaGetLastError();
-    }
+            return (PFN_cuTensorMapEncodeTiled_v12000)p;
+        (void)cudaGetLastError();
+        return (PFN_cuTensorMapEncodeTiled_v12000)NULL;
+    }();
     return fn;
 }
 
