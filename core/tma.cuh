@@ -57,6 +57,29 @@ static inline bool rw_tma_map_bf16(CUtensorMap *map, const void *base, uint64_t 
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* The tensor map of a bf16 array of `rank` (2..5) dimensions, innermost first: dims[0] elements
+ * (64: 128-byte rows) of contiguous bf16, then dims[i] steps of stride[i - 1] bytes (multiples of
+ * 16); boxes of box[i] elements, written to shared memory with the 128-byte swizzle, elements
+ * past the array as zeros. false when the driver cannot encode it. */
+static inline bool rw_tma_map_bf16_nd(CUtensorMap *map, const void *base, int rank,
+                                      const uint64_t *dims, const uint64_t *stride,
+                                      const uint32_t *box) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = rw_tma_encoder();
+    if (!enc || !base || rank < 2 || rank > 5 || (uintptr_t)base % 16) return false;
+    cuuint64_t d[5], st[4];
+    cuuint32_t b[5], e[5];
+    for (int i = 0; i < rank; i++) {
+        d[i] = dims[i];
+        b[i] = box[i];
+        e[i] = 1;
+        if (i) st[i - 1] = stride[i - 1];
+    }
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)base, d, st, b, e,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /* ----------------------------------------------------------------------------------------- */
 /* device (sm_90; the wrappers are empty on other architectures, whose kernels never take the   */
 /* tensor-copy form: the launchers pick it only on builds for sm_90a)                          */
@@ -106,6 +129,17 @@ __device__ __forceinline__ void rw_tma_load_2d(void *dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
                  "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(rw_smem_u32(dst)),
                  "l"(map), "r"(c0), "r"(c1), "r"(rw_smem_u32(bar))
+                 : "memory");
+#endif
+}
+
+/* The 4-D form: the box at coordinates (c0, c1, c2, c3), innermost first. */
+__device__ __forceinline__ void rw_tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar,
+                                               int c0, int c1, int c2, int c3) {
+#if RW_WGMMA_DEVICE
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(rw_smem_u32(dst)),
+                 "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(rw_smem_u32(bar))
                  : "memory");
 #endif
 }

@@ -205,6 +205,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         memset(&g, 0, sizeof g);
         g.P = P;
         g.H = H;
+        g.E = E;
         g.perm = w.perm;
         g.off = w.off;
         g.tiles = w.tiles;

@@ -41,6 +41,7 @@ struct gemm_args {
     __nv_bfloat16 *act;    /* w13 output [A, P] */
     __nv_bfloat16 *act_lo; /* split mode, when w2 takes the pair: act_lo = bf16(v - act); or NULL */
     float *y;              /* w2 output [A, H] */
+    int64_t E;             /* local experts of w (the tensor map's extent) */
 };
 
 /* The stable sort of A assignments (ids) by local expert, and the list of tn-row tiles per

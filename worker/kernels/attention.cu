@@ -98,10 +98,13 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
          * the rows on the M side (atc_block), which measured faster when few CTAs share the
          * GPU (32 x 8k in 2 splits: 178 vs 208 us; a b1 step 11.9 vs 14.3 us). Both give the
          * same bits (docs/BENCHMARKS.md, fifth session). */
-        const size_t sm = atc_decode_smem<HD>();
-        auto kern = nsplit > 0          ? atc_decode_kernel<HD, false, 2>
-                    : qt * group <= 8 ? atc_decode_kernel<HD, true, 1>
-                                      : atc_decode_kernel<HD, true, 2>;
+        const bool one = nsplit == 0 && qt * group <= 8;
+        const size_t sm = nsplit > 0 ? atc_decode_smem<HD, false, 2>()
+                          : one      ? atc_decode_smem<HD, true, 1>()
+                                     : atc_decode_smem<HD, true, 2>();
+        auto kern = nsplit > 0 ? atc_decode_kernel<HD, false, 2>
+                    : one      ? atc_decode_kernel<HD, true, 1>
+                               : atc_decode_kernel<HD, true, 2>;
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
         (void)rw_launch_pdl(kern, grid, ATC_DW * 32, sm, st, q, kc, vc, tiles, pos, bt, bt_stride,

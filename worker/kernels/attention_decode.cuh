@@ -9,9 +9,11 @@
 
 /* Decode tiles (at most 16 rows: one token of a group of <= 16 heads) are one fragment, so the
  * ATC_DW warps of a CTA take ATC_DW segments at a time instead of row fragments. Each warp streams
- * its segment's 32-key blocks through its own two shared-memory stages; after each round of ATC_DW
- * segments the partials are merged in segment order (nsplit 0) with the same merge as everywhere
- * else, or written for the combine kernel. The rounds' merges make one left fold over the segments
+ * its segments' 32-key blocks through its own ring of shared-memory slots (atc_ring), K and V of a
+ * block in separate slots: the K slot is refilled as soon as the scores are computed, before V is
+ * read, so all slots but the one being read can be in flight. After each round of ATC_DW segments
+ * the partials are merged in segment order (nsplit 0) with the same merge as everywhere else, or
+ * written for the combine kernel. The rounds' merges make one left fold over the segments
  * whatever ATC_DW is.
  *
  * The MMAs run with the operands' roles swapped (atc_block_t): the keys are the M side and the
@@ -25,23 +27,36 @@
  * atc_block's code: the same bits as the prefill kernel (tests/worker/test_kernels_gpu.c compares
  * rows computed both ways byte for byte).
  *
- * Why 2 warps: the kernel is bound by each warp's chain of dependent instructions, not by bytes
- * in flight (docs/BENCHMARKS.md: at 4 warps, 170 KB of shared memory held an SM to one CTA, one
- * warp per scheduler issuing every 3.6 cycles; a deeper key ring changed nothing). A CTA of 2 warps
- * needs 73 KB (a round's partials go to the stage each warp has just consumed), so 3 CTAs, 6
- * warps, share an SM. */
+ * Why 2 warps and a ring of 3: the kernel is bound by each warp's chain of dependent instructions,
+ * not by bytes in flight (docs/BENCHMARKS.md: at 4 warps, 170 KB of shared memory held an SM to
+ * one CTA, one warp per scheduler issuing every 3.6 cycles; a deeper key ring changed nothing), so
+ * what counts is how many warps share an SM. A CTA of 2 warps with 3 slots of 8 KB each (head dim
+ * 128) needs 53 KB for one row fragment (a round's partials go to the slot each warp has just
+ * consumed), so 4 CTAs, 8 warps, share an SM; with a double buffer of K + V blocks it needed
+ * 73 KB and 3 CTAs, and a b256 x 1k step's 1,024 CTAs ran in 2.6 waves of 396 (one H200: 142.9
+ * -> 138.1 us). */
 #define ATC_DW 2
 
+/* Slots of a warp's ring: 3 single slots (K or V) where that fits 4 CTAs on an SM (one row
+ * fragment, unsplit launches: b256 x 1k 143.3 -> 137.4 us, 64 x 4k 179.3 -> 145.5 us,
+ * 128 x 4k 315.0 -> 256.4 us on an H200); otherwise 4 slots taken in K + V pairs, the double
+ * buffer of blocks (atc_ring_pairs): where the CTAs are few each warp's bytes in flight count,
+ * and split launches measured slower with single slots (b1 x 1k 10.3 -> 11.5 us, 8 x 8k
+ * 57.1 -> 67.1 us), and two row fragments would not fit a fourth CTA anyway. */
+__host__ __device__ constexpr int atc_ring(bool t, int nf) { return t && nf == 1 ? 3 : 4; }
+__host__ __device__ constexpr bool atc_ring_pairs(bool t, int nf) { return atc_ring(t, nf) == 4; }
+
 /* One softmax block of ATC_SB keys for a warp's rows r0 = lane / 4 and (NF = 2) r1 = r0 + 8,
- * atc_block's arithmetic with the keys as the MMA's M side. qb / qlb: the B fragments of q'^T
+ * atc_block's arithmetic with the keys as the MMA's M side (after_k runs between the last read of
+ * K and the first of V, as in atc_block). qb / qlb: the B fragments of q'^T
  * (hi, lo) for row fragment nf (atc_load_q's registers 0, 2 of row r0 and 1, 3 of row r1);
  * ot[f][nf]: o^T for head-dim rows 16 f .. 16 f + 15 by the fragment's rows (columns). */
-template <int HD, int NF>
+template <int HD, int NF, typename H>
 __device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd, int key_abs,
                                             const uint32_t (&qb)[HD / 16][NF][2],
                                             const uint32_t (&qlb)[HD / 16][NF][2], int32_t qp0,
                                             int32_t qp1, float &m0, float &m1, float &l0,
-                                            float &l1, float (&ot)[HD / 16][NF][4]) {
+                                            float &l1, float (&ot)[HD / 16][NF][4], H after_k) {
     constexpr int KS = HD / 16, NI = 2 * NF; /* s[n][i]: i < 2 row r0, i >= 2 row r1 */
     const int lane = threadIdx.x & 31, cq = lane & 3;
     float th[2][NF][4], tl[2][NF][4];
@@ -68,6 +83,7 @@ __device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd
             }
         }
     }
+    after_k();
     /* S[r][key], key = 8 n + 2 cq + (i & 1), row r0 / r1 by i / 2: element (key % 16 / 8, r % 2)
      * of fragment (key / 16, r / 8) in lane 4 (key % 8) + (r % 8) / 2 */
     float s[4][4];
@@ -176,13 +192,16 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     static_assert(T || NF == 2, "atc_block's form takes one 16-row fragment");
     constexpr int SBLK = ATC_SB * HD * 2;  /* bytes of K (or V) per softmax block */
     constexpr int NR = HD / 4 * NF;        /* o registers per lane */
-    static_assert(NR * 32 * 4 <= 2 * SBLK, "a warp's partial fits the stage it has consumed");
+    static_assert(NR * 32 * 4 <= SBLK, "a warp's partial fits the slot it has consumed");
     extern __shared__ __align__(128) uint8_t sm[];
-    __shared__ int pbuf[ATC_DW]; /* the stage holding each warp's partial of the round */
+    __shared__ int pbuf[ATC_DW]; /* the slot holding each warp's partial of the round */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    uint8_t *stage = sm + (size_t)warp * 4 * SBLK;   /* this warp's 2 x (K, V) */
-    float *pml = (float *)(sm + ATC_DW * 4 * SBLK); /* [warps][4][32]: m0 m1 l0 l1 */
-    float *oacc = pml + ATC_DW * 4 * 32;            /* [NR][32] merged o */
+    constexpr int NS = atc_ring(T, NF);
+    constexpr bool PAIR = atc_ring_pairs(T, NF);
+    constexpr int GW = PAIR ? NS / 2 - 1 : NS - 1; /* groups in flight while an item is read */
+    uint8_t *ring = sm + (size_t)warp * NS * SBLK;   /* this warp's slots */
+    float *pml = (float *)(sm + ATC_DW * NS * SBLK); /* [warps][4][32]: m0 m1 l0 l1 */
+    float *oacc = pml + ATC_DW * 4 * 32;             /* [NR][32] merged o */
 
     const rw_attn_tile tl = tiles[blockIdx.x];
     const int g = blockIdx.y, split = blockIdx.z;
@@ -222,10 +241,53 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         const int left = plast - sg * ATC_SEG;
         return min(ATC_SEG / ATC_SB, left / ATC_SB + 1);
     };
-    auto load = [&](int buf, int sg, int j) {
-        uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
-        atc_load_keys<HD, 32>(kd, kd + SBLK, kc, vc, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB,
-                              plast, nkv, g, bs, lane);
+    /* The ring: the warp's items are K, V of each block of its segments in order, item i in slot
+     * i % NS, each one cp.async group (PAIR: a block's K and V, one group in two slots; an empty
+     * group once the items run out), so before an item is read GW groups may still be in
+     * flight. ld_*: the next item to load; ld_base:
+     * the cache offsets of its block's 16-key groups, read from the block table when the cursor
+     * reaches the block, an item before they are needed (a lookup at the copy stalled the warp
+     * on a load of the table between its MMAs). */
+    int ld_round = 0, ld_blk = 0, ld_v = 0, ld_slot = 0;
+    int ld_seg = seg_of(0), ld_nb = ld_seg >= 0 ? nblocks_of(ld_seg) : 0;
+    int64_t ld_base[ATC_SB / 16];
+    auto read_bases = [&]() {
+#pragma unroll
+        for (int gi = 0; gi < ATC_SB / 16; gi++)
+            ld_base[gi] = ld_seg >= 0 ? atc_group_base(blocks,
+                                                       ld_seg * ATC_SEG + ld_blk * ATC_SB + 16 * gi,
+                                                       plast, nkv, g, bs, HD)
+                                      : 0;
+    };
+    read_bases();
+    auto load_next = [&]() {
+        if (ld_seg >= 0) {
+            uint8_t *const d[2] = {ring + (size_t)ld_slot * SBLK,
+                                   ring + (size_t)(ld_slot + 1) * SBLK};
+            const uint16_t *const c[2] = {ld_v ? vc : kc, vc};
+#pragma unroll
+            for (int gi = 0; gi < ATC_SB / 16; gi++) {
+                const int kp0 = ld_seg * ATC_SEG + ld_blk * ATC_SB + 16 * gi;
+                if constexpr (PAIR) {
+                    atc_load_group<HD, 32, 2>(d, c, 16 * gi, kp0, ld_base[gi], plast, lane);
+                } else {
+                    uint8_t *const d1[1] = {d[0]};
+                    const uint16_t *const c1[1] = {c[0]};
+                    atc_load_group<HD, 32, 1>(d1, c1, 16 * gi, kp0, ld_base[gi], plast, lane);
+                }
+            }
+            ld_v = PAIR ? 0 : ld_v ^ 1;
+            if (!ld_v) {
+                if (++ld_blk == ld_nb) {
+                    ld_blk = 0;
+                    ld_seg = seg_of(++ld_round);
+                    ld_nb = ld_seg >= 0 ? nblocks_of(ld_seg) : 0;
+                }
+                read_bases();
+            }
+        }
+        rw_cp_async_commit();
+        ld_slot = (ld_slot + (PAIR ? 2 : 1)) % NS;
     };
 
     /* the merged state of this lane's rows (its slots) */
@@ -242,12 +304,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         for (int i = i0; i < i1; i++)
             oacc[i * 32 + lane] = 0.0f;
 
-    int buf = 0;
-    {
-        const int sg = seg_of(0);
-        if (sg >= 0) load(0, sg, 0);
-        rw_cp_async_commit();
-    }
+    for (int k = 0; k < (PAIR ? NS / 2 : NS); k++)
+        load_next();
+    int kslot = 0; /* the slot of the next K to read */
     for (int round = 0; round < nround; round++) {
         const int sg = seg_of(round);
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
@@ -255,28 +314,36 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
 #pragma unroll
         for (int i = 0; i < NR; i++)
             ov[i] = 0.0f;
+        int vslot = 0; /* the slot of the last V read: refilled after the round's merge */
         if (sg >= 0) {
             const int nb = nblocks_of(sg);
             for (int j = 0; j < nb; j++) {
-                if (j + 1 < nb) {
-                    load(buf ^ 1, sg, j + 1);
-                } else {
-                    const int sn = seg_of(round + 1);
-                    if (sn >= 0) load(buf ^ 1, sn, 0);
-                }
-                rw_cp_async_commit();
-                rw_cp_async_wait<1>();
+                vslot = kslot + 1 == NS ? 0 : kslot + 1;
+                rw_cp_async_wait<GW>();
                 __syncwarp();
-                const uint8_t *kd = stage + (size_t)buf * 2 * SBLK;
+                /* K read: refill its slot, then wait for V (PAIR: V came with K; the pair is
+                 * refilled after V is read) */
+                auto after_k = [&]() {
+                    if constexpr (!PAIR) {
+                        __syncwarp();
+                        load_next();
+                        rw_cp_async_wait<GW>();
+                        __syncwarp();
+                    }
+                };
+                const uint8_t *kd = ring + (size_t)kslot * SBLK, *vd = ring + (size_t)vslot * SBLK;
                 const int key = sg * ATC_SEG + j * ATC_SB;
                 if constexpr (T)
-                    atc_block_t<HD, NF>(kd, kd + SBLK, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
-                                        *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov));
+                    atc_block_t<HD, NF>(kd, vd, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
+                                        *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov), after_k);
                 else
-                    atc_block<HD>(kd, kd + SBLK, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
-                                  *reinterpret_cast<float(*)[HD / 8][4]>(ov));
-                __syncwarp(); /* the stage is refilled by the next prefetch */
-                buf ^= 1;
+                    atc_block<HD>(kd, vd, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
+                                  *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
+                kslot = vslot + 1 == NS ? 0 : vslot + 1;
+                if (j + 1 < nb) { /* V read: refill its slot (PAIR: the pair's) */
+                    __syncwarp();
+                    load_next();
+                }
             }
         }
         if (nsplit > 0) {
@@ -284,21 +351,26 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 if (sg >= 0 && sg < seg_cap)
                     atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok,
                                        m0, m1, l0, l1, *reinterpret_cast<float(*)[HD / 8][4]>(ov));
+            if (sg >= 0) {
+                __syncwarp();
+                load_next();
+            }
             continue;
         }
-        /* merge the round's segments in order. buf holds the block prefetched for the next
-         * round (if any); buf ^ 1 was consumed last and is refilled only after the barrier at
-         * the end of this merge, so until then it holds this warp's partial. */
-        float *pw = (float *)(stage + (size_t)(buf ^ 1) * 2 * SBLK);
+        /* merge the round's segments in order. Slot vslot, the V read last, is refilled only after
+         * the barrier at the end of this merge, so until then it holds this warp's partial. */
+        if (sg >= 0) {
+            float *pw = (float *)(ring + (size_t)vslot * SBLK);
 #pragma unroll
-        for (int i = 0; i < NR; i++)
-            pw[i * 32 + lane] = ov[i];
+            for (int i = 0; i < NR; i++)
+                pw[i * 32 + lane] = ov[i];
+        }
         float *mw = pml + (size_t)warp * 4 * 32;
         mw[0 * 32 + lane] = m0;
         mw[1 * 32 + lane] = m1;
         mw[2 * 32 + lane] = l0;
         mw[3 * 32 + lane] = l1;
-        if (lane == 0) pbuf[warp] = warp * 2 + (buf ^ 1);
+        if (lane == 0) pbuf[warp] = warp * NS + vslot;
         __syncthreads();
         for (int w = 0; w < ATC_DW && round * ATC_DW + w < nloc; w++) {
             /* row r's (m, l) sit in lanes 4 (r % 8) .. + 3, in slots r / 8 and 2 + r / 8 */
@@ -312,7 +384,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 u[k] = rw_attn_merge_ml(Mt[k], Lt[k], mv[(r / 8) * 32 + at],
                                         mv[(2 + r / 8) * 32 + at], a[k], b[k]);
             }
-            const float *pv = (const float *)(sm + (size_t)pbuf[w] * 2 * SBLK);
+            const float *pv = (const float *)(sm + (size_t)pbuf[w] * SBLK);
             for (int i = i0; i < i1; i++) {
                 const int k = R::slot(i);
                 if (!atc_pick(u, k)) continue;
@@ -321,7 +393,8 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                               __fmul_rn(pv[i * 32 + lane], atc_pick(b, k)));
             }
         }
-        __syncthreads(); /* the partial slots are rewritten next round */
+        __syncthreads(); /* the partials are read: their slots may be refilled */
+        if (sg >= 0) load_next();
     }
     rw_cp_async_wait<0>();
     if (nsplit != 0) return;
@@ -333,9 +406,11 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     }
 }
 
-template <int HD> static constexpr size_t atc_decode_smem() {
-    return (size_t)ATC_DW * 4 * ATC_SB * HD * 2 + (size_t)ATC_DW * 4 * 32 * 4 +
-           (size_t)(HD / 2) * 32 * 4;
+/* The decode kernel's shared memory: the warps' rings, their (m, l) and the merged o (HD / 4 * NF
+ * registers a lane) */
+template <int HD, bool T, int NF> static constexpr size_t atc_decode_smem() {
+    return (size_t)ATC_DW * atc_ring(T, NF) * ATC_SB * HD * 2 + (size_t)ATC_DW * 4 * 32 * 4 +
+           (size_t)(HD / 4 * NF) * 32 * 4;
 }
 
 #endif

@@ -49,8 +49,10 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     };
     auto load = [&](int buf, int b) {
         uint8_t *kd = stage + (size_t)buf * 2 * BLK;
-        atc_load_keys<HD, ATC_THREADS>(kd, kd + BLK, kc, vc, blocks, b * ATC_KB, ATC_KB, plast,
-                                       nkv, g, bs, tid);
+        uint8_t *const d[2] = {kd, kd + BLK};
+        const uint16_t *const c[2] = {kc, vc};
+        atc_load_keys<HD, ATC_THREADS, 2>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
+                                          tid);
     };
 
     /* merged result (nsplit 0) */

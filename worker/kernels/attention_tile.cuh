@@ -247,12 +247,18 @@ __device__ __forceinline__ void atc_softmax(float (&s)[4][4], int key_abs, int32
  *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
  *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
  *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps. */
-template <int HD>
+/* The hook of atc_block / atc_block_t between the last read of K and the first of V: by default
+ * nothing; the decode kernel refills the K slot and waits for V there (attention_decode.cuh). */
+struct atc_no_hook {
+    __device__ __forceinline__ void operator()() const {}
+};
+
+template <int HD, typename H = atc_no_hook>
 __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int key_abs,
                                           const uint32_t (&qh)[HD / 16][4],
                                           const uint32_t (&ql)[HD / 16][4], int32_t qp0,
                                           int32_t qp1, float &m0, float &m1, float &l0, float &l1,
-                                          float (&o)[HD / 8][4]) {
+                                          float (&o)[HD / 8][4], H after_k = H()) {
     constexpr int KS = HD / 16, DN = HD / 8;
     const int lane = threadIdx.x & 31;
     float sh[4][4], sl[4][4];
@@ -276,6 +282,7 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             rw_mma_bf16_16816(sl[2 * j + 1], ql[ks], b2, b3);
         }
     }
+    after_k();
     float s[4][4];
 #pragma unroll
     for (int n = 0; n < 4; n++)
@@ -313,30 +320,46 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
     }
 }
 
-/* Stages keys [key0, key0 + nkeys) of one sequence and KV head into kd / vd (rows 0.., swizzled
- * as atc_swz): NT threads, this one number t. Keys come in 16-position groups, each inside one KV
- * block (bs % 16 == 0), so the block table is read once per group; keys past plast are written
- * as zeros without a read. */
-template <int HD, int NT>
-__device__ __forceinline__ void atc_load_keys(uint8_t *kd, uint8_t *vd,
-                                              const uint16_t *__restrict__ kc,
-                                              const uint16_t *__restrict__ vc,
+/* The cache offset of key kp0's 16-key group (kp0 % 16 == 0) of one sequence (block table
+ * blocks) and KV head g: the group lies inside one KV block (bs % 16 == 0). 0 past plast (a group
+ * of zeros, never read from the cache). */
+__device__ __forceinline__ int64_t atc_group_base(const int32_t *__restrict__ blocks, int kp0,
+                                                  int plast, int nkv, int g, int bs, int hd) {
+    return kp0 <= plast ? (((int64_t)blocks[kp0 / bs] * nkv + g) * bs + kp0 % bs) * hd : 0;
+}
+
+/* Stages one 16-key group (keys kp0.., cache offset base) from NC caches into rows r0.. of
+ * dst[0..NC) (swizzled as atc_swz): NT threads, this one number t; keys past plast are written as
+ * zeros without a read. */
+template <int HD, int NT, int NC>
+__device__ __forceinline__ void atc_load_group(uint8_t *const (&dst)[NC],
+                                               const uint16_t *const (&src)[NC], int r0, int kp0,
+                                               int64_t base, int plast, int t) {
+    constexpr int CH = HD / 8;
+#pragma unroll
+    for (int c = t; c < 16 * CH; c += NT) {
+        const int r = c / CH, cc = c % CH;
+        const bool ok = kp0 + r <= plast;
+        const int64_t at = ok ? base + (int64_t)r * HD + cc * 8 : 0;
+        const int d = atc_swz<HD>(r0 + r, cc);
+#pragma unroll
+        for (int h = 0; h < NC; h++)
+            rw_cp_async16(dst[h] + d, src[h] + at, ok ? 16 : 0);
+    }
+}
+
+/* Stages keys [key0, key0 + nkeys) of one sequence and KV head from NC caches (K and V) into
+ * dst[0..NC) (rows 0.., swizzled as atc_swz): NT threads, this one number t. Keys come in
+ * 16-position groups, so the block table is read once per group. */
+template <int HD, int NT, int NC>
+__device__ __forceinline__ void atc_load_keys(uint8_t *const (&dst)[NC],
+                                              const uint16_t *const (&src)[NC],
                                               const int32_t *__restrict__ blocks, int key0,
                                               int nkeys, int plast, int nkv, int g, int bs, int t) {
-    constexpr int CH = HD / 8;
     for (int gi = 0; gi < nkeys / 16; gi++) {
         const int kp0 = key0 + 16 * gi;
-        int64_t base = 0;
-        if (kp0 <= plast) base = (((int64_t)blocks[kp0 / bs] * nkv + g) * bs + kp0 % bs) * HD;
-#pragma unroll
-        for (int c = t; c < 16 * CH; c += NT) {
-            const int r = c / CH, cc = c % CH;
-            const bool ok = kp0 + r <= plast;
-            const int64_t at = ok ? base + (int64_t)r * HD + cc * 8 : 0;
-            const int dst = atc_swz<HD>(16 * gi + r, cc);
-            rw_cp_async16(kd + dst, kc + at, ok ? 16 : 0);
-            rw_cp_async16(vd + dst, vc + at, ok ? 16 : 0);
-        }
+        atc_load_group<HD, NT, NC>(dst, src, 16 * gi, kp0,
+                                   atc_group_base(blocks, kp0, plast, nkv, g, bs, HD), plast, t);
     }
 }
 
