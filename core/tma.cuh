@@ -38,25 +38,6 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 rw_tma_encoder(void) {
     return fn;
 }
 
-/* The tensor map of a bf16 matrix [rows, cols] (row-major, rows 16-byte aligned: cols % 8 == 0)
- * whose copies are boxes of 64 columns (128 bytes) by box_rows rows, written to shared memory
- * with the 128-byte swizzle; elements past the matrix are copied as zeros. false when the driver
- * cannot encode it (the caller then keeps its cp.async form). */
-static inline bool rw_tma_map_bf16(CUtensorMap *map, const void *base, uint64_t rows, uint64_t cols,
-                                   uint32_t box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = rw_tma_encoder();
-    if (!enc || !base || cols % 8 || (uintptr_t)base % 16 || box_rows < 1 || box_rows > 256)
-        return false;
-    const cuuint64_t dims[2] = {cols, rows};
-    const cuuint64_t strides[1] = {cols * 2};
-    const cuuint32_t box[2] = {64, box_rows};
-    const cuuint32_t estr[2] = {1, 1};
-    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 /* The tensor map of a bf16 array of `rank` (2..5) dimensions, innermost first: dims[0] elements
  * (64: 128-byte rows) of contiguous bf16, then dims[i] steps of stride[i - 1] bytes (multiples of
  * 16); boxes of box[i] elements, written to shared memory with the 128-byte swizzle, elements
@@ -78,6 +59,18 @@ static inline bool rw_tma_map_bf16_nd(CUtensorMap *map, const void *base, int ra
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* The tensor map of a bf16 matrix [rows, cols] (row-major, rows 16-byte aligned: cols % 8 == 0)
+ * whose copies are boxes of 64 columns (128 bytes) by box_rows rows, written to shared memory
+ * with the 128-byte swizzle; elements past the matrix are copied as zeros. false when the driver
+ * cannot encode it (the caller then keeps its cp.async form). */
+static inline bool rw_tma_map_bf16(CUtensorMap *map, const void *base, uint64_t rows, uint64_t cols,
+                                   uint32_t box_rows) {
+    if (cols % 8 || box_rows < 1 || box_rows > 256) return false;
+    const uint64_t dims[2] = {cols, rows}, stride[1] = {cols * 2};
+    const uint32_t box[2] = {64, box_rows};
+    return rw_tma_map_bf16_nd(map, base, 2, dims, stride, box);
 }
 
 /* ----------------------------------------------------------------------------------------- */

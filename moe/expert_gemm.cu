@@ -41,6 +41,16 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
     return 32 * (n / 32) + 4 * (n % 8) + (n % 32) / 8;
 }
 
+/* Whether a tile loads its stages' weight tiles with one tensor copy each (tw: the layer's
+ * weights as [E][K / 64][M][64], core/tma.cuh) completing on the stage's barrier, the gathered
+ * token rows staying cp.async: the bf16 wgmma tiles of 128 tokens (prefill), where the copies'
+ * address arithmetic competed with the MMAs (16,384 routed tokens: 7.13 -> 6.96 ms on an H200).
+ * The narrow decode tiles are bound by latency, not issue, and measured slower with it (one
+ * token: 32.5 -> 35.8 us; 256 tokens: unchanged). */
+__host__ __device__ constexpr bool moe_tma(int tn, int fmt, bool wg) {
+    return wg && fmt == FMT_BF16 && tn == 128;
+}
+
 /* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
  * and the w13 epilogue writes act + act_lo where act_lo is given.
@@ -54,16 +64,6 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
  * tiles with the same tokens alone on 16-token tiles), and warp w of a warpgroup holds rows
  * 16 (w % 4) .. + 15 of each of its blocks: the m16 fragments of gate / up pairs, as the epilogue
  * needs. */
-/* Whether a tile loads its stages' weight tiles with one tensor copy each (tw: the layer's
- * weights as [E][K / 64][M][64], core/tma.cuh) completing on the stage's barrier, the gathered
- * token rows staying cp.async: the bf16 wgmma tiles of 128 tokens (prefill), where the copies'
- * address arithmetic competed with the MMAs (16,384 routed tokens: 7.26 -> 6.76 ms on an H200).
- * The narrow decode tiles are bound by latency, not issue, and measured slower with it (one
- * token: 32.5 -> 35.8 us; 256 tokens: unchanged). */
-__host__ __device__ constexpr bool moe_tma(int tn, int fmt, bool wg) {
-    return wg && fmt == FMT_BF16 && tn == 128;
-}
-
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
           bool WG = false>
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))

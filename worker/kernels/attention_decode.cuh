@@ -262,18 +262,18 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     read_bases();
     auto load_next = [&]() {
         if (ld_seg >= 0) {
-            uint8_t *const d[2] = {ring + (size_t)ld_slot * SBLK,
-                                   ring + (size_t)(ld_slot + 1) * SBLK};
-            const uint16_t *const c[2] = {ld_v ? vc : kc, vc};
+            uint8_t *const slot = ring + (size_t)ld_slot * SBLK;
 #pragma unroll
             for (int gi = 0; gi < ATC_SB / 16; gi++) {
                 const int kp0 = ld_seg * ATC_SEG + ld_blk * ATC_SB + 16 * gi;
                 if constexpr (PAIR) {
+                    uint8_t *const d[2] = {slot, slot + SBLK};
+                    const uint16_t *const c[2] = {kc, vc};
                     atc_load_group<HD, 32, 2>(d, c, 16 * gi, kp0, ld_base[gi], plast, lane);
                 } else {
-                    uint8_t *const d1[1] = {d[0]};
-                    const uint16_t *const c1[1] = {c[0]};
-                    atc_load_group<HD, 32, 1>(d1, c1, 16 * gi, kp0, ld_base[gi], plast, lane);
+                    uint8_t *const d[1] = {slot};
+                    const uint16_t *const c[1] = {ld_v ? vc : kc};
+                    atc_load_group<HD, 32, 1>(d, c, 16 * gi, kp0, ld_base[gi], plast, lane);
                 }
             }
             ld_v = PAIR ? 0 : ld_v ^ 1;

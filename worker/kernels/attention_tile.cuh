@@ -236,6 +236,12 @@ __device__ __forceinline__ void atc_softmax(float (&s)[4][4], int key_abs, int32
     m1 = mn1;
 }
 
+/* The hook of atc_block / atc_block_t between the last read of K and the first of V: by default
+ * nothing; the decode kernel refills the K slot and waits for V there (attention_decode.cuh). */
+struct atc_no_hook {
+    __device__ __forceinline__ void operator()() const {}
+};
+
 /* One softmax block of ATC_SB keys for a warp's 16 rows: kd / vd point at the block's first key
  * row in shared memory (ATC_SB rows, swizzled as atc_swz), key_abs is its first position. Updates
  * the rows' segment state (m, l, o). The per-row arithmetic (atc_block_t is its decode form, the
@@ -247,12 +253,6 @@ __device__ __forceinline__ void atc_softmax(float (&s)[4][4], int key_abs, int32
  *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
  *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
  *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps. */
-/* The hook of atc_block / atc_block_t between the last read of K and the first of V: by default
- * nothing; the decode kernel refills the K slot and waits for V there (attention_decode.cuh). */
-struct atc_no_hook {
-    __device__ __forceinline__ void operator()() const {}
-};
-
 template <int HD, typename H = atc_no_hook>
 __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int key_abs,
                                           const uint32_t (&qh)[HD / 16][4],
