@@ -561,9 +561,9 @@ static void test_router(void **state) {
     router_case(77, 128, 2048, 8, 14);
     router_case(1, 128, 2048, 8, 16);
     router_case(8, 128, 2048, 8, 17);
-    router_case(256, 128, 2048, 8, 19); /* groups of 8; each token alone on a one-token CTA */
+    router_case(256, 128, 2048, 8, 19); /* the largest decode tiles */
     router_case(13, 8, 128, 2, 18);
-    router_case(300, 60, 512, 4, 20);
+    router_case(300, 60, 512, 4, 20); /* prefill tiles against decode tiles (alone) */
     router_case(9, 200, 256, 8, 22);  /* 8 logits per lane in the routing */
     router_case(20, 520, 256, 16, 24); /* 32 */
 }

@@ -9,9 +9,10 @@
 
 /* Decode tiles (at most 16 rows: one token of a group of <= 16 heads) are one fragment, so the
  * ATC_DW warps of a CTA take ATC_DW segments at a time instead of row fragments. Each warp streams
- * its segments' 32-key blocks through its own ring of shared-memory slots (atc_ring), K and V of a
- * block in separate slots: the K slot is refilled as soon as the scores are computed, before V is
- * read, so all slots but the one being read can be in flight. After each round of ATC_DW segments
+ * its segments' 32-key blocks through its own shared-memory slots (atc_ring): either a ring, K and
+ * V of a block in separate slots, the K slot refilled as soon as the scores are computed, before V
+ * is read, so all slots but the one being read can be in flight; or a double buffer of K + V
+ * pairs, the next pair issued before the current one is read. After each round of ATC_DW segments
  * the partials are merged in segment order (nsplit 0) with the same merge as everywhere else, or
  * written for the combine kernel. The rounds' merges make one left fold over the segments
  * whatever ATC_DW is.
@@ -42,7 +43,9 @@
  * 128 x 4k 315.0 -> 256.4 us on an H200); otherwise 4 slots taken in K + V pairs, the double
  * buffer of blocks (atc_ring_pairs): where the CTAs are few each warp's bytes in flight count,
  * and split launches measured slower with single slots (b1 x 1k 10.3 -> 11.5 us, 8 x 8k
- * 57.1 -> 67.1 us), and two row fragments would not fit a fourth CTA anyway. */
+ * 57.1 -> 67.1 us), and two row fragments would not fit a fourth CTA anyway. The double buffer
+ * keeps its own loop (issue the next pair, wait, read), not the ring's cursor over pairs: with
+ * the cursor, 8 x 8k measured 57.0 -> 62.8 us. */
 __host__ __device__ constexpr int atc_ring(bool t, int nf) { return t && nf == 1 ? 3 : 4; }
 __host__ __device__ constexpr bool atc_ring_pairs(bool t, int nf) { return atc_ring(t, nf) == 4; }
 
@@ -198,7 +201,6 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int NS = atc_ring(T, NF);
     constexpr bool PAIR = atc_ring_pairs(T, NF);
-    constexpr int GW = PAIR ? NS / 2 - 1 : NS - 1; /* groups in flight while an item is read */
     uint8_t *ring = sm + (size_t)warp * NS * SBLK;   /* this warp's slots */
     float *pml = (float *)(sm + ATC_DW * NS * SBLK); /* [warps][4][32]: m0 m1 l0 l1 */
     float *oacc = pml + ATC_DW * 4 * 32;             /* [NR][32] merged o */
@@ -241,13 +243,23 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         const int left = plast - sg * ATC_SEG;
         return min(ATC_SEG / ATC_SB, left / ATC_SB + 1);
     };
-    /* The ring: the warp's items are K, V of each block of its segments in order, item i in slot
-     * i % NS, each one cp.async group (PAIR: a block's K and V, one group in two slots; an empty
-     * group once the items run out), so before an item is read GW groups may still be in
-     * flight. ld_*: the next item to load; ld_base:
-     * the cache offsets of its block's 16-key groups, read from the block table when the cursor
-     * reaches the block, an item before they are needed (a lookup at the copy stalled the warp
-     * on a load of the table between its MMAs). */
+    /* PAIR: the double buffer of blocks, each K + V pair one cp.async group (buf: the pair being
+     * read); the next block (or the next round's first) is issued before a block is waited for.
+     * A lookup of the block table inside the copy is what this form measured fastest with. */
+    int buf = 0;
+    auto load_pair = [&](int b, int sg, int j) {
+        uint8_t *const kd = ring + (size_t)b * 2 * SBLK;
+        uint8_t *const d[2] = {kd, kd + SBLK};
+        const uint16_t *const c[2] = {kc, vc};
+        atc_load_keys<HD, 32, 2>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
+                                 bs, lane);
+    };
+    /* Otherwise the ring: the warp's items are K, V of each block of its segments in order, item
+     * i in slot i % NS, each one cp.async group, so before an item is read NS - 1 groups may
+     * still be in flight. ld_*: the next item to load; ld_base: the cache offsets of its block's 16-key
+     * groups, read from the block table when the cursor reaches the block, an item before they
+     * are needed (a lookup at the copy stalled the warp on a load of the table between its
+     * MMAs). */
     int ld_round = 0, ld_blk = 0, ld_v = 0, ld_slot = 0;
     int ld_seg = seg_of(0), ld_nb = ld_seg >= 0 ? nblocks_of(ld_seg) : 0;
     int64_t ld_base[ATC_SB / 16];
@@ -259,24 +271,16 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                                                        plast, nkv, g, bs, HD)
                                       : 0;
     };
-    read_bases();
     auto load_next = [&]() {
         if (ld_seg >= 0) {
-            uint8_t *const slot = ring + (size_t)ld_slot * SBLK;
+            uint8_t *const d[1] = {ring + (size_t)ld_slot * SBLK};
+            const uint16_t *const c[1] = {ld_v ? vc : kc};
 #pragma unroll
-            for (int gi = 0; gi < ATC_SB / 16; gi++) {
-                const int kp0 = ld_seg * ATC_SEG + ld_blk * ATC_SB + 16 * gi;
-                if constexpr (PAIR) {
-                    uint8_t *const d[2] = {slot, slot + SBLK};
-                    const uint16_t *const c[2] = {kc, vc};
-                    atc_load_group<HD, 32, 2>(d, c, 16 * gi, kp0, ld_base[gi], plast, lane);
-                } else {
-                    uint8_t *const d[1] = {slot};
-                    const uint16_t *const c[1] = {ld_v ? vc : kc};
-                    atc_load_group<HD, 32, 1>(d, c, 16 * gi, kp0, ld_base[gi], plast, lane);
-                }
-            }
-            ld_v = PAIR ? 0 : ld_v ^ 1;
+            for (int gi = 0; gi < ATC_SB / 16; gi++)
+                atc_load_group<HD, 32, 1>(d, c, 16 * gi,
+                                          ld_seg * ATC_SEG + ld_blk * ATC_SB + 16 * gi,
+                                          ld_base[gi], plast, lane);
+            ld_v ^= 1;
             if (!ld_v) {
                 if (++ld_blk == ld_nb) {
                     ld_blk = 0;
@@ -287,7 +291,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
             }
         }
         rw_cp_async_commit();
-        ld_slot = (ld_slot + (PAIR ? 2 : 1)) % NS;
+        ld_slot = ld_slot + 1 == NS ? 0 : ld_slot + 1;
     };
 
     /* the merged state of this lane's rows (its slots) */
@@ -304,9 +308,15 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         for (int i = i0; i < i1; i++)
             oacc[i * 32 + lane] = 0.0f;
 
-    for (int k = 0; k < (PAIR ? NS / 2 : NS); k++)
-        load_next();
-    int kslot = 0; /* the slot of the next K to read */
+    if constexpr (PAIR) {
+        if (seg_of(0) >= 0) load_pair(0, seg_of(0), 0);
+        rw_cp_async_commit();
+    } else {
+        read_bases();
+        for (int k = 0; k < NS; k++)
+            load_next();
+    }
+    int kslot = 0; /* ring: the slot of the next K to read */
     for (int round = 0; round < nround; round++) {
         const int sg = seg_of(round);
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
@@ -318,20 +328,31 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         if (sg >= 0) {
             const int nb = nblocks_of(sg);
             for (int j = 0; j < nb; j++) {
-                vslot = kslot + 1 == NS ? 0 : kslot + 1;
-                rw_cp_async_wait<GW>();
+                const uint8_t *kd, *vd;
+                if constexpr (PAIR) {
+                    const int sn = j + 1 < nb ? sg : seg_of(round + 1);
+                    if (sn >= 0) load_pair(buf ^ 1, sn, j + 1 < nb ? j + 1 : 0);
+                    rw_cp_async_commit();
+                    rw_cp_async_wait<1>();
+                    kd = ring + (size_t)buf * 2 * SBLK;
+                    vd = kd + SBLK;
+                    vslot = 2 * buf; /* the pair's first slot holds the partial */
+                } else {
+                    vslot = kslot + 1 == NS ? 0 : kslot + 1;
+                    rw_cp_async_wait<NS - 1>();
+                    kd = ring + (size_t)kslot * SBLK;
+                    vd = ring + (size_t)vslot * SBLK;
+                }
                 __syncwarp();
-                /* K read: refill its slot, then wait for V (PAIR: V came with K; the pair is
-                 * refilled after V is read) */
+                /* ring: K read, refill its slot, then wait for V */
                 auto after_k = [&]() {
                     if constexpr (!PAIR) {
                         __syncwarp();
                         load_next();
-                        rw_cp_async_wait<GW>();
+                        rw_cp_async_wait<NS - 1>();
                         __syncwarp();
                     }
                 };
-                const uint8_t *kd = ring + (size_t)kslot * SBLK, *vd = ring + (size_t)vslot * SBLK;
                 const int key = sg * ATC_SEG + j * ATC_SB;
                 if constexpr (T)
                     atc_block_t<HD, NF>(kd, vd, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
@@ -339,10 +360,12 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 else
                     atc_block<HD>(kd, vd, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
                                   *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
-                kslot = vslot + 1 == NS ? 0 : vslot + 1;
-                if (j + 1 < nb) { /* V read: refill its slot (PAIR: the pair's) */
-                    __syncwarp();
-                    load_next();
+                __syncwarp(); /* the block's slots are refilled next */
+                if constexpr (PAIR) {
+                    buf ^= 1;
+                } else {
+                    kslot = vslot + 1 == NS ? 0 : vslot + 1;
+                    if (j + 1 < nb) load_next(); /* V read: refill its slot */
                 }
             }
         }
@@ -351,10 +374,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 if (sg >= 0 && sg < seg_cap)
                     atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok,
                                        m0, m1, l0, l1, *reinterpret_cast<float(*)[HD / 8][4]>(ov));
-            if (sg >= 0) {
-                __syncwarp();
-                load_next();
-            }
+            if (!PAIR && sg >= 0) load_next();
             continue;
         }
         /* merge the round's segments in order. Slot vslot, the V read last, is refilled only after
@@ -394,7 +414,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
             }
         }
         __syncthreads(); /* the partials are read: their slots may be refilled */
-        if (sg >= 0) load_next();
+        if (!PAIR && sg >= 0) load_next();
     }
     rw_cp_async_wait<0>();
     if (nsplit != 0) return;

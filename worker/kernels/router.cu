@@ -5,94 +5,139 @@
 
 #include "device.cuh"
 #include "launch.cuh"
+#include "mma.cuh"
 #include "route.cuh"
 #include "router.h"
 
-/* Router logits: y [n, E] = x [n, H] . w[E, H]^T in fp32. A warp computes RT_EW experts for the
- * RT_TT tokens of its CTA: lane l accumulates columns [c + 8l, c + 8l + 8) of every 256-column
- * chunk c in order (one 16-byte load of 8 bf16 weights per expert, two of x per token), then a
- * fixed xor tree adds the lanes. The summation order of an output depends on H only, so a token's
- * logits are the same bits in any batch; a decode batch is spread over E / (RT_WARPS * RT_EW)
- * CTAs per RT_TT tokens instead of one CTA walking H in 64 dependent steps. */
-#define RT_WARPS 8
-#define RT_EW 2
-#define RT_TT RW_K_ROUTER_GROUP
-static_assert(RT_WARPS >= RT_TT, "router: the last CTA routes one token per warp");
+/* Router logits on tensor cores: y [n, E] = x [n, H] fp32 . w [E, H]^T, bf16 weights.
+ *
+ * The weights are the A operand of mma.m16n8k16 (16 experts a tile) and the tokens the B operand
+ * (8 a tile). x is fp32, so each value is cut into three bf16 parts, x = hi + mid + lo exactly
+ * (each part the top 8 significant bits of what the previous ones left), and every product of a
+ * part with a bf16 weight is exact in fp32: the logits lose only the accumulation's rounding, as
+ * the fp32 dot product they replace did. hi goes to one accumulator and mid + lo to a second, so
+ * the small parts are not added into the large sum term by term.
+ *
+ * A CTA's RT_KS warps take fixed slices of H (RT_CHUNK columns a chunk, H / RT_CHUNK / RT_KS
+ * chunks a warp), each slice in chunk order, then one thread a logit adds the warps' sums in warp
+ * order. Every step depends on H only, never on n or on where a token sits in its tile (each mma
+ * output is its own dot product), so a token's logits are the same bits in any batch and with any
+ * tile shape; the tile shape (MT expert tiles by NT token tiles a warp) is picked by n for reuse.
+ *
+ * In a chunk, lane (g = lane / 4, q = lane % 4) reads 8 consecutive columns 8q..8q+7 of its rows
+ * (one 16-byte load of weights a row, two of x a token) and feeds them as the fragment columns
+ * 2q, 2q+1, 2q+8, 2q+9 of two k16 steps: a permutation of H that A and B share (both index k by
+ * lane % 4), so the sum is the same dot product with wide loads instead of 4-byte ones. */
+#define RT_KS 8     /* warps a CTA: slices of H */
+#define RT_CHUNK 32 /* columns of H a chunk: two k16 steps */
+
+/* x = hi + mid + lo for two fp32 values, packed as bf16 pairs (a in the low half): truncation
+ * keeps the sign and leaves an exact remainder with at most 16, then 8, significant bits (exact
+ * for every normal x; activations never come near the fp32 subnormals). */
+struct rt_parts {
+    uint32_t hi, mid, lo;
+};
+static __device__ __forceinline__ rt_parts rt_split(float a, float b) {
+    const uint32_t ha = __float_as_uint(a) & 0xffff0000u, hb = __float_as_uint(b) & 0xffff0000u;
+    const float ra = a - __uint_as_float(ha), rb = b - __uint_as_float(hb);
+    const uint32_t ma = __float_as_uint(ra) & 0xffff0000u, mb = __float_as_uint(rb) & 0xffff0000u;
+    const uint32_t la = __float_as_uint(ra - __uint_as_float(ma));
+    const uint32_t lb = __float_as_uint(rb - __uint_as_float(mb));
+    return {(ha >> 16) | hb, (ma >> 16) | mb, (la >> 16) | (lb & 0xffff0000u)};
+}
 
 /* ROUTE: the CTA that completes a token group's logits (the last of its gridDim.y CTAs to bump
- * the group's counter, which it then resets) routes the group's tokens, one per warp
- * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch
- * and its wait at batch 1. Token groups (TT = RT_TT) run two CTAs per SM: 128 registers hold the
- * loads of a chunk for all TT tokens; a lone token (TT = 1) four, in 64. E <= 256 fits with at
- * most a word spilled. */
-template <bool ROUTE, int EPL, int TT>
-__global__ void __launch_bounds__(RT_WARPS * 32, TT == 1 ? 4 : 2)
+ * the group's counter, which it then resets) routes the group's tokens, one per warp at a time
+ * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch and
+ * its wait at batch 1. */
+template <bool ROUTE, int EPL, int MT, int NT>
+__global__ void __launch_bounds__(RT_KS * 32, 2)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
                   float *__restrict__ wts, int32_t *__restrict__ cnt) {
+    __shared__ float red[RT_KS][MT * 16][NT * 8 + 1];
+    __shared__ int last;
     rw_pdl_begin();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t t0 = (int64_t)blockIdx.x * TT;
-    const int64_t e0 = ((int64_t)blockIdx.y * RT_WARPS + warp) * RT_EW;
-    const int nt = (int)(n - t0 < TT ? n - t0 : TT);
-    if (e0 < E) { /* whole warps */
-        float acc[RT_EW][TT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int64_t t0 = (int64_t)blockIdx.x * NT * 8, e0 = (int64_t)blockIdx.y * MT * 16;
+    const int64_t nch = (H + RT_CHUNK - 1) / RT_CHUNK, cpw = (nch + RT_KS - 1) / RT_KS;
+    const int64_t cbeg = warp * cpw, cend = cbeg + cpw < nch ? cbeg + cpw : nch;
+    float ah[MT][NT][4], al[MT][NT][4];
 #pragma unroll
-        for (int a = 0; a < RT_EW; a++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int b = 0; b < TT; b++)
-                acc[a][b] = 0.0f;
-        /* one token: unrolled so a warp has several chunks' loads in flight (H = 2048 is 8
-         * chunks); a group already has the loads of its TT tokens in flight */
-#pragma unroll(TT == 1 ? 4 : 1)
-        for (int64_t c = (int64_t)lane * 8; c < H; c += 256) {
-            float wv[RT_EW][8];
+        for (int t = 0; t < NT; t++)
 #pragma unroll
-            for (int a = 0; a < RT_EW; a++) {
-                uint4 u = make_uint4(0, 0, 0, 0);
-                if (e0 + a < E) u = __ldg((const uint4 *)(w + (e0 + a) * H + c));
-                const uint32_t uw[4] = {u.x, u.y, u.z, u.w};
+            for (int i = 0; i < 4; i++)
+                ah[m][t][i] = al[m][t][i] = 0.0f;
+    /* chunks in flight a warp: 64 registers of loads */
+    constexpr int RT_BATCH = MT * NT > 1 ? 2 : 4;
+    for (int64_t cb = cbeg; cb < cend; cb += RT_BATCH) {
+        uint4 wv[RT_BATCH][MT][2];
+        float4 xv[RT_BATCH][NT][2];
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    wv[a][2 * i] = __uint_as_float(uw[i] << 16);
-                    wv[a][2 * i + 1] = __uint_as_float(uw[i] & 0xffff0000u);
+        for (int b = 0; b < RT_BATCH; b++) {
+            const int64_t col = (cb + b) * RT_CHUNK + 8 * q;
+            const bool in = cb + b < cend && col < H;
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int64_t e = e0 + m * 16 + r * 8 + g;
+                    wv[b][m][r] = in && e < E ? __ldg((const uint4 *)(w + e * H + col))
+                                              : make_uint4(0, 0, 0, 0);
                 }
-            }
 #pragma unroll
-            for (int b = 0; b < TT; b++) {
-                /* a predicated load, not a break at nt: with the break, each token's loads waited
-                 * for the previous token's FMAs, a memory round trip per token and chunk (23 us a
-                 * layer for a 256-token step, ncu on an H200). The sums of the missing tokens
-                 * (zeros) are never stored. */
-                float4 p0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), p1 = p0;
-                if (b < nt) {
-                    p0 = __ldg((const float4 *)(x + (t0 + b) * H + c));
-                    p1 = __ldg((const float4 *)(x + (t0 + b) * H + c + 4));
-                }
-                const float xv[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-#pragma unroll
-                for (int a = 0; a < RT_EW; a++) {
-                    float sum = acc[a][b];
-#pragma unroll
-                    for (int i = 0; i < 8; i++)
-                        sum = fmaf(xv[i], wv[a][i], sum);
-                    acc[a][b] = sum;
-                }
+            for (int t = 0; t < NT; t++) {
+                const int64_t tok = t0 + t * 8 + g;
+                const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                xv[b][t][0] = in && tok < n ? __ldg((const float4 *)(x + tok * H + col)) : z;
+                xv[b][t][1] = in && tok < n ? __ldg((const float4 *)(x + tok * H + col + 4)) : z;
             }
         }
 #pragma unroll
-        for (int a = 0; a < RT_EW; a++)
+        for (int b = 0; b < RT_BATCH; b++)
 #pragma unroll
-            for (int b = 0; b < TT; b++) {
-                float v = acc[a][b];
+            for (int s = 0; s < 2; s++) {
+                rt_parts b0[NT], b1[NT];
 #pragma unroll
-                for (int o = 16; o > 0; o >>= 1)
-                    v += __shfl_xor_sync(0xffffffffu, v, o);
-                if (lane == 0 && b < nt && e0 + a < E) y[(t0 + b) * E + e0 + a] = v;
+                for (int t = 0; t < NT; t++) {
+                    b0[t] = rt_split(xv[b][t][s].x, xv[b][t][s].y);
+                    b1[t] = rt_split(xv[b][t][s].z, xv[b][t][s].w);
+                }
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    const uint32_t *w0 = (const uint32_t *)&wv[b][m][0];
+                    const uint32_t *w1 = (const uint32_t *)&wv[b][m][1];
+                    const uint32_t a[4] = {w0[2 * s], w1[2 * s], w0[2 * s + 1], w1[2 * s + 1]};
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        rw_mma_bf16_16816(ah[m][t], a, b0[t].hi, b1[t].hi);
+                        rw_mma_bf16_16816(al[m][t], a, b0[t].mid, b1[t].mid);
+                        rw_mma_bf16_16816(al[m][t], a, b0[t].lo, b1[t].lo);
+                    }
+                }
             }
     }
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                red[warp][m * 16 + g + 8 * (i >> 1)][t * 8 + 2 * q + (i & 1)] =
+                    ah[m][t][i] + al[m][t][i];
+    __syncthreads();
+    const int nt = (int)(n - t0 < NT * 8 ? n - t0 : NT * 8);
+    for (int o = threadIdx.x; o < MT * 16 * NT * 8; o += RT_KS * 32) {
+        const int r = o % (MT * 16), c = o / (MT * 16);
+        float v = red[0][r][c];
+#pragma unroll
+        for (int j = 1; j < RT_KS; j++)
+            v += red[j][r][c];
+        if (c < nt && e0 + r < E) y[(t0 + c) * E + e0 + r] = v;
+    }
     if (!ROUTE) return;
-    __shared__ int last;
     __threadfence(); /* this CTA's logits before its count */
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -102,9 +147,9 @@ __global__ void __launch_bounds__(RT_WARPS * 32, TT == 1 ? 4 : 2)
     __syncthreads();
     if (!last) return;
     __threadfence(); /* the other CTAs' logits after their counts */
-    if (warp < nt)
-        rw_moe_route_warp<EPL>(y + (t0 + warp) * E, (int)E, k, renorm, ids + (t0 + warp) * k,
-                               wts + (t0 + warp) * k);
+    for (int t = warp; t < nt; t += RT_KS)
+        rw_moe_route_warp<EPL>(y + (t0 + t) * E, (int)E, k, renorm, ids + (t0 + t) * k,
+                               wts + (t0 + t) * k);
 }
 
 static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_err *err) {
@@ -114,33 +159,37 @@ static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_e
     return RW_OK;
 }
 
-/* Tokens a CTA takes for n tokens: a one-token step takes CTAs of one token (TT = 1), which keep
- * four chunks' loads in flight in 64 registers; larger batches groups of RT_TT tokens (one group
- * per counter either way). */
-static int router_tt(int64_t n) {
-    return n == 1 ? 1 : RT_TT;
+/* Tile shapes by batch: one expert tile by one token tile a warp for decode batches (more CTAs
+ * to spread the loads over), two by two for prefill (half the re-reads of x and w). The shape
+ * changes which CTA computes a logit, not its bits. */
+enum { RT_SMALL, RT_LARGE };
+static int router_shape(int64_t n) {
+    return n <= 256 ? RT_SMALL : RT_LARGE;
 }
 static dim3 router_grid(int64_t n, int64_t E) {
-    const int tt = router_tt(n);
-    return dim3((unsigned)((n + tt - 1) / tt),
-                (unsigned)((E + RT_WARPS * RT_EW - 1) / (RT_WARPS * RT_EW)));
+    const int mt = router_shape(n) == RT_SMALL ? 1 : 2, nt = mt;
+    return dim3((unsigned)((n + 8 * nt - 1) / (8 * nt)), (unsigned)((E + 16 * mt - 1) / (16 * mt)));
 }
-/* The routing instance for EPL logits a lane (rw_moe_route_epl) and TT tokens a CTA. */
-template <int TT> static auto router_topk_kernel(int epl) -> decltype(&router_kernel<true, 4, TT>) {
-    return epl == 4    ? router_kernel<true, 4, TT>
-           : epl == 8  ? router_kernel<true, 8, TT>
-           : epl == 16 ? router_kernel<true, 16, TT>
-                       : router_kernel<true, 32, TT>;
+template <bool ROUTE, int EPL>
+static auto router_pick(int64_t n) -> decltype(&router_kernel<ROUTE, EPL, 1, 1>) {
+    return router_shape(n) == RT_SMALL ? router_kernel<ROUTE, EPL, 1, 1>
+                                       : router_kernel<ROUTE, EPL, 2, 2>;
+}
+/* The routing instance for EPL logits a lane (rw_moe_route_epl). */
+static auto router_topk_kernel(int epl, int64_t n) -> decltype(&router_kernel<true, 4, 1, 1>) {
+    return epl == 4    ? router_pick<true, 4>(n)
+           : epl == 8  ? router_pick<true, 8>(n)
+           : epl == 16 ? router_pick<true, 16>(n)
+                       : router_pick<true, 32>(n);
 }
 
 extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                                  float *y, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     RW_CHECK(router_check(x, w, H, err));
-    (void)rw_launch_pdl(router_tt(n) == 1 ? router_kernel<false, 4, 1>
-                                          : router_kernel<false, 4, RT_TT>,
-                        router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, 0,
-                        false, (int32_t *)NULL, (float *)NULL, (int32_t *)NULL);
+    (void)rw_launch_pdl(router_pick<false, 4>(n), router_grid(n, E), RT_KS * 32, 0,
+                        (cudaStream_t)s, x, w, n, E, H, y, 0, false, (int32_t *)NULL,
+                        (float *)NULL, (int32_t *)NULL);
     return LAUNCH_CHECK(s, "router");
 }
 
@@ -156,9 +205,7 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
     if (!cnt || ncnt < rw_k_router_counters(n))
         RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
-    const int epl = rw_moe_route_epl((int)E);
-    auto kern = router_tt(n) == 1 ? router_topk_kernel<1>(epl) : router_topk_kernel<RT_TT>(epl);
-    (void)rw_launch_pdl(kern, router_grid(n, E), RT_WARPS * 32, 0, (cudaStream_t)s, x, w, n, E, H,
-                        y, k, renorm, ids, wts, cnt);
+    (void)rw_launch_pdl(router_topk_kernel(rw_moe_route_epl((int)E), n), router_grid(n, E),
+                        RT_KS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, k, renorm, ids, wts, cnt);
     return LAUNCH_CHECK(s, "router");
 }

@@ -10,9 +10,9 @@
 extern "C" {
 #endif
 
-/* Router logits in fp32: y [n, E] = x [n, H] fp32 . w [E, H] bf16 (upcast exactly). H % 8 == 0,
- * x and w 16-byte aligned. A token's logits do not depend on the rest of the batch (bit for bit).
- */
+/* Router logits in fp32: y [n, E] = x [n, H] fp32 . w [E, H] bf16 (upcast exactly), every
+ * product exact and the sums in an order fixed by H. H % 8 == 0, x and w 16-byte aligned. A
+ * token's logits do not depend on the rest of the batch (bit for bit). */
 void rw_k_router_ref(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y);
 rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H, float *y,
                       rw_stream s, rw_err *err);
@@ -21,7 +21,7 @@ rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, i
  * rw_moe_route_cuda(y, n, E, k, renorm, ...) writes them, bit for bit. cnt: ncnt >=
  * rw_k_router_counters(n) int32 counters, zero before the call and zero after it (the routing
  * runs in the CTA that finishes a group of tokens). E <= 1024, k <= 32. */
-#define RW_K_ROUTER_GROUP 8 /* tokens per group (one counter each) */
+#define RW_K_ROUTER_GROUP 8 /* the fewest tokens a group (one counter each) */
 int64_t rw_k_router_counters(int64_t max_n);
 rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                            int k, bool renorm, float *y, int32_t *ids, float *wts, int32_t *cnt,
