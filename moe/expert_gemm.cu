@@ -434,6 +434,12 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
     }
     if (grid_x * (g.M / MOE_BM) <= sms)
         return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+    /* the bf16 down projection of a multi-wave decode grid: 3 stages of 20 KB leave room for
+     * three CTAs an SM, whose ramps overlap, where 4 stages (the pipelined form) fit two: a b256
+     * step's experts 333.0 -> 328.1 us a layer on an H200 (5 stages 329.2, 6 stages 352; w13,
+     * whose stages are 24 KB, 333.3 with 3 and 375 with 5) */
+    if (!W13 && fmt == FMT_BF16 && !split)
+        return launch_gemm<32, FMT_BF16, false, false, 3>(g, grid_x, s, err);
     return launch_fmt<32, W13>(fmt, split, g, grid_x, s, err);
 }
 

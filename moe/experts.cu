@@ -150,12 +150,19 @@ static moe_ws ws_layout(void *base, int64_t E, int64_t P, int64_t H, int64_t max
 }
 
 /* Tokens per pass: bounds the y buffer ([chunk * k, H] fp32). */
-#define MOE_CHUNK 4096
+#define MOE_CHUNK RW_MOE_CUDA_CHUNK
 
 extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok,
                                                 int k) {
     const int64_t chunk = max_tok < MOE_CHUNK ? max_tok : MOE_CHUNK;
     return ws_layout(NULL, E, P, H, chunk < 1 ? 1 : chunk, k).bytes;
+}
+
+extern "C" void rw_moe_experts_cuda_rows(void *ws, int64_t E, int64_t P, int64_t H, int64_t ntok,
+                                         int k, const float **y, const int32_t **inv) {
+    const moe_ws w = ws_layout(ws, E, P, H, ntok < 1 ? 1 : ntok, k);
+    *y = w.y;
+    *inv = w.inv;
 }
 
 extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
@@ -164,9 +171,14 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
                                          int k, float *out, void *ws, size_t ws_bytes, rw_stream s,
                                          rw_err *err) {
     if (ntok <= 0) return RW_OK;
-    if (!lw || !d || !x || !ids || !weights || !out || !ws || k < 1)
+    if (!lw || !d || !x || !ids || !weights || !ws || k < 1)
         return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
                           "moe experts (cuda): NULL argument or k = %d", k);
+    if (!out && ntok > MOE_CHUNK)
+        return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
+                          "moe experts (cuda): no output for %lld tokens (the rows are left in "
+                          "the workspace for at most %d)",
+                          (long long)ntok, MOE_CHUNK);
     const int64_t P = d->P, E = lw->w13.shape[0];
     if (E > 1024)
         return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
@@ -239,7 +251,8 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         g.xin = w.act;
         g.xin_lo = split2 ? w.act_lo : NULL;
         RW_CHECK(moe_gemm_pass(false, tn, fmt, split2, g, grid_x, sms, s, err));
-        RW_CHECK(combine_launch(w.y, w.inv, weights + t0 * k, nt, k, H, out + t0 * H, st, err));
+        if (out)
+            RW_CHECK(combine_launch(w.y, w.inv, weights + t0 * k, nt, k, H, out + t0 * H, st, err));
     }
     return RW_OK;
 }

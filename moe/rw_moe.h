@@ -265,7 +265,13 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
  * Each output element is one thread's fixed-order sum: a token's result does not depend on the
  * other tokens of the batch, in either mode. H and P multiples of 128. ws holds
  * rw_moe_experts_cuda_workspace(E_l, P, H, max_tok, k) bytes for calls with ntok <= max_tok
- * (either mode). */
+ * (either mode).
+ * out == NULL (ntok <= RW_MOE_CUDA_CHUNK): the combine is left to the caller. The expert rows stay
+ * in ws until its next use: rw_moe_experts_cuda_rows gives y [ntok k, H] fp32 (the rows in sorted
+ * order) and inv [ntok k] (assignment t k + j -> its row of y, -1 for an expert not local), and
+ * out[t] += sum_j weights[t k + j] y[inv[t k + j]], one fmaf a slot in order from 0, is the
+ * combine (worker's rw_k_combine_rmsnorm fuses it into the next norm). */
+#define RW_MOE_CUDA_CHUNK 4096
 rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
                             int32_t *ids, float *weights, rw_stream s, rw_err *err);
 size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok, int k);
@@ -273,6 +279,8 @@ rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, i
                               const uint16_t *x, const uint16_t *x_lo, bool act_pair, int64_t ntok,
                               const int32_t *ids, const float *weights, int k, float *out,
                               void *ws, size_t ws_bytes, rw_stream s, rw_err *err);
+void rw_moe_experts_cuda_rows(void *ws, int64_t E, int64_t P, int64_t H, int64_t ntok, int k,
+                              const float **y, const int32_t **inv);
 
 #ifdef __cplusplus
 }

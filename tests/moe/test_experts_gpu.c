@@ -447,8 +447,9 @@ static void test_bf16(void **s) {
     check(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 2);  /* unpadded, wide tiles */
     check(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 3); /* more than one 4096-token pass */
     check(RW_WFMT_BF16, 16, 96, 128, 1, 0, 10, 37, 8);  /* top-10: the combine's 32 slots */
-    /* decode-width tiles in grids of more than one wave (4-stage pipelines), each token then
-     * alone in a one-wave grid (6 stages), at the model's K of 6-32 blocks */
+    /* decode-width tiles in grids of more than one wave (4-stage pipelines, 3 for the unsplit
+     * down projection), each token then alone in a one-wave grid (6 stages), at the model's K of
+     * 6-32 blocks */
     check(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 21);  /* 32-token tiles */
     check(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 22); /* 16-token tiles */
 }

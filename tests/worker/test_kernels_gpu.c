@@ -126,6 +126,101 @@ static void test_norms(void **state) {
     free(gx);
 }
 
+/* The experts' combine fused into the next norm: x after the combine is the reference's bit for
+ * bit (fmaf over the slots in order, then one add), and the outputs are rw_k_add_rmsnorm's on
+ * that x byte for byte (the fused path must not move a bit of the forward pass) and within the
+ * norms' tolerances of the reference. Slots with no row (-1) are skipped. */
+static void combine_norm_case(int64_t n, int64_t H, int k, uint64_t seed) {
+    const int64_t R = n * k;
+    float *x = malloc(4 * n * H), *y = malloc(4 * R * H), *wts = malloc(4 * n * k);
+    float *x2 = malloc(4 * n * H), *gx = malloc(4 * n * H);
+    float *of = malloc(4 * n * H), *gof = malloc(4 * n * H), *gof2 = malloc(4 * n * H);
+    uint16_t *w = malloc(2 * H), *ob = malloc(2 * n * H), *ol = malloc(2 * n * H);
+    uint16_t *gob = malloc(2 * n * H), *gol = malloc(2 * n * H);
+    uint16_t *gob2 = malloc(2 * n * H), *gol2 = malloc(2 * n * H);
+    int32_t *inv = malloc(4 * n * k);
+    rw_test_fill_f32(x, (size_t)(n * H), seed, 1.0f);
+    rw_test_fill_f32(y, (size_t)(R * H), seed + 1, 0.5f);
+    rw_rng r;
+    rw_rng_seed(&r, seed + 2);
+    for (int64_t i = 0; i < H; i++)
+        w[i] = rw_f32_to_bf16(1.0f + 0.1f * rw_rng_normal(&r));
+    for (int64_t i = 0; i < n * k; i++) { /* a permutation of the rows, every 7th slot empty */
+        inv[i] = i % 7 == 3 ? -1 : (int32_t)((i * 5 + 1) % R);
+        wts[i] = 0.05f + 0.2f * (float)rw_rng_uniform(&r);
+    }
+    float *dx = rw_tdev_put(x, 4 * n * H), *dy = rw_tdev_put(y, 4 * R * H);
+    float *dwt = rw_tdev_put(wts, 4 * n * k), *dof;
+    int32_t *dinv = rw_tdev_put(inv, 4 * n * k);
+    uint16_t *dw = rw_tdev_put(w, 2 * H), *dob, *dol;
+    RW_TCK(cudaMalloc((void **)&dob, 2 * n * H));
+    RW_TCK(cudaMalloc((void **)&dol, 2 * n * H));
+    RW_TCK(cudaMalloc((void **)&dof, 4 * n * H));
+    rw_err err = {0};
+    memcpy(x2, x, 4 * n * H);
+    rw_k_combine_rmsnorm_ref(x2, y, inv, wts, k, w, n, H, 1e-6f, ob, ol, of);
+    RW_ASSERT_OK(rw_k_combine_rmsnorm(dx, dy, dinv, dwt, k, dw, n, H, 1e-6f, dob, dol, dof, NULL,
+                                      &err),
+                 &err);
+    rw_tdev_get(gx, dx, 4 * n * H);
+    rw_tdev_get(gob, dob, 2 * n * H);
+    rw_tdev_get(gol, dol, 2 * n * H);
+    rw_tdev_get(gof, dof, 4 * n * H);
+    char what[96];
+    snprintf(what, sizeof what, "combine_rmsnorm n %lld H %lld k %d: x", (long long)n,
+             (long long)H, k);
+    rw_assert_bytes_equal(gx, x2, 4 * n * H, what);
+    rw_assert_close(gof, of, (size_t)(n * H), RW_TOL_F32_REORDER, "combine_rmsnorm f32");
+    rw_assert_close_pair(gob, gol, ob, ol, (size_t)(n * H), RW_TOL_BF16_PAIR,
+                         "combine_rmsnorm hi + lo");
+    /* the unfused path on the combined x: the same bytes */
+    RW_TCK(cudaMemcpy(dx, x2, 4 * n * H, cudaMemcpyHostToDevice));
+    RW_ASSERT_OK(rw_k_add_rmsnorm(dx, NULL, dw, n, H, 1e-6f, dob, dol, dof, NULL, &err), &err);
+    rw_tdev_get(gob2, dob, 2 * n * H);
+    rw_tdev_get(gol2, dol, 2 * n * H);
+    rw_tdev_get(gof2, dof, 4 * n * H);
+    rw_assert_bytes_equal(gob, gob2, 2 * n * H, "combine_rmsnorm hi vs add_rmsnorm");
+    rw_assert_bytes_equal(gol, gol2, 2 * n * H, "combine_rmsnorm lo vs add_rmsnorm");
+    rw_assert_bytes_equal(gof, gof2, 4 * n * H, "combine_rmsnorm f32 vs add_rmsnorm");
+    /* unsupported shapes are refused by name */
+    assert_int_equal(rw_k_combine_rmsnorm(dx, dy, dinv, dwt, 9, dw, n, H, 1e-6f, dob, dol, dof,
+                                          NULL, &err),
+                     RW_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "combine_rmsnorm"));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dwt);
+    cudaFree(dinv);
+    cudaFree(dw);
+    cudaFree(dob);
+    cudaFree(dol);
+    cudaFree(dof);
+    free(x);
+    free(y);
+    free(wts);
+    free(x2);
+    free(gx);
+    free(of);
+    free(gof);
+    free(gof2);
+    free(w);
+    free(ob);
+    free(ol);
+    free(gob);
+    free(gol);
+    free(gob2);
+    free(gol2);
+    free(inv);
+}
+
+static void test_combine_norm(void **state) {
+    (void)state;
+    combine_norm_case(33, 2048, 8, 40);
+    combine_norm_case(1, 2048, 8, 41);
+    combine_norm_case(5, 200, 2, 42); /* H not a multiple of the CTA's 256 */
+    combine_norm_case(3, 64, 1, 43);
+}
+
 /* q, k, v as one fused [n, q | k | v] GEMM output (row stride (nh + 2 nkv) hd). */
 static void rope_case(int n, int nh, int nkv, int hd) {
     const int bs = 16, nblocks = 6;
@@ -854,7 +949,7 @@ static void test_sample_tiny_temperature(void **state) {
 int main(void) {
     rw_test_require_gpu(1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_norms), cmocka_unit_test(test_combine_norm),
         cmocka_unit_test(test_rope_kv),      cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_invariance),
         cmocka_unit_test(test_router),       cmocka_unit_test(test_sample),

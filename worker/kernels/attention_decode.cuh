@@ -256,9 +256,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     };
     /* Otherwise the ring: the warp's items are K, V of each block of its segments in order, item
      * i in slot i % NS, each one cp.async group, so before an item is read NS - 1 groups may
-     * still be in flight. ld_*: the next item to load; ld_base: the cache offsets of its block's 16-key
-     * groups, read from the block table when the cursor reaches the block, an item before they
-     * are needed (a lookup at the copy stalled the warp on a load of the table between its
+     * still be in flight. ld_*: the next item to load; ld_base: the cache offsets of its block's
+     * 16-key groups, read from the block table when the cursor reaches the block, an item before
+     * they are needed (a lookup at the copy stalled the warp on a load of the table between its
      * MMAs). */
     int ld_round = 0, ld_blk = 0, ld_v = 0, ld_slot = 0;
     int ld_seg = seg_of(0), ld_nb = ld_seg >= 0 ? nblocks_of(ld_seg) : 0;

@@ -27,6 +27,23 @@ void rw_k_add_rmsnorm_ref(float *x, const float *y, const uint16_t *w, int64_t n
     }
 }
 
+void rw_k_combine_rmsnorm_ref(float *x, const float *y, const int32_t *inv, const float *wts, int k,
+                              const uint16_t *w, int64_t n, int64_t H, float eps,
+                              uint16_t *out_hi, uint16_t *out_lo, float *out_f32) {
+    for (int64_t t = 0; t < n; t++) {
+        float *xt = x + t * H;
+        for (int64_t i = 0; i < H; i++) {
+            float s = 0.0f;
+            for (int j = 0; j < k; j++) {
+                const int32_t r = inv[t * k + j];
+                if (r >= 0) s = fmaf(wts[t * k + j], y[(int64_t)r * H + i], s);
+            }
+            xt[i] += s;
+        }
+    }
+    rw_k_add_rmsnorm_ref(x, NULL, w, n, H, eps, out_hi, out_lo, out_f32);
+}
+
 void rw_k_rmsnorm_rows_ref(float *x, const float *y, const int32_t *rows, int64_t n,
                            const uint16_t *w, int64_t H, float eps, uint16_t *out_hi,
                            uint16_t *out_lo) {

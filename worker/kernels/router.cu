@@ -50,8 +50,8 @@ static __device__ __forceinline__ rt_parts rt_split(float a, float b) {
  * the group's counter, which it then resets) routes the group's tokens, one per warp at a time
  * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch and
  * its wait at batch 1. */
-template <bool ROUTE, int EPL, int MT, int NT>
-__global__ void __launch_bounds__(RT_KS * 32, 2)
+template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16>
+__global__ void __launch_bounds__(RT_KS * 32, BATCH * (MT + NT) > 8 ? 1 : 2)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
                   float *__restrict__ wts, int32_t *__restrict__ cnt) {
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(RT_KS * 32, 2)
     __shared__ int last;
     rw_pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int64_t t0 = (int64_t)blockIdx.x * NT * 8, e0 = (int64_t)blockIdx.y * MT * 16;
+    const int64_t t0 = (int64_t)blockIdx.x * NT * 8, e0 = (int64_t)blockIdx.y * MT * ER;
     const int64_t nch = (H + RT_CHUNK - 1) / RT_CHUNK, cpw = (nch + RT_KS - 1) / RT_KS;
     const int64_t cbeg = warp * cpw, cend = cbeg + cpw < nch ? cbeg + cpw : nch;
     float ah[MT][NT][4], al[MT][NT][4];
@@ -70,22 +70,22 @@ __global__ void __launch_bounds__(RT_KS * 32, 2)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 ah[m][t][i] = al[m][t][i] = 0.0f;
-    /* chunks in flight a warp: 64 registers of loads */
-    constexpr int RT_BATCH = MT * NT > 1 ? 2 : 4;
-    for (int64_t cb = cbeg; cb < cend; cb += RT_BATCH) {
-        uint4 wv[RT_BATCH][MT][2];
-        float4 xv[RT_BATCH][NT][2];
+    for (int64_t cb = cbeg; cb < cend; cb += BATCH) { /* BATCH chunks' loads in flight */
+        uint4 wv[BATCH][MT][2];
+        float4 xv[BATCH][NT][2];
 #pragma unroll
-        for (int b = 0; b < RT_BATCH; b++) {
+        for (int b = 0; b < BATCH; b++) {
             const int64_t col = (cb + b) * RT_CHUNK + 8 * q;
             const bool in = cb + b < cend && col < H;
 #pragma unroll
             for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
-                    const int64_t e = e0 + m * 16 + r * 8 + g;
-                    wv[b][m][r] = in && e < E ? __ldg((const uint4 *)(w + e * H + col))
-                                              : make_uint4(0, 0, 0, 0);
+                    const int rr = m * 16 + r * 8 + g; /* ER = 8: rows 8..15 stay zero */
+                    const int64_t e = e0 + rr;
+                    wv[b][m][r] = in && rr < MT * ER && e < E
+                                      ? __ldg((const uint4 *)(w + e * H + col))
+                                      : make_uint4(0, 0, 0, 0);
                 }
 #pragma unroll
             for (int t = 0; t < NT; t++) {
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(RT_KS * 32, 2)
             }
         }
 #pragma unroll
-        for (int b = 0; b < RT_BATCH; b++)
+        for (int b = 0; b < BATCH; b++)
 #pragma unroll
             for (int s = 0; s < 2; s++) {
                 rt_parts b0[NT], b1[NT];
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(RT_KS * 32, 2)
 #pragma unroll
         for (int j = 1; j < RT_KS; j++)
             v += red[j][r][c];
-        if (c < nt && e0 + r < E) y[(t0 + c) * E + e0 + r] = v;
+        if (c < nt && r < MT * ER && e0 + r < E) y[(t0 + c) * E + e0 + r] = v;
     }
     if (!ROUTE) return;
     __threadfence(); /* this CTA's logits before its count */
@@ -160,23 +160,24 @@ static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_e
 }
 
 /* Tile shapes by batch: one expert tile by one token tile a warp for decode batches (more CTAs
- * to spread the loads over), two by two for prefill (half the re-reads of x and w). The shape
- * changes which CTA computes a logit, not its bits. */
-enum { RT_SMALL, RT_LARGE };
-static int router_shape(int64_t n) {
-    return n <= 256 ? RT_SMALL : RT_LARGE;
+ * to spread the loads over), two by two for prefill (half the re-reads of x and w). A warp has
+ * BATCH chunks' loads in flight, 64 registers of them with two CTAs an SM. A step of at most one
+ * token group is bound by the latency of the weights' loads: its CTAs take 8 experts each (the
+ * tile's other 8 rows zero), twice the CTAs to spread E x H over, one an SM, and 8 chunks at once
+ * (H = 2048: a warp's whole slice, one memory round trip instead of two). The shape changes which
+ * CTA computes a logit and when its loads are issued, not its bits. */
+template <bool ROUTE, int EPL>
+static auto router_pick(int64_t n) -> decltype(&router_kernel<ROUTE, EPL, 1, 1, 4>) {
+    return n <= 8     ? router_kernel<ROUTE, EPL, 1, 1, 8, 8>
+           : n <= 256 ? router_kernel<ROUTE, EPL, 1, 1, 4>
+                      : router_kernel<ROUTE, EPL, 2, 2, 2>;
 }
 static dim3 router_grid(int64_t n, int64_t E) {
-    const int mt = router_shape(n) == RT_SMALL ? 1 : 2, nt = mt;
-    return dim3((unsigned)((n + 8 * nt - 1) / (8 * nt)), (unsigned)((E + 16 * mt - 1) / (16 * mt)));
-}
-template <bool ROUTE, int EPL>
-static auto router_pick(int64_t n) -> decltype(&router_kernel<ROUTE, EPL, 1, 1>) {
-    return router_shape(n) == RT_SMALL ? router_kernel<ROUTE, EPL, 1, 1>
-                                       : router_kernel<ROUTE, EPL, 2, 2>;
+    const int nt = n <= 256 ? 1 : 2, er = n <= 8 ? 8 : n <= 256 ? 16 : 32;
+    return dim3((unsigned)((n + 8 * nt - 1) / (8 * nt)), (unsigned)((E + er - 1) / er));
 }
 /* The routing instance for EPL logits a lane (rw_moe_route_epl). */
-static auto router_topk_kernel(int epl, int64_t n) -> decltype(&router_kernel<true, 4, 1, 1>) {
+static auto router_topk_kernel(int epl, int64_t n) -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
     return epl == 4    ? router_pick<true, 4>(n)
            : epl == 8  ? router_pick<true, 8>(n)
            : epl == 16 ? router_pick<true, 16>(n)
