@@ -160,7 +160,8 @@ extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H,
 
 extern "C" void rw_moe_experts_cuda_rows(void *ws, int64_t E, int64_t P, int64_t H, int64_t ntok,
                                          int k, const float **y, const int32_t **inv) {
-    const moe_ws w = ws_layout(ws, E, P, H, ntok < 1 ? 1 : ntok, k);
+    const int64_t chunk = ntok < MOE_CHUNK ? ntok : MOE_CHUNK; /* rw_moe_experts_cuda's layout */
+    const moe_ws w = ws_layout(ws, E, P, H, chunk < 1 ? 1 : chunk, k);
     *y = w.y;
     *inv = w.inv;
 }

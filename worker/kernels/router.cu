@@ -172,6 +172,7 @@ static auto router_pick(int64_t n) -> decltype(&router_kernel<ROUTE, EPL, 1, 1, 
            : n <= 256 ? router_kernel<ROUTE, EPL, 1, 1, 4>
                       : router_kernel<ROUTE, EPL, 2, 2, 2>;
 }
+/* the grid of router_pick's shape for n tokens (the same thresholds) */
 static dim3 router_grid(int64_t n, int64_t E) {
     const int nt = n <= 256 ? 1 : 2, er = n <= 8 ? 8 : n <= 256 ? 16 : 32;
     return dim3((unsigned)((n + 8 * nt - 1) / (8 * nt)), (unsigned)((E + er - 1) / er));
