@@ -1,5 +1,6 @@
 /* test_cuda_numerics.c - the CUDA backend's rounding points emulated on the CPU
- * (tests/common/cuda_emul.h: rw_cuda_emul_score) on the transformers fixture (cpu suite):
+ * (tests/common/cuda_emul.h: rw_cuda_emul_score) on a transformers fixture (the tiny one in the
+ * cpu suite, the head_dim-128 one in the slow suite):
  * - with no rounding the emulation is the fp32 model: it equals the CPU backend (1e-4) and the
  *   reference (F1's 1e-3);
  * - the error each bf16 rounding point would cause against the reference, alone and all
@@ -16,7 +17,9 @@
  *   GEMM input, the softmax weights in P.V), and what keeping silu(g)*u a pair would give,
  *   printed for docs/BENCHMARKS.md;
  * - the CUDA backend's own rounding points (RW_EMUL_CUDA: K and V cache bf16, the rest near
- *   fp32) meet F2 (RW_TOL_CUDA_REF, >= 95% greedy) with no routing decision changed, also under
+ *   fp32) meet F2 (RW_TOL_CUDA_REF, >= 95% greedy) with no routing decision changed (on the
+ *   head_dim-128 fixture: none but the one its bf16 KV cache flips, and F2's logit bound is then
+ *   not asserted: the GPU test of that fixture is the known failure), also under
  * another GEMM summation order (fp32 vs double accumulation: what tensor cores, TP or another
  * kernel do), so the margin does not rest on one order. */
 #include <math.h>
@@ -24,7 +27,14 @@
 #include "cuda_emul.h"
 #include "worker_util.h"
 
+/* The fixture: the tiny one by default; worker_cuda_numerics_hd128 (slow suite) builds this file
+ * for the head_dim-128 one, whose bf16 KV cache is known to flip one router near-tie under the
+ * backend's rounding points (KNOWN_REROUTES; docs/BENCHMARKS.md, F2). */
+#ifndef RW_NUMERICS_FIXTURE
+#define RW_NUMERICS_FIXTURE RW_TEST_FIXTURE
 #define NPROMPT 4
+#define KNOWN_REROUTES 0
+#endif
 #define NGEN 24
 
 /* The fixture and the CPU backend's model of its checkpoint (the emulation's host weights). */
@@ -37,7 +47,7 @@ typedef struct fx {
 static int setup(void **state) {
     fx *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    rw_reference_setup((void **)&f->ref, RW_TEST_FIXTURE, NPROMPT, NGEN);
+    rw_reference_setup((void **)&f->ref, RW_NUMERICS_FIXTURE, NPROMPT, NGEN);
     f->cfg = &f->ref->cfg;
     f->cpu = rw_test_load_model(&f->ref->cfg, RW_BACKEND_CPU, f->ref->dir);
     *state = f;
@@ -238,10 +248,11 @@ static void test_rounding_points(void **state) {
     }
     run_free(&exact);
     /* F2 as the CUDA backend's rounding points imply it: logits within 5e-2 of the reference and
-     * >= 95% of the greedy tokens, with no routing decision changed */
-    assert_true(cuda.worst_ref <= 5e-2);
+     * >= 95% of the greedy tokens, with no routing decision changed but the fixture's known ones
+     * (a rerouted token moves by O(1), so F2's logit bound holds only without them) */
     assert_true(cuda.greedy * 100 >= cuda.total * 95);
-    assert_int_equal(cuda.reroutes, 0);
+    assert_true(cuda.reroutes <= KNOWN_REROUTES);
+    if (cuda.reroutes == 0) assert_true(cuda.worst_ref <= 5e-2);
 }
 
 /* The CUDA backend's rounding points under another GEMM summation order (fp32 in index order
@@ -257,7 +268,7 @@ static void test_order_sensitivity(void **state) {
                   "%d, max |logit diff| %.3g, max |logit - reference| %.3g\n",
                   c.reroutes, c.worst_base, c.worst_ref);
     assert_int_equal(c.reroutes, 0);
-    assert_true(c.worst_ref <= 5e-2);
+    if (KNOWN_REROUTES == 0) assert_true(c.worst_ref <= 5e-2);
     run_free(&a);
     run_free(&b);
 }
