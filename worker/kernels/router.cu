@@ -46,7 +46,9 @@ static __device__ __forceinline__ rt_parts rt_split(float a, float b) {
     return {(ha >> 16) | hb, (ma >> 16) | mb, (la >> 16) | (lb & 0xffff0000u)};
 }
 
-/* ROUTE: the CTA that completes a token group's logits (the last of its gridDim.y CTAs to bump
+/* A CTA: NT token tiles (8 NT tokens) by MT expert tiles of which ER rows are used (16, or 8 for
+ * the one-group steps: MT ER experts), BATCH chunks of each warp's slice loaded at a time.
+ * ROUTE: the CTA that completes a token group's logits (the last of its gridDim.y CTAs to bump
  * the group's counter, which it then resets) routes the group's tokens, one per warp at a time
  * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch and
  * its wait at batch 1. */
