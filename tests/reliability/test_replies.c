@@ -16,6 +16,16 @@
 
 #include "reliability_util.h"
 
+/* Built with AddressSanitizer (tools/test.sh --sanitize): gcc says so with __SANITIZE_ADDRESS__,
+ * clang with __has_feature. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RW_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RW_TEST_ASAN 1
+#endif
+#endif
+
 /* the worker's default --max-reply-bytes (worker/daemon/options.h) */
 #define RW_DAEMON_TEST_REPLY_BYTES (32u << 20)
 
@@ -63,6 +73,13 @@ static void assert_same_output(json_t *a, json_t *b, size_t i) {
  * the CPU sampler does not sort the vocabulary for every token. */
 static void test_over_64_mib_default(void **state) {
     (void)state;
+#ifdef RW_TEST_ASAN
+    /* Skipped under AddressSanitizer: its 276,480 greedy tokens with 20 top logprobs each took
+     * 29-31 min on a 2-core machine, and then more than the suite's 40-min limit. The plain build
+     * runs it (about 90 s), and the parts themselves run under the sanitizers in
+     * test_parts_lowered_limit. */
+    skip();
+#endif
     rl_start_fixture(&W1, NULL, (const char *const[]){"--max-batch", "1024", NULL});
     rw_client *c = dt_connect(&W1);
     enum { NP = 1152, NT = 240, TOP = 20 };
@@ -83,10 +100,9 @@ static void test_over_64_mib_default(void **state) {
         rw_msg *m;
         rw_reply r;
         rw_err_clear(&e);
-        /* the generation takes ~70 s, and 29-31 min under AddressSanitizer on a 2-core machine:
-         * wait up to just under the suite's limit there (600 s x 4), so that meson's timeout, not
-         * this one, is what a slower machine meets */
-        rw_status st = rw_client_wait(c, id, 2340 * 1000, &m, &r, NULL, NULL, &e);
+        /* the generation takes 70-90 s: wait up to just under the suite's limit (600 s), so that
+         * meson's timeout, not this one, is what a slower machine meets */
+        rw_status st = rw_client_wait(c, id, 590 * 1000, &m, &r, NULL, NULL, &e);
         if (st != RW_OK) fail_msg("generate of > 64 MiB: %s: %s", rw_status_str(st), e.msg);
         more = false;
         const rw_mobj *mo = rw_mobj_get(r.result, "more");
