@@ -151,17 +151,19 @@ static moe_ws ws_layout(void *base, int64_t E, int64_t P, int64_t H, int64_t max
 
 /* Tokens per pass: bounds the y buffer ([chunk * k, H] fp32). */
 #define MOE_CHUNK RW_MOE_CUDA_CHUNK
+/* the tokens of the passes of a call with ntok tokens (at least 1): the workspace's layout */
+static int64_t moe_chunk(int64_t ntok) {
+    return ntok < 1 ? 1 : ntok < MOE_CHUNK ? ntok : MOE_CHUNK;
+}
 
 extern "C" size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok,
                                                 int k) {
-    const int64_t chunk = max_tok < MOE_CHUNK ? max_tok : MOE_CHUNK;
-    return ws_layout(NULL, E, P, H, chunk < 1 ? 1 : chunk, k).bytes;
+    return ws_layout(NULL, E, P, H, moe_chunk(max_tok), k).bytes;
 }
 
 extern "C" void rw_moe_experts_cuda_rows(void *ws, int64_t E, int64_t P, int64_t H, int64_t ntok,
                                          int k, const float **y, const int32_t **inv) {
-    const int64_t chunk = ntok < MOE_CHUNK ? ntok : MOE_CHUNK; /* rw_moe_experts_cuda's layout */
-    const moe_ws w = ws_layout(ws, E, P, H, chunk < 1 ? 1 : chunk, k);
+    const moe_ws w = ws_layout(ws, E, P, H, moe_chunk(ntok), k);
     *y = w.y;
     *inv = w.inv;
 }
@@ -192,7 +194,7 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         return rw_err_set(err, RW_E_UNSUPPORTED, __FILE__, __LINE__,
                           "moe experts (cuda): mxfp8 with H = %lld, P = %lld (at most %d)",
                           (long long)H, (long long)P, MOE_MX_MAX_K);
-    const int64_t chunk = ntok < MOE_CHUNK ? ntok : MOE_CHUNK;
+    const int64_t chunk = moe_chunk(ntok);
     const size_t need = rw_moe_experts_cuda_workspace(E, P, H, chunk, k);
     if (ws_bytes < need)
         return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,

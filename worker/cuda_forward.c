@@ -72,7 +72,8 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
      * took as long as both (6.6 us) and the step got slower (3.91 -> 3.99 ms), so small steps
      * keep them apart (between 1 and 256 tokens the threshold is not measured). */
     const bool fuse =
-        !tp && ntok >= FUSE_MIN_TOK && ntok <= RW_MOE_CUDA_CHUNK && K <= 8 && H <= 2048;
+        !tp && ntok >= FUSE_MIN_TOK && ntok <= RW_MOE_CUDA_CHUNK && K <= RW_K_COMBINE_MAX_K &&
+        H <= RW_K_COMBINE_MAX_H;
     const float *ey = NULL;
     const int32_t *einv = NULL;
     if (fuse)

@@ -324,7 +324,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
 #pragma unroll
         for (int i = 0; i < NR; i++)
             ov[i] = 0.0f;
-        int vslot = 0; /* the slot of the last V read: refilled after the round's merge */
+        /* the slot of the last V read (PAIR: its pair's first slot), refilled after the round's
+         * merge */
+        int vslot = 0;
         if (sg >= 0) {
             const int nb = nblocks_of(sg);
             for (int j = 0; j < nb; j++) {
@@ -377,8 +379,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
             if (!PAIR && sg >= 0) load_next();
             continue;
         }
-        /* merge the round's segments in order. Slot vslot, the V read last, is refilled only after
-         * the barrier at the end of this merge, so until then it holds this warp's partial. */
+        /* merge the round's segments in order. Slot vslot (the V read last, or PAIR its pair's
+         * first slot) is refilled only after the barrier at the end of this merge, so until then
+         * it holds this warp's partial. */
         if (sg >= 0) {
             float *pw = (float *)(ring + (size_t)vslot * SBLK);
 #pragma unroll

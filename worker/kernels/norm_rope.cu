@@ -146,10 +146,13 @@ extern "C" rw_status rw_k_combine_rmsnorm(float *x, const float *y, const int32_
                                           uint16_t *out_lo, float *out_f32, rw_stream s,
                                           rw_err *err) {
     if (n <= 0) return RW_OK;
-    if (H > NORM_THREADS * 8 || k < 1 || k > 8)
-        RW_FAIL(err, RW_E_UNSUPPORTED, "combine_rmsnorm: H = %lld (at most %d), k = %d (1..8)",
-                (long long)H, NORM_THREADS * 8, k);
-    (void)rw_launch_pdl(combine_rmsnorm_kernel<8, 8>, dim3((unsigned)n), NORM_THREADS, 0,
+    static_assert(RW_K_COMBINE_MAX_H % NORM_THREADS == 0, "combine_rmsnorm: whole rows a CTA");
+    if (H > RW_K_COMBINE_MAX_H || k < 1 || k > RW_K_COMBINE_MAX_K)
+        RW_FAIL(err, RW_E_UNSUPPORTED, "combine_rmsnorm: H = %lld (at most %d), k = %d (1..%d)",
+                (long long)H, RW_K_COMBINE_MAX_H, k, RW_K_COMBINE_MAX_K);
+    (void)rw_launch_pdl(
+        combine_rmsnorm_kernel<RW_K_COMBINE_MAX_H / NORM_THREADS, RW_K_COMBINE_MAX_K>,
+        dim3((unsigned)n), NORM_THREADS, 0,
                         (cudaStream_t)s, x, y, inv, wts, k, w, H, eps, out_hi, out_lo, out_f32);
     return LAUNCH_CHECK(s, "combine_rmsnorm");
 }

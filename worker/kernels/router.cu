@@ -168,30 +168,38 @@ static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_e
  * tile's other 8 rows zero), twice the CTAs to spread E x H over, one an SM, and 8 chunks at once
  * (H = 2048: a warp's whole slice, one memory round trip instead of two). The shape changes which
  * CTA computes a logit and when its loads are issued, not its bits. */
-template <bool ROUTE, int EPL>
-static auto router_pick(int64_t n) -> decltype(&router_kernel<ROUTE, EPL, 1, 1, 4>) {
-    return n <= 8     ? router_kernel<ROUTE, EPL, 1, 1, 8, 8>
-           : n <= 256 ? router_kernel<ROUTE, EPL, 1, 1, 4>
-                      : router_kernel<ROUTE, EPL, 2, 2, 2>;
+struct rt_shape {
+    int nt, mt, er, batch; /* router_kernel's NT, MT, ER and BATCH */
+};
+static rt_shape router_shape(int64_t n) {
+    return n <= 8 ? rt_shape{1, 1, 8, 8} : n <= 256 ? rt_shape{1, 1, 16, 4} : rt_shape{2, 2, 16, 2};
 }
-/* the grid of router_pick's shape for n tokens (the same thresholds) */
-static dim3 router_grid(int64_t n, int64_t E) {
-    const int nt = n <= 256 ? 1 : 2, er = n <= 8 ? 8 : n <= 256 ? 16 : 32;
-    return dim3((unsigned)((n + 8 * nt - 1) / (8 * nt)), (unsigned)((E + er - 1) / er));
+/* the instance of shape sh (one of router_shape's three) */
+template <bool ROUTE, int EPL>
+static auto router_pick(rt_shape sh) -> decltype(&router_kernel<ROUTE, EPL, 1, 1, 4>) {
+    return sh.er == 8   ? router_kernel<ROUTE, EPL, 1, 1, 8, 8>
+           : sh.mt == 1 ? router_kernel<ROUTE, EPL, 1, 1, 4>
+                        : router_kernel<ROUTE, EPL, 2, 2, 2>;
+}
+static dim3 router_grid(rt_shape sh, int64_t n, int64_t E) {
+    const int64_t tokens = 8 * sh.nt, experts = (int64_t)sh.mt * sh.er;
+    return dim3((unsigned)((n + tokens - 1) / tokens), (unsigned)((E + experts - 1) / experts));
 }
 /* The routing instance for EPL logits a lane (rw_moe_route_epl). */
-static auto router_topk_kernel(int epl, int64_t n) -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
-    return epl == 4    ? router_pick<true, 4>(n)
-           : epl == 8  ? router_pick<true, 8>(n)
-           : epl == 16 ? router_pick<true, 16>(n)
-                       : router_pick<true, 32>(n);
+static auto router_topk_kernel(int epl, rt_shape sh)
+    -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
+    return epl == 4    ? router_pick<true, 4>(sh)
+           : epl == 8  ? router_pick<true, 8>(sh)
+           : epl == 16 ? router_pick<true, 16>(sh)
+                       : router_pick<true, 32>(sh);
 }
 
 extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                                  float *y, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     RW_CHECK(router_check(x, w, H, err));
-    (void)rw_launch_pdl(router_pick<false, 4>(n), router_grid(n, E), RT_KS * 32, 0,
+    const rt_shape sh = router_shape(n);
+    (void)rw_launch_pdl(router_pick<false, 4>(sh), router_grid(sh, n, E), RT_KS * 32, 0,
                         (cudaStream_t)s, x, w, n, E, H, y, 0, false, (int32_t *)NULL,
                         (float *)NULL, (int32_t *)NULL);
     return LAUNCH_CHECK(s, "router");
@@ -209,7 +217,8 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
     if (!cnt || ncnt < rw_k_router_counters(n))
         RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
-    (void)rw_launch_pdl(router_topk_kernel(rw_moe_route_epl((int)E), n), router_grid(n, E),
+    const rt_shape sh = router_shape(n);
+    (void)rw_launch_pdl(router_topk_kernel(rw_moe_route_epl((int)E), sh), router_grid(sh, n, E),
                         RT_KS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, k, renorm, ids, wts, cnt);
     return LAUNCH_CHECK(s, "router");
 }
