@@ -8,10 +8,15 @@
  *   - every kernel launched with rw_launch_pdl calls rw_pdl_begin() as its first statement,
  *     before any global memory access. Its wait returns once the previous kernel of the stream
  *     has completed and its writes are visible, exactly as with an ordinary launch; it is a no-op
- *     for a kernel launched without the attribute;
+ *     for a kernel launched without the attribute. One exception: a kernel may issue reads of
+ *     the model's weights before it (gemv.cu's tensor copies, the router's first weight loads).
+ *     No kernel of a forward pass writes a weight, and the kernel ahead of it was itself
+ *     scheduled only after everything before it (a weight update included) had completed;
  *   - rw_pdl_begin() then lets the next kernel of the stream be scheduled. That kernel waits in
  *     its own rw_pdl_begin() for this one to complete, so at most two kernels are in flight and
- *     every dependency, transitive ones included, is ordered as before.
+ *     every dependency, transitive ones included, is ordered as before. (Letting it be scheduled
+ *     before the wait, three kernels in flight, measured slower: a batch-1 step 3.89 -> 4.37 ms
+ *     on an H200, docs/BENCHMARKS.md.)
  * Nothing computed changes, only when CTAs are scheduled. RW_PDL=0 in the environment launches
  * ordinarily (read once per process). Captured into a CUDA graph, the attribute becomes a
  * programmatic edge with the same meaning. */
@@ -40,22 +45,39 @@ static inline bool rw_pdl_enabled(void) {
     return on != 0;
 }
 
-/* kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute; the error is the launch's
- * (cudaGetLastError reports it too). */
+/* kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute and, for cluster > 1,
+ * thread-block clusters of `cluster` consecutive CTAs along x (grid.x a multiple of it); the
+ * error is the launch's (cudaGetLastError reports it too). */
 template <typename... KArgs, typename... Args>
-static cudaError_t rw_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t s, Args... args) {
+static cudaError_t rw_launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                         size_t smem, cudaStream_t s, unsigned cluster,
+                                         Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (rw_pdl_enabled()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cluster;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = 1;
+    }
     cfg.attrs = at;
-    cfg.numAttrs = rw_pdl_enabled() ? 1 : 0;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+/* The same without clusters. */
+template <typename... KArgs, typename... Args>
+static cudaError_t rw_launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t s, Args... args) {
+    return rw_launch_pdl_cluster(kernel, grid, block, smem, s, 1u, args...);
 }
 
 #endif

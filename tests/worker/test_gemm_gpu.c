@@ -67,12 +67,13 @@ typedef struct shape {
  * M from one token to several token tiles; {2048, 4096} and {5120, 2048} are the model's o_proj
  * and q/k/v. K is split (rw_k_gemm_splits) in 4 (q/k/v; {200, 1032}: the last slice 72
  * columns, ending in half a k16 step; {200, 2056}, which 8 slices would leave empty) and 8
- * (o_proj, {64, 4096});
+ * (o_proj, {64, 4096}; {64, 8192}: slices of 1024 columns, longer than gemv.cu's ring);
  * at M <= 8 the slices go to separate CTAs, at larger M each CTA folds them. */
 static const shape k_shapes[] = {
     {256, 128, 37}, {128, 128, 1},    {512, 128, 300}, {128, 64, 9},     {64, 32, 130},
     {200, 40, 65},  {1000, 104, 513}, {2048, 4096, 3}, {5120, 2048, 16}, {200, 1032, 37},
     {200, 1032, 5}, {64, 4096, 600},  {5120, 2048, 1}, {200, 2056, 3},   {200, 2056, 40},
+    {64, 8192, 3},
 };
 
 /* (a) no split: Y vs the reference on the same bf16 activations */
@@ -172,10 +173,10 @@ static void test_split(void **state) {
 /* (c) batch invariance: every row of batches of 1, 2, 7, 33 and 129 rows (each sample row at a
  * different position, the other rows drawn from elsewhere in the batch) is byte-identical to the
  * same row of one batch of 300 rows; a second run of the 300 rows too. Where K is split, batches
- * of up to 7 rows give the slices separate CTAs and the others fold them. On sm_90a builds the
- * batches of 33, 129 and 300 rows run on the wgmma tiles wherever K's slices are whole stages
- * (the model's shapes among them), and the batches of 1, 2 and 7 on mma.sync tiles: this is
- * where the two instructions are held to the same bits. */
+ * of up to 7 rows give the slices separate CTAs (on sm_90a builds gemv.cu's clusters) and the
+ * others fold them. On sm_90a builds the batches of 33, 129 and 300 rows run on the wgmma tiles
+ * wherever K's slices are whole stages (the model's shapes among them), and the batches of 1, 2
+ * and 7 on mma.sync tiles: this is where the two instructions are held to the same bits. */
 #define INV_M 300
 static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) {
     static const int32_t samples[] = {0, 1, 5, 8, 63, 100, 128, 255, 299};
@@ -246,8 +247,9 @@ static void test_batch_invariance(void **state) {
     (void)state;
     /* partial weight tiles (72, 200, 1000), K = 40 (a partial 64-column block and a half k16
      * step), and the model's shapes, whose tile choice differs between the batch sizes */
-    static const int64_t nk[][2] = {{256, 128},   {72, 40},     {200, 40},   {1000, 104}, {128, 64},
-                                    {5120, 2048}, {2048, 4096}, {200, 1032}, {64, 4096}};
+    static const int64_t nk[][2] = {{256, 128},   {72, 40},     {200, 40},   {1000, 104},
+                                    {128, 64},    {5120, 2048}, {2048, 4096}, {200, 1032},
+                                    {64, 4096},   {64, 8192}};
     for (size_t i = 0; i < sizeof nk / sizeof nk[0]; i++) {
         check_invariance(nk[i][0], nk[i][1], false, 500 + 2 * i);
         check_invariance(nk[i][0], nk[i][1], true, 501 + 2 * i);

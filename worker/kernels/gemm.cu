@@ -16,7 +16,8 @@
  * function of N and K alone, slice boundaries at multiples of 64 columns). At M <= 8 each slice
  * gets a CTA: it writes its partial tile to the workspace, and the last of a tile's S CTAs to
  * finish (a counter per tile) adds the S partials in slice order, ((p0 + p1) + p2) + ..., and
- * writes Y. At larger M the tiles alone fill the GPU and one CTA folds the slices instead
+ * writes Y. (On sm_90a builds gemv.cu takes these launches: the same slices and sums, its S
+ * CTAs a thread-block cluster adding the partials in shared memory.) At larger M the tiles alone fill the GPU and one CTA folds the slices instead
  * (gemm_kernel's FOLD): it walks them in turn, each from a zeroed accumulator, and adds each
  * finished slice's sum to a running total in registers, in the same order and with the same
  * roundings as the split over CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over CTAs
@@ -62,6 +63,7 @@
 
 #include "cuda_check.h"
 #include "gemm.h"
+#include "gemv.cuh"
 #include "launch.cuh"
 #include "mma.cuh"
 #include "tma.cuh"
@@ -648,6 +650,10 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
                     (long long)N, (long long)((N + t.bn - 1) / t.bn), RW_K_GEMM_COUNTERS);
         g.counters = (unsigned *)ws;
         g.part = (float *)((uint8_t *)ws + RW_K_GEMM_COUNTERS * sizeof(unsigned));
+        /* a few tokens on a split weight: gemv.cu's form where it applies (the same bits) */
+        bool done = false;
+        RW_CHECK(rw_gemv_launch(W, N, K, x, x_lo, M, Y, g.S, g.span, s, &done, err));
+        if (done) return RW_OK;
     }
     return launch_tile(g, t, sms, s, err);
 }

@@ -59,7 +59,6 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH * (MT + NT) > 8 ? 1 : 2)
                   float *__restrict__ wts, int32_t *__restrict__ cnt) {
     __shared__ float red[RT_KS][MT * 16][NT * 8 + 1];
     __shared__ int last;
-    rw_pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int64_t t0 = (int64_t)blockIdx.x * NT * 8, e0 = (int64_t)blockIdx.y * MT * ER;
     const int64_t nch = (H + RT_CHUNK - 1) / RT_CHUNK, cpw = (nch + RT_KS - 1) / RT_KS;
@@ -72,9 +71,11 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH * (MT + NT) > 8 ? 1 : 2)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 ah[m][t][i] = al[m][t][i] = 0.0f;
-    for (int64_t cb = cbeg; cb < cend; cb += BATCH) { /* BATCH chunks' loads in flight */
-        uint4 wv[BATCH][MT][2];
-        float4 xv[BATCH][NT][2];
+    /* BATCH chunks' loads in flight: the weights of chunks cb.. (issued a batch ahead, the first
+     * batch before the wait for the previous kernel: no kernel of a forward pass writes them,
+     * launch.cuh), then x's */
+    uint4 wv[BATCH][MT][2];
+    auto load_w = [&](int64_t cb) {
 #pragma unroll
         for (int b = 0; b < BATCH; b++) {
             const int64_t col = (cb + b) * RT_CHUNK + 8 * q;
@@ -89,6 +90,16 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH * (MT + NT) > 8 ? 1 : 2)
                                       ? __ldg((const uint4 *)(w + e * H + col))
                                       : make_uint4(0, 0, 0, 0);
                 }
+        }
+    };
+    load_w(cbeg);
+    rw_pdl_begin();
+    for (int64_t cb = cbeg; cb < cend; cb += BATCH) {
+        float4 xv[BATCH][NT][2];
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            const int64_t col = (cb + b) * RT_CHUNK + 8 * q;
+            const bool in = cb + b < cend && col < H;
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const int64_t tok = t0 + t * 8 + g;
@@ -120,6 +131,7 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH * (MT + NT) > 8 ? 1 : 2)
                     }
                 }
             }
+        if (cb + BATCH < cend) load_w(cb + BATCH);
     }
 #pragma unroll
     for (int m = 0; m < MT; m++)
