@@ -45,8 +45,8 @@ namespace cg = cooperative_groups;
  * q/k/v and o_proj): 4 stages 10.4 and 9.9, the whole 512-column slice at once (8) 11.9 and 10.7 */
 #define GV_RING 4
 #define GV_STAGE (GV_BN * 128) /* one stage: 64 rows of 128 bytes */
-/* dynamic shared memory a CTA may take with three on an SM (228 KB, 1 KB reserved a CTA, the
- * static partial tile and barriers): 8 tokens' x pair and 4 stages take 50 KB */
+/* the most dynamic shared memory a launch takes (the model's slices: 4 stages and 8 tokens' x
+ * pair of 512 columns, 50 KB); larger slices of many tokens take gemm.cu's tiles */
 #define GV_SMEM_MAX (70 * 1024)
 
 typedef struct gv_args {
@@ -68,9 +68,7 @@ static __host__ __device__ gv_layout gv_layout_of(int M, int span, bool split) {
     l.xcols = nkb * 64;
     l.xstride = l.xcols + 8;
     const int xbytes = M * l.xstride * 2 * (split ? 2 : 1);
-    const int fit = (GV_SMEM_MAX - RW_WGMMA_SMEM_SLACK - xbytes) / GV_STAGE;
-    l.slots = fit < GV_RING ? (fit < 2 ? 2 : fit) : GV_RING;
-    l.slots = l.slots < nkb ? l.slots : nkb;
+    l.slots = nkb < GV_RING ? nkb : GV_RING;
     l.bytes = RW_WGMMA_SMEM_SLACK + l.slots * GV_STAGE + xbytes;
     return l;
 }
