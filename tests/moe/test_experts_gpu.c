@@ -163,6 +163,38 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
     }
     rw_assert_bytes_equal(got, again, sizeof(float) * (size_t)ntok * H,
                           "rerun with out unaligned (one column a thread in the combine)");
+    /* out = NULL (one pass of tokens): the expert rows stay in the workspace where
+     * rw_moe_experts_cuda_rows says; summed as the combine sums them (fmaf over the slots in
+     * order from 0, then one add to out: what the worker's fused norm does) they give its bits */
+    if (ntok <= RW_MOE_CUDA_CHUNK) {
+        const int64_t El = lw.w13.shape[0], A = (int64_t)ntok * k;
+        RW_ASSERT_OK(rw_moe_experts_cuda(&lw, &pl.d, H, dx, NULL, false, ntok, did, dw, k, NULL,
+                                         dws, gws, NULL, &err),
+                     &err);
+        RW_TCK(cudaDeviceSynchronize());
+        const float *dy = NULL;
+        const int32_t *dinv = NULL;
+        rw_moe_experts_cuda_rows(dws, El, pl.d.P, H, ntok, k, &dy, &dinv);
+        float *y = malloc(sizeof(float) * (size_t)(A * H));
+        int32_t *inv = malloc(sizeof(int32_t) * (size_t)A);
+        float *sum = malloc(sizeof(float) * (size_t)ntok * H);
+        RW_TCK(cudaMemcpy(y, dy, sizeof(float) * (size_t)(A * H), cudaMemcpyDeviceToHost));
+        RW_TCK(cudaMemcpy(inv, dinv, sizeof(int32_t) * (size_t)A, cudaMemcpyDeviceToHost));
+        for (int64_t t = 0; t < ntok; t++)
+            for (int64_t h = 0; h < H; h++) {
+                float acc = 0.0f;
+                for (int j = 0; j < k; j++) {
+                    const int32_t row = inv[t * k + j];
+                    if (row >= 0) acc = fmaf(w[t * k + j], y[(int64_t)row * H + h], acc);
+                }
+                sum[t * H + h] = half[t * H + h] + acc;
+            }
+        rw_assert_bytes_equal(sum, got, sizeof(float) * (size_t)ntok * H,
+                              "rows left in the workspace (out = NULL), combined on the host");
+        free(y);
+        free(inv);
+        free(sum);
+    }
     double mx = 0, worst = 0;
     int64_t wi = 0;
     for (int64_t i = 0; i < (int64_t)ntok * H; i++)
