@@ -11,19 +11,19 @@
  * moe/expert_gemm.cu). Rows n >= N, tokens m >= M and columns past the slice are zero-filled by
  * cp.async with a source size of 0.
  *
- * K split. A weight of few rows (o_proj 2048 x 4096, q/k/v 5120 x 2048) gives too few tiles to
- * keep every SM streaming at small M, so its K range is cut into S slices (rw_k_gemm_splits: a
- * function of N and K alone, slice boundaries at multiples of 64 columns). At M <= 8 each slice
- * gets a CTA: it writes its partial tile to the workspace, and the last of a tile's S CTAs to
- * finish (a counter per tile) adds the S partials in slice order, ((p0 + p1) + p2) + ..., and
- * writes Y. (On sm_90a builds gemv.cu takes these launches: the same slices and sums, its S
- * CTAs a thread-block cluster adding the partials in shared memory.) At larger M the tiles alone fill the GPU and one CTA folds the slices instead
- * (gemm_kernel's FOLD): it walks them in turn, each from a zeroed accumulator, and adds each
- * finished slice's sum to a running total in registers, in the same order and with the same
- * roundings as the split over CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over CTAs
- * at M = 256 were up to 1.8 x slower than no split (partials' traffic, smaller tiles); a running
- * total stored in Y and read back 1.5 x; the total's registers in every instantiation slowed
- * unsplit wide tiles by up to 1.15 x, hence FOLD only where S > 1.
+ * K split. A weight of few rows (o_proj 2048 x 4096, q/k/v 5120 x 2048) gives too few tiles to keep
+ * every SM streaming at small M, so its K range is cut into S slices (rw_k_gemm_splits: a function
+ * of N and K alone, slice boundaries at multiples of 64 columns). At M <= 8 each slice gets a CTA:
+ * it writes its partial tile to the workspace, and the last of a tile's S CTAs to finish (a counter
+ * per tile) adds the S partials in slice order, ((p0 + p1) + p2) + ..., and writes Y. (On sm_90a
+ * builds gemv.cu takes these launches: the same slices and sums, its S CTAs a thread-block cluster
+ * adding the partials in shared memory.) At larger M the tiles alone fill the GPU and one CTA folds
+ * the slices instead (gemm_kernel's FOLD): it walks them in turn, each from a zeroed accumulator,
+ * and adds each finished slice's sum to a running total in registers, in the same order and with
+ * the same roundings as the split over CTAs. Measured on an H200 (docs/BENCHMARKS.md): slices over
+ * CTAs at M = 256 were up to 1.8 x slower than no split (partials' traffic, smaller tiles); a
+ * running total stored in Y and read back 1.5 x; the total's registers in every instantiation
+ * slowed unsplit wide tiles by up to 1.15 x, hence FOLD only where S > 1.
  *
  * Batch invariance. Element (m, n) of slice s is accumulated by one thread in one fp32 register:
  * starting from 0, one mma per k16 step for k0 = begin(s), begin(s) + 16, ... < end(s) in

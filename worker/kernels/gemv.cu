@@ -53,7 +53,7 @@ typedef struct gv_args {
     const uint16_t *x, *xlo;
     float *Y;
     int N, K, M, S, span; /* span: columns a slice (the last one ends at K) */
-    int slots;            /* ring stages (gv_layout) */
+    int slots;            /* ring stages (gv_layout_of; passed in, not recomputed per thread) */
 } gv_args;
 
 /* Shared memory of a launch: the stage ring (1024-byte aligned for the swizzle), then x's rows
@@ -165,11 +165,11 @@ rw_status rw_gemv_launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t
     *done = false;
 #if RW_WGMMA
     if (M < 1 || M > 8 || S < 2 || S > 8) return RW_OK;
-    CUtensorMap tw;
-    if (!rw_tma_map_bf16(&tw, W, (uint64_t)N, (uint64_t)K, GV_BN)) return RW_OK;
     if (span > 8192) return RW_OK; /* x's rows of a slice in shared memory */
     const gv_layout L = gv_layout_of((int)M, (int)span, x_lo != NULL);
     if (L.bytes > GV_SMEM_MAX) return RW_OK;
+    CUtensorMap tw;
+    if (!rw_tma_map_bf16(&tw, W, (uint64_t)N, (uint64_t)K, GV_BN)) return RW_OK;
     const gv_args g = {x, x_lo, Y, (int)N, (int)K, (int)M, S, (int)span, L.slots};
     const int64_t ctas = (N + GV_BN - 1) / GV_BN * S;
     auto kern = x_lo ? gemv_kernel<true> : gemv_kernel<false>;

@@ -152,8 +152,8 @@ extern "C" rw_status rw_k_combine_rmsnorm(float *x, const float *y, const int32_
                 (long long)H, RW_K_COMBINE_MAX_H, k, RW_K_COMBINE_MAX_K);
     (void)rw_launch_pdl(
         combine_rmsnorm_kernel<RW_K_COMBINE_MAX_H / NORM_THREADS, RW_K_COMBINE_MAX_K>,
-        dim3((unsigned)n), NORM_THREADS, 0,
-                        (cudaStream_t)s, x, y, inv, wts, k, w, H, eps, out_hi, out_lo, out_f32);
+        dim3((unsigned)n), NORM_THREADS, 0, (cudaStream_t)s, x, y, inv, wts, k, w, H, eps, out_hi,
+        out_lo, out_f32);
     return LAUNCH_CHECK(s, "combine_rmsnorm");
 }
 
