@@ -183,6 +183,9 @@ void rwb_device_desc(char *buf, size_t cap);
 rw_status rwb_fill_bf16(void *dst, uint64_t n, uint64_t seed, float mean, float std, void *s,
                         rw_err *err);
 rw_status rwb_device_sync(int dev, rw_err *err);
+/* cudaProfilerStart / cudaProfilerStop (`ncu --profile-from-start off` profiles what runs between
+ * them); a failure is cleared, not reported: profiling is a diagnostic. No-ops without CUDA. */
+void rwb_profiler(bool on);
 /* Free and total memory of the current device. */
 rw_status rwb_mem_info(size_t *free_b, size_t *total_b, rw_err *err);
 

@@ -483,10 +483,19 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         rw_engine_stats a, z;
         rw_engine_stats_get(e, &a);
         int done_steps = 0;
+        /* RW_BENCH_NCU_ENGINE=B:C: the first timed engine step at batch B, context C runs
+         * between the profiler's start and stop, so `ncu --profile-from-start off` sees that one
+         * step (tools/gpu/kernel-times.sh; RW_BENCH_NCU_BATCH is the forward entry's) */
+        const char *ncu_pt = getenv("RW_BENCH_NCU_ENGINE");
+        int ncu_b = 0, ncu_c = 0;
+        const bool ncu_step = ncu_pt && sscanf(ncu_pt, "%d:%d", &ncu_b, &ncu_c) == 2 &&
+                              ncu_b == B && ncu_c == ctx;
         for (int s = 0; s < steps; s++) {
             double s0 = rw_now();
+            if (ncu_step && s == 0) rwb_profiler(true);
             if (rw_engine_step(e, &err) != RW_OK) goto fail;
             if (rwb_device_sync(c->o.gpu0, &err) != RW_OK) goto fail;
+            if (ncu_step && s == 0) rwb_profiler(false);
             smp[s] = rw_now() - s0;
             done_steps++;
             if (done_steps >= 5 && rwb_out_of_time(c)) break; /* fewer reps, still a median */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -81,6 +82,10 @@ rw_status rwb_device_sync(int dev, rw_err *err) {
     CUDA_GO(cudaDeviceSynchronize(), st, out);
 out:
     return st;
+}
+
+void rwb_profiler(bool on) {
+    if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) (void)cudaGetLastError();
 }
 
 rw_status rwb_mem_info(size_t *free_b, size_t *total_b, rw_err *err) {

@@ -10,6 +10,7 @@ rw_status rwb_fill_bf16(void *dst, uint64_t n, uint64_t seed, float mean, float 
     NO_DEVICE(err);
 }
 rw_status rwb_device_sync(int dev, rw_err *err) { NO_DEVICE(err); }
+void rwb_profiler(bool on) { (void)on; }
 rw_status rwb_mem_info(size_t *free_b, size_t *total_b, rw_err *err) { NO_DEVICE(err); }
 rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples, rw_err *err) {
     NO_DEVICE(err);

@@ -2,12 +2,14 @@
 # kernel-times.sh - the GPU time of every kernel of one decode step, measured by Nsight Compute:
 # what a step is made of, kernel by kernel, to set beside the step time of the same build.
 #
-#   tools/gpu/kernel-times.sh [BATCH [CTX]]     BATCH 1 (the G2 point, default) or 256 (G1)
+#   tools/gpu/kernel-times.sh [BATCH [CTX]]     default 1 1024 (the G2 point)
 #
-# rw-bench's forward-level decode benchmark runs its first timed step at BATCH between
-# cudaProfilerStart and cudaProfilerStop (RW_BENCH_NCU_BATCH), and ncu, started with profiling
-# off, times each kernel of that step alone (launches serialized, caches and clocks left as they
-# are). The CSV goes to $OUT (or .) as kernel_times_bBATCH_ctxCTX.csv and tools/bench/
+# At BATCH 1 or 256 and CTX 1024 (G2, G1) rw-bench's forward-level decode benchmark runs its
+# first timed step between cudaProfilerStart and cudaProfilerStop (RW_BENCH_NCU_BATCH); at any
+# other point the engine's decode benchmark does so for its first timed step there
+# (RW_BENCH_NCU_ENGINE=BATCH:CTX; that step includes the scheduler's work and sampling). ncu,
+# started with profiling off, times each kernel of that step alone (launches serialized, caches
+# and clocks left as they are). The CSV goes to $OUT (or .) as kernel_times_bBATCH_ctxCTX.csv and tools/bench/
 # kernel_times.py prints the table: per kernel and grid, launches, total and mean time, and the sum.
 # Environment: RW_BUILD_DIR (default build-gpu), OUT. Takes about a minute on an H200.
 set -euo pipefail
@@ -19,7 +21,12 @@ cd "$(dirname "$0")/../.."
 command -v ncu > /dev/null || { echo "kernel-times: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
 [ -x "$BUILD/tools/bench/rw-bench" ] || { echo "kernel-times: no $BUILD/tools/bench/rw-bench (build it first)" >&2; exit 1; }
 csv="$DIR/kernel_times_b${B}_ctx${C}.csv"
-RW_BENCH_NCU_BATCH=$B ncu --profile-from-start off --metrics gpu__time_duration.sum \
+if [ "$C" = 1024 ] && { [ "$B" = 1 ] || [ "$B" = 256 ]; }; then
+    export RW_BENCH_NCU_BATCH=$B
+else
+    export RW_BENCH_NCU_ENGINE=$B:$C
+fi
+ncu --profile-from-start off --metrics gpu__time_duration.sum \
     --cache-control none --clock-control none --csv --page raw \
     "$BUILD/tools/bench/rw-bench" decode --batches "$B" --ctxs "$C" --no-quant --gen 1,16,2 \
     --gen-reps 1 --steps 5 > "$csv"
