@@ -771,4 +771,6 @@ void rw_engine_stats_get(const rw_engine *e, rw_engine_stats *out) {
     out->last_logits = e->last_logits;
     out->last_ctx = e->last_ctx;
     out->last_attn = e->last_attn;
+    out->step_s = e->step_s;
+    out->model_s = e->model_s;
 }

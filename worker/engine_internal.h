@@ -89,6 +89,7 @@ struct rw_engine {
     int64_t steps, prompt_tokens, gen_tokens, preemptions;
     int64_t prefix_hits, tokens_saved, forks, score_tokens;
     int64_t last_tokens, last_seqs, last_logits, last_ctx, last_attn; /* the last forward */
+    double step_s, model_s; /* rw_engine_stats */
     double rate_t[16];
     int64_t rate_n[16];
     int rate_i;

@@ -324,6 +324,7 @@ static rw_finish done_why(const rw_engine *e, req *r) {
 rw_status rw_engine_step(rw_engine *e, rw_err *err) {
     if (!e) RW_FAIL(err, RW_E_INVALID_ARG, "step: NULL engine");
     if (e->paused || e->kv_released) return RW_OK;
+    const double t_step = rw_now();
     int budget = e->o.max_batch_tokens, rows_left = e->max_rows;
     const int bs = e->o.kv_block_size;
     for (int i = 0; i < e->nrun; i++)
@@ -425,8 +426,10 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
         e->last_ctx += p0 + n;
         e->last_attn += n * p0 + n * (n + 1) / 2;
     }
+    double t_model = rw_now();
     RW_CHECK(e->m->ops->forward(e->m, e->kv, &b, err));
     RW_CHECK(fetch_routes(e, ntok, err));
+    e->model_s += rw_now() - t_model;
     const int nrun0 = e->nrun; /* forks append below */
     for (int i = 0; i < nrun0; i++) {
         req *r = e->running[i];
@@ -469,8 +472,10 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
             r->ntok == r->n_prompt)
             RW_CHECK(fork_followers(e, r, &ns, &ncp, err));
     }
+    t_model = rw_now();
     if (ncp) RW_CHECK(e->m->ops->kv_copy(e->m, e->kv, e->cp_src, e->cp_dst, ncp, err));
     if (ns) RW_CHECK(e->m->ops->sample(e->m, ns, e->sreq, e->sres, err));
+    e->model_s += rw_now() - t_model;
     RW_CHECK(apply_samples(e, ns, err));
     /* 6. retire finished requests */
     for (int i = 0; i < e->nrun;) {
@@ -486,6 +491,7 @@ rw_status rw_engine_step(rw_engine *e, rw_err *err) {
     e->steps++;
     e->rate_i = (e->rate_i + 1) % 16;
     e->rate_t[e->rate_i] = rw_now();
+    e->step_s += e->rate_t[e->rate_i] - t_step;
     e->rate_n[e->rate_i] = e->gen_tokens;
     return RW_OK;
 }

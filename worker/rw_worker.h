@@ -261,6 +261,10 @@ typedef struct rw_engine_stats {
     /* the last step's forward (for per-step floors): tokens, sequences, logits rows, the sum of
      * its sequences' context lengths (keys each reads), and of (query, key) pairs attended */
     int64_t last_tokens, last_seqs, last_logits, last_ctx, last_attn;
+    /* cumulative wall seconds of the steps that ran a forward pass, and within them of the
+     * model's calls (forward, KV copies, sampling; on the CUDA backend these include waiting for
+     * the device): step_s - model_s is the engine's own host work (scheduling, bookkeeping) */
+    double step_s, model_s;
 } rw_engine_stats;
 
 typedef struct rw_engine rw_engine;

@@ -228,17 +228,28 @@ static inline int dt_ints(json_t *arr, int32_t *dst, int cap) {
     return n;
 }
 
-static inline int64_t dt_int(json_t *o, const char *path1, const char *path2) {
+/* Field path1 (.path2) of a result. */
+static inline json_t *dt_field(json_t *o, const char *path1, const char *path2) {
     json_t *v = json_object_get(o, path1);
-    if (path2) v = json_object_get(v, path2);
+    return path2 ? json_object_get(v, path2) : v;
+}
+
+static inline int64_t dt_int(json_t *o, const char *path1, const char *path2) {
+    json_t *v = dt_field(o, path1, path2);
     if (!json_is_integer(v))
         fail_msg("result field %s.%s is not an integer", path1, path2 ? path2 : "");
     return json_integer_value(v);
 }
 
+static inline double dt_real(json_t *o, const char *path1, const char *path2) {
+    json_t *v = dt_field(o, path1, path2);
+    if (!json_is_number(v))
+        fail_msg("result field %s.%s is not a number", path1, path2 ? path2 : "");
+    return json_number_value(v);
+}
+
 static inline const char *dt_str(json_t *o, const char *path1, const char *path2) {
-    json_t *v = json_object_get(o, path1);
-    if (path2) v = json_object_get(v, path2);
+    json_t *v = dt_field(o, path1, path2);
     if (!json_is_string(v))
         fail_msg("result field %s.%s is not a string", path1, path2 ? path2 : "");
     return json_string_value(v);

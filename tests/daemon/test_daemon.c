@@ -59,6 +59,11 @@ static void test_health_stats(void **state) {
     json_t *t = dt_ok(s->c, "stats", NULL);
     assert_int_equal(dt_int(t, "queue", "running"), 0);
     assert_true(dt_int(t, "throughput", "generated_tokens") >= LONG_TOKENS);
+    /* the steps' wall time and the model's share of it (the rest is the engine's own work) */
+    const double step_s = dt_real(t, "throughput", "step_seconds");
+    const double model_s = dt_real(t, "throughput", "model_seconds");
+    assert_true(model_s > 0 && model_s <= step_s);
+    assert_true(step_s <= dt_real(t, "uptime_s", NULL));
     assert_true(dt_int(t, "memory", "weights_bytes") > 2000000);
     assert_true(dt_int(t, "memory", "kv_blocks_total") > 0);
     assert_string_equal(dt_str(t, "weights", "state"), "ready");

@@ -69,6 +69,7 @@ static void test_continuous_batching(void **state) {
     rw_output *batched[N] = {0};
     int added = 0, done = 0, max_running = 0;
     int64_t max_used = 0;
+    double wall = 0; /* seconds inside rw_engine_step */
     for (int step = 0; done < N; step++) {
         for (int i = 0; i < N; i++)
             if (s[i].arrive == step) {
@@ -76,7 +77,9 @@ static void test_continuous_batching(void **state) {
                              &err);
                 added++;
             }
+        const double t0 = rw_now();
         RW_ASSERT_OK(rw_engine_step(e, &err), &err);
+        wall += rw_now() - t0;
         rw_engine_stats_get(e, &st);
         if (st.running > max_running) max_running = st.running;
         if (st.kv_blocks_used > max_used) max_used = st.kv_blocks_used;
@@ -102,6 +105,10 @@ static void test_continuous_batching(void **state) {
     assert_true(max_running >= 8);
     assert_true(st.preemptions > 0);
     assert_int_equal(st.kv_blocks_used, 0);
+    /* the time split: inside the calls' wall time, the model's share inside the steps' */
+    assert_true(st.model_s > 0 && st.model_s <= st.step_s && st.step_s <= wall);
+    print_message("steps %.3f s, of which model %.3f s, engine %.3f s\n", st.step_s, st.model_s,
+                  st.step_s - st.model_s);
     for (int i = 0; i < N; i++) {
         rw_output_free(alone[i]);
         rw_output_free(batched[i]);

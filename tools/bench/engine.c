@@ -518,6 +518,14 @@ static void decode_ctx(rwb_ctx *c, rw_model *m, bool quant, int ctx, const int *
         rwb_set_int(j, "preemptions", z.preemptions - a.preemptions);
         rwb_line_stats(j, &st);
         rwb_set_num(j, "ms_per_step", st.median * 1e3);
+        /* the engine's own host work a step (scheduling, bookkeeping), beside the model's calls
+         * (forward, sampling: the device's time included), means over the timed steps */
+        if (z.steps > a.steps) {
+            const double n = (double)(z.steps - a.steps);
+            rwb_set_num(j, "host_ms_per_step", ((z.step_s - a.step_s) - (z.model_s - a.model_s)) /
+                                                   n * 1e3);
+            rwb_set_num(j, "model_ms_per_step", (z.model_s - a.model_s) / n * 1e3);
+        }
         rwb_set_str(j, "sampling", "temperature 1, full vocabulary");
         double achieved = B / st.median;
         rwb_line_rate(j, achieved, "tok/s", B / floor_s,

@@ -181,9 +181,11 @@ rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err) {
     rw_mw_kv_i64(w, "commands_in_flight", s->ngens);
     rw_mw_kv_i64(w, "requests_in_flight", rw_srv_requests_in_flight(s));
     rw_mw_str(w, "throughput");
-    rw_mw_map(w, 8);
+    rw_mw_map(w, 10);
     rw_mw_kv_f64(w, "generated_tokens_per_s", es.gen_tokens_per_s);
     rw_mw_kv_i64(w, "steps", es.steps);
+    rw_mw_kv_f64(w, "step_seconds", es.step_s);
+    rw_mw_kv_f64(w, "model_seconds", es.model_s);
     rw_mw_kv_i64(w, "prefill_tokens", es.prompt_tokens);
     rw_mw_kv_i64(w, "generated_tokens", es.generated_tokens);
     rw_mw_kv_i64(w, "preemptions", es.preemptions);

@@ -269,6 +269,12 @@ rw_status rw_metrics_render(const char *stats_json, const char *model, char **ou
            "throughput.preemptions");
     metric(r, "rw_engine_steps_total", "counter", "Engine steps (forward passes).",
            "throughput.steps");
+    metric(r, "rw_engine_step_seconds_total", "counter",
+           "Wall seconds of the engine steps that ran a forward pass.", "throughput.step_seconds");
+    metric(r, "rw_engine_model_seconds_total", "counter",
+           "Of those, seconds in the model's calls (forward, KV copies, sampling; the device's "
+           "time included).",
+           "throughput.model_seconds");
     metric(r, "rw_generation_tokens_per_second", "gauge",
            "Generation throughput over the last steps.", "throughput.generated_tokens_per_s");
     metric(r, "rw_commands_total", "counter", "Control commands received.", "throughput.commands");
