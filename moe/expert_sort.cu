@@ -29,10 +29,10 @@
  * only itself). __match_any_sync gives it in one instruction, but with the 32 warps of a
  * 256-token step calling it on an H200 even 32 shuffles a step were faster (sort 9.79 -> 9.26
  * us); so there the mask is the AND over the key's bits of the ballot of that bit or of its
- * complement (7 bit ballots for E = 128). Both give the same mask. Measured with ncu on the 30B shape, this
- * form (ballots above SORT_MATCH_PW placement warps, the register-kept steps) against the match
- * in every walk step: a 256-token step's sort (32 warps) 10.14 -> 7.70 us, a one-token step's
- * (one warp, the match) 4.40 -> 4.71 us; with ballots at one warp too, 4.80 us
+ * complement (7 bit ballots for E = 128). Both give the same mask. Measured with ncu on the 30B
+ * shape, this form (ballots above SORT_MATCH_PW placement warps, the register-kept steps)
+ * against the match in every walk step: a 256-token step's sort (32 warps) 10.14 -> 7.70 us, a
+ * one-token step's (one warp, the match) 4.40 -> 4.71 us; with ballots at one warp too, 4.80 us
  * (docs/BENCHMARKS.md, 2026-12-03, eleventh session). */
 #define SORT_MATCH_PW 4
 __device__ __forceinline__ unsigned same_key(int32_t key, bool valid, int E, bool ballots) {

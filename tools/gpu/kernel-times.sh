@@ -9,8 +9,9 @@
 # other point the engine's decode benchmark does so for its first timed step there
 # (RW_BENCH_NCU_ENGINE=BATCH:CTX; that step includes the scheduler's work and sampling). ncu,
 # started with profiling off, times each kernel of that step alone (launches serialized, caches
-# and clocks left as they are). The CSV goes to $OUT (or .) as kernel_times_bBATCH_ctxCTX.csv and tools/bench/
-# kernel_times.py prints the table: per kernel and grid, launches, total and mean time, and the sum.
+# and clocks left as they are). The CSV goes to $OUT (or .) as kernel_times_bBATCH_ctxCTX.csv
+# and tools/bench/kernel_times.py prints the table: per kernel and grid, launches, total and
+# mean time, and the sum.
 # Environment: RW_BUILD_DIR (default build-gpu), OUT. Takes about a minute on an H200.
 set -euo pipefail
 B=${1:-1}
