@@ -181,13 +181,18 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
 int rw_cuda_pick_split(const cuda_be *be, int64_t ntok, int ntiles, int nkv, int nh, int hd,
                        int64_t max_ctx) {
     if (ntok > SPLIT_MAX_TOK) return 0;
-    /* about one CTA per SM: measured on an H200 with decode-tile CTAs of four warps (170 KB of
-     * shared memory, one per SM), a second wave of split CTAs and the combine cost more than they
-     * hide (32 sequences x 8k keys: split 0 at 0.75 of copy bandwidth, split 4 at 0.66). With
-     * the decode CTAs of two warps (73 KB, three per SM), a rule aiming at three split CTAs per SM
-     * lost at 8 and 32 sequences of 4k-8k keys (docs/BENCHMARKS.md), so one per SM stays. */
+    /* Unsplit when the tiles alone give about one CTA an SM: there a split only adds partials
+     * and the combine (an H200, 64 sequences x 4k keys: 25.9 ms a step unsplit, 27.0 in 2
+     * splits). Fewer tiles aim at about two split CTAs an SM (the split CTAs' 75 KB of shared
+     * memory fit three): each warp walks its segments as a chain of dependent instructions
+     * (Nsight Compute at 8 x 4k: one warp a scheduler, an issue every 3 cycles), so a second CTA
+     * an SM hides the chain's latency. Against one split CTA an SM, same runs: 8 x 4k and 8 x 8k
+     * 0.670-0.674 -> 0.690-0.694 and 0.674-0.676 -> 0.684-0.688 of the memory floor, 32 x 4k
+     * and 32 x 8k 0.743-0.745 -> 0.746-0.748 and 0.751-0.752 -> 0.763-0.765; three or four an SM
+     * lost at 8 sequences (docs/BENCHMARKS.md, twelfth session). */
     const int cta = ntiles * nkv > 0 ? ntiles * nkv : 1;
-    int ns = (be->nsm + cta - 1) / cta;
+    if ((be->nsm + cta - 1) / cta < 2) return 0;
+    int ns = (2 * be->nsm + cta - 1) / cta;
     if (max_ctx > 0) {
         const int64_t segs = (max_ctx - 1) / RW_ATTN_SEG + 1;
         if (ns > segs) ns = (int)segs;
