@@ -256,8 +256,13 @@ static rw_status print_breakdown(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, 
     return RW_OK;
 }
 
-/* HBM bandwidth measured now (device-to-device copy, read + write bytes), GB/s. */
-static rw_status measure_hbm(double *gbs, rw_err *err) {
+/* HBM bandwidth measured now (device-to-device copy, read + write bytes), GB/s: cudaMemcpy timed
+ * on the host around a device synchronize, the floor of this entry's lines. *events_gbs: the same
+ * copies timed by events on a stream (as the stage ceiling hbm_copy is), reported beside it: in
+ * one rw-bench process the stage's hbm_copy measured 4.24 TB/s and this entry 3.78-3.79
+ * (docs/BENCHMARKS.md, twelfth session), and two numbers from one call say whether the timing
+ * method or the GPU's state after the engine's stages makes the difference. */
+static rw_status measure_hbm(double *gbs, double *events_gbs, rw_err *err) {
     const size_t bytes = (size_t)2 << 30;
     void *a = NULL, *b = NULL;
     RW_CUDA_CHECK(err, cudaMalloc(&a, bytes));
@@ -275,10 +280,37 @@ static rw_status measure_hbm(double *gbs, rw_err *err) {
         cudaDeviceSynchronize();
         if (i) t[i - 1] = rw_now() - t0;
     }
-    cudaFree(a);
-    cudaFree(b);
     qsort(t, 7, sizeof t[0], rwb_cmp_double);
     *gbs = 2.0 * (double)bytes / t[3] / 1e9;
+    /* the same 8 copies (the first a warm-up), each between two events on one stream */
+    cudaStream_t s = NULL;
+    cudaEvent_t ev[16];
+    int nev = 0;
+    *events_gbs = 0;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
+        while (nev < 16 && cudaEventCreate(&ev[nev]) == cudaSuccess) nev++;
+        if (nev == 16) {
+            for (int i = 0; i < 8; i++) {
+                cudaEventRecord(ev[2 * i], s);
+                cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s);
+                cudaEventRecord(ev[2 * i + 1], s);
+            }
+            float ms = 0;
+            bool ok = cudaStreamSynchronize(s) == cudaSuccess;
+            for (int i = 1; ok && i < 8; i++) {
+                ok = cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) == cudaSuccess;
+                t[i - 1] = ms * 1e-3;
+            }
+            if (ok) {
+                qsort(t, 7, sizeof t[0], rwb_cmp_double);
+                *events_gbs = 2.0 * (double)bytes / t[3] / 1e9;
+            }
+        }
+        for (int i = 0; i < nev; i++) cudaEventDestroy(ev[i]);
+        cudaStreamDestroy(s);
+    }
+    cudaFree(a);
+    cudaFree(b);
     return RW_OK;
 }
 
@@ -361,8 +393,8 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     memset(&cfg, 0, sizeof cfg);
     const int B = o->batch, ctx = o->ctx, steps = o->steps > 0 ? o->steps : 20;
     if (B < 1 || ctx < 1) RW_FAIL(err, RW_E_INVALID_ARG, "bench decode: batch %d, ctx %d", B, ctx);
-    double hbm = 0;
-    RW_CHECK(measure_hbm(&hbm, err));
+    double hbm = 0, hbm_events = 0;
+    RW_CHECK(measure_hbm(&hbm, &hbm_events, err));
     RW_CHECKGOTO(rwb_fwd_make_model(o, 0, &cfg, &m, err), st, done);
     const int bs = 16, bps = (ctx + 1 + bs - 1) / bs;
     RW_CHECKGOTO(m->ops->reserve(m, B, B, err), st, done);
@@ -434,10 +466,11 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
         "{\"bench\": \"decode\", \"experts\": \"%s\", \"batch\": %d, \"ctx\": %d, \"steps\": %d, "
         "\"graphs\": %s, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, \"step_ms_max\": %.3f, "
         "\"tokens_per_s\": %.1f, \"bytes_per_step_gb\": %.3f, \"hbm_gbs_measured\": %.0f, "
-        "\"floor_ms\": %.3f, \"floor_tokens_per_s\": %.1f, \"ratio_to_floor\": %.3f}\n",
+        "\"hbm_gbs_events\": %.0f, \"floor_ms\": %.3f, \"floor_tokens_per_s\": %.1f, "
+        "\"ratio_to_floor\": %.3f}\n",
         fmt_name(w0->moe_fmt), B, ctx, steps, o->graphs ? "true" : "false", med * 1e3,
         times[0] * 1e3, times[steps - 1] * 1e3, B / med, (wbytes + kvbytes) / 1e9, hbm,
-        floor_s * 1e3, B / floor_s, floor_s / med);
+        hbm_events, floor_s * 1e3, B / floor_s, floor_s / med);
     if (want_breakdown()) {
         rw_fwd_batch b = {B, seqs, B, toks, B, false};
         RW_CHECKGOTO(print_breakdown(m, kv, &b, B, req, 5, "decode_breakdown",
