@@ -45,6 +45,8 @@ enum {
     /* with RW_EMUL_SPLIT: the attention output, the o_proj input, alone is one bf16 (what
      * dropping its pair costs) */
     RW_EMUL_ONE_ATT = 1u << 14,
+    /* with RW_EMUL_SPLIT: the final-normed rows, the lm_head input, alone are one bf16 */
+    RW_EMUL_ONE_LM = 1u << 15,
     /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair
      * but the down projection's (silu(g)*u one bf16; docs/BENCHMARKS.md has the per-GEMM choice
      * and what dropping a pair would cost) */
@@ -59,7 +61,8 @@ static inline float emul_round(float x, unsigned flags, unsigned bit) {
     const unsigned moe =
         (flags & RW_EMUL_ONE_ACT) ? RW_EMUL_ROUND_MOE_IN : RW_EMUL_ROUND_MOE_IN | RW_EMUL_ROUND_ACT;
     const unsigned split = dense & ~((flags & RW_EMUL_ONE_QKV) ? RW_EMUL_ROUND_QKV_IN : 0u) &
-                           ~((flags & RW_EMUL_ONE_ATT) ? RW_EMUL_ROUND_ATT : 0u);
+                           ~((flags & RW_EMUL_ONE_ATT) ? RW_EMUL_ROUND_ATT : 0u) &
+                           ~((flags & RW_EMUL_ONE_LM) ? RW_EMUL_ROUND_LM_IN : 0u);
     if (((flags & RW_EMUL_SPLIT) && (bit & split)) || ((flags & RW_EMUL_SPLIT_MOE) && (bit & moe)))
         return hi + rw_bf16_to_f32(rw_bf16_split_lo(x, h));
     return hi;

@@ -14,7 +14,7 @@
  *   routing decision on either fixture, under either accumulation (test_order_sensitivity runs
  *   the backend's rounding points in fp32);
  * - what dropping one more pair would cost on top of the backend's rounding points (the q/k/v
- *   GEMM input, the o_proj input, the softmax weights in P.V), and what keeping silu(g)*u a pair would give,
+ *   GEMM input, the o_proj input, the lm_head input, the softmax weights in P.V), and what keeping silu(g)*u a pair would give,
  *   printed for docs/BENCHMARKS.md;
  * - the CUDA backend's own rounding points (RW_EMUL_CUDA: K and V cache bf16, the rest near
  *   fp32) meet F2 (RW_TOL_CUDA_REF, >= 95% greedy) with no routing decision changed (on the
@@ -230,6 +230,7 @@ static void test_rounding_points(void **state) {
         {RW_EMUL_CUDA | RW_EMUL_ONE_QKV | RW_EMUL_F32_ACCUM, "one bf16 q/k/v input, fp32 acc"},
         {RW_EMUL_CUDA | RW_EMUL_ONE_ATT, "one bf16 o_proj input"},
         {RW_EMUL_CUDA | RW_EMUL_ONE_ATT | RW_EMUL_F32_ACCUM, "one bf16 o_proj input, fp32 acc"},
+        {RW_EMUL_CUDA | RW_EMUL_ONE_LM, "one bf16 lm_head input"},
         {RW_EMUL_CUDA | RW_EMUL_ROUND_P, "one bf16 softmax weight in P.V"},
         {RW_EMUL_CUDA | RW_EMUL_ROUND_P | RW_EMUL_F32_ACCUM, "one bf16 P weight, fp32 acc"},
         {RW_EMUL_CUDA, "the CUDA backend"},
