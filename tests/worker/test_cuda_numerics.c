@@ -14,8 +14,8 @@
  *   routing decision on either fixture, under either accumulation (test_order_sensitivity runs
  *   the backend's rounding points in fp32);
  * - what dropping one more pair would cost on top of the backend's rounding points (the q/k/v
- *   GEMM input, the o_proj input, the lm_head input, the softmax weights in P.V), and what keeping silu(g)*u a pair would give,
- *   printed for docs/BENCHMARKS.md;
+ *   GEMM input, the o_proj input, the lm_head input, the softmax weights in P.V), and what
+ *   keeping silu(g)*u a pair would give, printed for docs/BENCHMARKS.md;
  * - the CUDA backend's own rounding points (RW_EMUL_CUDA: K and V cache bf16, the rest near
  *   fp32) meet F2 (RW_TOL_CUDA_REF, >= 95% greedy) with no routing decision changed (on the
  *   head_dim-128 fixture: none but the one its bf16 KV cache flips, and F2's logit bound is then
