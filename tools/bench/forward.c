@@ -256,12 +256,27 @@ static rw_status print_breakdown(rw_model *m, rw_kv *kv, const rw_fwd_batch *b, 
     return RW_OK;
 }
 
+/* measure_hbm's copies for rwb_time_kernel: call rep copies a -> b when rep is even, b -> a when
+ * it is odd. */
+typedef struct hbm_copy {
+    void *a, *b;
+    size_t bytes;
+    cudaStream_t st;
+} hbm_copy;
+static rw_status hbm_copy_call(void *ctx, int rep, rw_err *err) {
+    const hbm_copy *h = ctx;
+    RW_CUDA_CHECK(err, cudaMemcpyAsync(rep % 2 ? h->a : h->b, rep % 2 ? h->b : h->a, h->bytes,
+                                       cudaMemcpyDeviceToDevice, h->st));
+    return RW_OK;
+}
+
 /* HBM bandwidth measured now (device-to-device copy, read + write bytes), GB/s: cudaMemcpy timed
  * on the host around a device synchronize, the floor of this entry's lines. *events_gbs: the same
- * copies timed by events on a stream (as the stage ceiling hbm_copy is), reported beside it: in
- * one rw-bench process the stage's hbm_copy measured 4.24 TB/s and this entry 3.78-3.79
- * (docs/BENCHMARKS.md, twelfth session), and two numbers from one call say whether the timing
- * method or the GPU's state after the engine's stages makes the difference. */
+ * copies on a stream, timed by events (rwb_time_kernel, about 0.1 s; the stage ceiling hbm_copy
+ * is timed by events too), reported beside it: in one rw-bench process the stage's hbm_copy
+ * measured 4.24 TB/s and this entry 3.78-3.79 (docs/BENCHMARKS.md, twelfth session), and two
+ * numbers from one call say whether the timing method or the GPU's state after the engine's
+ * stages makes the difference. */
 static rw_status measure_hbm(double *gbs, double *events_gbs, rw_err *err) {
     const size_t bytes = (size_t)2 << 30;
     void *a = NULL, *b = NULL;
@@ -282,35 +297,20 @@ static rw_status measure_hbm(double *gbs, double *events_gbs, rw_err *err) {
     }
     qsort(t, 7, sizeof t[0], rwb_cmp_double);
     *gbs = 2.0 * (double)bytes / t[3] / 1e9;
-    /* the same 8 copies (the first a warm-up), each between two events on one stream */
-    cudaStream_t s = NULL;
-    cudaEvent_t ev[16];
-    int nev = 0;
-    *events_gbs = 0;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
-        while (nev < 16 && cudaEventCreate(&ev[nev]) == cudaSuccess) nev++;
-        if (nev == 16) {
-            for (int i = 0; i < 8; i++) {
-                cudaEventRecord(ev[2 * i], s);
-                cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s);
-                cudaEventRecord(ev[2 * i + 1], s);
-            }
-            float ms = 0;
-            bool ok = cudaStreamSynchronize(s) == cudaSuccess;
-            for (int i = 1; ok && i < 8; i++) {
-                ok = cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) == cudaSuccess;
-                t[i - 1] = ms * 1e-3;
-            }
-            if (ok) {
-                qsort(t, 7, sizeof t[0], rwb_cmp_double);
-                *events_gbs = 2.0 * (double)bytes / t[3] / 1e9;
-            }
-        }
-        for (int i = 0; i < nev; i++) cudaEventDestroy(ev[i]);
-        cudaStreamDestroy(s);
+    hbm_copy h = {a, b, bytes, NULL};
+    double sec = 0;
+    rw_status st = RW_OK;
+    ce = cudaStreamCreateWithFlags(&h.st, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        st = rw_cuda_fail(err, ce, __FILE__, __LINE__, "bench: copy stream");
+    } else {
+        st = rwb_time_kernel(hbm_copy_call, &h, h.st, &sec, err);
+        cudaStreamDestroy(h.st);
     }
     cudaFree(a);
     cudaFree(b);
+    RW_CHECK(st);
+    *events_gbs = 2.0 * (double)bytes / sec / 1e9;
     return RW_OK;
 }
 
