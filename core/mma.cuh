@@ -132,6 +132,14 @@ __device__ __forceinline__ uint64_t rw_wgmma_desc(const void *p) {
            | ((uint64_t)(1024 >> 4) << 32) /* stride between 8-row groups */
            | ((uint64_t)1 << 62);          /* 128-byte swizzle */
 }
+/* The descriptor of the tile `bytes` further on (a multiple of 16) from the one d describes: its
+ * start-address field (bits 0-13, address / 16) plus bytes / 16. Exact while the address stays in
+ * shared memory (under 256 KB, so the field never carries); a kernel builds one descriptor a
+ * stage and steps through its k16 slices and m64 blocks with this add instead of rebuilding each
+ * from a pointer (about eight instructions each, with the moves to uniform registers). */
+__device__ __forceinline__ uint64_t rw_wgmma_desc_at(uint64_t d, uint32_t bytes) {
+    return d + (bytes >> 4);
+}
 /* Orders this thread's earlier register and shared-memory writes before the next wgmma reads. */
 __device__ __forceinline__ void rw_wgmma_fence() {
 #if RW_WGMMA_DEVICE

@@ -141,13 +141,15 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
                 rw_tma_load_4d(sa, &tw, &full[st], 0, (int)m0, kb, e);
             }
         } else if (FMT == FMT_BF16) {
-            /* [K/64, M, 64]: rows m0.. of block kb are 16 KB contiguous */
-            const uint8_t *src = wexp + ((int64_t)kb * g.M + m0) * 128;
+            /* [K/64, M, 64]: rows m0.. of block kb are 16 KB contiguous. Thread tid copies chunk
+             * tid % 8 of rows tid / 8 + 16 i (MOE_THREADS is a multiple of 128): one source and
+             * one shared address, the rows' swizzle the same (rows 16 apart), the steps constant */
+            static_assert(MOE_THREADS % 128 == 0, "moe gemm: A rows a step keep their swizzle");
+            const uint8_t *src = wexp + ((int64_t)kb * g.M + m0) * 128 + tid * 16;
+            const uint32_t dst = rw_smem_u32(sa + rw_swz128(tid >> 3, tid & 7));
 #pragma unroll
-            for (int i = 0; i < A_BYTES / 16 / MOE_THREADS; i++) {
-                const int q = i * MOE_THREADS + tid, r = q >> 3, c = q & 7;
-                rw_cp_async16(sa + rw_swz128(r, c), src + (int64_t)q * 16, 16);
-            }
+            for (int i = 0; i < A_BYTES / 16 / MOE_THREADS; i++)
+                rw_cp_async16_sa(dst + i * MOE_THREADS * 16, src + i * MOE_THREADS * 16);
         } else {
             /* e4m3 [M, K]: 64 bytes of row n at n*K + kb*64; fp8-block rows are in canonical
              * order and read through the packed->canonical map so the epilogue is shared */
@@ -251,6 +253,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
              * before a later barrier lets the loads overwrite this stage: PIPE at the next stage
              * (wait<1> leaves only that stage's group in flight), otherwise here. */
             const uint8_t *ab = sa + (warp >> 2) * (AM * 64 * 128);
+            /* one descriptor for each operand tile, the slices as offsets (rw_wgmma_desc_at) */
+            const uint64_t dab = rw_wgmma_desc(ab), dsb = rw_wgmma_desc(sb);
             /* (a pin while a group is in flight would define its registers: only without PIPE) */
             if constexpr (!PIPE) rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
             rw_wgmma_fence();
@@ -258,11 +262,11 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             for (int ks = 0; ks < 4; ks++)
 #pragma unroll
                 for (int mt = 0; mt < AM; mt++) {
-                    const uint64_t da = rw_wgmma_desc(ab + mt * (64 * 128) + ks * 32);
-                    rw_wgmma_bf16<TN>(&acc[mt][0][0], da, rw_wgmma_desc(sb + ks * 32));
+                    const uint64_t da = rw_wgmma_desc_at(dab, mt * (64 * 128) + ks * 32);
+                    rw_wgmma_bf16<TN>(&acc[mt][0][0], da, rw_wgmma_desc_at(dsb, ks * 32));
                     if (SPLIT)
                         rw_wgmma_bf16<TN>(&acc[mt][0][0], da,
-                                          rw_wgmma_desc(sb + B_BYTES + ks * 32));
+                                          rw_wgmma_desc_at(dsb, B_BYTES + ks * 32));
                 }
             rw_wgmma_commit();
             if constexpr (PIPE) {

@@ -320,16 +320,19 @@ __global__ void __launch_bounds__(32 * WM * WN, 1)
                 next(lw);
                 const uint8_t *sa = smem + (kb % C::STAGES) * C::STAGE;
                 const uint8_t *sb = sa + C::A_BYTES;
+                /* one descriptor for each operand tile, the slices as offsets (rw_wgmma_desc_at) */
+                const uint64_t dsa = rw_wgmma_desc(sa + (warp >> 2) * (64 * 128));
+                const uint64_t dsb = rw_wgmma_desc(sb);
                 rw_wgmma_fence();
 #pragma unroll
                 for (int i = 0; i < C::KC * 4; i++) {
-                    const uint8_t *ab = sa + (i >> 2) * (BN * 128) + (warp >> 2) * (64 * 128);
-                    const uint8_t *bb = sb + (i >> 2) * (TN * 128);
-                    const uint64_t da = rw_wgmma_desc(ab + (i & 3) * 32);
-                    rw_wgmma_bf16<TN>(&acc[0][0][0], da, rw_wgmma_desc(bb + (i & 3) * 32));
+                    const uint32_t ao = (i >> 2) * (BN * 128) + (i & 3) * 32;
+                    const uint32_t bo = (i >> 2) * (TN * 128) + (i & 3) * 32;
+                    const uint64_t da = rw_wgmma_desc_at(dsa, ao);
+                    rw_wgmma_bf16<TN>(&acc[0][0][0], da, rw_wgmma_desc_at(dsb, bo));
                     if (SPLIT)
                         rw_wgmma_bf16<TN>(&acc[0][0][0], da,
-                                          rw_wgmma_desc(bb + C::B_BYTES + (i & 3) * 32));
+                                          rw_wgmma_desc_at(dsb, C::B_BYTES + bo));
                 }
                 rw_wgmma_commit();
                 rw_wgmma_wait<1>();
