@@ -48,10 +48,10 @@ enum {
     /* with RW_EMUL_SPLIT: the final-normed rows, the lm_head input, alone are one bf16 */
     RW_EMUL_ONE_LM = 1u << 15,
     /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair
-     * but the down projection's (silu(g)*u one bf16; docs/BENCHMARKS.md has the per-GEMM choice
-     * and what dropping a pair would cost) */
+     * but the down projection's and the lm_head's (silu(g)*u and the final-normed rows one bf16;
+     * docs/BENCHMARKS.md has the per-GEMM choice and what dropping a pair would cost) */
     RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE |
-                   RW_EMUL_ONE_ACT,
+                   RW_EMUL_ONE_ACT | RW_EMUL_ONE_LM,
 };
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if (!(flags & bit)) return x;
