@@ -111,8 +111,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
      * scale_cols * 512 bytes (rw_moe_scale_swizzle with m / 128 fixed), loaded with the first
      * stage so the K loop never waits on a global load for its scales */
     uint8_t *ssc = deq + MOE_BM * 128;
-    __shared__ int64_t brow_src[TN];    /* element offset of each B row, -1 = zero row */
-    __shared__ float rscale[MOE_BM][2]; /* per-row scales of the current 64-column block */
+    __shared__ int64_t brow_src[TN]; /* element offset of each B row, -1 = zero row */
 
     __shared__ __align__(8) uint64_t full[TMA ? MOE_STAGES : 1];
     for (int r = tid; r < TN; r += MOE_THREADS) {
@@ -201,51 +200,56 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
         if constexpr (TMA) rw_mbar_wait(&full[st], (uint32_t)(kb / MOE_STAGES) & 1u);
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
-        if (FMT != FMT_BF16) {
-            /* per-row scales of this 64-column block, then dequantize row tid into the bf16
-             * tile */
-            const uint8_t *sexp = (const uint8_t *)g.wscale + (int64_t)e * g.s_expert;
-            if (tid < MOE_BM) {
-                const int r = tid;
-                const int64_t n = m0 + r;
-                if (FMT == FMT_MX) {
-                    const int64_t kc = (int64_t)kb * 2; /* row r of the CTA's 128: m % 128 = r */
-                    rscale[r][0] = rw_ue8m0_to_f32(ssc[rw_moe_scale_swizzle(r, kc, g.scale_cols)]);
-                    rscale[r][1] =
-                        rw_ue8m0_to_f32(ssc[rw_moe_scale_swizzle(r, kc + 1, g.scale_cols)]);
-                } else {
-                    const int64_t cn = W13 ? canon13(n, g.P) : n;
-                    const float s =
-                        ((const float *)sexp)[(cn / 128) * g.scale_cols + ((int64_t)kb * 64) / 128];
-                    rscale[r][0] = rscale[r][1] = s;
-                }
-                const uint8_t *q = sa + r * 64;
-#pragma unroll
-                for (int c = 0; c < 8; c++) {
-                    /* hardware e4m3x2 -> half2 (exact), times the scale, to bf16x2 */
-                    const uint2 raw = *(const uint2 *)(q + c * 8);
-                    const float sc = rscale[r][c >> 2];
-                    __align__(16) __nv_bfloat162 v[4];
-                    const uint32_t w[2] = {raw.x, raw.y};
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const __nv_fp8x2_storage_t pr =
-                            (__nv_fp8x2_storage_t)((w[i >> 1] >> ((i & 1) * 16)) & 0xffffu);
-                        const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(pr, __NV_E4M3));
-                        const float2 f = __half22float2(h2);
-                        v[i] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-                    }
-                    *(uint4 *)(deq + rw_swz128(r, c)) = *(const uint4 *)v;
-                }
-            }
-            if constexpr (WG) rw_fence_proxy_async();
-            __syncthreads();
-            sa = deq;
-        }
+        /* the next loads go out now, before a quantized stage's dequantization. The stage they
+         * fill was last read by the MMAs of block kb + AHEAD - STAGES (kb - 1; kb - 2 with
+         * PIPE), which have retired: without PIPE each block waits for its group, with PIPE the
+         * wait after block kb - 1 leaves only that block's group in flight. A quantized stage's
+         * e4m3 tile was read by its dequantization, before the barrier above. */
         {
             const int nk = kb + AHEAD;
             if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
             rw_cp_async_commit();
+        }
+        if (FMT != FMT_BF16) {
+            /* the e4m3 stage into the bf16 tile. Thread tid takes 16-byte chunk cq = tid % 4 of
+             * rows tid / 4 + (MOE_THREADS / 4) i: a warp reads 8 whole 64-byte rows, 512
+             * contiguous bytes (one thread a row, 8 bytes at a time, put 16 threads on one bank
+             * pair), and writes each chunk's 16 values as bf16 chunks 2 cq and 2 cq + 1 of its
+             * row, which the swizzle spreads over all banks for rows r .. r + 7. The scale: the
+             * row's block of 32 columns (mxfp8, from the CTA's staged run) or of 128 x 128
+             * (fp8-block, canonical rows). */
+            const int cq = tid & 3;
+            const float *sexp =
+                (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert);
+#pragma unroll
+            for (int i = 0; i < MOE_BM * 4 / MOE_THREADS; i++) {
+                const int r = (tid >> 2) + i * (MOE_THREADS / 4);
+                float sc;
+                if (FMT == FMT_MX) {
+                    sc = rw_ue8m0_to_f32(
+                        ssc[rw_moe_scale_swizzle(r, (int64_t)kb * 2 + (cq >> 1), g.scale_cols)]);
+                } else {
+                    const int64_t n = m0 + r, cn = W13 ? canon13(n, g.P) : n;
+                    sc = sexp[(cn / 128) * g.scale_cols + ((int64_t)kb * 64) / 128];
+                }
+                const uint4 raw = *(const uint4 *)(sa + r * 64 + cq * 16);
+                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+                __align__(16) __nv_bfloat162 v[8];
+#pragma unroll
+                for (int i2 = 0; i2 < 8; i2++) {
+                    /* hardware e4m3x2 -> half2 (exact), times the scale, to bf16x2 */
+                    const __nv_fp8x2_storage_t pr =
+                        (__nv_fp8x2_storage_t)((w[i2 >> 1] >> ((i2 & 1) * 16)) & 0xffffu);
+                    const float2 f =
+                        __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pr, __NV_E4M3)));
+                    v[i2] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+                }
+                *(uint4 *)(deq + rw_swz128(r, 2 * cq)) = *(const uint4 *)&v[0];
+                *(uint4 *)(deq + rw_swz128(r, 2 * cq + 1)) = *(const uint4 *)&v[4];
+            }
+            if constexpr (WG) rw_fence_proxy_async();
+            __syncthreads();
+            sa = deq;
         }
         if constexpr (WG) {
             /* warpgroup warp / 4: its AM m64 blocks of weight rows by all TN tokens. Per
@@ -438,6 +442,17 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
     }
     if (grid_x * (g.M / MOE_BM) <= sms)
         return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+    /* an mxfp8 w13 of a multi-wave decode grid: 3 stages of 16 KB (and the 16 KB bf16 tile)
+     * leave room for three CTAs an SM, where 4 stages fit two. The e4m3 tile is dequantized
+     * between two barriers, so more CTAs an SM are what overlaps one CTA's dequantization with
+     * another's loads: mxfp8 w13 at b256 294.7 -> 256.5 us a layer on an H200 (2 stages, four
+     * CTAs: the step 0.3 ms slower than 3); w2, whose K is shorter, 119.4 -> 121.2 us, so it
+     * keeps 4 (docs/BENCHMARKS.md). fp8-block, not measured so, keeps 4 too. */
+    if constexpr (W13) {
+        if (fmt == FMT_MX)
+            return split ? launch_gemm<32, FMT_MX, true, true, 3>(g, grid_x, s, err)
+                         : launch_gemm<32, FMT_MX, true, false, 3>(g, grid_x, s, err);
+    }
     /* the bf16 down projection of a multi-wave decode grid: 3 stages of 20 KB leave room for
      * three CTAs an SM, whose ramps overlap, where 4 stages (the pipelined form) fit two: a b256
      * step's experts 333.0 -> 328.1 us a layer on an H200 (5 stages 329.2, 6 stages 352; w13,

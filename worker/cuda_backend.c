@@ -17,8 +17,8 @@
  * prompt was chunked, and whichever graph or split ran it. Every kernel computes a token's values
  * in an order fixed by the token alone: GEMMs whose K slices are fixed by the weight's shape and
  * added in slice order (kernels/gemm.h), the experts per token in slot order, attention in fixed
- * key segments merged in order (kernels/attention.h), norms and router per row. So continuous batching reproduces a request's run alone, and seeded
- * sampling with it. */
+ * key segments merged in order (kernels/attention.h), norms and router per row. So continuous
+ * batching reproduces a request's run alone, and seeded sampling with it. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -71,9 +71,10 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
     RW_CUDA_CHECKGOTO(
         err, cudaDeviceGetAttribute(&be->nsm, cudaDevAttrMultiProcessorCount, m->device), st, fail);
     const int64_t hd = c->head_dim, H = c->hidden_size;
-    const int64_t qd = m->d.nh_local * hd;
-    /* bf16 staging for one quantized dense weight, dequantized before its GEMM */
-    const size_t wdeq = (size_t)(qd > H ? qd : H) * (size_t)(qd > H ? H : qd) * 2;
+    const int64_t qd = m->d.nh_local * hd, kd = m->d.nkv_local * hd;
+    /* bf16 staging for quantized dense weights, dequantized before their GEMM: one layer's
+     * [q | k | v] rows, which hold more than its o_proj [H, qd] */
+    const size_t wdeq = (size_t)(qd + 2 * kd) * (size_t)H * 2;
     inv = malloc(sizeof(float) * (size_t)(hd / 2));
     if (!inv) {
         st = RW_ERR(err, RW_E_OOM, "inv_freq");

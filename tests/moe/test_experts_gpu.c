@@ -489,11 +489,15 @@ static void test_mxfp8(void **s) {
     (void)s;
     check(RW_WFMT_MXFP8, 8, 96, 128, 1, 0, 2, 37, 4);
     check(RW_WFMT_MXFP8, 8, 256, 256, 2, 1, 2, 600, 5);
+    /* a multi-wave decode grid of 32-token tiles (w13 on 3 stages), each token alone in a
+     * one-wave grid */
+    check(RW_WFMT_MXFP8, 32, 768, 512, 1, 0, 8, 64, 25);
 }
 static void test_fp8_block(void **s) {
     (void)s;
     check(RW_WFMT_FP8_BLOCK, 8, 96, 128, 2, 0, 2, 37, 6);
     check(RW_WFMT_FP8_BLOCK, 8, 256, 256, 1, 0, 3, 600, 7);
+    check(RW_WFMT_FP8_BLOCK, 32, 768, 512, 1, 0, 8, 64, 26); /* multi-wave decode grid */
 }
 static void test_split_bf16(void **s) {
     (void)s;
@@ -515,6 +519,7 @@ static void test_split_one_act(void **s) {
     check_split(RW_WFMT_BF16, 32, 768, 512, 1, 0, 8, 64, 34, false, false);
     check_split(RW_WFMT_BF16, 128, 384, 384, 1, 0, 8, 16, 35, false, false);
     check_split(RW_WFMT_MXFP8, 8, 256, 256, 2, 1, 2, 600, 36, false, false);
+    check_split(RW_WFMT_MXFP8, 32, 768, 512, 1, 0, 8, 64, 38, false, false); /* b256's grid */
     check_split(RW_WFMT_FP8_BLOCK, 8, 256, 256, 1, 0, 3, 600, 37, true, false);
 }
 static void test_split_mxfp8(void **s) {
