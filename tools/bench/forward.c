@@ -273,10 +273,10 @@ static rw_status hbm_copy_call(void *ctx, int rep, rw_err *err) {
 /* HBM bandwidth measured now (device-to-device copy, read + write bytes), GB/s: cudaMemcpy timed
  * on the host around a device synchronize, the floor of this entry's lines. *events_gbs: the same
  * copies on a stream, timed by events (rwb_time_kernel, about 0.1 s; the stage ceiling hbm_copy
- * is timed by events too), reported beside it: in one rw-bench process the stage's hbm_copy
- * measured 4.24 TB/s and this entry 3.78-3.79 (docs/BENCHMARKS.md, twelfth session), and two
- * numbers from one call say whether the timing method or the GPU's state after the engine's
- * stages makes the difference. */
+ * is timed by events too), reported beside it. In one rw-bench process the stage's hbm_copy
+ * measured 4.24 TB/s and this entry 3.78-3.79; on an H200 the two timings of this call read
+ * 3,817 and 3,787 GB/s, so the gap is the GPU's state (this entry's model is resident, the
+ * stage measures with none), not the timing (docs/BENCHMARKS.md, thirteenth session). */
 static rw_status measure_hbm(double *gbs, double *events_gbs, rw_err *err) {
     const size_t bytes = (size_t)2 << 30;
     void *a = NULL, *b = NULL;
