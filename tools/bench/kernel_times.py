@@ -8,7 +8,12 @@ the launches, the total and the mean time, largest first. Each kernel is timed a
 the sum set beside the step time of the same build says how much of a step is kernels and how
 much the gaps between them.
 
-    kernel_times.py FILE.csv [--sequence N]   (N: also print the first N kernels in order)
+    kernel_times.py FILE.csv [--sequence N] [--step S]
+
+--sequence N also prints the first N kernels in launch order. --step S keeps the S-th profiled
+step alone (from 1) when the CSV holds several: a decode run with the mxfp8 model profiles the
+bf16 step and then the mxfp8 one (tools/gpu/kernel-times.sh --quant). A step starts at its
+embedding kernel, the first launch of every forward pass.
 """
 import argparse
 import collections
@@ -46,10 +51,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--sequence", type=int, default=0)
+    ap.add_argument("--step", type=int, default=0)
     a = ap.parse_args()
     rs = rows(a.csv)
     if not rs:
         sys.exit(f"kernel_times: no profiled kernels in {a.csv}")
+    if a.step:
+        starts = [i for i, (name, _, _) in enumerate(rs) if name.endswith("embed_kernel")]
+        if not 1 <= a.step <= len(starts):
+            sys.exit(f"kernel_times: --step {a.step}: {a.csv} holds {len(starts)} profiled "
+                     "step(s) (a step starts at embed_kernel)")
+        end = starts[a.step] if a.step < len(starts) else len(rs)
+        rs = rs[starts[a.step - 1]:end]
     tot = collections.OrderedDict()
     cnt = collections.Counter()
     for name, grid, us in rs:

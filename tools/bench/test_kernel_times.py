@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""test_kernel_times.py - kernel_times.py on a synthetic ncu CSV (testdata/ncu_times.csv, numbers
-made up for the test): rows among other output, thousands separators, a template argument with
-parentheses, totals and means per kernel and grid, and a clear error on a file without rows."""
+"""test_kernel_times.py - kernel_times.py on synthetic ncu CSVs (testdata/ncu_times.csv and
+ncu_two_steps.csv, numbers made up for the test): rows among other output, thousands separators,
+a template argument with parentheses, totals and means per kernel and grid, one step of two picked
+by --step, and clear errors on a file without rows or a step it does not hold."""
 import os
 import subprocess
 import sys
@@ -33,6 +34,18 @@ check(rows and "16.5" in rows[0], "largest first")
 check(out[-2:] == ["     4.00  add_rmsnorm_kernel<8>  (1, 1, 1)",
                    "    16.50  gemm_kernel<64, 8, 4, 1, 1, (int)-1, 0>  (80, 1, 1)"],
       f"launch order: {out[-2:]}")
+# two profiled steps (bf16, then mxfp8): --step picks one, each starting at its embed_kernel
+two = os.path.join(here, "testdata", "ncu_two_steps.csv")
+r = subprocess.run([sys.executable, tool, two, "--step", "2"], capture_output=True, text=True)
+out = r.stdout.splitlines()
+check(r.returncode == 0 and out and out[0] == "4 kernels, 296.5 us in all",
+      f"second step: {out[:1]} {r.stderr}")
+check(any("moe_gemm_kernel<32, 1, 1, 1, 3, 1>" in l for l in out)
+      and not any("moe_gemm_kernel<32, 0," in l for l in out), "only the second step's kernels")
+r = subprocess.run([sys.executable, tool, two, "--step", "1"], capture_output=True, text=True)
+check(r.stdout.splitlines()[:1] == ["3 kernels, 232.0 us in all"], f"first step: {r.stdout[:40]}")
+r = subprocess.run([sys.executable, tool, two, "--step", "3"], capture_output=True, text=True)
+check(r.returncode != 0 and "holds 2 profiled step(s)" in r.stderr, "a step past the last is an error")
 with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
     f.write("no profiler output here\n")
 r = subprocess.run([sys.executable, tool, f.name], capture_output=True, text=True)

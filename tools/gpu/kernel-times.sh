@@ -2,7 +2,10 @@
 # kernel-times.sh - the GPU time of every kernel of one decode step, measured by Nsight Compute:
 # what a step is made of, kernel by kernel, to set beside the step time of the same build.
 #
-#   tools/gpu/kernel-times.sh [BATCH [CTX]]     default 1 1024 (the G2 point)
+#   tools/gpu/kernel-times.sh [--quant] [BATCH [CTX]]     default 1 1024 (the G2 point)
+#
+# --quant: the mxfp8-last-8 model's step instead of bf16's (G3 at 256 1024; the forward entry
+# profiles the bf16 step, then the mxfp8 one, and kernel_times.py --step 2 keeps the second).
 #
 # At BATCH 1 or 256 and CTX 1024 (G2, G1) rw-bench's forward-level decode benchmark runs its
 # first timed step between cudaProfilerStart and cudaProfilerStop (RW_BENCH_NCU_BATCH); at any
@@ -14,6 +17,11 @@
 # mean time, and the sum.
 # Environment: RW_BUILD_DIR (default build-gpu), OUT. Takes about a minute on an H200.
 set -euo pipefail
+QUANT=0
+if [ "${1:-}" = --quant ]; then
+    QUANT=1
+    shift
+fi
 B=${1:-1}
 C=${2:-1024}
 BUILD=${RW_BUILD_DIR:-build-gpu}
@@ -21,7 +29,16 @@ DIR=${OUT:-.}
 cd "$(dirname "$0")/../.."
 command -v ncu > /dev/null || { echo "kernel-times: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
 [ -x "$BUILD/tools/bench/rw-bench" ] || { echo "kernel-times: no $BUILD/tools/bench/rw-bench (build it first)" >&2; exit 1; }
+quant=(--no-quant)
+step=()
 csv="$DIR/kernel_times_b${B}_ctx${C}.csv"
+if [ "$QUANT" = 1 ]; then
+    # rw-bench decodes with the mxfp8 model at the G1 point only
+    { [ "$B" = 256 ] && [ "$C" = 1024 ]; } || { echo "kernel-times: --quant needs batch 256, context 1024" >&2; exit 1; }
+    quant=()
+    step=(--step 2)
+    csv="$DIR/kernel_times_b${B}_ctx${C}_mxfp8.csv"
+fi
 if [ "$C" = 1024 ] && { [ "$B" = 1 ] || [ "$B" = 256 ]; }; then
     export RW_BENCH_NCU_BATCH=$B
 else
@@ -29,6 +46,6 @@ else
 fi
 ncu --profile-from-start off --metrics gpu__time_duration.sum \
     --cache-control none --clock-control none --csv --page raw \
-    "$BUILD/tools/bench/rw-bench" decode --batches "$B" --ctxs "$C" --no-quant --gen 1,16,2 \
+    "$BUILD/tools/bench/rw-bench" decode --batches "$B" --ctxs "$C" "${quant[@]}" --gen 1,16,2 \
     --gen-reps 1 --steps 5 > "$csv"
-python3 tools/bench/kernel_times.py "$csv"
+python3 tools/bench/kernel_times.py "$csv" "${step[@]}"
