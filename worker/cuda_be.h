@@ -56,7 +56,7 @@ typedef struct cuda_be {
     int64_t cap_tok, cap_log;
     int cap_seq, cap_bt;
     float *x, *y, *q, *k, *v, *h32, *rl, *wts, *lg_local, *gath, *logits, *qf;
-    uint16_t *h, *h_lo, *att, *att_lo, *hl, *hl_lo, *wdeq;
+    uint16_t *h, *h_lo, *att, *att_lo, *hl, *wdeq;
     int32_t *ids; /* [L, cap_tok, top_k]; wts the same shape */
     void *attn_part;
     size_t attn_part_bytes;

@@ -10,12 +10,12 @@
 #include "kernels/router.h"
 
 void rw_cuda_free_scratch(cuda_be *be) {
-    void *d[] = {be->x,      be->y,      be->q,     be->k,    be->v,
-                 be->h32,    be->rl,     be->wts,   be->qf,   be->lg_local,
-                 be->gath,   be->logits, be->h,     be->h_lo, be->att,
-                 be->att_lo, be->hl,     be->hl_lo, be->ids,  be->attn_part,
-                 be->moe_ws, be->meta_d, be->sp_d,  be->so_d, be->gemm_ws,
-                 be->route_cnt, be->smp_ws};
+    void *d[] = {be->x,      be->y,      be->q,      be->k,         be->v,
+                 be->h32,    be->rl,     be->wts,    be->qf,        be->lg_local,
+                 be->gath,   be->logits, be->h,      be->h_lo,      be->att,
+                 be->att_lo, be->hl,     be->ids,    be->attn_part, be->moe_ws,
+                 be->meta_d, be->sp_d,   be->so_d,   be->gemm_ws,   be->route_cnt,
+                 be->smp_ws};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         cudaFree(d[i]);
     cudaFreeHost(be->meta_h);
@@ -23,7 +23,7 @@ void rw_cuda_free_scratch(cuda_be *be) {
     cudaFreeHost(be->so_h);
     be->x = be->y = be->q = be->k = be->v = be->h32 = be->rl = be->wts = be->qf = NULL;
     be->lg_local = be->gath = be->logits = NULL;
-    be->h = be->h_lo = be->att = be->att_lo = be->hl = be->hl_lo = NULL;
+    be->h = be->h_lo = be->att = be->att_lo = be->hl = NULL;
     be->ids = NULL;
     be->attn_part = be->moe_ws = be->gemm_ws = NULL;
     be->route_cnt = NULL;
@@ -74,8 +74,7 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
      * ops->routes copies every layer's out after the forward (no copy inside the forward) */
     DALLOC(be->wts, (int64_t)c->num_layers * T * K * 4);
     DALLOC(be->ids, (int64_t)c->num_layers * T * K * 4);
-    DALLOC(be->hl, NL * H * 2);
-    DALLOC(be->hl_lo, NL * H * 2);
+    DALLOC(be->hl, NL * H * 2); /* the lm_head input: one bf16, no lo half */
     DALLOC(be->lg_local, NL * vl * 4);
     DALLOC(be->gath, (int64_t)d->tp * NL * vl * 4);
     DALLOC(be->logits, NL * V * 4);
