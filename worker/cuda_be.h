@@ -55,7 +55,7 @@ typedef struct cuda_be {
     /* capacities of the scratch below */
     int64_t cap_tok, cap_log;
     int cap_seq, cap_bt;
-    float *x, *y, *q, *k, *v, *h32, *rl, *wts, *lg_local, *gath, *logits, *qf;
+    float *x, *y, *q, *h32, *rl, *wts, *lg_local, *gath, *logits, *qf; /* q: [q | k | v] rows */
     uint16_t *h, *h_lo, *att, *att_lo, *hl, *wdeq;
     int32_t *ids; /* [L, cap_tok, top_k]; wts the same shape */
     void *attn_part;

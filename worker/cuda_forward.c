@@ -98,43 +98,27 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
                                       H, eps, be->h, be->h_lo, NULL, s, err));
         rw_cuda_mark(be, RW_PHASE_NORM);
         const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
-        const float *qp, *kp, *vp;
-        int64_t ldq, ldkv;
-        if (lw->qkv.data) {
-            /* bf16 attention: one GEMM over the weight set's fused view, output rows [q | k | v] */
-            RW_CHECK(rw_k_gemm(lw->qkv.data, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q,
-                               be->gemm_ws, be->gemm_ws_bytes, s, err));
-            qp = be->q;
-            kp = be->q + qd;
-            vp = be->q + qd + kd;
-            ldq = ldkv = qd + 2 * kd;
-        } else if (lw->q.dtype != RW_DTYPE_BF16) {
-            /* quantized attention: q, k and v dequantized one after the other into one bf16
-             * [q | k | v] matrix, then the one GEMM of the bf16 layers (three GEMMs of 4096, 512
-             * and 512 rows took 16.7 + 18.9 + 18.9 us at b256 on an H200, the fused one 25.8) */
+        /* one GEMM over [q | k | v] rows: a bf16 layer's fused view in the weight set (every
+         * bf16 layer has one, rw_layer_weights), or a quantized layer's q, k and v dequantized
+         * one after the other into one bf16 matrix (three GEMMs of 4096, 512 and 512 rows took
+         * 16.7 + 18.9 + 18.9 us at b256 on an H200, the fused one 25.8) */
+        const void *wqkv = lw->qkv.data;
+        if (!wqkv) {
+            if (lw->attn_fmt == RW_WFMT_BF16)
+                RW_FAIL(err, RW_E_INVALID_ARG,
+                        "CUDA forward: layer %d: bf16 attention weights without the fused q/k/v "
+                        "view of the weight set",
+                        l);
             RW_CHECK(dequant(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->wdeq, err));
             RW_CHECK(dequant(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->wdeq + qd * H, err));
             RW_CHECK(
                 dequant(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->wdeq + (qd + kd) * H, err));
-            RW_CHECK(rw_k_gemm(be->wdeq, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, be->gemm_ws,
-                               be->gemm_ws_bytes, s, err));
-            qp = be->q;
-            kp = be->q + qd;
-            vp = be->q + qd + kd;
-            ldq = ldkv = qd + 2 * kd;
-        } else {
-            RW_CHECK(
-                dense(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->h, be->h_lo, be->q, ntok, err));
-            RW_CHECK(
-                dense(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->h, be->h_lo, be->k, ntok, err));
-            RW_CHECK(
-                dense(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->h, be->h_lo, be->v, ntok, err));
-            qp = be->q;
-            kp = be->k;
-            vp = be->v;
-            ldq = qd;
-            ldkv = kd;
+            wqkv = be->wdeq;
         }
+        RW_CHECK(rw_k_gemm(wqkv, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, be->gemm_ws,
+                           be->gemm_ws_bytes, s, err));
+        const float *qp = be->q, *kp = be->q + qd, *vp = be->q + qd + kd;
+        const int64_t ldq = qd + 2 * kd, ldkv = ldq;
         rw_cuda_mark(be, RW_PHASE_QKV);
         uint16_t *kc = kv->k + (size_t)l * kv->layer_elems,
                  *vc = kv->v + (size_t)l * kv->layer_elems;

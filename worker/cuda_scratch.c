@@ -10,18 +10,16 @@
 #include "kernels/router.h"
 
 void rw_cuda_free_scratch(cuda_be *be) {
-    void *d[] = {be->x,      be->y,      be->q,      be->k,         be->v,
-                 be->h32,    be->rl,     be->wts,    be->qf,        be->lg_local,
-                 be->gath,   be->logits, be->h,      be->h_lo,      be->att,
-                 be->att_lo, be->hl,     be->ids,    be->attn_part, be->moe_ws,
-                 be->meta_d, be->sp_d,   be->so_d,   be->gemm_ws,   be->route_cnt,
-                 be->smp_ws};
+    void *d[] = {be->x,      be->y,        be->q,    be->h32,     be->rl,        be->wts,
+                 be->qf,     be->lg_local, be->gath, be->logits,  be->h,         be->h_lo,
+                 be->att,    be->att_lo,   be->hl,   be->ids,     be->attn_part, be->moe_ws,
+                 be->meta_d, be->sp_d,     be->so_d, be->gemm_ws, be->route_cnt, be->smp_ws};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         cudaFree(d[i]);
     cudaFreeHost(be->meta_h);
     cudaFreeHost(be->sp_h);
     cudaFreeHost(be->so_h);
-    be->x = be->y = be->q = be->k = be->v = be->h32 = be->rl = be->wts = be->qf = NULL;
+    be->x = be->y = be->q = be->h32 = be->rl = be->wts = be->qf = NULL;
     be->lg_local = be->gath = be->logits = NULL;
     be->h = be->h_lo = be->att = be->att_lo = be->hl = NULL;
     be->ids = NULL;
@@ -63,9 +61,7 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     DALLOC(be->h32, T * H * 4);
     DALLOC(be->h, T * H * 2);
     DALLOC(be->h_lo, T * H * 2);
-    DALLOC(be->q, T * (qd + 2 * kd) * 4); /* room for the fused [q | k | v] rows */
-    DALLOC(be->k, T * kd * 4);
-    DALLOC(be->v, T * kd * 4);
+    DALLOC(be->q, T * (qd + 2 * kd) * 4); /* the fused [q | k | v] rows */
     DALLOC(be->qf, T * qd * 4);
     DALLOC(be->att, T * qd * 2);
     DALLOC(be->att_lo, T * qd * 2);
