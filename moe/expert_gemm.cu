@@ -2,12 +2,11 @@
  * w2, bf16 / mxfp8 / fp8-block weights, one input or the hi + lo pair (experts_internal.cuh:
  * moe_gemm_pass); the pipeline, the layouts and the arithmetic are described in experts.cu. */
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "cuda_check.h"
+#include "e4m3.cuh"
 #include "experts_internal.cuh"
 #include "launch.cuh"
 #include "mma.cuh"
@@ -236,14 +235,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
                 const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
                 __align__(16) __nv_bfloat162 v[8];
 #pragma unroll
-                for (int i2 = 0; i2 < 8; i2++) {
-                    /* hardware e4m3x2 -> half2 (exact), times the scale, to bf16x2 */
-                    const __nv_fp8x2_storage_t pr =
-                        (__nv_fp8x2_storage_t)((w[i2 >> 1] >> ((i2 & 1) * 16)) & 0xffffu);
-                    const float2 f =
-                        __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pr, __NV_E4M3)));
-                    v[i2] = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-                }
+                for (int i2 = 0; i2 < 8; i2++)
+                    v[i2] = rw_e4m3x2_to_bf16x2(w[i2 >> 1] >> ((i2 & 1) * 16), sc);
                 *(uint4 *)(deq + rw_swz128(r, 2 * cq)) = *(const uint4 *)&v[0];
                 *(uint4 *)(deq + rw_swz128(r, 2 * cq + 1)) = *(const uint4 *)&v[4];
             }

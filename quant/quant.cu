@@ -6,11 +6,10 @@
  * Each operation has a vector kernel (16-byte bf16 loads, 8-byte e4m3 stores) used when the
  * pointers are aligned for it, and a scalar kernel for any other alignment.
  */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include "e4m3.cuh"
 
 #include "rw_quant.h"
 
@@ -87,10 +86,9 @@ __device__ __forceinline__ uint16_t mxfp8_deq(uint8_t qv, uint8_t s) {
 }
 
 /* Four e4m3 codes (one word) times the scale s (sc its value) as four bf16 (two words), the bits
- * of mxfp8_deq: the hardware e4m3x2 -> half2 conversion is exact, as is the product for a power
- * of two scale, and bf16 rounding is the same round to nearest even. A word holding a NaN code
- * (0x7f, 0xff) or a NaN scale (0xff) takes mxfp8_deq itself, whose NaN bits are the CPU
- * reference's (the hardware conversions give other NaN payloads). */
+ * of mxfp8_deq (rw_e4m3x2_to_bf16x2). A word holding a NaN code (0x7f, 0xff) or a NaN scale
+ * (0xff) takes mxfp8_deq itself, whose NaN bits are the CPU reference's (the hardware
+ * conversions give other NaN payloads). */
 __device__ __forceinline__ uint2 mxfp8_deq4(uint32_t w, uint8_t s, float sc) {
     /* bytes 0x7f / 0xff: (byte & 0x7f) + 1 carries into bit 7, never into the next byte */
     if ((((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) || s == 0xff) {
@@ -105,9 +103,7 @@ __device__ __forceinline__ uint2 mxfp8_deq4(uint32_t w, uint8_t s, float sc) {
     uint32_t o[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const __nv_fp8x2_storage_t pr = (__nv_fp8x2_storage_t)((w >> (16 * i)) & 0xffffu);
-        const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pr, __NV_E4M3)));
-        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+        const __nv_bfloat162 b = rw_e4m3x2_to_bf16x2(w >> (16 * i), sc);
         o[i] = (uint32_t)__bfloat16_as_ushort(b.x) | ((uint32_t)__bfloat16_as_ushort(b.y) << 16);
     }
     return make_uint2(o[0], o[1]);
