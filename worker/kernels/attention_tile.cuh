@@ -49,7 +49,7 @@
 template <int HD> __host__ __device__ __forceinline__ constexpr int atc_swz_term(int r) {
     return HD == 32 ? (r >> 1) & 3 : r & 7;
 }
-template <int HD> __device__ __forceinline__ int atc_swz(int r, int c) {
+template <int HD> __host__ __device__ __forceinline__ constexpr int atc_swz(int r, int c) {
     return r * (HD * 2) + ((c ^ atc_swz_term<HD>(r)) << 4);
 }
 
@@ -69,10 +69,9 @@ template <int HD, int NT> __host__ __device__ constexpr bool atc_swz_steps_ok() 
             for (int cc = 0; cc < CH; cc++)
                 for (int k = 0; k < 16 / RS; k++) {
                     const int r = r0 + rl + k * RS;
-                    const int full = r * RB + ((cc ^ atc_swz_term<HD>(r)) << 4);
                     const int step =
                         (r0 + rl) * RB + atc_swz_step<HD, RS>(cc ^ atc_swz_term<HD>(rl), k);
-                    if (full != step) return false;
+                    if (atc_swz<HD>(r, cc) != step) return false;
                 }
     return true;
 }
