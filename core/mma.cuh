@@ -32,6 +32,12 @@ __device__ __forceinline__ void rw_cp_async16_full(void *dst, const void *src) {
 __device__ __forceinline__ void rw_cp_async16_sa(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
+/* Same, to a shared-state-space address, reading the first src_bytes (0 or 16) of src. */
+__device__ __forceinline__ void rw_cp_async16_zfill_sa(uint32_t dst, const void *src,
+                                                       uint32_t src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
 /* Closes the group of copies issued since the last commit. */
 __device__ __forceinline__ void rw_cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -120,7 +126,10 @@ __device__ __forceinline__ uint32_t rw_pack_bf16x2(float lo, float hi) {
  * RW_WGMMA_SMEM_SLACK bytes larger for it. */
 #define RW_WGMMA_SMEM_SLACK 1024
 __device__ __forceinline__ uint8_t *rw_smem_align1024(uint8_t *p) {
-    return (uint8_t *)(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
+    /* an offset from p, not a pointer made from an integer: the compiler then still knows that
+     * the result is shared memory and reads and writes it with shared-memory instructions (a
+     * pointer rebuilt from an integer is generic: every access through it resolved its space) */
+    return p + ((1024u - (rw_smem_u32(p) & 1023u)) & 1023u);
 }
 
 /* Descriptor of a 128-byte-swizzled K-major operand at p (16-byte aligned; the swizzle pattern

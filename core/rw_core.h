@@ -265,9 +265,9 @@ RW_HD uint8_t rw_f32_to_e4m3(float f) {
 
 /* UE8M0 -> fp32: 2^(b-127); 0xff is NaN. b = 0 gives 2^-127 (a subnormal float). */
 RW_HD float rw_ue8m0_to_f32(uint8_t b) {
-    if (b == 0xff) return rw_bits_f32(0x7fc00000u);
-    if (b == 0) return rw_bits_f32(0x00400000u);
-    return rw_bits_f32((uint32_t)b << 23);
+    /* selects, not branches: the quantized expert tiles convert four scales a K block */
+    const uint32_t bits = (uint32_t)b << 23;
+    return rw_bits_f32(b == 0xff ? 0x7fc00000u : b == 0 ? 0x00400000u : bits);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -28,8 +28,8 @@
  * share the memory system, so each keeps more weight blocks in flight: 6 stages. Larger grids
  * keep 4, which leaves room for 2 CTAs per SM. */
 #define MOE_DEEP_STAGES 6
-/* The least stages of a pipelined wgmma tile (bf16 weights, the kernel's PIPE): one stage's group
- * in flight and two stages of loads ahead of it. */
+/* The least stages of a pipelined wgmma tile (the kernel's PIPE): one stage's group in flight and
+ * two stages of loads ahead of it. */
 #define MOE_PIPE_STAGES 4
 /* packed row -> canonical local row (w13: interleave + shuffle inverse; w2: shuffle inverse) */
 __device__ __forceinline__ int64_t canon13(int64_t n, int64_t P) {
@@ -79,11 +79,11 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
     constexpr int AM = WG ? MOE_BM / 64 / NWG : 2, AN = WG ? TN / 8 : NTW / 8;
     /* PIPE: wgmma keeps one stage's group in flight across the next stage's barrier and loads, as
      * the dense GEMM's twins do; the loads then run STAGES - 2 ahead, so the stage they overwrite
-     * is one whose group has retired. bf16 weights only (a quantized stage is dequantized into the
-     * one deq tile, which the group in flight still reads), with at least MOE_PIPE_STAGES stages
-     * (launch_gemm gives them to the split tiles; the 3-stage unsplit 128-token tile keeps two
-     * CTAs per SM instead and waits for its group). */
-    constexpr bool PIPE = WG && FMT == FMT_BF16 && MOE_STAGES >= MOE_PIPE_STAGES;
+     * is one whose group has retired. With at least MOE_PIPE_STAGES stages (launch_gemm gives
+     * them to the split bf16 tiles; the 3-stage unsplit 128-token tile keeps two CTAs per SM
+     * instead and waits for its group). A quantized tile that pipes dequantizes block kb into
+     * bf16 tile kb % 2 of two, so the group in flight keeps reading the other. */
+    constexpr bool PIPE = WG && MOE_STAGES >= MOE_PIPE_STAGES;
     constexpr int AHEAD = PIPE ? MOE_STAGES - 2 : MOE_STAGES - 1;
     constexpr bool TMA = moe_tma(TN, FMT, WG);
     static_assert(AHEAD >= 1, "moe gemm: a pipeline needs a stage loaded ahead");
@@ -105,20 +105,13 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
     constexpr int A8_BYTES = MOE_BM * 64;
     constexpr int B_BYTES = TN * 128;
     constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + (SPLIT ? 2 : 1) * B_BYTES;
-    uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only */
+    uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only: NDEQ tiles */
+    constexpr int NDEQ = PIPE ? 2 : 1;
     /* mxfp8: the UE8M0 scales of the CTA's 128 rows over all of K, one contiguous swizzled run of
      * scale_cols * 512 bytes (rw_moe_scale_swizzle with m / 128 fixed), loaded with the first
      * stage so the K loop never waits on a global load for its scales */
-    uint8_t *ssc = deq + MOE_BM * 128;
-    __shared__ int64_t brow_src[TN]; /* element offset of each B row, -1 = zero row */
-
+    uint8_t *ssc = deq + NDEQ * MOE_BM * 128;
     __shared__ __align__(8) uint64_t full[TMA ? MOE_STAGES : 1];
-    for (int r = tid; r < TN; r += MOE_THREADS) {
-        const int sr = r0 + r;
-        int64_t src = -1;
-        if (sr < rend) src = W13 ? (int64_t)(g.perm[sr] / g.k) * g.H : (int64_t)sr * g.P;
-        brow_src[r] = src;
-    }
     if constexpr (TMA) {
         if (tid == 0) {
 #pragma unroll
@@ -126,10 +119,47 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
                 rw_mbar_init(&full[st], 1);
             rw_mbar_init_fence();
         }
+        __syncthreads();
     }
-    __syncthreads();
 
+    /* Every address a stage's loads use is fixed per thread but for the K block: it is worked
+     * out here once, and a stage adds kb * 64 elements (the block's columns) to it. (Worked out
+     * per stage, the 64-bit row arithmetic of these copies was about a third of the quantized
+     * tiles' instructions.) B: the TN x 64 token tile is TN * 8 chunks of 16 bytes, BCH per
+     * thread; chunk q = tid + MOE_THREADS j is chunk q % 8 of token row q / 8, which reads its
+     * token's input row (w13: the token's hidden state; w2: the sorted row's activations) or
+     * zeros past the expert's rows. */
+    constexpr int BCH = TN * 8 / MOE_THREADS;
+    static_assert(TN * 8 % MOE_THREADS == 0, "moe gemm: whole B chunks per thread");
+    const __nv_bfloat16 *bsrc[BCH], *bsrc_lo[SPLIT ? BCH : 1];
+    uint32_t bdst[BCH], bsz[BCH];
+#pragma unroll
+    for (int j = 0; j < BCH; j++) {
+        const int q = tid + j * MOE_THREADS, r = q >> 3, c = q & 7, sr = r0 + r;
+        int64_t src = 0;
+        bsz[j] = 0;
+        if (sr < rend) {
+            src = W13 ? (int64_t)(g.perm[sr] / g.k) * g.H : (int64_t)sr * g.P;
+            bsz[j] = 16;
+        }
+        bsrc[j] = g.xin + src + c * 8;
+        if (SPLIT) bsrc_lo[j] = g.xin_lo + src + c * 8; /* the same rows of the low halves */
+        bdst[j] = rw_swz128(r, c);
+    }
+    /* A, quantized: the stage's 128 x 64 e4m3 tile is 512 chunks of 16 bytes, AQ per thread;
+     * chunk q = tid + MOE_THREADS i is chunk q % 4 of weight row q / 4, at byte q * 16 of the
+     * stage. fp8-block rows are in canonical order and read through the packed -> canonical map,
+     * so the epilogue is shared. */
+    constexpr int AQ = FMT == FMT_BF16 ? 1 : A8_BYTES / 16 / MOE_THREADS;
     const uint8_t *wexp = (const uint8_t *)g.w + (int64_t)e * g.w_expert;
+    const uint8_t *asrc[AQ];
+#pragma unroll
+    for (int i = 0; i < AQ; i++) {
+        const int q = i * MOE_THREADS + tid;
+        int64_t n = m0 + (q >> 2);
+        if (FMT == FMT_FP8B && W13) n = canon13(n, g.P);
+        asrc[i] = wexp + n * g.K + (q & 3) * 16;
+    }
     auto load_stage = [&](int st, int kb) {
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
@@ -149,23 +179,17 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             for (int i = 0; i < A_BYTES / 16 / MOE_THREADS; i++)
                 rw_cp_async16_sa(dst + i * MOE_THREADS * 16, src + i * MOE_THREADS * 16);
         } else {
-            /* e4m3 [M, K]: 64 bytes of row n at n*K + kb*64; fp8-block rows are in canonical
-             * order and read through the packed->canonical map so the epilogue is shared */
+            /* e4m3 [M, K]: the 64 bytes of row n for block kb at n * K + kb * 64 */
+            const uint32_t dst = rw_smem_u32(sa) + tid * 16;
 #pragma unroll
-            for (int i = 0; i < A8_BYTES / 16 / MOE_THREADS; i++) {
-                const int q = i * MOE_THREADS + tid, r = q >> 2, c = q & 3;
-                int64_t n = m0 + r;
-                if (FMT == FMT_FP8B && W13) n = canon13(n, g.P);
-                rw_cp_async16(sa + r * 64 + c * 16, wexp + n * g.K + (int64_t)kb * 64 + c * 16, 16);
-            }
+            for (int i = 0; i < AQ; i++)
+                rw_cp_async16_sa(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
         }
-        const int chunks = TN * 8;
-        for (int q = tid; q < chunks; q += MOE_THREADS) {
-            const int r = q >> 3, c = q & 7;
-            const int64_t s = brow_src[r];
-            const int64_t o = (s < 0 ? 0 : s) + (int64_t)kb * 64 + c * 8;
-            rw_cp_async16(sb + rw_swz128(r, c), g.xin + o, s < 0 ? 0 : 16);
-            if (SPLIT) rw_cp_async16(sb + B_BYTES + rw_swz128(r, c), g.xin_lo + o, s < 0 ? 0 : 16);
+        const uint32_t bs = rw_smem_u32(sb);
+#pragma unroll
+        for (int j = 0; j < BCH; j++) {
+            rw_cp_async16_zfill_sa(bs + bdst[j], bsrc[j] + kb * 64, bsz[j]);
+            if (SPLIT) rw_cp_async16_zfill_sa(bs + B_BYTES + bdst[j], bsrc_lo[j] + kb * 64, bsz[j]);
         }
     };
 
@@ -184,6 +208,25 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
         for (int64_t q = tid; q < g.scale_cols * 32; q += MOE_THREADS)
             rw_cp_async16(ssc + q * 16, src + q * 16, 16);
     }
+    /* The dequantization's scales, per row a thread converts (below): mxfp8, the byte offset in
+     * the staged run of column block 2 kb + cq / 2 of row r (rw_moe_scale_swizzle: (k / 4) 512 +
+     * (r % 32) 16 + (r / 32) 4 + k % 4) without the K block's part; fp8-block, the row's
+     * 128 x 128 block scales. */
+    constexpr int DQ = FMT == FMT_BF16 ? 1 : MOE_BM * 4 / MOE_THREADS;
+    int soff[DQ];
+    const float *srow[DQ];
+#pragma unroll
+    for (int i = 0; i < DQ; i++) {
+        const int r = (tid >> 2) + i * (MOE_THREADS / 4);
+        soff[i] = (r % 32) * 16 + (r / 32) * 4 + ((tid & 3) >> 1);
+        const int64_t n = m0 + r, cn = (FMT == FMT_FP8B && W13) ? canon13(n, g.P) : n;
+        srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
+                  (cn / 128) * g.scale_cols;
+    }
+    auto scale_at = [&](int i, int kb) -> float {
+        if (FMT == FMT_MX) return rw_ue8m0_to_f32(ssc[soff[i] + (kb >> 1) * 512 + (kb & 1) * 2]);
+        return srow[i][kb >> 1];
+    };
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
         if (s < nkb) load_stage(s, s);
@@ -210,46 +253,49 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             rw_cp_async_commit();
         }
         if (FMT != FMT_BF16) {
-            /* the e4m3 stage into the bf16 tile. Thread tid takes 16-byte chunk cq = tid % 4 of
-             * rows tid / 4 + (MOE_THREADS / 4) i: a warp reads 8 whole 64-byte rows, 512
-             * contiguous bytes (one thread a row, 8 bytes at a time, put 16 threads on one bank
-             * pair), and writes each chunk's 16 values as bf16 chunks 2 cq and 2 cq + 1 of its
-             * row, which the swizzle spreads over all banks for rows r .. r + 7. The scale: the
-             * row's block of 32 columns (mxfp8, from the CTA's staged run) or of 128 x 128
-             * (fp8-block, canonical rows). */
+            /* the e4m3 stage into the bf16 tile. Thread tid takes the chunks it copied: 16-byte
+             * chunk cq = tid % 4 of rows tid / 4 + (MOE_THREADS / 4) i. A warp reads 8 whole
+             * 64-byte rows, 512 contiguous bytes (one thread a row, 8 bytes at a time, put 16
+             * threads on one bank pair), and writes each chunk's 16 values as bf16 chunks 2 cq
+             * and 2 cq + 1 of its row, which the swizzle spreads over all banks for rows r ..
+             * r + 7. The scale: the row's block of 32 columns (mxfp8, from the CTA's staged run)
+             * or of 128 x 128 (fp8-block, canonical rows); where each thread's are is worked
+             * out before the K loop. */
             const int cq = tid & 3;
-            const float *sexp =
-                (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert);
+            uint8_t *const dq = deq + (PIPE ? (kb & 1) * (MOE_BM * 128) : 0);
+            /* all of the thread's chunks and scales first: one shared-load latency a block, not
+             * one a chunk (loaded chunk by chunk, the conversions waited on each: mxfp8 decode
+             * at b256 0.960 -> 0.982 x bf16 on an H200) */
+            uint4 raw[DQ];
+            float scl[DQ];
 #pragma unroll
-            for (int i = 0; i < MOE_BM * 4 / MOE_THREADS; i++) {
+            for (int i = 0; i < DQ; i++) {
+                raw[i] = *(const uint4 *)(sa + (i * MOE_THREADS + tid) * 16);
+                scl[i] = scale_at(i, kb);
+            }
+#pragma unroll
+            for (int i = 0; i < DQ; i++) {
                 const int r = (tid >> 2) + i * (MOE_THREADS / 4);
-                float sc;
-                if (FMT == FMT_MX) {
-                    sc = rw_ue8m0_to_f32(
-                        ssc[rw_moe_scale_swizzle(r, (int64_t)kb * 2 + (cq >> 1), g.scale_cols)]);
-                } else {
-                    const int64_t n = m0 + r, cn = W13 ? canon13(n, g.P) : n;
-                    sc = sexp[(cn / 128) * g.scale_cols + ((int64_t)kb * 64) / 128];
-                }
-                const uint4 raw = *(const uint4 *)(sa + r * 64 + cq * 16);
-                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+                const float sc = scl[i];
+                const uint32_t w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
                 __align__(16) __nv_bfloat162 v[8];
 #pragma unroll
                 for (int i2 = 0; i2 < 8; i2++)
                     v[i2] = rw_e4m3x2_to_bf16x2(w[i2 >> 1] >> ((i2 & 1) * 16), sc);
-                *(uint4 *)(deq + rw_swz128(r, 2 * cq)) = *(const uint4 *)&v[0];
-                *(uint4 *)(deq + rw_swz128(r, 2 * cq + 1)) = *(const uint4 *)&v[4];
+                *(uint4 *)(dq + rw_swz128(r, 2 * cq)) = *(const uint4 *)&v[0];
+                *(uint4 *)(dq + rw_swz128(r, 2 * cq + 1)) = *(const uint4 *)&v[4];
             }
             if constexpr (WG) rw_fence_proxy_async();
             __syncthreads();
-            sa = deq;
+            sa = dq;
         }
         if constexpr (WG) {
             /* warpgroup warp / 4: its AM m64 blocks of weight rows by all TN tokens. Per
              * accumulator the k16 steps in order, hi then lo, as below. The group is retired
              * before a later barrier lets the loads overwrite this stage: PIPE at the next stage
              * (wait<1> leaves only that stage's group in flight), otherwise here. */
-            const uint8_t *ab = sa + (warp >> 2) * (AM * 64 * 128);
+            /* (one warpgroup: no warp term, so the descriptors stay uniform across the CTA) */
+            const uint8_t *ab = NWG == 1 ? sa : sa + (warp >> 2) * (AM * 64 * 128);
             /* one descriptor for each operand tile, the slices as offsets (rw_wgmma_desc_at) */
             const uint64_t dab = rw_wgmma_desc(ab), dsb = rw_wgmma_desc(sb);
             /* (a pin while a group is in flight would define its registers: only without PIPE) */
@@ -354,13 +400,15 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
 
 /* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,
  * TN = 128 split with mxfp8 scales for K = MOE_MX_MAX_K, is 3 * (8 + 32) + 16 + 32 = 168 KB; bf16
- * TN = 128 split on wgmma is 4 * (16 + 32) = 192 KB: all within sm_90's 227 KB. */
+ * TN = 128 split on wgmma is 4 * (16 + 32) = 192 KB; the deep 32-token mxfp8 split tile, which
+ * pipes with two bf16 tiles, 6 * (8 + 8) + 2 * 16 + 32 = 160 KB: all within sm_90's 227 KB. */
 template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN), bool WG = false>
 static constexpr size_t gemm_smem(int64_t scale_cols) {
     return (WG ? RW_WGMMA_SMEM_SLACK : 0) +
            (size_t)ST *
                ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
-           (FMT == FMT_BF16 ? 0 : MOE_BM * 128) + (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
+           (FMT == FMT_BF16 ? 0 : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) * MOE_BM * 128) +
+           (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
 }
 static_assert(gemm_smem<128, FMT_MX, true, MOE_STAGES_FOR(128), true>(MOE_MX_MAX_K / 128) +
                       2 * 1024 <=
@@ -368,7 +416,7 @@ static_assert(gemm_smem<128, FMT_MX, true, MOE_STAGES_FOR(128), true>(MOE_MX_MAX
               "moe gemm: split-mode tiles exceed the shared memory of sm_90");
 static_assert(gemm_smem<128, FMT_BF16, true, MOE_PIPE_STAGES, true>(0) + 2 * 1024 <= 227 * 1024,
               "moe gemm: split-mode tiles exceed the shared memory of sm_90");
-static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES>(MOE_MX_MAX_K / 128) + 2 * 1024 <=
+static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES, true>(MOE_MX_MAX_K / 128) + 2 * 1024 <=
                   227 * 1024,
               "moe gemm: deep decode tiles exceed the shared memory of sm_90");
 
@@ -435,17 +483,15 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
     }
     if (grid_x * (g.M / MOE_BM) <= sms)
         return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
-    /* an mxfp8 w13 of a multi-wave decode grid: 3 stages of 16 KB (and the 16 KB bf16 tile)
-     * leave room for three CTAs an SM, where 4 stages fit two. The e4m3 tile is dequantized
-     * between two barriers, so more CTAs an SM are what overlaps one CTA's dequantization with
-     * another's loads: mxfp8 w13 at b256 294.7 -> 256.5 us a layer on an H200 (2 stages, four
-     * CTAs: the step 0.3 ms slower than 3); w2, whose K is shorter, 119.4 -> 121.2 us, so it
-     * keeps 4 (docs/BENCHMARKS.md). fp8-block, not measured so, keeps 4 too. */
-    if constexpr (W13) {
-        if (fmt == FMT_MX)
-            return split ? launch_gemm<32, FMT_MX, true, true, 3>(g, grid_x, s, err)
-                         : launch_gemm<32, FMT_MX, true, false, 3>(g, grid_x, s, err);
-    }
+    /* mxfp8 of a multi-wave decode grid: 3 stages of 16 KB (w13; w2 12 KB) and the 16 KB bf16
+     * tile leave room for three CTAs an SM, where the pipelined form (4 stages and two bf16
+     * tiles) fits two. The e4m3 tile is dequantized between two barriers, so more CTAs an SM
+     * are what overlaps one CTA's dequantization with another's loads and MMAs. A b256 step on
+     * an H200 (docs/BENCHMARKS.md): w13 and w2 on 3 stages 26.81 ms; w2 pipelined on 4 28.06;
+     * w13 too 29.93. fp8-block, not measured so, keeps 4 (pipelined). */
+    if (fmt == FMT_MX)
+        return split ? launch_gemm<32, FMT_MX, W13, true, 3>(g, grid_x, s, err)
+                     : launch_gemm<32, FMT_MX, W13, false, 3>(g, grid_x, s, err);
     /* the bf16 down projection of a multi-wave decode grid: 3 stages of 20 KB leave room for
      * three CTAs an SM, whose ramps overlap, where 4 stages (the pipelined form) fit two: a b256
      * step's experts 333.0 -> 328.1 us a layer on an H200 (5 stages 329.2, 6 stages 352; w13,
