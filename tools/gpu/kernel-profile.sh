@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# kernel-profile.sh - one kernel of a decode step under Nsight Compute, in depth: its sections
+# (speed of light, issue, warp states, occupancy) and, per SASS instruction, how often it ran and
+# how many warp-stall samples it took, summarized by tools/bench/sass_table.py. Use it on the one
+# kernel a step table (kernel-times.sh) points at, not on whole steps: it replays each launch
+# about forty times.
+#
+#   tools/gpu/kernel-profile.sh [--quant] [--count N] [--batch B] REGEX
+#
+# REGEX is matched against the demangled kernel names (ncu -k regex:, e.g.
+# 'moe_gemm_kernel<.int.32, .int.1, ' for the mxfp8 32-token expert tiles: template arguments
+# print as '(int)32', which '.int.32' matches without escaping the parentheses). The first N
+# (default 2) matching launches of the profiled step are profiled. --batch B (1 or 256, default
+# 256) picks the forward entry's profiled step (RW_BENCH_NCU_BATCH, context 1024); --quant runs
+# the mxfp8-last-8 model (b256 only): the bf16 step is profiled first, so name a quantized
+# kernel or raise --count. Output in $OUT (or .): profile.ncu-rep, profile.txt (the sections),
+# profile_sass.csv and profile_sass.txt (the table). Environment: RW_BUILD_DIR (default
+# build-gpu). About a minute on an H200.
+set -euo pipefail
+QUANT=0 COUNT=2 B=256
+while [ $# -gt 1 ]; do
+    case "$1" in
+    --quant) QUANT=1 ;;
+    --count) shift; COUNT=$1 ;;
+    --batch) shift; B=$1 ;;
+    *) echo "kernel-profile: unknown option $1 (see the top of $0)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ $# -eq 1 ] || { echo "usage: kernel-profile.sh [--quant] [--count N] [--batch B] REGEX" >&2; exit 2; }
+REGEX=$1
+{ [ "$B" = 1 ] || [ "$B" = 256 ]; } || { echo "kernel-profile: --batch is 1 or 256" >&2; exit 2; }
+{ [ "$QUANT" = 0 ] || [ "$B" = 256 ]; } || { echo "kernel-profile: --quant needs batch 256" >&2; exit 2; }
+BUILD=${RW_BUILD_DIR:-build-gpu}
+DIR=${OUT:-.}
+cd "$(dirname "$0")/../.."
+command -v ncu > /dev/null || { echo "kernel-profile: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
+[ -x "$BUILD/tools/bench/rw-bench" ] || { echo "kernel-profile: no $BUILD/tools/bench/rw-bench (build it first)" >&2; exit 1; }
+quant=(--no-quant)
+[ "$QUANT" = 1 ] && quant=()
+export RW_BENCH_NCU_BATCH=$B
+ncu --profile-from-start off --kernel-name-base demangled -k "regex:$REGEX" --launch-count "$COUNT" \
+    --set full --import-source no -f -o "$DIR/profile" \
+    "$BUILD/tools/bench/rw-bench" decode --batches "$B" --ctxs 1024 "${quant[@]}" --gen 1,16,2 \
+    --gen-reps 1 --steps 2 > "$DIR/profile_run.log" 2>&1 ||
+    { tail -20 "$DIR/profile_run.log" >&2; exit 1; }
+[ -f "$DIR/profile.ncu-rep" ] || { echo "kernel-profile: no kernel matched '$REGEX' (names in $DIR/profile_run.log)" >&2; exit 1; }
+ncu --import "$DIR/profile.ncu-rep" --page details > "$DIR/profile.txt"
+ncu --import "$DIR/profile.ncu-rep" --page source --csv --print-source sass > "$DIR/profile_sass.csv"
+python3 tools/bench/sass_table.py "$DIR/profile_sass.csv" | tee "$DIR/profile_sass.txt"
