@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# run-packed.sh - runs the gpu-suite tests of an archive made by pack-tests.sh, on the GPU machine,
+# from the checkout's root (their fixtures are read there) and without building anything:
+#
+#   tools/gpu/run-packed.sh [ARCHIVE] [--only REGEX] [--jobs N] [--unpack-only]
+#                                                       default .gpu-pack/tests.tgz
+#
+# The archive is unpacked under $RW_PACK_DIR (default /tmp/rw-packed), which becomes the tests'
+# RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --only keeps the tests whose name matches REGEX
+# (grep -E); --jobs N runs N at a time (default 1: several share one GPU, which the timing-free
+# tests tolerate). Each test's output goes to $OUT/tests/NAME.log (./out without OUT). A test passes
+# with exit status 0, is skipped with 77, and fails otherwise, except that a test meson expects to
+# fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The summary
+# ends with the counts; the exit status is 1 when any test failed or passed unexpectedly.
+# --unpack-only stops after unpacking: the packed rw-bench is then
+# $RW_PACK_DIR/tools/bench/rw-bench, for benchmarks in the same call.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+ARCHIVE=.gpu-pack/tests.tgz ONLY="" JOBS=1 UNPACK_ONLY=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --only) shift; ONLY=$1 ;;
+    --jobs) shift; JOBS=$1 ;;
+    --unpack-only) UNPACK_ONLY=1 ;;
+    -*) echo "run-packed: unknown option $1 (see the top of $0)" >&2; exit 2 ;;
+    *) ARCHIVE=$1 ;;
+    esac
+    shift
+done
+[ -f "$ARCHIVE" ] || { echo "run-packed: no archive $ARCHIVE (tools/gpu/pack-tests.sh makes one)" >&2; exit 2; }
+[ -f .deps/env.sh ] && source .deps/env.sh
+[ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
+export NCCL_NVLS_ENABLE=0 RW_LOG=${RW_LOG:-warn} RW_SOURCE_ROOT=$root
+pack=${RW_PACK_DIR:-/tmp/rw-packed}
+case "$pack" in /*/*) ;; *) echo "run-packed: RW_PACK_DIR must be a directory below / (it is emptied): $pack" >&2; exit 2 ;; esac
+rm -rf "$pack" && mkdir -p "$pack" && tar xzf "$ARCHIVE" -C "$pack" || { echo "run-packed: cannot unpack $ARCHIVE" >&2; exit 2; }
+export RW_BUILD_ROOT=$pack
+[ "$UNPACK_ONLY" = 1 ] && { echo "run-packed: unpacked in $pack"; exit 0; }
+OUT=${OUT:-$root/out}
+mkdir -p "$OUT/tests"
+results=$(mktemp)
+one() { # NAME TIMEOUT EXPECT_FAIL CMD_JSON
+    local name=$1 limit=$2 xfail=$3 cmdjson=$4 t0 rc st
+    local -a cmd
+    mapfile -t cmd < <(python3 -c 'import json, sys
+for a in json.loads(sys.argv[1]):
+    print(a.replace("@B@", sys.argv[2]).replace("@S@", sys.argv[3]))' "$cmdjson" "$pack" "$root")
+    t0=$(date +%s)
+    timeout --kill-after=10 "$limit" "${cmd[@]}" > "$OUT/tests/$name.log" 2>&1
+    rc=$?
+    case "$rc:$xfail" in
+    0:0) st=OK ;;
+    77:*) st=SKIP ;;
+    0:1) st="UNEXPECTED PASS" ;;
+    124:* | 137:*) st="TIMEOUT after ${limit}s" ;;
+    *:1) st="EXPECTED FAIL" ;;
+    *) st="FAIL (exit $rc)" ;;
+    esac
+    printf '%-42s %-22s %5ss\n' "$name" "$st" "$(($(date +%s) - t0))" | tee -a "$results"
+}
+running=0
+while IFS=$'\t' read -r name limit xfail cmdjson; do
+    [ -n "$ONLY" ] && ! echo "$name" | grep -Eq -- "$ONLY" && continue
+    one "$name" "$limit" "$xfail" "$cmdjson" &
+    running=$((running + 1))
+    if [ "$running" -ge "$JOBS" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+done < "$pack/manifest.tsv"
+wait
+n=$(wc -l < "$results")
+bad=$(grep -cE ' (FAIL \(|TIMEOUT|UNEXPECTED PASS)' "$results")
+echo "run-packed: $n tests: $(grep -c ' OK ' "$results") ok, $(grep -c ' SKIP ' "$results") skipped, $(grep -c 'EXPECTED FAIL' "$results") expected failures, $bad failed"
+rm -f "$results"
+[ "$bad" -eq 0 ]
