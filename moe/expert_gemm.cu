@@ -146,20 +146,34 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
         if (SPLIT) bsrc_lo[j] = g.xin_lo + src + c * 8; /* the same rows of the low halves */
         bdst[j] = rw_swz128(r, c);
     }
-    /* A, quantized: the stage's 128 x 64 e4m3 tile is 512 chunks of 16 bytes, AQ per thread;
+    /* A, quantized: the stage's 128 x 64 e4m3 tile is 512 chunks of 16 bytes, QR per thread;
      * chunk q = tid + MOE_THREADS i is chunk q % 4 of weight row q / 4, at byte q * 16 of the
-     * stage. fp8-block rows are in canonical order and read through the packed -> canonical map,
-     * so the epilogue is shared. */
-    constexpr int AQ = FMT == FMT_BF16 ? 1 : A8_BYTES / 16 / MOE_THREADS;
+     * stage, and the thread dequantizes the chunks it copied (below). Per such row: its e4m3
+     * source, and its scales: mxfp8, the byte offset in the staged run of column block
+     * 2 kb + cq / 2 (rw_moe_scale_swizzle: (k / 4) 512 + (r % 32) 16 + (r / 32) 4 + k % 4)
+     * without the K block's part; fp8-block, the row's 128 x 128 block scales. fp8-block rows
+     * are in canonical order and read through the packed -> canonical map, so the epilogue is
+     * shared. */
+    constexpr int QR = FMT == FMT_BF16 ? 1 : A8_BYTES / 16 / MOE_THREADS;
+    static_assert(FMT == FMT_BF16 || QR * MOE_THREADS / 4 == MOE_BM, "moe gemm: whole A rows");
     const uint8_t *wexp = (const uint8_t *)g.w + (int64_t)e * g.w_expert;
-    const uint8_t *asrc[AQ];
+    const uint8_t *asrc[QR];
+    int soff[QR];
+    const float *srow[QR];
 #pragma unroll
-    for (int i = 0; i < AQ; i++) {
-        const int q = i * MOE_THREADS + tid;
-        int64_t n = m0 + (q >> 2);
+    for (int i = 0; i < QR; i++) {
+        const int q = i * MOE_THREADS + tid, r = q >> 2;
+        int64_t n = m0 + r;
         if (FMT == FMT_FP8B && W13) n = canon13(n, g.P);
         asrc[i] = wexp + n * g.K + (q & 3) * 16;
+        soff[i] = (r % 32) * 16 + (r / 32) * 4 + ((q & 3) >> 1);
+        srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
+                  (n / 128) * g.scale_cols;
     }
+    auto scale_at = [&](int i, int kb) -> float {
+        if (FMT == FMT_MX) return rw_ue8m0_to_f32(ssc[soff[i] + (kb >> 1) * 512 + (kb & 1) * 2]);
+        return srow[i][kb >> 1];
+    };
     auto load_stage = [&](int st, int kb) {
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
@@ -182,7 +196,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             /* e4m3 [M, K]: the 64 bytes of row n for block kb at n * K + kb * 64 */
             const uint32_t dst = rw_smem_u32(sa) + tid * 16;
 #pragma unroll
-            for (int i = 0; i < AQ; i++)
+            for (int i = 0; i < QR; i++)
                 rw_cp_async16_sa(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
         }
         const uint32_t bs = rw_smem_u32(sb);
@@ -208,25 +222,6 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
         for (int64_t q = tid; q < g.scale_cols * 32; q += MOE_THREADS)
             rw_cp_async16(ssc + q * 16, src + q * 16, 16);
     }
-    /* The dequantization's scales, per row a thread converts (below): mxfp8, the byte offset in
-     * the staged run of column block 2 kb + cq / 2 of row r (rw_moe_scale_swizzle: (k / 4) 512 +
-     * (r % 32) 16 + (r / 32) 4 + k % 4) without the K block's part; fp8-block, the row's
-     * 128 x 128 block scales. */
-    constexpr int DQ = FMT == FMT_BF16 ? 1 : MOE_BM * 4 / MOE_THREADS;
-    int soff[DQ];
-    const float *srow[DQ];
-#pragma unroll
-    for (int i = 0; i < DQ; i++) {
-        const int r = (tid >> 2) + i * (MOE_THREADS / 4);
-        soff[i] = (r % 32) * 16 + (r / 32) * 4 + ((tid & 3) >> 1);
-        const int64_t n = m0 + r, cn = (FMT == FMT_FP8B && W13) ? canon13(n, g.P) : n;
-        srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
-                  (cn / 128) * g.scale_cols;
-    }
-    auto scale_at = [&](int i, int kb) -> float {
-        if (FMT == FMT_MX) return rw_ue8m0_to_f32(ssc[soff[i] + (kb >> 1) * 512 + (kb & 1) * 2]);
-        return srow[i][kb >> 1];
-    };
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
         if (s < nkb) load_stage(s, s);
@@ -266,15 +261,15 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             /* all of the thread's chunks and scales first: one shared-load latency a block, not
              * one a chunk (loaded chunk by chunk, the conversions waited on each: mxfp8 decode
              * at b256 0.960 -> 0.982 x bf16 on an H200) */
-            uint4 raw[DQ];
-            float scl[DQ];
+            uint4 raw[QR];
+            float scl[QR];
 #pragma unroll
-            for (int i = 0; i < DQ; i++) {
+            for (int i = 0; i < QR; i++) {
                 raw[i] = *(const uint4 *)(sa + (i * MOE_THREADS + tid) * 16);
                 scl[i] = scale_at(i, kb);
             }
 #pragma unroll
-            for (int i = 0; i < DQ; i++) {
+            for (int i = 0; i < QR; i++) {
                 const int r = (tid >> 2) + i * (MOE_THREADS / 4);
                 const float sc = scl[i];
                 const uint32_t w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
