@@ -8,17 +8,10 @@ import subprocess
 import sys
 import tempfile
 
+from checklib import check, finish
+
 here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 tool = os.path.join(here, "kernel_times.py")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}")
-
 
 r = subprocess.run([sys.executable, tool, os.path.join(here, "testdata", "ncu_times.csv"),
                     "--sequence", "2"], capture_output=True, text=True)
@@ -51,5 +44,4 @@ with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
 r = subprocess.run([sys.executable, tool, f.name], capture_output=True, text=True)
 os.unlink(f.name)
 check(r.returncode != 0 and "no profiled kernels" in r.stderr, "a file without rows is an error")
-print(f"test_kernel_times: {failures} failure(s)")
-sys.exit(1 if failures else 0)
+finish("test_kernel_times")

@@ -9,16 +9,11 @@ import subprocess
 import sys
 import tempfile
 
+from checklib import check, finish
+
 here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 report = os.path.join(here, "report.py")
 data = os.path.join(here, "testdata")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", file=sys.stderr)
 
 
 def run(*args):
@@ -85,5 +80,4 @@ with tempfile.TemporaryDirectory() as tmp:
     else:
         print("note: gnuplot not installed; plots.sh not exercised", file=sys.stderr)
 
-print(f"test_report: {len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish("test_report")

@@ -9,17 +9,11 @@ import subprocess
 import sys
 import tempfile
 
+from checklib import check, finish
+
 here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 tool = os.path.join(here, "sass_table.py")
 data = os.path.join(here, "testdata", "ncu_sass.csv")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}")
 
 
 def run(*args):
@@ -57,5 +51,4 @@ with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
 r = run(f.name)
 os.unlink(f.name)
 check(r.returncode != 0 and "no SASS rows" in r.stderr, "a file without rows is an error")
-print(f"test_sass_table: {failures} failure(s)")
-sys.exit(1 if failures else 0)
+finish("test_sass_table")
