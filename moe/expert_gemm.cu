@@ -170,10 +170,6 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
         srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
                   (n / 128) * g.scale_cols;
     }
-    auto scale_at = [&](int i, int kb) -> float {
-        if (FMT == FMT_MX) return rw_ue8m0_to_f32(ssc[soff[i] + (kb >> 1) * 512 + (kb & 1) * 2]);
-        return srow[i][kb >> 1];
-    };
     auto load_stage = [&](int st, int kb) {
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
@@ -263,20 +259,41 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
              * at b256 0.960 -> 0.982 x bf16 on an H200) */
             uint4 raw[QR];
             float scl[QR];
+            uint32_t sbyte[QR];
 #pragma unroll
             for (int i = 0; i < QR; i++) {
                 raw[i] = *(const uint4 *)(sa + (i * MOE_THREADS + tid) * 16);
-                scl[i] = scale_at(i, kb);
+                if (FMT == FMT_MX)
+                    sbyte[i] = ssc[soff[i] + (kb >> 1) * 512 + (kb & 1) * 2];
+                else
+                    scl[i] = srow[i][kb >> 1];
             }
 #pragma unroll
             for (int i = 0; i < QR; i++) {
                 const int r = (tid >> 2) + i * (MOE_THREADS / 4);
-                const float sc = scl[i];
                 const uint32_t w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
-                __align__(16) __nv_bfloat162 v[8];
+                __align__(16) uint32_t v[8];
+                if (FMT == FMT_MX && sbyte[i] <= RW_E4M3_FAST_SCALE_MAX) {
+                    /* four instructions a pair of codes (e4m3.cuh); the scale's power of two
+                     * is a bf16 multiplier */
+                    const uint32_t mul = rw_ue8m0_bf16x2_mul(sbyte[i]);
 #pragma unroll
-                for (int i2 = 0; i2 < 8; i2++)
-                    v[i2] = rw_e4m3x2_to_bf16x2(w[i2 >> 1] >> ((i2 & 1) * 16), sc);
+                    for (int j = 0; j < 4; j++) {
+                        const uint2 b = rw_e4m3x4_to_bf16x4(w[j], mul);
+                        v[2 * j] = b.x;
+                        v[2 * j + 1] = b.y;
+                    }
+                } else {
+                    /* fp8-block, and mxfp8 scales past 2^127 x 2^-120 (rw's quantizer writes
+                     * them only for blocks holding an inf or a NaN): through half and fp32 */
+                    const float sc = FMT == FMT_MX ? rw_ue8m0_to_f32((uint8_t)sbyte[i]) : scl[i];
+#pragma unroll
+                    for (int i2 = 0; i2 < 8; i2++) {
+                        const __nv_bfloat162 b =
+                            rw_e4m3x2_to_bf16x2(w[i2 >> 1] >> ((i2 & 1) * 16), sc);
+                        v[i2] = *(const uint32_t *)&b;
+                    }
+                }
                 *(uint4 *)(dq + rw_swz128(r, 2 * cq)) = *(const uint4 *)&v[0];
                 *(uint4 *)(dq + rw_swz128(r, 2 * cq + 1)) = *(const uint4 *)&v[4];
             }

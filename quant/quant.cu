@@ -86,9 +86,9 @@ __device__ __forceinline__ uint16_t mxfp8_deq(uint8_t qv, uint8_t s) {
 }
 
 /* Four e4m3 codes (one word) times the scale s (sc its value) as four bf16 (two words), the bits
- * of mxfp8_deq (rw_e4m3x2_to_bf16x2). A word holding a NaN code (0x7f, 0xff) or a NaN scale
- * (0xff) takes mxfp8_deq itself, whose NaN bits are the CPU reference's (the hardware
- * conversions give other NaN payloads). */
+ * of mxfp8_deq: rw_e4m3x4_to_bf16x4 for the scales it takes, rw_e4m3x2_to_bf16x2 for larger
+ * ones. A word holding a NaN code (0x7f, 0xff) or a NaN scale (0xff) takes mxfp8_deq itself,
+ * whose NaN bits are the CPU reference's (the hardware conversions give other NaN payloads). */
 __device__ __forceinline__ uint2 mxfp8_deq4(uint32_t w, uint8_t s, float sc) {
     /* bytes 0x7f / 0xff: (byte & 0x7f) + 1 carries into bit 7, never into the next byte */
     if ((((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) || s == 0xff) {
@@ -100,6 +100,7 @@ __device__ __forceinline__ uint2 mxfp8_deq4(uint32_t w, uint8_t s, float sc) {
         }
         return make_uint2(o[0], o[1]);
     }
+    if (s <= RW_E4M3_FAST_SCALE_MAX) return rw_e4m3x4_to_bf16x4(w, rw_ue8m0_bf16x2_mul(s));
     uint32_t o[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {

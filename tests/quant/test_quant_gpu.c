@@ -2,7 +2,8 @@
  * byte for byte (codes and scales), and the CUDA dequantizers equal the CPU dequantization
  * rounded to bf16, over random inputs (weight-like and full-range with zeros, NaN and inf), the
  * 30B-A3B expert shapes, fp8 blocks that do not divide the shape, and misaligned pointers (which
- * take the scalar kernels). Exits 77 without a device. */
+ * take the scalar kernels); the dequantization of every code under every scale byte. Exits 77
+ * without a device. */
 #include "quant_util.h"
 #include "rw_quant.h"
 
@@ -151,6 +152,48 @@ static void test_fp8_block_cuda_vs_cpu(void **state) {
                 run_case(RW_WFMT_FP8_BLOCK, shapes[i][0], shapes[i][1], (fill_mode)m, k_offsets[o]);
 }
 
+/* Every e4m3 code at every byte of its word under every UE8M0 scale byte: row r's blocks all have
+ * scale byte r, and its 1024 columns hold the 256 codes four times, shifted by one column each
+ * time. The device dequantization equals the CPU reference rounded to bf16, byte for byte: the
+ * fast conversion (subnormal codes and scales included), the fp32 one for scales past it, and
+ * the reference's own NaNs. */
+static void test_mxfp8_dequant_every_code_and_scale(void **state) {
+    (void)state;
+    const int64_t rows = 256, cols = 1024;
+    const size_t n = (size_t)(rows * cols), ns = (size_t)(rows * (cols / 32));
+    uint8_t *q = xmalloc(n), *sc = xmalloc(ns);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            q[r * cols + c] = (uint8_t)((c + c / 256) & 0xff);
+    for (size_t i = 0; i < ns; i++)
+        sc[i] = (uint8_t)(i / (size_t)(cols / 32));
+    float *d_ref = xmalloc(n * sizeof(float));
+    uint16_t *b_ref = xmalloc(n * 2), *b_gpu = xmalloc(n * 2);
+    rw_dequant_mxfp8_ref(q, sc, rows, cols, d_ref);
+    for (size_t i = 0; i < n; i++)
+        b_ref[i] = rw_f32_to_bf16(d_ref[i]);
+    dbuf dq = dalloc(n, 0), ds = dalloc(ns, 0), dout = dalloc(n * 2, 0);
+    h2d(dq, q, n);
+    h2d(ds, sc, ns);
+    rw_err err = {0};
+    RW_ASSERT_OK(rw_dequant_mxfp8_cuda(dq.p, ds.p, rows, cols, (uint16_t *)dout.p, NULL, &err),
+                 &err);
+    d2h(b_gpu, dout, n * 2);
+    for (size_t i = 0; i < n; i++)
+        if (b_gpu[i] != b_ref[i])
+            fail_msg("mxfp8 dequant of code 0x%02x under scale byte %zu (byte %zu of its word): "
+                     "0x%04x, want 0x%04x",
+                     q[i], i / (size_t)cols, i % 4, b_gpu[i], b_ref[i]);
+    rw_dev_free(dq.base);
+    rw_dev_free(ds.base);
+    rw_dev_free(dout.base);
+    free(q);
+    free(sc);
+    free(d_ref);
+    free(b_ref);
+    free(b_gpu);
+}
+
 static void test_cuda_bad_args_and_empty(void **state) {
     (void)state;
     rw_err err = {0};
@@ -177,6 +220,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mxfp8_cuda_vs_cpu),
         cmocka_unit_test(test_fp8_block_cuda_vs_cpu),
+        cmocka_unit_test(test_mxfp8_dequant_every_code_and_scale),
         cmocka_unit_test(test_cuda_bad_args_and_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

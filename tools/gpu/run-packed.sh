@@ -3,7 +3,7 @@
 # from the checkout's root (their fixtures are read there) and without building anything:
 #
 #   tools/gpu/run-packed.sh [ARCHIVE] [--only REGEX] [--jobs N] [--unpack-only]
-#                                                       default .gpu-pack/tests.tgz
+#                                                       default .gpu-pack/tests.txz
 #
 # The archive is unpacked under $RW_PACK_DIR (default /tmp/rw-packed), which becomes the tests'
 # RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --only keeps the tests whose name matches REGEX
@@ -17,7 +17,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-ARCHIVE=.gpu-pack/tests.tgz ONLY="" JOBS=1 UNPACK_ONLY=0
+ARCHIVE=.gpu-pack/tests.txz ONLY="" JOBS=1 UNPACK_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --only) shift; ONLY=$1 ;;
@@ -34,7 +34,7 @@ done
 export NCCL_NVLS_ENABLE=0 RW_LOG=${RW_LOG:-warn} RW_SOURCE_ROOT=$root
 pack=${RW_PACK_DIR:-/tmp/rw-packed}
 case "$pack" in /*/*) ;; *) echo "run-packed: RW_PACK_DIR must be a directory below / (it is emptied): $pack" >&2; exit 2 ;; esac
-rm -rf "$pack" && mkdir -p "$pack" && tar xzf "$ARCHIVE" -C "$pack" || { echo "run-packed: cannot unpack $ARCHIVE" >&2; exit 2; }
+rm -rf "$pack" && mkdir -p "$pack" && tar xf "$ARCHIVE" -C "$pack" || { echo "run-packed: cannot unpack $ARCHIVE" >&2; exit 2; }
 export RW_BUILD_ROOT=$pack
 [ "$UNPACK_ONLY" = 1 ] && { echo "run-packed: unpacked in $pack"; exit 0; }
 OUT=${OUT:-$root/out}
