@@ -208,6 +208,30 @@ template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_
         __trap();                                                                                  \
     }
 #endif
+/* The same with A from registers (the "RS" form): a[0 .. 3] hold the thread's part of the 64 x 16
+ * A tile in the layout of an m16n8k16 mma.sync A fragment of rows 16 w .. 16 w + 15 (w the warp
+ * of the group): a[0] row lane / 4, columns 2 (lane % 4) and + 1; a[1] 8 rows further; a[2] and
+ * a[3] the same rows 8 columns further. The registers are read asynchronously: they must keep
+ * their values until the group is waited for (ptxas keeps them so, or serializes and says so). */
+template <int N>
+__device__ __forceinline__ void rw_wgmma_bf16_rs(float *d, const uint32_t *a, uint64_t b);
+#if RW_WGMMA_DEVICE
+#define RW_WGMMA_BF16_RS(N, REGS, AREGS, B, ...)                                                   \
+    template <>                                                                                    \
+    __device__ __forceinline__ void rw_wgmma_bf16_rs<N>(float *d, const uint32_t *a, uint64_t b) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                    \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                   \
+                     "{" REGS "}, {" AREGS "}, %" #B ", p, 1, 1, 0;\n}\n"                          \
+                     : __VA_ARGS__                                                                 \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                        \
+    }
+#else
+#define RW_WGMMA_BF16_RS(N, REGS, AREGS, B, ...)                                                   \
+    template <>                                                                                    \
+    __device__ __forceinline__ void rw_wgmma_bf16_rs<N>(float *, const uint32_t *, uint64_t) {     \
+        __trap();                                                                                  \
+    }
+#endif
 #define RW_WG_L16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
 #define RW_WG_L32 RW_WG_L16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
 #define RW_WG_L64                                                                                  \
@@ -218,6 +242,13 @@ RW_WGMMA_BF16(32, RW_WG_L16, 16, 17, RW_WG_R8(0), RW_WG_R8(8))
 RW_WGMMA_BF16(64, RW_WG_L32, 32, 33, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24))
 RW_WGMMA_BF16(128, RW_WG_L64, 64, 65, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24),
               RW_WG_R8(32), RW_WG_R8(40), RW_WG_R8(48), RW_WG_R8(56))
+RW_WGMMA_BF16_RS(16, "%0,%1,%2,%3,%4,%5,%6,%7", "%8,%9,%10,%11", 12, RW_WG_R8(0))
+RW_WGMMA_BF16_RS(32, RW_WG_L16, "%16,%17,%18,%19", 20, RW_WG_R8(0), RW_WG_R8(8))
+RW_WGMMA_BF16_RS(64, RW_WG_L32, "%32,%33,%34,%35", 36, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16),
+                 RW_WG_R8(24))
+RW_WGMMA_BF16_RS(128, RW_WG_L64, "%64,%65,%66,%67", 68, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16),
+                 RW_WG_R8(24), RW_WG_R8(32), RW_WG_R8(40), RW_WG_R8(48), RW_WG_R8(56))
+#undef RW_WGMMA_BF16_RS
 #undef RW_WGMMA_BF16
 #undef RW_WG_L16
 #undef RW_WG_L32

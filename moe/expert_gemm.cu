@@ -81,9 +81,19 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
      * the dense GEMM's twins do; the loads then run STAGES - 2 ahead, so the stage they overwrite
      * is one whose group has retired. With at least MOE_PIPE_STAGES stages (launch_gemm gives
      * them to the split bf16 tiles; the 3-stage unsplit 128-token tile keeps two CTAs per SM
-     * instead and waits for its group). A quantized tile that pipes dequantizes block kb into
+     * instead and waits for its group). An fp8-block tile that pipes dequantizes block kb into
      * bf16 tile kb % 2 of two, so the group in flight keeps reading the other. */
-    constexpr bool PIPE = WG && MOE_STAGES >= MOE_PIPE_STAGES;
+    /* RS: mxfp8 on wgmma dequantizes each K block straight into the A fragments, in registers,
+     * instead of into a bf16 tile in shared memory (the "RS" wgmma form, A from registers): no
+     * bf16 tile and one barrier a block instead of two. The MMAs are the same k16 steps in the
+     * same order on the same bf16 values as the shared-memory form, so the same bits. A group
+     * reads its A registers asynchronously, and nothing stops the compiler from giving the next
+     * block's fragments the same registers, so each block's group is retired before the next
+     * block's conversion (wait<0>; keeping it in flight, as PIPE does, gave wrong and
+     * run-to-run different outputs on an H200). The loads then run STAGES - 1 ahead: the stage
+     * they overwrite was last read before the barrier. Other CTAs on the SM fill the wait. */
+    constexpr bool RS = WG && FMT == FMT_MX;
+    constexpr bool PIPE = WG && !RS && MOE_STAGES >= MOE_PIPE_STAGES;
     constexpr int AHEAD = PIPE ? MOE_STAGES - 2 : MOE_STAGES - 1;
     constexpr bool TMA = moe_tma(TN, FMT, WG);
     static_assert(AHEAD >= 1, "moe gemm: a pipeline needs a stage loaded ahead");
@@ -106,7 +116,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
     constexpr int B_BYTES = TN * 128;
     constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + (SPLIT ? 2 : 1) * B_BYTES;
     uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only: NDEQ tiles */
-    constexpr int NDEQ = PIPE ? 2 : 1;
+    constexpr int NDEQ = RS ? 0 : PIPE ? 2 : 1;
     /* mxfp8: the UE8M0 scales of the CTA's 128 rows over all of K, one contiguous swizzled run of
      * scale_cols * 512 bytes (rw_moe_scale_swizzle with m / 128 fixed), loaded with the first
      * stage so the K loop never waits on a global load for its scales */
@@ -170,6 +180,18 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
         srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
                   (n / 128) * g.scale_cols;
     }
+    /* RS: the A fragment rows of this thread, rows lane / 4 and + 8 of its warp's 16 in each of
+     * its m64 blocks (rw_wgmma_bf16_rs), as byte offsets in the e4m3 stage and in the staged
+     * scale run (the row's part of the swizzle; a K block's two scale bytes are adjacent) */
+    constexpr int RSR = RS ? AM * 2 : 1;
+    uint32_t rs_row[RSR], rs_sc[RSR];
+#pragma unroll
+    for (int i = 0; i < RSR; i++) {
+        const int r = (NWG == 1 ? i / 2 : warp >> 2) * 64 + (warp & 3) * 16 + (lane >> 2) +
+                      (i & 1) * 8;
+        rs_row[i] = r * 64;
+        rs_sc[i] = (r % 32) * 16 + (r / 32) * 4;
+    }
     auto load_stage = [&](int st, int kb) {
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
@@ -189,8 +211,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             for (int i = 0; i < A_BYTES / 16 / MOE_THREADS; i++)
                 rw_cp_async16_sa(dst + i * MOE_THREADS * 16, src + i * MOE_THREADS * 16);
         } else {
-            /* e4m3 [M, K]: the 64 bytes of row n for block kb at n * K + kb * 64 */
-            const uint32_t dst = rw_smem_u32(sa) + tid * 16;
+            /* e4m3 [M, K]: the 64 bytes of row n for block kb at n * K + kb * 64. RS: chunk c of
+             * row r at c ^ ((r / 2) % 4), so that the eight rows a warp reads a k16 step of
+             * (below) fall on all banks; r / 2 % 4 is the same for all of a thread's rows. */
+            const uint32_t dst =
+                rw_smem_u32(sa) +
+                (RS ? (tid >> 2) * 64 + (((tid & 3) ^ ((tid >> 3) & 3)) << 4) : tid * 16);
 #pragma unroll
             for (int i = 0; i < QR; i++)
                 rw_cp_async16_sa(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
@@ -243,7 +269,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
             rw_cp_async_commit();
         }
-        if (FMT != FMT_BF16) {
+        if (FMT != FMT_BF16 && !RS) {
             /* the e4m3 stage into the bf16 tile. Thread tid takes the chunks it copied: 16-byte
              * chunk cq = tid % 4 of rows tid / 4 + (MOE_THREADS / 4) i. A warp reads 8 whole
              * 64-byte rows, 512 contiguous bytes (one thread a row, 8 bytes at a time, put 16
@@ -301,7 +327,67 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             __syncthreads();
             sa = dq;
         }
-        if constexpr (WG) {
+        if constexpr (RS) {
+            /* The thread's A fragments of the block, af[mt][ks]: per row, one 16-byte read a k16
+             * step (the row's codes of that step; the eight rows of a warp read 128 different
+             * bytes, which the stage's swizzle puts on all banks), then one prmt picks the
+             * thread's two codes of each fragment register (columns 2 (lane % 4) and + 1, and
+             * 8 further) and sign-extends them for the conversion (e4m3.cuh). Both of a k16
+             * step's halves lie in one 32-column scale block: ks / 2. */
+            const uint32_t sel = rw_e4m3_pair_sel(lane & 3), swz = (lane >> 3) & 3;
+            uint32_t af[AM][4][4];
+#pragma unroll
+            for (int i = 0; i < RSR; i++) {
+                const int mt = i >> 1, rh = i & 1;
+                const uint32_t s2 =
+                    *(const uint16_t *)(ssc + rs_sc[i] + (kb >> 1) * 512 + (kb & 1) * 2);
+                const uint32_t sb0 = s2 & 0xffu, sb1 = s2 >> 8;
+                uint4 w[4];
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++)
+                    w[ks] = *(const uint4 *)(sa + rs_row[i] + ((ks ^ swz) << 4));
+                if (max(sb0, sb1) <= RW_E4M3_FAST_SCALE_MAX) {
+                    const uint32_t m0 = rw_ue8m0_bf16x2_mul(sb0), m1 = rw_ue8m0_bf16x2_mul(sb1);
+#pragma unroll
+                    for (int ks = 0; ks < 4; ks++) {
+                        const uint32_t m = ks < 2 ? m0 : m1;
+                        af[mt][ks][rh] = rw_e4m3_pick2_to_bf16x2(w[ks].x, w[ks].y, sel, m);
+                        af[mt][ks][2 + rh] = rw_e4m3_pick2_to_bf16x2(w[ks].z, w[ks].w, sel, m);
+                    }
+                } else {
+                    /* scales past 2^127 x 2^-120 (blocks holding an inf or a NaN): the two
+                     * codes, bytes 2 (lane % 4) and + 1, through half and fp32 */
+                    const float f0 = rw_ue8m0_to_f32((uint8_t)sb0),
+                                f1 = rw_ue8m0_to_f32((uint8_t)sb1);
+                    const uint32_t psel = 0x10u + 0x22u * (lane & 3);
+#pragma unroll
+                    for (int ks = 0; ks < 4; ks++) {
+                        const float f = ks < 2 ? f0 : f1;
+                        const __nv_bfloat162 lo =
+                            rw_e4m3x2_to_bf16x2(__byte_perm(w[ks].x, w[ks].y, psel), f);
+                        const __nv_bfloat162 hi =
+                            rw_e4m3x2_to_bf16x2(__byte_perm(w[ks].z, w[ks].w, psel), f);
+                        af[mt][ks][rh] = *(const uint32_t *)&lo;
+                        af[mt][ks][2 + rh] = *(const uint32_t *)&hi;
+                    }
+                }
+            }
+            const uint64_t dsb = rw_wgmma_desc(sb);
+            rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
+            rw_wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+                for (int mt = 0; mt < AM; mt++) {
+                    rw_wgmma_bf16_rs<TN>(&acc[mt][0][0], af[mt][ks], rw_wgmma_desc_at(dsb, ks * 32));
+                    if (SPLIT)
+                        rw_wgmma_bf16_rs<TN>(&acc[mt][0][0], af[mt][ks],
+                                             rw_wgmma_desc_at(dsb, B_BYTES + ks * 32));
+                }
+            rw_wgmma_commit();
+            rw_wgmma_wait<0>();
+            rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
+        } else if constexpr (WG) {
             /* warpgroup warp / 4: its AM m64 blocks of weight rows by all TN tokens. Per
              * accumulator the k16 steps in order, hi then lo, as below. The group is retired
              * before a later barrier lets the loads overwrite this stage: PIPE at the next stage
@@ -419,7 +505,9 @@ static constexpr size_t gemm_smem(int64_t scale_cols) {
     return (WG ? RW_WGMMA_SMEM_SLACK : 0) +
            (size_t)ST *
                ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
-           (FMT == FMT_BF16 ? 0 : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) * MOE_BM * 128) +
+           (FMT == FMT_BF16 || (WG && FMT == FMT_MX) ? 0
+                                                      : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) *
+                                                            MOE_BM * 128) +
            (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
 }
 static_assert(gemm_smem<128, FMT_MX, true, MOE_STAGES_FOR(128), true>(MOE_MX_MAX_K / 128) +
@@ -443,7 +531,9 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
      * stage so that two stay in flight. (The unsplit 128-token tile measured slower so: 4 stages of
      * 32 KB leave one CTA per SM where 3 leave two; docs/BENCHMARKS.md.) */
     constexpr int STG =
-        WG && SPLIT && FMT == FMT_BF16 && ST < MOE_PIPE_STAGES ? MOE_PIPE_STAGES : ST;
+        WG && SPLIT && FMT == FMT_BF16 && ST < MOE_PIPE_STAGES
+            ? MOE_PIPE_STAGES
+            : ST;
     const size_t sm = gemm_smem<TN, FMT, SPLIT, STG, WG>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
@@ -495,15 +585,10 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
     }
     if (grid_x * (g.M / MOE_BM) <= sms)
         return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
-    /* mxfp8 of a multi-wave decode grid: 3 stages of 16 KB (w13; w2 12 KB) and the 16 KB bf16
-     * tile leave room for three CTAs an SM, where the pipelined form (4 stages and two bf16
-     * tiles) fits two. The e4m3 tile is dequantized between two barriers, so more CTAs an SM
-     * are what overlaps one CTA's dequantization with another's loads and MMAs. A b256 step on
-     * an H200 (docs/BENCHMARKS.md): w13 and w2 on 3 stages 26.81 ms; w2 pipelined on 4 28.06;
-     * w13 too 29.93. fp8-block, not measured so, keeps 4 (pipelined). */
-    if (fmt == FMT_MX)
-        return split ? launch_gemm<32, FMT_MX, W13, true, 3>(g, grid_x, s, err)
-                     : launch_gemm<32, FMT_MX, W13, false, 3>(g, grid_x, s, err);
+    /* mxfp8 of a multi-wave decode grid keeps the default 4 stages: the register-fragment tile
+     * has no bf16 tile, so 4 stages of 12-16 KB leave room for three or four CTAs an SM. A b256
+     * step on an H200 (docs/BENCHMARKS.md): 3 stages 25.80 ms, 4 25.77 and 25.80, 5 26.37,
+     * 6 26.93; the shared-memory form on 3 stages took 26.79-26.90. */
     /* the bf16 down projection of a multi-wave decode grid: 3 stages of 20 KB leave room for
      * three CTAs an SM, whose ramps overlap, where 4 stages (the pipelined form) fit two: a b256
      * step's experts 333.0 -> 328.1 us a layer on an H200 (5 stages 329.2, 6 stages 352; w13,

@@ -39,17 +39,30 @@ __device__ __forceinline__ uint32_t rw_ue8m0_bf16x2_mul(uint32_t s) {
  *   of bf16's seven, and e4m3 subnormals become bf16 subnormals with the same ratio.
  * - one bf16x2 multiply by 2^(s - 7), a power of two, then rounds the exact product once, as the
  *   reference rounds its exact fp32 product once to bf16 (bf16 arithmetic keeps subnormals). */
+__device__ __forceinline__ uint32_t rw_e4m3_pick2_to_bf16x2(uint32_t a, uint32_t b, uint32_t sel,
+                                                            uint32_t mul);
 __device__ __forceinline__ uint2 rw_e4m3x4_to_bf16x4(uint32_t w, uint32_t mul) {
-    uint32_t lo, hi;
-    /* prmt selector nibbles: bit 3 replicates the selected byte's sign over the whole byte */
-    asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(lo) : "r"(w));
-    asm("prmt.b32 %0, %1, 0, 0xb3a2;" : "=r"(hi) : "r"(w));
-    lo = (lo & 0x087f087fu) << 4;
-    hi = (hi & 0x087f087fu) << 4;
-    const __nv_bfloat162 m = *(const __nv_bfloat162 *)&mul;
-    const __nv_bfloat162 a = __hmul2_rn(*(const __nv_bfloat162 *)&lo, m);
-    const __nv_bfloat162 b = __hmul2_rn(*(const __nv_bfloat162 *)&hi, m);
-    return make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+    return make_uint2(rw_e4m3_pick2_to_bf16x2(w, 0, 0x9180u, mul),
+                      rw_e4m3_pick2_to_bf16x2(w, 0, 0xb3a2u, mul));
+}
+
+/* The prmt selector of rw_e4m3_pick2_to_bf16x2 for bytes 2 i and 2 i + 1 (i < 4) of the eight
+ * bytes a, b: each byte's nibble (2 i, 2 i + 1) followed by the same with bit 3, which
+ * replicates that byte's sign over the next byte */
+__device__ __forceinline__ uint32_t rw_e4m3_pair_sel(uint32_t i) { return 0x9180u + 0x2222u * i; }
+
+/* Two codes of the eight bytes of a (bytes 0-3) and b (4-7), picked by a selector of
+ * rw_e4m3_pair_sel, times 2^(s - 127) as one bf16x2: rw_e4m3x4_to_bf16x4's arithmetic for one
+ * pair. The selector may be a register: a thread picks its own pair out of a shared-memory
+ * vector with the instruction that also sign-extends it. */
+__device__ __forceinline__ uint32_t rw_e4m3_pick2_to_bf16x2(uint32_t a, uint32_t b, uint32_t sel,
+                                                            uint32_t mul) {
+    uint32_t x;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(a), "r"(b), "r"(sel));
+    x = (x & 0x087f087fu) << 4;
+    const __nv_bfloat162 v =
+        __hmul2_rn(*(const __nv_bfloat162 *)&x, *(const __nv_bfloat162 *)&mul);
+    return *(const uint32_t *)&v;
 }
 
 #endif
