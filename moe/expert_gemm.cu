@@ -10,6 +10,7 @@
 #include "experts_internal.cuh"
 #include "launch.cuh"
 #include "mma.cuh"
+#include "mx_fragments.cuh"
 #include "tma.cuh"
 
 /* Warps of a CTA: 4 along the 128 weight rows (32 each) times MOE_WN(TN) along the TN tokens.
@@ -180,18 +181,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
         srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
                   (n / 128) * g.scale_cols;
     }
-    /* RS: the A fragment rows of this thread, rows lane / 4 and + 8 of its warp's 16 in each of
-     * its m64 blocks (rw_wgmma_bf16_rs), as byte offsets in the e4m3 stage and in the staged
-     * scale run (the row's part of the swizzle; a K block's two scale bytes are adjacent) */
-    constexpr int RSR = RS ? AM * 2 : 1;
-    uint32_t rs_row[RSR], rs_sc[RSR];
-#pragma unroll
-    for (int i = 0; i < RSR; i++) {
-        const int r = (NWG == 1 ? i / 2 : warp >> 2) * 64 + (warp & 3) * 16 + (lane >> 2) +
-                      (i & 1) * 8;
-        rs_row[i] = r * 64;
-        rs_sc[i] = (r % 32) * 16 + (r / 32) * 4;
-    }
+    /* RS: where the thread reads its fragments (mx_fragments.cuh) */
+    const mx_frag_at rs_at = mx_frag_setup<NWG>(warp, lane);
     auto load_stage = [&](int st, int kb) {
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
@@ -248,6 +239,14 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
     for (int s = 0; s < AHEAD; s++) {
         if (s < nkb) load_stage(s, s);
         rw_cp_async_commit();
+    }
+    /* RS: whether the tile's scales all take the fast conversion, once the first commit group
+     * (the scales and stage 0) has landed: a CTA-wide answer, so the K loop branches uniformly */
+    bool rs_fast = false;
+    if constexpr (RS) {
+        rw_cp_async_wait<AHEAD - 1>();
+        __syncthreads();
+        rs_fast = mx_scales_fast(ssc, g.scale_cols * 512, tid, MOE_THREADS);
     }
     for (int kb = 0; kb < nkb; kb++) {
         rw_cp_async_wait<AHEAD - 1>();
@@ -328,50 +327,11 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             sa = dq;
         }
         if constexpr (RS) {
-            /* The thread's A fragments of the block, af[mt][ks]: per row, one 16-byte read a k16
-             * step (the row's codes of that step; the eight rows of a warp read 128 different
-             * bytes, which the stage's swizzle puts on all banks), then one prmt picks the
-             * thread's two codes of each fragment register (columns 2 (lane % 4) and + 1, and
-             * 8 further) and sign-extends them for the conversion (e4m3.cuh). Both of a k16
-             * step's halves lie in one 32-column scale block: ks / 2. */
-            const uint32_t sel = rw_e4m3_pair_sel(lane & 3), swz = (lane >> 3) & 3;
             uint32_t af[AM][4][4];
-#pragma unroll
-            for (int i = 0; i < RSR; i++) {
-                const int mt = i >> 1, rh = i & 1;
-                const uint32_t s2 =
-                    *(const uint16_t *)(ssc + rs_sc[i] + (kb >> 1) * 512 + (kb & 1) * 2);
-                const uint32_t sb0 = s2 & 0xffu, sb1 = s2 >> 8;
-                uint4 w[4];
-#pragma unroll
-                for (int ks = 0; ks < 4; ks++)
-                    w[ks] = *(const uint4 *)(sa + rs_row[i] + ((ks ^ swz) << 4));
-                if (max(sb0, sb1) <= RW_E4M3_FAST_SCALE_MAX) {
-                    const uint32_t m0 = rw_ue8m0_bf16x2_mul(sb0), m1 = rw_ue8m0_bf16x2_mul(sb1);
-#pragma unroll
-                    for (int ks = 0; ks < 4; ks++) {
-                        const uint32_t m = ks < 2 ? m0 : m1;
-                        af[mt][ks][rh] = rw_e4m3_pick2_to_bf16x2(w[ks].x, w[ks].y, sel, m);
-                        af[mt][ks][2 + rh] = rw_e4m3_pick2_to_bf16x2(w[ks].z, w[ks].w, sel, m);
-                    }
-                } else {
-                    /* scales past 2^127 x 2^-120 (blocks holding an inf or a NaN): the two
-                     * codes, bytes 2 (lane % 4) and + 1, through half and fp32 */
-                    const float f0 = rw_ue8m0_to_f32((uint8_t)sb0),
-                                f1 = rw_ue8m0_to_f32((uint8_t)sb1);
-                    const uint32_t psel = 0x10u + 0x22u * (lane & 3);
-#pragma unroll
-                    for (int ks = 0; ks < 4; ks++) {
-                        const float f = ks < 2 ? f0 : f1;
-                        const __nv_bfloat162 lo =
-                            rw_e4m3x2_to_bf16x2(__byte_perm(w[ks].x, w[ks].y, psel), f);
-                        const __nv_bfloat162 hi =
-                            rw_e4m3x2_to_bf16x2(__byte_perm(w[ks].z, w[ks].w, psel), f);
-                        af[mt][ks][rh] = *(const uint32_t *)&lo;
-                        af[mt][ks][2 + rh] = *(const uint32_t *)&hi;
-                    }
-                }
-            }
+            if (rs_fast)
+                mx_fragments<AM, true>(af, sa, ssc, rs_at, kb, lane);
+            else
+                mx_fragments<AM, false>(af, sa, ssc, rs_at, kb, lane);
             const uint64_t dsb = rw_wgmma_desc(sb);
             rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
             rw_wgmma_fence();

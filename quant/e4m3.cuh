@@ -28,6 +28,15 @@ __device__ __forceinline__ uint32_t rw_ue8m0_bf16x2_mul(uint32_t s) {
     return ((s + 120u) << 7) * 0x10001u;
 }
 
+/* The same for the two scale bytes of s2 (s0 in bits 0..7, s1 in 8..15), both at most
+ * RW_E4M3_FAST_SCALE_MAX: one add for both (no carry: s + 120 < 256), one prmt and one shift
+ * each */
+__device__ __forceinline__ void rw_ue8m0x2_bf16x2_muls(uint32_t s2, uint32_t &m0, uint32_t &m1) {
+    const uint32_t t = s2 + 0x7878u;
+    m0 = __byte_perm(t, 0, 0x4040) << 7;
+    m1 = __byte_perm(t, 0, 0x4141) << 7;
+}
+
 /* Four e4m3 codes (one word, code i in byte i) times 2^(s - 127) as four bf16 (two words, code i
  * in half i), given mul = rw_ue8m0_bf16x2_mul(s), s <= RW_E4M3_FAST_SCALE_MAX: the bits of
  * rw_f32_to_bf16(rw_e4m3_to_f32(code) * rw_ue8m0_to_f32(s)) for every finite code (NaN codes

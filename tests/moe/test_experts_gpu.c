@@ -114,11 +114,29 @@ static float *route_and_ref(const packed_layer *pl, rw_rng *rng, int E, int H, i
     return ref;
 }
 
+/* When set, check() multiplies the first 32 gate weights of the first 8 rows of expert 0 by 2^24
+ * before quantizing: mxfp8 then gives those blocks scale bytes past RW_E4M3_FAST_SCALE_MAX, which
+ * the expert tiles convert through fp32 (mx_fragments.cuh), in the tiles holding those rows
+ * only. The tokens that pick expert 0 then carry outputs of about 1e7, so the tolerance, relative
+ * to the largest output, is about theirs. */
+static bool big_scales;
+
 static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int ntok, uint64_t seed) {
     canon c;
     canon_random(&c, E, I, H, seed);
+    if (big_scales)
+        for (int j = 0; j < 8; j++)
+            for (int h = 0; h < 32; h++)
+                c.gate[(size_t)j * H + h] *= 16777216.0f;
     packed_layer pl;
     build_rank(&c, fmt, T, r, &pl);
+    if (big_scales) { /* the blocks did get such scales (expert 0's part of the w13 scales) */
+        const int64_t P = pl.d.P, sbytes = rw_roundup(2 * P, 128) * ((H / 32 + 3) / 4) * 4;
+        int big = 0;
+        for (int64_t i = 0; i < sbytes; i++)
+            big += ((const uint8_t *)pl.s13)[i] > 134; /* RW_E4M3_FAST_SCALE_MAX (e4m3.cuh) */
+        assert_int_equal(big, 8);
+    }
     rw_layer_weights lw = layer_to_dev(&pl);
     /* inputs: bf16 activations (the kernel's input type), the reference sees the same values */
     uint16_t *xb = malloc(sizeof(uint16_t) * (size_t)ntok * H);
@@ -493,6 +511,16 @@ static void test_mxfp8(void **s) {
      * one-wave grid */
     check(RW_WFMT_MXFP8, 32, 768, 512, 1, 0, 8, 64, 25);
 }
+/* blocks whose scale bytes take the fp32 conversion, among tiles that take the fast one: narrow
+ * and wide tiles, and the multi-wave decode grid, each token alone byte for byte */
+static void test_mxfp8_large_scales(void **s) {
+    (void)s;
+    big_scales = true;
+    check(RW_WFMT_MXFP8, 8, 96, 128, 1, 0, 2, 37, 41);
+    check(RW_WFMT_MXFP8, 8, 256, 256, 1, 0, 2, 600, 42);
+    check(RW_WFMT_MXFP8, 32, 768, 512, 1, 0, 8, 64, 43);
+    big_scales = false;
+}
 static void test_fp8_block(void **s) {
     (void)s;
     check(RW_WFMT_FP8_BLOCK, 8, 96, 128, 2, 0, 2, 37, 6);
@@ -540,6 +568,7 @@ int main(void) {
         cmocka_unit_test(test_route),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_mxfp8),
+        cmocka_unit_test(test_mxfp8_large_scales),
         cmocka_unit_test(test_fp8_block),
         cmocka_unit_test(test_split_bf16),
         cmocka_unit_test(test_split_mxfp8),
