@@ -14,9 +14,11 @@
  * 2P/128)
  *   5. w2 GEMM:  y[row][h] = W2 act^T, rows un-shuffled to canonical h       (grid tiles x H/128)
  *   6. combine:  out[t] += sum_j w[t, j] * y[inv[t*k + j]] in slot order      (deterministic)
- * mxfp8 and fp8-block layers run weight-only: the e4m3 tile is dequantized to bf16 in shared
- * memory (exactly: e4m3 times a power of two, or times the fp32 block scale rounded to bf16 for
- * fp8-block) and the math is bf16. Every output element is computed by one thread in a fixed
+ * mxfp8 and fp8-block layers run weight-only: the e4m3 tile is dequantized to bf16 (exactly:
+ * e4m3 times a power of two, or times the fp32 block scale rounded to bf16 for fp8-block) and the
+ * math is bf16. fp8-block tiles, and mxfp8 tiles without wgmma, dequantize into a bf16 tile in
+ * shared memory; mxfp8 tiles on wgmma convert straight into the MMA's A registers
+ * (mx_fragments.cuh). Every output element is computed by one thread in a fixed
  * order, so results do not depend on the run or on atomics.
  *
  * Split activations (x_lo != NULL): the GEMM inputs carry about 16 significant bits as a pair of
