@@ -9,7 +9,8 @@
 # it is brought up to date first. The archive holds, stripped and at their places under the build
 # root, every program a gpu-suite test runs and every installed executable (rw-worker, rw-bench,
 # ...: tests find them through RW_BUILD_ROOT), and manifest.tsv: one line a test with its name,
-# timeout, whether meson expects it to fail, and its command, build-root paths written @B@/ and
+# timeout, whether meson expects it to fail, whether it may run beside other tests (meson's
+# is_parallel), and its command, build-root paths written @B@/ and
 # source paths @S@/ (run-packed.sh puts its own in). The libraries the programs link come from
 # .deps (tools/gpu/stage-deps.sh), as for a build on that machine. The archive travels as a
 # carried path (64 MiB in all, with the checkout): it is xz-compressed with a dictionary larger
@@ -58,7 +59,7 @@ with open(f"{stage}/pack/manifest.tsv", "w") as man:
     for t in tests:
         cmd = [place(c) for c in t["cmd"]]
         man.write("\t".join([t["name"], str(t["timeout"]), "1" if t["name"] in expect_fail else "0",
-                             json.dumps(cmd)]) + "\n")
+                             "1" if t.get("is_parallel", True) else "0", json.dumps(cmd)]) + "\n")
 for p in sorted(progs):
     dst = os.path.join(stage, "pack", os.path.relpath(p, build))
     os.makedirs(os.path.dirname(dst), exist_ok=True)

@@ -8,7 +8,8 @@
 # The archive is unpacked under $RW_PACK_DIR (default /tmp/rw-packed), which becomes the tests'
 # RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --only keeps the tests whose name matches REGEX
 # (grep -E); --jobs N runs N at a time (default 1: several share one GPU, which the timing-free
-# tests tolerate). Each test's output goes to $OUT/tests/NAME.log (./out without OUT). A test passes
+# tests tolerate), except that a test meson may not run beside others (is_parallel: false, such
+# as the one that fills the device's memory) runs alone, as meson test runs it. Each test's output goes to $OUT/tests/NAME.log (./out without OUT). A test passes
 # with exit status 0, is skipped with 77, and fails otherwise, except that a test meson expects to
 # fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The summary
 # ends with the counts; the exit status is 1 when any test failed or passed unexpectedly.
@@ -60,8 +61,14 @@ for a in json.loads(sys.argv[1]):
     printf '%-42s %-22s %5ss\n' "$name" "$st" "$(($(date +%s) - t0))" | tee -a "$results"
 }
 running=0
-while IFS=$'\t' read -r name limit xfail cmdjson; do
+while IFS=$'\t' read -r name limit xfail par cmdjson; do
     [ -n "$ONLY" ] && ! echo "$name" | grep -Eq -- "$ONLY" && continue
+    if [ "$par" = 0 ]; then
+        wait
+        running=0
+        one "$name" "$limit" "$xfail" "$cmdjson"
+        continue
+    fi
     one "$name" "$limit" "$xfail" "$cmdjson" &
     running=$((running + 1))
     if [ "$running" -ge "$JOBS" ]; then
