@@ -339,7 +339,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
             for (int ks = 0; ks < 4; ks++)
 #pragma unroll
                 for (int mt = 0; mt < AM; mt++) {
-                    rw_wgmma_bf16_rs<TN>(&acc[mt][0][0], af[mt][ks], rw_wgmma_desc_at(dsb, ks * 32));
+                    rw_wgmma_bf16_rs<TN>(&acc[mt][0][0], af[mt][ks],
+                                         rw_wgmma_desc_at(dsb, ks * 32));
                     if (SPLIT)
                         rw_wgmma_bf16_rs<TN>(&acc[mt][0][0], af[mt][ks],
                                              rw_wgmma_desc_at(dsb, B_BYTES + ks * 32));
@@ -465,9 +466,9 @@ static constexpr size_t gemm_smem(int64_t scale_cols) {
     return (WG ? RW_WGMMA_SMEM_SLACK : 0) +
            (size_t)ST *
                ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
-           (FMT == FMT_BF16 || (WG && FMT == FMT_MX) ? 0
-                                                      : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) *
-                                                            MOE_BM * 128) +
+           (FMT == FMT_BF16 || (WG && FMT == FMT_MX)
+                ? 0
+                : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) * MOE_BM * 128) +
            (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
 }
 static_assert(gemm_smem<128, FMT_MX, true, MOE_STAGES_FOR(128), true>(MOE_MX_MAX_K / 128) +
@@ -491,9 +492,7 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
      * stage so that two stay in flight. (The unsplit 128-token tile measured slower so: 4 stages of
      * 32 KB leave one CTA per SM where 3 leave two; docs/BENCHMARKS.md.) */
     constexpr int STG =
-        WG && SPLIT && FMT == FMT_BF16 && ST < MOE_PIPE_STAGES
-            ? MOE_PIPE_STAGES
-            : ST;
+        WG && SPLIT && FMT == FMT_BF16 && ST < MOE_PIPE_STAGES ? MOE_PIPE_STAGES : ST;
     const size_t sm = gemm_smem<TN, FMT, SPLIT, STG, WG>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */

@@ -58,7 +58,9 @@ __device__ __forceinline__ uint2 rw_e4m3x4_to_bf16x4(uint32_t w, uint32_t mul) {
 /* The prmt selector of rw_e4m3_pick2_to_bf16x2 for bytes 2 i and 2 i + 1 (i < 4) of the eight
  * bytes a, b: each byte's nibble (2 i, 2 i + 1) followed by the same with bit 3, which
  * replicates that byte's sign over the next byte */
-__device__ __forceinline__ uint32_t rw_e4m3_pair_sel(uint32_t i) { return 0x9180u + 0x2222u * i; }
+__device__ __forceinline__ uint32_t rw_e4m3_pair_sel(uint32_t i) {
+    return 0x9180u + 0x2222u * i;
+}
 
 /* Two codes of the eight bytes of a (bytes 0-3) and b (4-7), picked by a selector of
  * rw_e4m3_pair_sel, times 2^(s - 127) as one bf16x2: rw_e4m3x4_to_bf16x4's arithmetic for one
@@ -69,8 +71,7 @@ __device__ __forceinline__ uint32_t rw_e4m3_pick2_to_bf16x2(uint32_t a, uint32_t
     uint32_t x;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(a), "r"(b), "r"(sel));
     x = (x & 0x087f087fu) << 4;
-    const __nv_bfloat162 v =
-        __hmul2_rn(*(const __nv_bfloat162 *)&x, *(const __nv_bfloat162 *)&mul);
+    const __nv_bfloat162 v = __hmul2_rn(*(const __nv_bfloat162 *)&x, *(const __nv_bfloat162 *)&mul);
     return *(const uint32_t *)&v;
 }
 
