@@ -212,10 +212,11 @@ template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_
  * A tile in the layout of an m16n8k16 mma.sync A fragment of rows 16 w .. 16 w + 15 (w the warp
  * of the group): a[0] row lane / 4, columns 2 (lane % 4) and + 1; a[1] 8 rows further; a[2] and
  * a[3] the same rows 8 columns further. The registers are read asynchronously: the caller must
- * not write them again until a wait has retired the group. ptxas keeps fragments converted
- * before any wait apart from those of groups in flight, but after a wait_group that leaves a
- * group in flight it reused that group's registers for new fragments (wrong results on an H200,
- * moe/expert_gemm.cu: its register-fragment tiles retire every group with wait<0>). */
+ * not write them again until a wait has retired the group. After a wait_group that left a group
+ * in flight, ptxas gave that group's registers to new fragments (wrong results on an H200; the
+ * register-fragment tiles of moe/expert_gemm.cu therefore retire every group with wait<0>).
+ * Fragments converted between two MMAs with no wait between measured correct
+ * (docs/BENCHMARKS.md, 2026-12-04). */
 template <int N>
 __device__ __forceinline__ void rw_wgmma_bf16_rs(float *d, const uint32_t *a, uint64_t b);
 #if RW_WGMMA_DEVICE
