@@ -50,6 +50,11 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
 __host__ __device__ constexpr bool moe_tma(int tn, int fmt, bool wg) {
     return wg && fmt == FMT_BF16 && tn == 128;
 }
+/* Whether a tile converts its weights straight into wgmma's A registers, with no bf16 tile in
+ * shared memory (the kernel's RS, below): the mxfp8 tiles on wgmma. */
+__host__ __device__ constexpr bool moe_rs(int fmt, bool wg) {
+    return wg && fmt == FMT_MX;
+}
 
 /* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
@@ -93,7 +98,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
      * block's conversion (wait<0>; keeping it in flight, as PIPE does, gave wrong and
      * run-to-run different outputs on an H200). The loads then run STAGES - 1 ahead: the stage
      * they overwrite was last read before the barrier. Other CTAs on the SM fill the wait. */
-    constexpr bool RS = WG && FMT == FMT_MX;
+    constexpr bool RS = moe_rs(FMT, WG);
     constexpr bool PIPE = WG && !RS && MOE_STAGES >= MOE_PIPE_STAGES;
     constexpr int AHEAD = PIPE ? MOE_STAGES - 2 : MOE_STAGES - 1;
     constexpr bool TMA = moe_tma(TN, FMT, WG);
@@ -466,7 +471,7 @@ static constexpr size_t gemm_smem(int64_t scale_cols) {
     return (WG ? RW_WGMMA_SMEM_SLACK : 0) +
            (size_t)ST *
                ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
-           (FMT == FMT_BF16 || (WG && FMT == FMT_MX)
+           (FMT == FMT_BF16 || moe_rs(FMT, WG)
                 ? 0
                 : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) * MOE_BM * 128) +
            (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);

@@ -8,6 +8,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "rw_quant.h" /* RW_E4M3_FAST_SCALE_MAX */
+
 /* The two e4m3 codes in the low 16 bits of `pair` times `sc`, as bf16x2: the hardware e4m3x2 ->
  * half2 conversion is exact, the fp32 product is rounded once, then to bf16 (round to nearest
  * even): the bits of rw_f32_to_bf16(rw_e4m3_to_f32(code) * sc) for every finite code. NaN codes
@@ -17,11 +19,6 @@ __device__ __forceinline__ __nv_bfloat162 rw_e4m3x2_to_bf16x2(uint32_t pair, flo
     const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pr, __NV_E4M3)));
     return __floats2bfloat162_rn(f.x * sc, f.y * sc);
 }
-
-/* Scale bytes s whose power of two 2^(s - 7) is a finite normal bf16: the ones
- * rw_e4m3x4_to_bf16x4 takes. rw's quantizer writes larger bytes only for blocks holding an inf
- * (254) or a NaN (255, the only blocks with NaN codes). */
-#define RW_E4M3_FAST_SCALE_MAX 134u
 
 /* 2^(s - 7) in both halves of a bf16x2, for s <= RW_E4M3_FAST_SCALE_MAX: exponent field s + 120 */
 __device__ __forceinline__ uint32_t rw_ue8m0_bf16x2_mul(uint32_t s) {

@@ -18,6 +18,11 @@ extern "C" {
 #define RW_MXFP8_BLOCK 32   /* elements per UE8M0 scale, along K */
 #define RW_FP8_BLOCK 128    /* rows and columns per fp32 scale */
 #define RW_E4M3_MAX 448.0f
+/* Scale bytes s whose power of two 2^(s - 7) is a finite normal bf16: the ones the device's
+ * four-instruction e4m3 -> bf16 conversion takes (e4m3.cuh); larger ones go through fp32. rw's
+ * quantizer writes larger bytes only for blocks holding an inf (254) or a NaN (255, the only
+ * blocks with NaN codes). */
+#define RW_E4M3_FAST_SCALE_MAX 134u
 
 /* Smallest power-of-two exponent e with amax <= 448 * 2^e, as a UE8M0 byte (e + 127), clamped to
  * [0, 254]. amax == 0 (an all-zero block) gives 0, the smallest scale; zeros stay zeros. NaN amax

@@ -134,7 +134,7 @@ static void check(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, int nto
         const int64_t P = pl.d.P, sbytes = rw_roundup(2 * P, 128) * ((H / 32 + 3) / 4) * 4;
         int big = 0;
         for (int64_t i = 0; i < sbytes; i++)
-            big += ((const uint8_t *)pl.s13)[i] > 134; /* RW_E4M3_FAST_SCALE_MAX (e4m3.cuh) */
+            big += ((const uint8_t *)pl.s13)[i] > RW_E4M3_FAST_SCALE_MAX;
         assert_int_equal(big, 8);
     }
     rw_layer_weights lw = layer_to_dev(&pl);

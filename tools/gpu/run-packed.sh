@@ -9,10 +9,11 @@
 # RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --only keeps the tests whose name matches REGEX
 # (grep -E); --jobs N runs N at a time (default 1: several share one GPU, which the timing-free
 # tests tolerate), except that a test meson may not run beside others (is_parallel: false, such
-# as the one that fills the device's memory) runs alone, as meson test runs it. Each test's output goes to $OUT/tests/NAME.log (./out without OUT). A test passes
-# with exit status 0, is skipped with 77, and fails otherwise, except that a test meson expects to
-# fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The summary
-# ends with the counts; the exit status is 1 when any test failed or passed unexpectedly.
+# as the one that fills the device's memory) runs alone, as meson test runs it. Each test's
+# output goes to $OUT/tests/NAME.log (./out without OUT). A test passes with exit status 0, is
+# skipped with 77, and fails otherwise, except that a test meson expects to fail passes by
+# failing (the hd128 end-to-end check, tests/worker/meson.build). The summary ends with the
+# counts; the exit status is 1 when any test failed or passed unexpectedly.
 # --unpack-only stops after unpacking: the packed rw-bench is then
 # $RW_PACK_DIR/tools/bench/rw-bench, for benchmarks in the same call.
 set -uo pipefail
