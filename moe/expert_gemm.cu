@@ -21,7 +21,11 @@
  * for half as many MMAs. Which warp computes an output does not change how: one thread, one
  * k16 order. */
 #define MOE_WN(TN) ((TN) >= 128 ? 2 : 1)
-#define MOE_THREADS_FOR(TN) (128 * MOE_WN(TN))
+/* Threads of a CTA. mxfp8 tiles of 32 tokens on wgmma (register fragments) take two warpgroups of
+ * one m64 block each: twice the warps an SM to cover the wait for each block's MMAs, each thread
+ * converting half as many codes. */
+#define MOE_THREADS_FOR(TN, FMT, WG)                                                               \
+    (128 * ((TN) >= 128 || ((WG) && (FMT) == FMT_MX && (TN) == 32) ? 2 : 1))
 /* cp.async pipeline depth: narrow (decode) tiles are pure weight streaming and keep one more
  * 16 KB weight block in flight */
 #define MOE_STAGES_FOR(TN) ((TN) <= 32 ? 4 : 3)
@@ -71,10 +75,11 @@ __host__ __device__ constexpr bool moe_rs(int fmt, bool wg) {
  * needs. */
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
           bool WG = false>
-__global__ void __launch_bounds__(MOE_THREADS_FOR(TN))
+__global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     moe_gemm_kernel(gemm_args g, const __grid_constant__ CUtensorMap tw) {
     rw_pdl_begin();
-    constexpr int MOE_THREADS = MOE_THREADS_FOR(TN), NTW = TN / MOE_WN(TN); /* tokens per warp */
+    constexpr int MOE_THREADS = MOE_THREADS_FOR(TN, FMT, WG);
+    constexpr int NTW = TN / MOE_WN(TN); /* tokens per warp */
     /* wgmma: NWG warpgroups, each MOE_BM / NWG weight rows in m64 blocks by all TN tokens */
     constexpr int NWG = MOE_THREADS / 128;
     static_assert(!WG || (MOE_BM % (64 * NWG) == 0), "wgmma: whole m64 blocks per warpgroup");
@@ -518,8 +523,8 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
                     (long long)g.E, (long long)g.M, (long long)g.K);
     }
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
-    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG>, grid, MOE_THREADS_FOR(TN),
-                        sm, (cudaStream_t)s, g, tw);
+    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG>, grid,
+                        MOE_THREADS_FOR(TN, FMT, WG), sm, (cudaStream_t)s, g, tw);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
 }
 
