@@ -28,10 +28,16 @@ static void cuda_destroy(rw_model *m) {
     cuda_be *be = m->be;
     if (!be) return;
     cudaStreamSynchronize(be->st);
+    if (be->side) cudaStreamSynchronize(be->side); /* joined into st unless a forward failed */
     rw_cuda_drop_graphs(be);
     rw_cuda_free_scratch(be);
     cudaFree(be->inv_freq);
     cudaFree(be->wdeq);
+    cudaFree(be->wdeq2);
+    cudaFree(be->wdeq_o);
+    if (be->ev_fork) cudaEventDestroy(be->ev_fork);
+    if (be->ev_join) cudaEventDestroy(be->ev_join);
+    if (be->side) cudaStreamDestroy(be->side);
     if (be->meta_ev) cudaEventDestroy(be->meta_ev);
     if (be->st) cudaStreamDestroy(be->st);
     free(be);
@@ -83,6 +89,18 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
     for (int64_t i = 0; i < hd / 2; i++)
         inv[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)hd));
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&be->wdeq, wdeq), st, fail);
+    if (c->quant.method != RW_QMETHOD_NONE) {
+        /* the side stream's buffers: a second [q | k v] and the o_proj [H, qd] (cuda_be.h) */
+        RW_CUDA_CHECKGOTO(err, cudaStreamCreateWithFlags(&be->side, cudaStreamNonBlocking), st,
+                          fail);
+        RW_CUDA_CHECKGOTO(err, cudaEventCreateWithFlags(&be->ev_fork, cudaEventDisableTiming), st,
+                          fail);
+        RW_CUDA_CHECKGOTO(err, cudaEventCreateWithFlags(&be->ev_join, cudaEventDisableTiming), st,
+                          fail);
+        RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&be->wdeq2, wdeq), st, fail);
+        RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&be->wdeq_o, (size_t)H * (size_t)qd * 2), st,
+                          fail);
+    }
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&be->inv_freq, sizeof(float) * (size_t)(hd / 2)), st,
                       fail);
     RW_CUDA_CHECKGOTO(

@@ -57,6 +57,13 @@ typedef struct cuda_be {
     int cap_seq, cap_bt;
     float *x, *y, *q, *h32, *rl, *wts, *lg_local, *gath, *logits, *qf; /* q: [q | k | v] rows */
     uint16_t *h, *h_lo, *att, *att_lo, *hl, *wdeq;
+    /* Quantized dense weights (models with a quantization config): a side stream dequantizes
+     * layer l's o_proj (into wdeq_o) and layer l + 1's q/k/v (into wdeq2 or wdeq, alternating)
+     * while layer l's q/k/v GEMM, RoPE and attention run on st; ev_fork and ev_join order the two
+     * (cuda_forward.c). NULL without a quantization config. */
+    cudaStream_t side;
+    uint16_t *wdeq2, *wdeq_o;
+    cudaEvent_t ev_fork, ev_join;
     int32_t *ids; /* [L, cap_tok, top_k]; wts the same shape */
     void *attn_part;
     size_t attn_part_bytes;

@@ -18,12 +18,22 @@ void rw_cuda_mark(cuda_be *be, int phase) {
 
 /* A quantized dense weight [N, K] dequantized to bf16 at wdeq (exact: e4m3 times a power of two
  * for mxfp8; fp8-block as rw_dequant_fp8_block_ref). */
+static rw_status dequant_on(rw_stream s, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
+                            uint16_t *wdeq, rw_err *err) {
+    const int64_t N = w->shape[0], K = w->shape[1];
+    if (fmt == RW_WFMT_MXFP8) return rw_dequant_mxfp8_cuda(w->data, sc->data, N, K, wdeq, s, err);
+    return rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, wdeq, s, err);
+}
 static rw_status dequant(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
                          uint16_t *wdeq, rw_err *err) {
-    const int64_t N = w->shape[0], K = w->shape[1];
-    if (fmt == RW_WFMT_MXFP8)
-        return rw_dequant_mxfp8_cuda(w->data, sc->data, N, K, wdeq, be->st, err);
-    return rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, wdeq, be->st, err);
+    return dequant_on(be->st, fmt, w, sc, wdeq, err);
+}
+/* A quantized layer's q, k and v, one after the other into one bf16 matrix at wdeq */
+static rw_status dequant_qkv(rw_stream s, const rw_layer_weights *lw, int64_t qd, int64_t kd,
+                             int64_t H, uint16_t *wdeq, rw_err *err) {
+    RW_CHECK(dequant_on(s, lw->attn_fmt, &lw->q, &lw->q_scale, wdeq, err));
+    RW_CHECK(dequant_on(s, lw->attn_fmt, &lw->k, &lw->k_scale, wdeq + qd * H, err));
+    return dequant_on(s, lw->attn_fmt, &lw->v, &lw->v_scale, wdeq + (qd + kd) * H, err);
 }
 
 /* A dense weight [N, K] in any format times X + X_lo (gemm.h): quantized weights are dequantized to
@@ -86,6 +96,7 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
     if (fuse)
         rw_moe_experts_cuda_rows(be->moe_ws, rw_wset_layer(m->ws, 0)->w13.shape[0], d->P, H, ntok,
                                  K, &ey, &einv);
+    int qkv_ready = -1; /* the layer whose q/k/v the side stream has dequantized (below) */
     for (int l = 0; l < c->num_layers; l++) {
         const rw_layer_weights *lw = rw_wset_layer(m->ws, l);
         if (fuse && l > 0)
@@ -103,17 +114,37 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
          * one after the other into one bf16 matrix (three GEMMs of 4096, 512 and 512 rows took
          * 16.7 + 18.9 + 18.9 us at b256 on an H200, the fused one 25.8) */
         const void *wqkv = lw->qkv.data;
+        /* the side stream took this layer's o_proj (and maybe the next layer's q/k/v) */
+        bool o_side = false;
         if (!wqkv) {
             if (lw->attn_fmt == RW_WFMT_BF16)
                 RW_FAIL(err, RW_E_INVALID_ARG,
                         "CUDA forward: layer %d: bf16 attention weights without the fused q/k/v "
                         "view of the weight set",
                         l);
-            RW_CHECK(dequant(be, lw->attn_fmt, &lw->q, &lw->q_scale, be->wdeq, err));
-            RW_CHECK(dequant(be, lw->attn_fmt, &lw->k, &lw->k_scale, be->wdeq + qd * H, err));
-            RW_CHECK(
-                dequant(be, lw->attn_fmt, &lw->v, &lw->v_scale, be->wdeq + (qd + kd) * H, err));
-            wqkv = be->wdeq;
+            uint16_t *const buf[2] = {be->wdeq, be->wdeq2 ? be->wdeq2 : be->wdeq};
+            if (l != qkv_ready) RW_CHECK(dequant_qkv(s, lw, qd, kd, H, buf[l % 2], err));
+            wqkv = buf[l % 2];
+            if (be->side) {
+                /* Overlap: layer l's o_proj and layer l + 1's q/k/v dequantize on the side stream
+                 * while this layer's q/k/v GEMM (about 80 CTAs at b256: compute-bound with the
+                 * input pair, most of an H200's SMs idle), RoPE and attention run. The fork comes
+                 * after layer l - 1's GEMMs in st's order, so the buffers it overwrites (buf[(l +
+                 * 1) % 2] and wdeq_o) are no longer read; st waits for the join before the
+                 * o_proj GEMM, and layer l + 1's q/k/v GEMM comes after that. The same kernels on
+                 * the same bytes: only when they run changes. */
+                RW_CUDA_CHECK(err, cudaEventRecord(be->ev_fork, (cudaStream_t)s));
+                RW_CUDA_CHECK(err, cudaStreamWaitEvent(be->side, be->ev_fork, 0));
+                RW_CHECK(dequant_on(be->side, lw->attn_fmt, &lw->o, &lw->o_scale, be->wdeq_o, err));
+                const rw_layer_weights *nx =
+                    l + 1 < c->num_layers ? rw_wset_layer(m->ws, l + 1) : NULL;
+                if (nx && !nx->qkv.data && nx->attn_fmt != RW_WFMT_BF16) {
+                    RW_CHECK(dequant_qkv(be->side, nx, qd, kd, H, buf[(l + 1) % 2], err));
+                    qkv_ready = l + 1;
+                }
+                RW_CUDA_CHECK(err, cudaEventRecord(be->ev_join, be->side));
+                o_side = true;
+            }
         }
         RW_CHECK(rw_k_gemm(wqkv, qd + 2 * kd, H, be->h, be->h_lo, ntok, be->q, be->gemm_ws,
                            be->gemm_ws_bytes, s, err));
@@ -130,8 +161,14 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
                                 nkv, (int)hd, kv->bs, nsplit, be->attn_part, be->attn_part_bytes,
                                 be->att, be->att_lo, s, err));
         rw_cuda_mark(be, RW_PHASE_ATTN);
-        RW_CHECK(
-            dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->att_lo, be->y, ntok, err));
+        if (o_side) {
+            RW_CUDA_CHECK(err, cudaStreamWaitEvent((cudaStream_t)s, be->ev_join, 0));
+            RW_CHECK(rw_k_gemm(be->wdeq_o, lw->o.shape[0], lw->o.shape[1], be->att, be->att_lo,
+                               ntok, be->y, be->gemm_ws, be->gemm_ws_bytes, s, err));
+        } else {
+            RW_CHECK(dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->att_lo, be->y, ntok,
+                           err));
+        }
         rw_cuda_mark(be, RW_PHASE_OPROJ);
         if (tp) {
             RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
