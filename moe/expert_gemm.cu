@@ -55,9 +55,9 @@ __host__ __device__ constexpr bool moe_tma(int tn, int fmt, bool wg) {
     return wg && fmt == FMT_BF16 && tn == 128;
 }
 /* Whether a tile converts its weights straight into wgmma's A registers, with no bf16 tile in
- * shared memory (the kernel's RS, below): the mxfp8 tiles on wgmma. */
+ * shared memory (the kernel's RS, below): the quantized tiles on wgmma. */
 __host__ __device__ constexpr bool moe_rs(int fmt, bool wg) {
-    return wg && fmt == FMT_MX;
+    return wg && fmt != FMT_BF16;
 }
 
 /* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
@@ -92,11 +92,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * the dense GEMM's twins do; the loads then run STAGES - 2 ahead, so the stage they overwrite
      * is one whose group has retired. With at least MOE_PIPE_STAGES stages (launch_gemm gives
      * them to the split bf16 tiles; the 3-stage unsplit 128-token tile keeps two CTAs per SM
-     * instead and waits for its group). An fp8-block tile that pipes dequantizes block kb into
-     * bf16 tile kb % 2 of two, so the group in flight keeps reading the other. */
-    /* RS: mxfp8 on wgmma dequantizes each K block straight into the A fragments, in registers,
-     * instead of into a bf16 tile in shared memory (the "RS" wgmma form, A from registers): no
-     * bf16 tile and one barrier a block instead of two. The MMAs are the same k16 steps in the
+     * instead and waits for its group). Quantized tiles on wgmma take the RS form below instead;
+     * without wgmma they dequantize into one bf16 tile. */
+    /* RS: mxfp8 and fp8-block on wgmma dequantize each K block straight into the A fragments,
+     * in registers (fp8-block through fp32: its scales are not powers of two), instead of into a
+     * bf16 tile in shared memory (the "RS" wgmma form, A from registers): no bf16 tile and one
+     * barrier a block instead of two. The MMAs are the same k16 steps in the
      * same order on the same bf16 values as the shared-memory form, so the same bits. A group
      * reads its A registers asynchronously, and nothing stops the compiler from giving the next
      * block's fragments the same registers, so each block's group is retired before the next
@@ -191,8 +192,18 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
                   (n / 128) * g.scale_cols;
     }
-    /* RS: where the thread reads its fragments (mx_fragments.cuh) */
+    /* RS: where the thread reads its fragments (mx_fragments.cuh); fp8-block: its rows' block
+     * scales (canonical rows, as above), one float a 128-column block */
     const mx_frag_at rs_at = mx_frag_setup<NWG>(warp, lane);
+    constexpr int RSF = RS && FMT == FMT_FP8B ? 2 * AM : 1;
+    const float *rs_srow[RSF];
+#pragma unroll
+    for (int i = 0; i < RSF; i++) {
+        int64_t n = m0 + rs_at.r + mx_row(i);
+        if (W13) n = canon13(n, g.P);
+        rs_srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
+                     (n / 128) * g.scale_cols;
+    }
     auto load_stage = [&](int st, int kb) {
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
@@ -253,12 +264,18 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     /* RS: whether the tile's scales all take the fast conversion, once the first commit group
      * (the scales and stage 0) has landed: a CTA-wide answer, so the K loop branches uniformly */
     bool rs_fast = false;
-    if constexpr (RS) {
+    if constexpr (RS && FMT == FMT_MX) {
         rw_cp_async_wait<AHEAD - 1>();
         __syncthreads();
         rs_fast = mx_scales_fast(ssc, g.scale_cols * 512, tid, MOE_THREADS);
     }
     for (int kb = 0; kb < nkb; kb++) {
+        /* fp8-block RS: the block's scales, loaded before the wait so their latency overlaps it */
+        float rs_f[RSF];
+        if constexpr (RS && FMT == FMT_FP8B)
+#pragma unroll
+            for (int i = 0; i < RSF; i++)
+                rs_f[i] = rs_srow[i][kb >> 1];
         rw_cp_async_wait<AHEAD - 1>();
         /* wgmma reads through the async proxy: each thread's copies are made visible to it
          * before the barrier that publishes them */
@@ -338,7 +355,9 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         }
         if constexpr (RS) {
             uint32_t af[AM][4][4];
-            if (rs_fast)
+            if constexpr (FMT == FMT_FP8B)
+                fp8b_fragments<AM>(af, sa, rs_at, rs_f, lane);
+            else if (rs_fast)
                 mx_fragments<AM, true>(af, sa, ssc, rs_at, kb, lane);
             else
                 mx_fragments<AM, false>(af, sa, ssc, rs_at, kb, lane);

@@ -27,6 +27,7 @@
 struct mx_frag_at {
     uint32_t k[4];
     uint32_t sc;
+    int r; /* the first row, in the tile */
 };
 template <int NWG> __device__ __forceinline__ mx_frag_at mx_frag_setup(int warp, int lane) {
     const int r = (NWG == 1 ? 0 : (warp >> 2) * 64) + (warp & 3) * 16 + (lane >> 2);
@@ -36,13 +37,17 @@ template <int NWG> __device__ __forceinline__ mx_frag_at mx_frag_setup(int warp,
     for (int ks = 0; ks < 4; ks++)
         at.k[ks] = (uint32_t)r * 64 + (((uint32_t)ks ^ swz) << 4);
     at.sc = (uint32_t)(r % 32) * 16 + (uint32_t)(r / 32) * 4;
+    at.r = r;
     return at;
 }
 /* The offsets of the thread's row i (i = 2 mt + h: block mt, h the + 8 row) from its first row,
  * in the stage and in the scale run: + 8 rows keeps r / 32 and adds 8 to r % 32 (< 32: r % 16
  * < 8 before), + 64 rows adds 2 to r / 32. Constants, so the reads take them as immediates. */
+__device__ __forceinline__ constexpr int mx_row(int i) {
+    return (i >> 1) * 64 + (i & 1) * 8;
+}
 __device__ __forceinline__ constexpr uint32_t mx_row_off(int i) {
-    return (uint32_t)(i >> 1) * 64 * 64 + (uint32_t)(i & 1) * 8 * 64;
+    return (uint32_t)mx_row(i) * 64;
 }
 __device__ __forceinline__ constexpr uint32_t mx_sc_off(int i) {
     return (uint32_t)(i >> 1) * 8 + (uint32_t)(i & 1) * 128;
@@ -103,6 +108,28 @@ __device__ __forceinline__ void mx_fragments(uint32_t (&af)[AM][4][4], const uin
                 af[mt][ks][h] = *(const uint32_t *)&lo;
                 af[mt][ks][2 + h] = *(const uint32_t *)&hi;
             }
+        }
+    }
+}
+
+/* The same for fp8-block (one fp32 scale a 128 x 128 block): row i's codes times f[i], the
+ * block's scale for that row, through half and fp32 and rounded once to bf16, the bits of the
+ * shared-memory form's dequantization (rw_e4m3x2_to_bf16x2 on the same pairs of codes). */
+template <int AM>
+__device__ __forceinline__ void fp8b_fragments(uint32_t (&af)[AM][4][4], const uint8_t *sa,
+                                               const mx_frag_at &at, const float (&f)[2 * AM],
+                                               int lane) {
+    const uint32_t psel = 0x10u + 0x22u * ((uint32_t)lane & 3u);
+#pragma unroll
+    for (int i = 0; i < 2 * AM; i++) {
+        const int mt = i >> 1, h = i & 1;
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const uint4 w = *(const uint4 *)(sa + at.k[ks] + mx_row_off(i));
+            const __nv_bfloat162 lo = rw_e4m3x2_to_bf16x2(__byte_perm(w.x, w.y, psel), f[i]);
+            const __nv_bfloat162 hi = rw_e4m3x2_to_bf16x2(__byte_perm(w.z, w.w, psel), f[i]);
+            af[mt][ks][h] = *(const uint32_t *)&lo;
+            af[mt][ks][2 + h] = *(const uint32_t *)&hi;
         }
     }
 }
