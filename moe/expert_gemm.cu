@@ -33,6 +33,10 @@
  * share the memory system, so each keeps more weight blocks in flight: 6 stages. Larger grids
  * keep 4, which leaves room for 2 CTAs per SM. */
 #define MOE_DEEP_STAGES 6
+/* The stages of the two-warpgroup mxfp8 tiles of a multi-wave decode grid (launch_pass) */
+#ifndef MOE_MX_WG_STAGES
+#define MOE_MX_WG_STAGES 5
+#endif
 /* The least stages of a pipelined wgmma tile (the kernel's PIPE): one stage's group in flight and
  * two stages of loads ahead of it. */
 #define MOE_PIPE_STAGES 4
@@ -573,10 +577,14 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
     }
     if (grid_x * (g.M / MOE_BM) <= sms)
         return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
-    /* mxfp8 of a multi-wave decode grid keeps the default 4 stages: the register-fragment tile
-     * has no bf16 tile, so 4 stages of 12-16 KB leave room for three or four CTAs an SM. A b256
-     * step on an H200 (docs/BENCHMARKS.md): 3 stages 25.80 ms, 4 25.77 and 25.80, 5 26.37,
-     * 6 26.93; the shared-memory form on 3 stages took 26.79-26.90. */
+    /* mxfp8 of a multi-wave decode grid on wgmma: two warpgroups a CTA (MOE_THREADS_FOR) and
+     * MOE_MX_WG_STAGES stages. A b256 forward on an H200 (docs/BENCHMARKS.md, 2026-12-04,
+     * seventeenth session), same-run pairs: 4 stages 25.09-25.14 ms, 5 24.78-24.81, 6
+     * 24.93-24.95; in another run 3 stages 25.37-25.42 against 4 25.11-25.13. (On one warpgroup
+     * a CTA 4 had been best, 5 and 6 slower.) Five stages of 16 KB leave two CTAs an SM. */
+#if RW_WGMMA
+    if (fmt == FMT_MX) return launch_fmt<32, W13, MOE_MX_WG_STAGES>(fmt, split, g, grid_x, s, err);
+#endif
     /* the bf16 down projection of a multi-wave decode grid: 3 stages of 20 KB leave room for
      * three CTAs an SM, whose ramps overlap, where 4 stages (the pipelined form) fit two: a b256
      * step's experts 333.0 -> 328.1 us a layer on an H200 (5 stages 329.2, 6 stages 352; w13,
