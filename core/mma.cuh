@@ -216,7 +216,10 @@ template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_
  * in flight, ptxas gave that group's registers to new fragments (wrong results on an H200; the
  * register-fragment tiles of moe/expert_gemm.cu therefore retire every group with wait<0>).
  * Fragments converted between two MMAs with no wait between measured correct
- * (docs/BENCHMARKS.md, 2026-12-04). */
+ * (docs/BENCHMARKS.md, 2026-12-04). So did two sets of fragments, alternating by block, each
+ * pinned (an empty asm reading and writing its registers) after the wait that retired the group
+ * reading it, which keeps the compiler off those registers until then; it was slower there
+ * (docs/BENCHMARKS.md, 2026-12-04, seventeenth session). */
 template <int N>
 __device__ __forceinline__ void rw_wgmma_bf16_rs(float *d, const uint32_t *a, uint64_t b);
 #if RW_WGMMA_DEVICE

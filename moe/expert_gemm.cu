@@ -106,8 +106,9 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * reads its A registers asynchronously, and nothing stops the compiler from giving the next
      * block's fragments the same registers, so each block's group is retired before the next
      * block's conversion (wait<0>; keeping it in flight, as PIPE does, gave wrong and
-     * run-to-run different outputs on an H200). The loads then run STAGES - 1 ahead: the stage
-     * they overwrite was last read before the barrier. Other CTAs on the SM fill the wait. */
+     * run-to-run different outputs on an H200; with two pinned sets of fragments it was right
+     * but slower: core/mma.cuh). The loads then run STAGES - 1 ahead: the stage they overwrite
+     * was last read before the barrier. Other warpgroups on the SM fill the wait. */
     constexpr bool RS = moe_rs(FMT, WG);
     constexpr bool PIPE = WG && !RS && MOE_STAGES >= MOE_PIPE_STAGES;
     constexpr int AHEAD = PIPE ? MOE_STAGES - 2 : MOE_STAGES - 1;
