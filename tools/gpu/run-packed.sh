@@ -2,29 +2,33 @@
 # run-packed.sh - runs the gpu-suite tests of an archive made by pack-tests.sh, on the GPU machine,
 # from the checkout's root (their fixtures are read there) and without building anything:
 #
-#   tools/gpu/run-packed.sh [ARCHIVE] [--only REGEX] [--jobs N] [--unpack-only]
+#   tools/gpu/run-packed.sh [ARCHIVE] [--only REGEX] [--jobs N] [--all-logs] [--unpack-only]
 #                                                       default .gpu-pack/tests.txz
 #
 # The archive is unpacked under $RW_PACK_DIR (default /tmp/rw-packed), which becomes the tests'
 # RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --only keeps the tests whose name matches REGEX
 # (grep -E); --jobs N runs N at a time (default 1: several share one GPU, which the timing-free
 # tests tolerate), except that a test meson may not run beside others (is_parallel: false, such
-# as the one that fills the device's memory) runs alone, as meson test runs it. Each test's
-# output goes to $OUT/tests/NAME.log (./out without OUT). A test passes with exit status 0, is
-# skipped with 77, and fails otherwise, except that a test meson expects to fail passes by
-# failing (the hd128 end-to-end check, tests/worker/meson.build). The summary ends with the
-# counts; the exit status is 1 when any test failed or passed unexpectedly.
+# as the one that fills the device's memory) runs alone, as meson test runs it. A test passes
+# with exit status 0, is skipped with 77, and fails otherwise, except that a test meson expects
+# to fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The summary
+# ends with the counts; the exit status is 1 when any test failed or passed unexpectedly.
+# What stays in $OUT (./out without OUT) is few files, since the device tool returns at most 8:
+# suite.txt (the summary) and, when a test failed, timed out or passed unexpectedly, failed.log
+# (those tests' output, one after the other). --all-logs also keeps every test's output as
+# $OUT/tests/NAME.log. The logs are under $RW_PACK_DIR/logs until the next unpack either way.
 # --unpack-only stops after unpacking: the packed rw-bench is then
 # $RW_PACK_DIR/tools/bench/rw-bench, for benchmarks in the same call.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-ARCHIVE=.gpu-pack/tests.txz ONLY="" JOBS=1 UNPACK_ONLY=0
+ARCHIVE=.gpu-pack/tests.txz ONLY="" JOBS=1 UNPACK_ONLY=0 ALL_LOGS=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --only) shift; ONLY=$1 ;;
     --jobs) shift; JOBS=$1 ;;
     --unpack-only) UNPACK_ONLY=1 ;;
+    --all-logs) ALL_LOGS=1 ;;
     -*) echo "run-packed: unknown option $1 (see the top of $0)" >&2; exit 2 ;;
     *) ARCHIVE=$1 ;;
     esac
@@ -40,7 +44,8 @@ rm -rf "$pack" && mkdir -p "$pack" && tar xf "$ARCHIVE" -C "$pack" || { echo "ru
 export RW_BUILD_ROOT=$pack
 [ "$UNPACK_ONLY" = 1 ] && { echo "run-packed: unpacked in $pack"; exit 0; }
 OUT=${OUT:-$root/out}
-mkdir -p "$OUT/tests"
+logs=$pack/logs
+mkdir -p "$OUT" "$logs"
 results=$(mktemp)
 one() { # NAME TIMEOUT EXPECT_FAIL CMD_JSON
     local name=$1 limit=$2 xfail=$3 cmdjson=$4 t0 rc st
@@ -49,7 +54,7 @@ one() { # NAME TIMEOUT EXPECT_FAIL CMD_JSON
 for a in json.loads(sys.argv[1]):
     print(a.replace("@B@", sys.argv[2]).replace("@S@", sys.argv[3]))' "$cmdjson" "$pack" "$root")
     t0=$(date +%s)
-    timeout --kill-after=10 "$limit" "${cmd[@]}" > "$OUT/tests/$name.log" 2>&1
+    timeout --kill-after=10 "$limit" "${cmd[@]}" > "$logs/$name.log" 2>&1
     rc=$?
     case "$rc:$xfail" in
     0:0) st=OK ;;
@@ -80,6 +85,15 @@ done < "$pack/manifest.tsv"
 wait
 n=$(wc -l < "$results")
 bad=$(grep -cE ' (FAIL \(|TIMEOUT|UNEXPECTED PASS)' "$results")
-echo "run-packed: $n tests: $(grep -c ' OK ' "$results") ok, $(grep -c ' SKIP ' "$results") skipped, $(grep -c 'EXPECTED FAIL' "$results") expected failures, $bad failed"
+summary="run-packed: $n tests: $(grep -c ' OK ' "$results") ok, $(grep -c ' SKIP ' "$results") skipped, $(grep -c 'EXPECTED FAIL' "$results") expected failures, $bad failed"
+echo "$summary"
+{ cat "$results"; echo "$summary"; } > "$OUT/suite.txt"
+rm -f "$OUT/failed.log"
+grep -E ' (FAIL \(|TIMEOUT|UNEXPECTED PASS)' "$results" | while read -r name _; do
+    { echo "=== $name"; cat "$logs/$name.log"; echo; } >> "$OUT/failed.log"
+done
+if [ "$ALL_LOGS" = 1 ]; then
+    mkdir -p "$OUT/tests" && cp "$logs"/*.log "$OUT/tests/"
+fi
 rm -f "$results"
 [ "$bad" -eq 0 ]
