@@ -292,7 +292,7 @@ rw_status wset_flush_unit(build *b, size_t uid, rw_err *err) {
                     uint32_t a = rw_f32_bits(stage_value(s, &g, r, c)) & 0x7fffffffu;
                     if (a > m) m = a;
                 }
-            size_t qoff, soff;
+            size_t qoff = 0, soff = 0; /* set by flush_reserve (its failure returns first) */
             RW_CHECK(flush_reserve(b, (size_t)(nr * nc), &qoff, err));
             RW_CHECK(flush_reserve(b, 4, &soff, err));
             uint8_t *q = b->flushbuf + qoff;
