@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# pack-variants.sh - rw-bench built once for each of several variants of the working tree, as one
+# archive for a GPU machine that should compare them in one call (run-variants.sh):
+#
+#   tools/gpu/pack-variants.sh BUILD_DIR NAME=SPEC [NAME=SPEC ...]
+#   (GPU machine, carry .deps and .gpu-pack) tools/gpu/run-variants.sh NAME ... -- RW-BENCH ARGS
+#
+# SPEC is a patch file (applied to the working tree with git apply, the build brought up to date,
+# rw-bench copied, the patch taken back out), "-" for the working tree as it is, or DEFINE=VALUE
+# for the working tree compiled with a preprocessor value: the header or source line
+# "#define DEFINE ..." is rewritten to VALUE for the build and restored after it (the file that
+# holds it is found with git grep; it must hold it once). BUILD_DIR is a build configured for the
+# GPU (meson setup BUILD_DIR -Dcuda=enabled -Dgpu_arch=90a); a variant that only touches a few
+# files rebuilds only what depends on them (meson does not see header changes in .cu files:
+# SPEC files that change a .cuh touch the .cu files that include it). The archive is
+# .gpu-pack/variants.tgz: NAME's rw-bench at ./rw-NAME, and variants.txt with each name and spec.
+# The working tree ends as it began; a failed step stops the script with the tree restored.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+BUILD=$1
+shift
+[ -f "$BUILD/build.ninja" ] || { echo "pack-variants: $BUILD is not a configured build directory" >&2; exit 2; }
+stage=$(mktemp -d)
+undo=""
+changed=()
+restore() { # the tree back as it was, and the .cu files that see a restored header rebuilt
+    if [ -n "$undo" ]; then
+        eval "$undo"
+        touch_users "${changed[@]}"
+    fi
+    undo=""
+    changed=()
+}
+trap 'restore; rm -rf "$stage"' EXIT
+# meson does not rebuild a .cu file when only a header it includes changed
+touch_users() {
+    local f base
+    for f in "$@"; do
+        case "$f" in
+        *.cuh | *.h)
+            base=$(basename "$f")
+            git grep -l "#include \"$base\"" -- '*.cu' | xargs -r touch
+            ;;
+        esac
+    done
+}
+for v in "$@"; do
+    name=${v%%=*}
+    spec=${v#*=}
+    case "$name" in '' | *[!A-Za-z0-9_-]*) echo "pack-variants: bad name '$name' (letters, digits, _ and -)" >&2; exit 2 ;; esac
+    if [ "$spec" = - ]; then
+        :
+    elif [ -f "$spec" ]; then
+        git apply "$spec" || { echo "pack-variants: $spec does not apply" >&2; exit 1; }
+        undo="git apply -R '$spec'"
+        mapfile -t changed < <(git apply --numstat "$spec" | cut -f3)
+        touch_users "${changed[@]}"
+    elif [[ "$spec" == *=* ]]; then
+        def=${spec%%=*}
+        val=${spec#*=}
+        mapfile -t hits < <(git grep -l -E "^#define $def( |$)" -- '*.h' '*.cuh' '*.cu' '*.c')
+        [ ${#hits[@]} -eq 1 ] || { echo "pack-variants: '#define $def' is in ${#hits[@]} files (needs 1)" >&2; exit 2; }
+        f=${hits[0]}
+        cp "$f" "$stage/orig"
+        undo="cp '$stage/orig' '$f'; touch '$f'"
+        changed=("$f")
+        sed -i -E "s|^#define $def( .*)?$|#define $def $val|" "$f"
+        touch_users "$f"
+    else
+        echo "pack-variants: '$spec' is no patch file, '-' or DEFINE=VALUE" >&2
+        exit 2
+    fi
+    echo "pack-variants: building $name ($spec)"
+    ninja -C "$BUILD" tools/bench/rw-bench > "$stage/ninja.log" 2>&1 || { cat "$stage/ninja.log" >&2; exit 1; }
+    cp "$BUILD/tools/bench/rw-bench" "$stage/rw-$name"
+    strip "$stage/rw-$name"
+    printf '%s\t%s\n' "$name" "$spec" >> "$stage/variants.txt"
+    restore
+done
+# the build back to the tree as it is
+ninja -C "$BUILD" tools/bench/rw-bench > /dev/null
+mkdir -p .gpu-pack
+(cd "$stage" && tar czf - rw-* variants.txt) > .gpu-pack/variants.tgz
+echo "pack-variants: .gpu-pack/variants.tgz ($(du -h .gpu-pack/variants.tgz | cut -f1)): $(cut -f1 "$stage/variants.txt" | tr '\n' ' ')"
