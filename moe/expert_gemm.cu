@@ -184,6 +184,11 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     constexpr int QR = FMT == FMT_BF16 ? 1 : A8_BYTES / 16 / MOE_THREADS;
     static_assert(FMT == FMT_BF16 || QR * MOE_THREADS / 4 == MOE_BM, "moe gemm: whole A rows");
     const uint8_t *wexp = (const uint8_t *)g.w + (int64_t)e * g.w_expert;
+    /* fp8-block: the block scales of canonical row n, one float a 128-column block */
+    auto scale_row = [&](int64_t n) {
+        return (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
+               (n / 128) * g.scale_cols;
+    };
     const uint8_t *asrc[QR];
     int soff[QR];
     const float *srow[QR];
@@ -194,11 +199,10 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         if (FMT == FMT_FP8B && W13) n = canon13(n, g.P);
         asrc[i] = wexp + n * g.K + (q & 3) * 16;
         soff[i] = (r % 32) * 16 + (r / 32) * 4 + ((q & 3) >> 1);
-        srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
-                  (n / 128) * g.scale_cols;
+        srow[i] = scale_row(n);
     }
     /* RS: where the thread reads its fragments (mx_fragments.cuh); fp8-block: its rows' block
-     * scales (canonical rows, as above), one float a 128-column block */
+     * scales (canonical rows, as above) */
     const mx_frag_at rs_at = mx_frag_setup<NWG>(warp, lane);
     constexpr int RSF = RS && FMT == FMT_FP8B ? 2 * AM : 1;
     const float *rs_srow[RSF];
@@ -206,8 +210,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     for (int i = 0; i < RSF; i++) {
         int64_t n = m0 + rs_at.r + mx_row(i);
         if (W13) n = canon13(n, g.P);
-        rs_srow[i] = (const float *)((const uint8_t *)g.wscale + (int64_t)e * g.s_expert) +
-                     (n / 128) * g.scale_cols;
+        rs_srow[i] = scale_row(n);
     }
     auto load_stage = [&](int st, int kb) {
         uint8_t *sa = smem + st * STAGE;

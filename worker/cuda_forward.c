@@ -16,17 +16,13 @@ void rw_cuda_mark(cuda_be *be, int phase) {
         be->hook_failed = true;
 }
 
-/* A quantized dense weight [N, K] dequantized to bf16 at wdeq (exact: e4m3 times a power of two
- * for mxfp8; fp8-block as rw_dequant_fp8_block_ref). */
+/* A quantized dense weight [N, K] dequantized to bf16 at wdeq on stream s (exact: e4m3 times a
+ * power of two for mxfp8; fp8-block as rw_dequant_fp8_block_ref). */
 static rw_status dequant_on(rw_stream s, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
                             uint16_t *wdeq, rw_err *err) {
     const int64_t N = w->shape[0], K = w->shape[1];
     if (fmt == RW_WFMT_MXFP8) return rw_dequant_mxfp8_cuda(w->data, sc->data, N, K, wdeq, s, err);
     return rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, wdeq, s, err);
-}
-static rw_status dequant(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
-                         uint16_t *wdeq, rw_err *err) {
-    return dequant_on(be->st, fmt, w, sc, wdeq, err);
 }
 /* A quantized layer's q, k and v, one after the other into one bf16 matrix at wdeq */
 static rw_status dequant_qkv(rw_stream s, const rw_layer_weights *lw, int64_t qd, int64_t kd,
@@ -43,7 +39,7 @@ static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_te
     const int64_t N = w->shape[0], K = w->shape[1];
     const void *W = w->data;
     if (w->dtype != RW_DTYPE_BF16) {
-        RW_CHECK(dequant(be, fmt, w, sc, be->wdeq, err));
+        RW_CHECK(dequant_on(be->st, fmt, w, sc, be->wdeq, err));
         W = be->wdeq;
     }
     return rw_k_gemm(W, N, K, X, X_lo, M, Y, be->gemm_ws, be->gemm_ws_bytes, be->st, err);
