@@ -33,16 +33,21 @@ restore() { # the tree back as it was, and the .cu files that see a restored hea
     changed=()
 }
 trap 'restore; rm -rf "$stage"' EXIT
-# meson does not rebuild a .cu file when only a header it includes changed
+# meson does not rebuild a .cu file when only a header it includes changed: touch the .cu files
+# that include one of these headers, directly or through other headers
 touch_users() {
     local f base
-    for f in "$@"; do
-        case "$f" in
-        *.cuh | *.h)
-            base=$(basename "$f")
-            git grep -l "#include \"$base\"" -- '*.cu' | xargs -r touch
-            ;;
-        esac
+    local -A seen=()
+    local -a todo=("$@")
+    while [ ${#todo[@]} -gt 0 ]; do
+        f=${todo[0]}
+        todo=("${todo[@]:1}")
+        case "$f" in *.cuh | *.h) ;; *) continue ;; esac
+        base=$(basename "$f")
+        [ -n "${seen[$base]:-}" ] && continue
+        seen[$base]=1
+        git grep -l "#include \"$base\"" -- '*.cu' | xargs -r touch
+        mapfile -t -O ${#todo[@]} todo < <(git grep -l "#include \"$base\"" -- '*.cuh' '*.h')
     done
 }
 for v in "$@"; do

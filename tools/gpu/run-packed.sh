@@ -84,12 +84,13 @@ while IFS=$'\t' read -r name limit xfail par cmdjson; do
 done < "$pack/manifest.tsv"
 wait
 n=$(wc -l < "$results")
-bad=$(grep -cE ' (FAIL \(|TIMEOUT|UNEXPECTED PASS)' "$results")
+failed=' (FAIL \(|TIMEOUT|UNEXPECTED PASS)' # the results that fail the run
+bad=$(grep -cE "$failed" "$results")
 summary="run-packed: $n tests: $(grep -c ' OK ' "$results") ok, $(grep -c ' SKIP ' "$results") skipped, $(grep -c 'EXPECTED FAIL' "$results") expected failures, $bad failed"
 echo "$summary"
 { cat "$results"; echo "$summary"; } > "$OUT/suite.txt"
 rm -f "$OUT/failed.log"
-grep -E ' (FAIL \(|TIMEOUT|UNEXPECTED PASS)' "$results" | while read -r name _; do
+grep -E "$failed" "$results" | while read -r name _; do
     { echo "=== $name"; cat "$logs/$name.log"; echo; } >> "$OUT/failed.log"
 done
 if [ "$ALL_LOGS" = 1 ]; then
