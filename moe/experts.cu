@@ -170,12 +170,35 @@ extern "C" void rw_moe_experts_cuda_rows(void *ws, int64_t E, int64_t P, int64_t
     *inv = w.inv;
 }
 
-extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
-                                         const uint16_t *x, const uint16_t *x_lo, bool act_pair,
-                                         int64_t ntok, const int32_t *ids, const float *weights,
-                                         int k, float *out, void *ws, size_t ws_bytes, rw_stream s,
-                                         rw_err *err) {
+/* the tile width of a pass of A assignments over E experts: narrow tiles for decode-sized
+ * batches (tokens per expert decide it) */
+static int moe_tn(int64_t A, int64_t E) {
+    return A <= E ? MOE_TN_MIN : A / E <= 48 ? 32 : 128;
+}
+
+extern "C" bool rw_moe_experts_cuda_sort_dest(void *ws, int64_t E, int64_t P, int64_t H,
+                                              int64_t ntok, int k, rw_moe_sort_dest *d) {
+    if (ntok < 1 || ntok > MOE_CHUNK || k < 1 || !d) return false;
+    const moe_ws w = ws_layout(ws, E, P, H, moe_chunk(ntok), k);
+    d->off = w.off;
+    d->tiles = (int32_t *)w.tiles;
+    d->ntiles = w.ntiles;
+    d->perm = w.perm;
+    d->inv = w.inv;
+    d->tn = moe_tn(ntok * k, E);
+    return true;
+}
+
+/* rw_moe_experts_cuda, and without its sort (presorted, one pass) */
+static rw_status experts_run(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                             const uint16_t *x, const uint16_t *x_lo, bool act_pair, int64_t ntok,
+                             const int32_t *ids, const float *weights, int k, float *out, void *ws,
+                             size_t ws_bytes, bool presorted, rw_stream s, rw_err *err) {
     if (ntok <= 0) return RW_OK;
+    if (presorted && ntok > MOE_CHUNK)
+        return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
+                          "moe experts (cuda): presorted call of %lld tokens (one pass holds %d)",
+                          (long long)ntok, MOE_CHUNK);
     if (!lw || !d || !x || !ids || !weights || !ws || k < 1)
         return rw_err_set(err, RW_E_INVALID_ARG, __FILE__, __LINE__,
                           "moe experts (cuda): NULL argument or k = %d", k);
@@ -213,10 +236,10 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
         const int64_t nt = ntok - t0 < chunk ? ntok - t0 : chunk;
         const int64_t A = nt * k;
         const int32_t *cid = ids + t0 * k;
-        /* tokens per expert decide the tile width: narrow tiles for decode-sized batches */
-        const int tn = A <= E ? MOE_TN_MIN : A / E <= 48 ? 32 : 128;
-        RW_CHECK(
-            moe_sort_launch(cid, A, (int)E, tn, w.off, w.tiles, w.ntiles, w.perm, w.inv, st, err));
+        const int tn = moe_tn(A, E);
+        if (!presorted)
+            RW_CHECK(moe_sort_launch(cid, A, (int)E, tn, w.off, w.tiles, w.ntiles, w.perm, w.inv,
+                                     st, err));
 
         gemm_args g;
         memset(&g, 0, sizeof g);
@@ -260,4 +283,22 @@ extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp
             RW_CHECK(combine_launch(w.y, w.inv, weights + t0 * k, nt, k, H, out + t0 * H, st, err));
     }
     return RW_OK;
+}
+
+extern "C" rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                                         const uint16_t *x, const uint16_t *x_lo, bool act_pair,
+                                         int64_t ntok, const int32_t *ids, const float *weights,
+                                         int k, float *out, void *ws, size_t ws_bytes, rw_stream s,
+                                         rw_err *err) {
+    return experts_run(lw, d, H, x, x_lo, act_pair, ntok, ids, weights, k, out, ws, ws_bytes, false,
+                       s, err);
+}
+
+extern "C" rw_status
+rw_moe_experts_cuda_presorted(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                              const uint16_t *x, const uint16_t *x_lo, bool act_pair, int64_t ntok,
+                              const int32_t *ids, const float *weights, int k, float *out, void *ws,
+                              size_t ws_bytes, rw_stream s, rw_err *err) {
+    return experts_run(lw, d, H, x, x_lo, act_pair, ntok, ids, weights, k, out, ws, ws_bytes, true,
+                       s, err);
 }

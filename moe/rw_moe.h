@@ -281,6 +281,24 @@ rw_status rw_moe_experts_cuda(const rw_layer_weights *lw, const rw_tp_dims *d, i
                               void *ws, size_t ws_bytes, rw_stream s, rw_err *err);
 void rw_moe_experts_cuda_rows(void *ws, int64_t E, int64_t P, int64_t H, int64_t ntok, int k,
                               const float **y, const int32_t **inv);
+/* Where a call of ntok tokens (one pass: ntok <= RW_MOE_CUDA_CHUNK) keeps its sort of the
+ * assignments by expert in ws, for a kernel that sorts them itself (worker's router, for steps
+ * of one token group, with moe's sort.cuh): off [E + 1], tiles [ntiles][2] (expert, first sorted
+ * row of each tn-row tile), ntiles, perm (sorted row -> assignment), inv (assignment -> sorted
+ * row, -1 outside [0, E)), and the tile width tn the call will use. false (d untouched) for more
+ * than one pass. rw_moe_experts_cuda_presorted is rw_moe_experts_cuda without its sort: the
+ * same ids must have been sorted into these places, on the same stream, before it. */
+typedef struct rw_moe_sort_dest {
+    int32_t *off, *tiles, *ntiles, *perm, *inv;
+    int tn;
+} rw_moe_sort_dest;
+bool rw_moe_experts_cuda_sort_dest(void *ws, int64_t E, int64_t P, int64_t H, int64_t ntok, int k,
+                                   rw_moe_sort_dest *d);
+rw_status rw_moe_experts_cuda_presorted(const rw_layer_weights *lw, const rw_tp_dims *d, int64_t H,
+                                        const uint16_t *x, const uint16_t *x_lo, bool act_pair,
+                                        int64_t ntok, const int32_t *ids, const float *weights,
+                                        int k, float *out, void *ws, size_t ws_bytes, rw_stream s,
+                                        rw_err *err);
 
 #ifdef __cplusplus
 }

@@ -176,13 +176,28 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         /* this layer's slice of the routing record (ops->routes reads every layer's) */
         int32_t *ids = be->ids + (size_t)l * (size_t)be->cap_tok * K;
         float *wts = be->wts + (size_t)l * (size_t)be->cap_tok * K;
-        RW_CHECK(rw_k_router_topk(be->h32, lw->router.data, ntok, E, H, K, c->norm_topk_prob,
-                                  be->rl, ids, wts, be->route_cnt, be->route_ncnt, s, err));
+        /* a step of one token group: the router's routing CTA also sorts the assignments for
+         * the expert layer (router.h), one launch less a layer at batch 1 */
+        rw_moe_sort_dest sd;
+        const int64_t El = lw->w13.shape[0];
+        const bool rsort = ntok <= RW_K_ROUTER_GROUP && El == E &&
+                           rw_moe_experts_cuda_sort_dest(be->moe_ws, El, d->P, H, ntok, K, &sd);
+        if (rsort)
+            RW_CHECK(rw_k_router_topk_sort(be->h32, lw->router.data, ntok, E, H, K,
+                                           c->norm_topk_prob, be->rl, ids, wts, be->route_cnt,
+                                           be->route_ncnt, &sd, s, err));
+        else
+            RW_CHECK(rw_k_router_topk(be->h32, lw->router.data, ntok, E, H, K, c->norm_topk_prob,
+                                      be->rl, ids, wts, be->route_cnt, be->route_ncnt, s, err));
         rw_cuda_mark(be, RW_PHASE_ROUTER);
         if (tp) RW_CUDA_CHECK(err, cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
-        RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, false, ntok, ids, wts, K,
-                                     fuse && l + 1 < c->num_layers ? NULL : moe_out, be->moe_ws,
-                                     be->moe_ws_bytes, s, err));
+        float *const eo = fuse && l + 1 < c->num_layers ? NULL : moe_out;
+        if (rsort)
+            RW_CHECK(rw_moe_experts_cuda_presorted(lw, d, H, be->h, be->h_lo, false, ntok, ids, wts,
+                                                   K, eo, be->moe_ws, be->moe_ws_bytes, s, err));
+        else
+            RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, false, ntok, ids, wts, K, eo,
+                                         be->moe_ws, be->moe_ws_bytes, s, err));
         rw_cuda_mark(be, RW_PHASE_EXPERTS);
         if (tp) {
             RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));

@@ -555,6 +555,109 @@ static void test_attention_invariance(void **state) {
     invariance_case(4, 2, 32);
 }
 
+/* The expert layer's sort of A assignments by expert, in plain C: the stable order, the tile
+ * list of tn-row tiles per expert (rw_moe_experts_cuda_sort_dest's places) */
+static int32_t sort_ref(const int32_t *ids, int64_t A, int E, int tn, int32_t *off, int32_t *tiles,
+                        int32_t *perm, int32_t *inv) {
+    int32_t *cur = calloc((size_t)E + 1, 4);
+    memset(off, 0, 4 * ((size_t)E + 1));
+    for (int64_t a = 0; a < A; a++)
+        if (ids[a] >= 0 && ids[a] < E) off[ids[a] + 1]++;
+    for (int e = 0; e < E; e++)
+        off[e + 1] += off[e];
+    memcpy(cur, off, 4 * (size_t)E);
+    for (int64_t a = 0; a < A; a++) {
+        inv[a] = -1;
+        if (ids[a] < 0 || ids[a] >= E) continue;
+        perm[cur[ids[a]]] = (int32_t)a;
+        inv[a] = cur[ids[a]]++;
+    }
+    int32_t nt = 0;
+    for (int e = 0; e < E; e++)
+        for (int32_t r = off[e]; r < off[e + 1]; r += tn) {
+            tiles[2 * nt] = e;
+            tiles[2 * nt + 1] = r;
+            nt++;
+        }
+    free(cur);
+    return nt;
+}
+
+/* rw_k_router_topk_sort for a step of one token group, at two tile widths: the ids and weights of
+ * rw_k_router_topk (rids, rwt) bit for bit, and the sort of sort_ref on them; the counters left
+ * zero. Places for more than one group are refused. */
+static void router_sort_case(const float *dx, const uint16_t *dw, int64_t n, int64_t E, int64_t H,
+                             int k, const int32_t *rids, const float *rwt, int32_t *dcnt,
+                             int64_t nc) {
+    const int64_t A = n * k, maxt = A + E;
+    int32_t *doff, *dtiles, *dnt, *dperm, *dinv, *did;
+    float *dy, *dwt;
+    RW_TCK(cudaMalloc((void **)&doff, 4 * (E + 1)));
+    RW_TCK(cudaMalloc((void **)&dtiles, 8 * maxt));
+    RW_TCK(cudaMalloc((void **)&dnt, 4));
+    RW_TCK(cudaMalloc((void **)&dperm, 4 * A));
+    RW_TCK(cudaMalloc((void **)&dinv, 4 * A));
+    RW_TCK(cudaMalloc((void **)&did, 4 * A));
+    RW_TCK(cudaMalloc((void **)&dwt, 4 * A));
+    RW_TCK(cudaMalloc((void **)&dy, 4 * n * E));
+    int32_t *off = malloc(4 * (E + 1)), *roff = malloc(4 * (E + 1)), *tiles = malloc(8 * maxt),
+            *rtiles = malloc(8 * maxt), *perm = malloc(4 * A), *rperm = malloc(4 * A),
+            *inv = malloc(4 * A), *rinv = malloc(4 * A), *ids = malloc(4 * A);
+    float *wt = malloc(4 * A);
+    rw_err err = {0};
+    for (int tn = 16; tn <= 32; tn += 16) {
+        const rw_moe_sort_dest sd = {doff, dtiles, dnt, dperm, dinv, tn};
+        RW_ASSERT_OK(rw_k_router_topk_sort(dx, dw, n, E, H, k, true, dy, did, dwt, dcnt, nc, &sd,
+                                           NULL, &err),
+                     &err);
+        rw_tdev_get(ids, did, 4 * A);
+        rw_tdev_get(wt, dwt, 4 * A);
+        rw_assert_bytes_equal(ids, rids, 4 * A, "router_topk_sort: ids vs rw_k_router_topk");
+        rw_assert_bytes_equal(wt, rwt, 4 * A, "router_topk_sort: weights vs rw_k_router_topk");
+        const int32_t rnt = sort_ref(ids, A, (int)E, tn, roff, rtiles, rperm, rinv);
+        int32_t nt = -1;
+        rw_tdev_get(&nt, dnt, 4);
+        rw_tdev_get(off, doff, 4 * (E + 1));
+        rw_tdev_get(tiles, dtiles, 8 * maxt);
+        rw_tdev_get(perm, dperm, 4 * A);
+        rw_tdev_get(inv, dinv, 4 * A);
+        assert_int_equal(nt, rnt);
+        rw_assert_bytes_equal(off, roff, 4 * (E + 1), "router_topk_sort: off vs sort_ref");
+        rw_assert_bytes_equal(tiles, rtiles, 8 * (size_t)rnt, "router_topk_sort: tiles");
+        rw_assert_bytes_equal(perm, rperm, 4 * (size_t)roff[E], "router_topk_sort: perm");
+        rw_assert_bytes_equal(inv, rinv, 4 * A, "router_topk_sort: inv vs sort_ref");
+        int32_t *cnt = malloc(4 * nc);
+        rw_tdev_get(cnt, dcnt, 4 * nc);
+        for (int64_t i = 0; i < nc; i++)
+            if (cnt[i] != 0)
+                fail_msg("router_topk_sort: counter %lld left at %d", (long long)i, cnt[i]);
+        free(cnt);
+    }
+    const rw_moe_sort_dest sd = {doff, dtiles, dnt, dperm, dinv, 16};
+    assert_int_equal(rw_k_router_topk_sort(dx, dw, RW_K_ROUTER_GROUP + 1, E, H, k, true, dy, did,
+                                           dwt, dcnt, nc, &sd, NULL, &err),
+                     RW_E_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "sort"));
+    cudaFree(doff);
+    cudaFree(dtiles);
+    cudaFree(dnt);
+    cudaFree(dperm);
+    cudaFree(dinv);
+    cudaFree(did);
+    cudaFree(dwt);
+    cudaFree(dy);
+    free(off);
+    free(roff);
+    free(tiles);
+    free(rtiles);
+    free(perm);
+    free(rperm);
+    free(inv);
+    free(rinv);
+    free(ids);
+    free(wt);
+}
+
 /* The router with the routing in the same launch (rw_k_router_topk), on the logits gy that
  * rw_k_router computed: the same logits bits, the ids and weights of rw_moe_route_cuda on them
  * bit for bit (and rw_moe_route_ref's ids), with and without renormalisation, twice over the same
@@ -596,6 +699,8 @@ static void router_topk_case(const float *dx, const uint16_t *dw, const float *g
         for (int64_t i = 0; i < nc; i++)
             if (cnt[i] != 0) fail_msg("router_topk: counter %lld left at %d", (long long)i, cnt[i]);
     }
+    /* (the last rep renormalised: ids and wt are its result) */
+    if (n <= RW_K_ROUTER_GROUP) router_sort_case(dx, dw, n, E, H, k, ids, wt, dcnt, nc);
     assert_int_equal(
         rw_k_router_topk(dx, dw, n, E, H, k, true, dy, did, dwt, dcnt, nc - 1, NULL, &err),
         RW_E_INVALID_ARG);
@@ -661,6 +766,8 @@ static void test_router(void **state) {
     router_case(300, 60, 512, 4, 20); /* prefill tiles against decode tiles (alone) */
     router_case(9, 200, 256, 8, 22);  /* 8 logits per lane in the routing */
     router_case(20, 520, 256, 16, 24); /* 32 */
+    router_case(8, 520, 256, 32, 26);  /* a one-group sort of 256 assignments: 8 placement warps */
+    router_case(5, 60, 512, 4, 28);    /* a one-group sort over a partial expert tile */
 }
 
 /* The sampling kernel on n requests p over logits l [rows, V]: the results into got, after

@@ -8,6 +8,7 @@
 #include "mma.cuh"
 #include "route.cuh"
 #include "router.h"
+#include "sort.cuh"
 
 /* Router logits on tensor cores: y [n, E] = x [n, H] fp32 . w [E, H]^T, bf16 weights.
  *
@@ -52,13 +53,21 @@ static __device__ __forceinline__ rt_parts rt_split(float a, float b) {
  * the group's counter, which it then resets) routes the group's tokens, one per warp at a time
  * (route.cuh): the same bits as rw_moe_route_cuda on the same logits, without a second launch and
  * its wait at batch 1. */
-template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16>
-__global__ void __launch_bounds__(RT_KS * 32, BATCH * (MT + NT) > 8 ? 1 : 2)
+/* SORT (ROUTE, one token group): that CTA then sorts the group's assignments by expert
+ * (sort.cuh) into sd's places, the expert layer's sort without its launch. */
+struct rt_sort {
+    int32_t *off, *ntiles, *perm, *inv;
+    int2 *tiles;
+    int tn;
+};
+template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16, bool SORT = false>
+__global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
-                  float *__restrict__ wts, int32_t *__restrict__ cnt) {
+                  float *__restrict__ wts, int32_t *__restrict__ cnt, rt_sort sd) {
     __shared__ float red[RT_KS][MT * 16][NT * 8 + 1];
     __shared__ int last;
+    __shared__ int32_t swc[SORT ? SORT_WC : 1], seoff[SORT ? 1024 : 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int64_t t0 = (int64_t)blockIdx.x * NT * 8, e0 = (int64_t)blockIdx.y * MT * ER;
     const int64_t nch = (H + RT_CHUNK - 1) / RT_CHUNK, cpw = (nch + RT_KS - 1) / RT_KS;
@@ -164,6 +173,11 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH * (MT + NT) > 8 ? 1 : 2)
     for (int t = warp; t < nt; t += RT_KS)
         rw_moe_route_warp<EPL>(y + (t0 + t) * E, (int)E, k, renorm, ids + (t0 + t) * k,
                                wts + (t0 + t) * k);
+    if constexpr (SORT) {
+        __syncthreads(); /* every warp's ids, written above, before the sort reads them */
+        rw_moe_sort_cta(ids, n * k, (int)E, sd.tn, sd.off, sd.tiles, sd.ntiles, sd.perm, sd.inv,
+                        swc, seoff);
+    }
 }
 
 static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_err *err) {
@@ -205,6 +219,13 @@ static auto router_topk_kernel(int epl, rt_shape sh)
            : epl == 16 ? router_pick<true, 16>(sh)
                        : router_pick<true, 32>(sh);
 }
+/* ... and with the sort, for the one-group shape (router_shape of n <= 8) */
+static auto router_sort_kernel(int epl) -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
+    return epl == 4    ? router_kernel<true, 4, 1, 1, 8, 8, true>
+           : epl == 8  ? router_kernel<true, 8, 1, 1, 8, 8, true>
+           : epl == 16 ? router_kernel<true, 16, 1, 1, 8, 8, true>
+                       : router_kernel<true, 32, 1, 1, 8, 8, true>;
+}
 
 extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                                  float *y, rw_stream s, rw_err *err) {
@@ -212,8 +233,37 @@ extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, i
     RW_CHECK(router_check(x, w, H, err));
     const rt_shape sh = router_shape(n);
     (void)rw_launch_pdl(router_pick<false, 4>(sh), router_grid(sh, n, E), RT_KS * 32, 0,
-                        (cudaStream_t)s, x, w, n, E, H, y, 0, false, (int32_t *)NULL,
-                        (float *)NULL, (int32_t *)NULL);
+                        (cudaStream_t)s, x, w, n, E, H, y, 0, false, (int32_t *)NULL, (float *)NULL,
+                        (int32_t *)NULL, rt_sort{});
+    return LAUNCH_CHECK(s, "router");
+}
+
+static rw_status router_topk(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
+                             int k, bool renorm, float *y, int32_t *ids, float *wts, int32_t *cnt,
+                             int64_t ncnt, const rw_moe_sort_dest *sort, rw_stream s, rw_err *err) {
+    if (n <= 0) return RW_OK;
+    RW_CHECK(router_check(x, w, H, err));
+    if (!rw_moe_route_supported(E, k))
+        RW_FAIL(err, RW_E_UNSUPPORTED, "router: E = %lld (1..%d), k = %d (1..%d)", (long long)E,
+                RW_MOE_MAX_E, k, RW_MOE_MAX_TOPK);
+    rt_sort sd{};
+    if (sort) {
+        if (n > RW_K_ROUTER_GROUP || !sort->off || !sort->tiles || !sort->ntiles || !sort->perm ||
+            !sort->inv || sort->tn < 1)
+            RW_FAIL(err, RW_E_INVALID_ARG,
+                    "router: the sort runs for steps of at most %d tokens (n = %lld), into five "
+                    "places and tiles of at least one row",
+                    RW_K_ROUTER_GROUP, (long long)n);
+        sd = rt_sort{sort->off, sort->ntiles, sort->perm, sort->inv, (int2 *)sort->tiles, sort->tn};
+    }
+    if (!cnt || ncnt < rw_k_router_counters(n))
+        RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
+                (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
+    const rt_shape sh = router_shape(n);
+    const int epl = rw_moe_route_epl((int)E);
+    (void)rw_launch_pdl(sort ? router_sort_kernel(epl) : router_topk_kernel(epl, sh),
+                        router_grid(sh, n, E), RT_KS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, k,
+                        renorm, ids, wts, cnt, sd);
     return LAUNCH_CHECK(s, "router");
 }
 
@@ -221,16 +271,13 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
                                       int64_t H, int k, bool renorm, float *y, int32_t *ids,
                                       float *wts, int32_t *cnt, int64_t ncnt, rw_stream s,
                                       rw_err *err) {
-    if (n <= 0) return RW_OK;
-    RW_CHECK(router_check(x, w, H, err));
-    if (!rw_moe_route_supported(E, k))
-        RW_FAIL(err, RW_E_UNSUPPORTED, "router: E = %lld (1..%d), k = %d (1..%d)", (long long)E,
-                RW_MOE_MAX_E, k, RW_MOE_MAX_TOPK);
-    if (!cnt || ncnt < rw_k_router_counters(n))
-        RW_FAIL(err, RW_E_INVALID_ARG, "router: %lld counters for %lld tokens (needs %lld)",
-                (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
-    const rt_shape sh = router_shape(n);
-    (void)rw_launch_pdl(router_topk_kernel(rw_moe_route_epl((int)E), sh), router_grid(sh, n, E),
-                        RT_KS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, k, renorm, ids, wts, cnt);
-    return LAUNCH_CHECK(s, "router");
+    return router_topk(x, w, n, E, H, k, renorm, y, ids, wts, cnt, ncnt, NULL, s, err);
+}
+
+extern "C" rw_status rw_k_router_topk_sort(const float *x, const uint16_t *w, int64_t n, int64_t E,
+                                           int64_t H, int k, bool renorm, float *y, int32_t *ids,
+                                           float *wts, int32_t *cnt, int64_t ncnt,
+                                           const rw_moe_sort_dest *sort, rw_stream s, rw_err *err) {
+    if (!sort) RW_FAIL(err, RW_E_INVALID_ARG, "router: no places for the sort");
+    return router_topk(x, w, n, E, H, k, renorm, y, ids, wts, cnt, ncnt, sort, s, err);
 }

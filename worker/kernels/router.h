@@ -5,6 +5,7 @@
 #define RW_WORKER_KERNELS_ROUTER_H
 
 #include "common.h"
+#include "rw_moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,6 +27,15 @@ int64_t rw_k_router_counters(int64_t max_n);
 rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                            int k, bool renorm, float *y, int32_t *ids, float *wts, int32_t *cnt,
                            int64_t ncnt, rw_stream s, rw_err *err);
+/* rw_k_router_topk for a step of one token group (n <= RW_K_ROUTER_GROUP), which also sorts the
+ * n k assignments by expert into sort's places (rw_moe_experts_cuda_sort_dest for E experts, n
+ * tokens and k), in the CTA that routes them: the expert layer then runs presorted
+ * (rw_moe_experts_cuda_presorted) and the step has one launch less a layer. The sort is moe's
+ * (sort.cuh), so the same off, tiles, perm and inv as the expert layer's own sort. */
+rw_status rw_k_router_topk_sort(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
+                                int k, bool renorm, float *y, int32_t *ids, float *wts,
+                                int32_t *cnt, int64_t ncnt, const rw_moe_sort_dest *sort,
+                                rw_stream s, rw_err *err);
 
 #ifdef __cplusplus
 }
