@@ -9,9 +9,10 @@
  *     before any global memory access. Its wait returns once the previous kernel of the stream
  *     has completed and its writes are visible, exactly as with an ordinary launch; it is a no-op
  *     for a kernel launched without the attribute. One exception: a kernel may issue reads of
- *     the model's weights before it (gemv.cu's tensor copies, the router's first weight loads).
- *     No kernel of a forward pass writes a weight, and the kernel ahead of it was itself
- *     scheduled only after everything before it (a weight update included) had completed;
+ *     the model's weights and of other constants before it (gemv.cu's tensor copies, the
+ *     router's first weight loads, the norms' weights, RoPE's norm weights and frequencies). No
+ *     kernel of a forward pass writes them, and the kernel ahead of it was itself scheduled only
+ *     after everything before it (a weight update included) had completed;
  *   - rw_pdl_begin() then lets the next kernel of the stream be scheduled. That kernel waits in
  *     its own rw_pdl_begin() for this one to complete, so at most two kernels are in flight and
  *     every dependency, transitive ones included, is ordered as before. (Letting it be scheduled

@@ -39,22 +39,36 @@ static __device__ __forceinline__ void norm_row(const float (&v)[PER], const flo
     }
 }
 
+/* A thread's PER norm weights, loaded before the kernel's PDL wait (launch.cuh: no kernel of a
+ * forward pass writes a weight). The rows are the previous kernel's output and are read after
+ * it; the norm weight, read from memory once a layer at batch 1, then no longer adds its own
+ * round trip to theirs. */
+template <int PER>
+static __device__ __forceinline__ void norm_weights(float (&wv)[PER], const uint16_t *w,
+                                                    int64_t H) {
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
+        wv[j] = i < H ? b2f(w[i]) : 0.0f;
+    }
+}
+
 template <int PER>
 __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, int64_t H,
                                    float eps, uint16_t *out_hi, uint16_t *out_lo, float *out_f32,
                                    const int32_t *rows) {
+    float v[PER], yv[PER], wv[PER];
+    norm_weights<PER>(wv, w, H);
     rw_pdl_begin();
     __shared__ float sh[33];
     const int64_t t = blockIdx.x;
     const int64_t src = rows ? rows[t] : t;
     float *xt = x + src * H;
-    float v[PER], yv[PER], wv[PER];
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
         v[j] = i < H ? xt[i] : 0.0f;
         yv[j] = y && i < H ? y[src * H + i] : 0.0f;
-        wv[j] = i < H ? b2f(w[i]) : 0.0f;
     }
     if (y)
 #pragma unroll
@@ -79,6 +93,8 @@ __global__ void combine_rmsnorm_kernel(float *__restrict__ x, const float *__res
                                        const float *__restrict__ wts, int k,
                                        const uint16_t *__restrict__ w, int64_t H, float eps,
                                        uint16_t *out_hi, uint16_t *out_lo, float *out_f32) {
+    float v[PER], wv[PER], yv[KMAX][PER];
+    norm_weights<PER>(wv, w, H);
     rw_pdl_begin();
     __shared__ float sh[33];
     __shared__ int32_t rows[KMAX];
@@ -90,12 +106,10 @@ __global__ void combine_rmsnorm_kernel(float *__restrict__ x, const float *__res
     }
     __syncthreads();
     float *xt = x + t * H;
-    float v[PER], wv[PER], yv[KMAX][PER];
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
         v[j] = i < H ? xt[i] : 0.0f;
-        wv[j] = i < H ? b2f(w[i]) : 0.0f;
     }
 #pragma unroll
     for (int q = 0; q < KMAX; q++)
@@ -178,14 +192,22 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
                       int nh, int nkv, int hd, int bs, const float *__restrict__ inv_freq,
                       float eps, float *__restrict__ q_out, uint16_t *__restrict__ kcache,
                       uint16_t *__restrict__ vcache) {
-    rw_pdl_begin();
-    extern __shared__ float hbuf[]; /* [warps][hd] */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int nhk = nh + nkv;
     const int64_t gw = (int64_t)blockIdx.x * ROPE_WARPS + w;
+    const int h = (int)(gw % nhk);
+    /* the head's norm weights and the rotation frequencies into L1 before the PDL wait
+     * (launch.cuh: no forward pass writes them), 128-byte lines. With the norms' weights loaded
+     * before their waits too: a one-token engine step 3.459-3.460 -> 3.412-3.416 ms on an H200,
+     * same run (docs/BENCHMARKS.md, eighteenth session) */
+    for (int i = lane * 64; i < hd; i += 32 * 64)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"((h < nh ? qn : kn) + i));
+    for (int i = lane * 32; i < hd / 2; i += 32 * 32)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(inv_freq + i));
+    rw_pdl_begin();
+    extern __shared__ float hbuf[]; /* [warps][hd] */
     if (gw >= n * nhk) return; /* whole warps; the kernel has no block-wide barrier */
     const int64_t t = gw / nhk;
-    const int h = (int)(gw % nhk);
     float *buf = hbuf + (int64_t)w * hd;
     const int32_t p = pos[t];
     const int32_t sl = slot[t];
