@@ -8,11 +8,14 @@
  *   - every kernel launched with rw_launch_pdl calls rw_pdl_begin() as its first statement,
  *     before any global memory access. Its wait returns once the previous kernel of the stream
  *     has completed and its writes are visible, exactly as with an ordinary launch; it is a no-op
- *     for a kernel launched without the attribute. One exception: a kernel may issue reads of
- *     the model's weights and of other constants before it (gemv.cu's tensor copies, the
- *     router's first weight loads, the norms' weights, RoPE's norm weights and frequencies). No
- *     kernel of a forward pass writes them, and the kernel ahead of it was itself scheduled only
- *     after everything before it (a weight update included) had completed;
+ *     for a kernel launched without the attribute. Two exceptions, both from the same fact: the
+ *     kernel ahead of this one was itself scheduled only after everything before it had
+ *     completed. So before the wait a kernel may read the model's weights and other constants,
+ *     which no kernel of a forward pass writes (gemv.cu's tensor copies, the router's first
+ *     weight loads, the norms' weights, RoPE's norm weights and frequencies), and what kernels
+ *     two or more back wrote (the expert w2 pass reads the sort's tile list and issues its first
+ *     weight loads: moe/expert_gemm.cu), through L2 (ld.global.cg) so that no line an earlier
+ *     kernel left in L1 is read;
  *   - rw_pdl_begin() then lets the next kernel of the stream be scheduled. That kernel waits in
  *     its own rw_pdl_begin() for this one to complete, so at most two kernels are in flight and
  *     every dependency, transitive ones included, is ordered as before. (Letting it be scheduled

@@ -83,7 +83,14 @@ template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR
           bool WG = false>
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     moe_gemm_kernel(gemm_args g, const __grid_constant__ CUtensorMap tw) {
-    rw_pdl_begin();
+    /* EARLY: the down projection (w2) issues its first stages' weight loads before its PDL wait.
+     * What it reads before the wait is constant in a forward pass (the weights and their scales)
+     * or written by the expert sort, two kernels back, which completed before the w13 pass ahead
+     * of it passed its own wait (launch.cuh); the activations, the w13 pass's output, are loaded
+     * after the wait. On an H200, same run: engine steps of 1 token 3.405-3.419 -> 3.336-3.369
+     * ms, of 8 tokens 8.764-8.774 -> 8.641-8.681 ms (docs/BENCHMARKS.md, eighteenth session). */
+    constexpr bool EARLY = !W13 && !moe_tma(TN, FMT, WG);
+    if constexpr (!EARLY) rw_pdl_begin();
     constexpr int MOE_THREADS = MOE_THREADS_FOR(TN, FMT, WG);
     constexpr int NTW = TN / MOE_WN(TN); /* tokens per warp */
     /* wgmma: NWG warpgroups, each MOE_BM / NWG weight rows in m64 blocks by all TN tokens */
@@ -119,10 +126,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *const smem = WG ? rw_smem_align1024(smem_raw) : smem_raw;
     const int tile = blockIdx.x;
-    if (tile >= *g.ntiles) return;
-    const int2 td = g.tiles[tile];
+    /* through L2 (ld.global.cg): before the wait (EARLY) no stale line of an earlier layer's sort
+     * may come from L1 */
+    if (tile >= __ldcg(g.ntiles)) return;
+    const int2 td = __ldcg(g.tiles + tile);
     const int e = td.x, r0 = td.y;
-    const int rend = g.off[e + 1];
+    const int rend = __ldcg(g.off + e + 1);
     const int64_t m0 = (int64_t)blockIdx.y * MOE_BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 3, wn = warp >> 2; /* 32 weight rows, NTW tokens */
@@ -214,10 +223,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         if (W13) n = canon13(n, g.P);
         rs_srow[i] = scale_row(n);
     }
-    auto load_stage = [&](int st, int kb) {
+    /* a stage's loads: the weights (A), the token rows (B), or both */
+    auto load_stage = [&](int st, int kb, bool a = true, bool b = true) {
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
-        if constexpr (TMA) {
+        if (!a) {
+        } else if constexpr (TMA) {
             if (tid == 0) {
                 rw_mbar_expect_tx(&full[st], A_BYTES);
                 rw_tma_load_4d(sa, &tw, &full[st], 0, (int)m0, kb, e);
@@ -243,6 +254,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
             for (int i = 0; i < QR; i++)
                 rw_cp_async16_sa(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
         }
+        if (!b) return;
         const uint32_t bs = rw_smem_u32(sb);
 #pragma unroll
         for (int j = 0; j < BCH; j++) {
@@ -266,9 +278,15 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         for (int64_t q = tid; q < g.scale_cols * 32; q += MOE_THREADS)
             rw_cp_async16(ssc + q * 16, src + q * 16, 16);
     }
+    if constexpr (EARLY) { /* the weights first, then the wait; the first group holds them all */
+#pragma unroll
+        for (int s = 0; s < AHEAD; s++)
+            if (s < nkb) load_stage(s, s, true, false);
+        rw_pdl_begin();
+    }
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
-        if (s < nkb) load_stage(s, s);
+        if (s < nkb) load_stage(s, s, !EARLY, true);
         rw_cp_async_commit();
     }
     /* RS: whether the tile's scales all take the fast conversion, once the first commit group
