@@ -228,6 +228,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
         if (!a) {
+            /* B alone: the EARLY prologue issued this stage's weights before the wait */
         } else if constexpr (TMA) {
             if (tid == 0) {
                 rw_mbar_expect_tx(&full[st], A_BYTES);
