@@ -6,9 +6,8 @@ by --step, and clear errors on a file without rows or a step it does not hold.""
 import os
 import subprocess
 import sys
-import tempfile
 
-from checklib import check, finish
+from checklib import check, finish, run_on_text
 
 here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 tool = os.path.join(here, "kernel_times.py")
@@ -39,9 +38,6 @@ r = subprocess.run([sys.executable, tool, two, "--step", "1"], capture_output=Tr
 check(r.stdout.splitlines()[:1] == ["3 kernels, 232.0 us in all"], f"first step: {r.stdout[:40]}")
 r = subprocess.run([sys.executable, tool, two, "--step", "3"], capture_output=True, text=True)
 check(r.returncode != 0 and "holds 2 profiled step(s)" in r.stderr, "a step past the last is an error")
-with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-    f.write("no profiler output here\n")
-r = subprocess.run([sys.executable, tool, f.name], capture_output=True, text=True)
-os.unlink(f.name)
+r = run_on_text(tool, "no profiler output here\n")
 check(r.returncode != 0 and "no profiled kernels" in r.stderr, "a file without rows is an error")
 finish("test_kernel_times")
