@@ -200,31 +200,27 @@ struct rt_shape {
 static rt_shape router_shape(int64_t n) {
     return n <= 8 ? rt_shape{1, 1, 8, 8} : n <= 256 ? rt_shape{1, 1, 16, 4} : rt_shape{2, 2, 16, 2};
 }
-/* the instance of shape sh (one of router_shape's three) */
-template <bool ROUTE, int EPL>
+/* the instance of shape sh (one of router_shape's three); with the sort (SORT), only the first:
+ * the sort runs for steps of one token group (NULL for the others) */
+template <bool ROUTE, int EPL, bool SORT = false>
 static auto router_pick(rt_shape sh) -> decltype(&router_kernel<ROUTE, EPL, 1, 1, 4>) {
-    return sh.er == 8   ? router_kernel<ROUTE, EPL, 1, 1, 8, 8>
-           : sh.mt == 1 ? router_kernel<ROUTE, EPL, 1, 1, 4>
-                        : router_kernel<ROUTE, EPL, 2, 2, 2>;
+    if (sh.er == 8) return router_kernel<ROUTE, EPL, 1, 1, 8, 8, SORT>;
+    if constexpr (SORT)
+        return NULL;
+    else
+        return sh.mt == 1 ? router_kernel<ROUTE, EPL, 1, 1, 4> : router_kernel<ROUTE, EPL, 2, 2, 2>;
 }
 static dim3 router_grid(rt_shape sh, int64_t n, int64_t E) {
     const int64_t tokens = 8 * sh.nt, experts = (int64_t)sh.mt * sh.er;
     return dim3((unsigned)((n + tokens - 1) / tokens), (unsigned)((E + experts - 1) / experts));
 }
-/* The routing instance for EPL logits a lane (rw_moe_route_epl). */
-static auto router_topk_kernel(int epl, rt_shape sh)
-    -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
-    return epl == 4    ? router_pick<true, 4>(sh)
-           : epl == 8  ? router_pick<true, 8>(sh)
-           : epl == 16 ? router_pick<true, 16>(sh)
-                       : router_pick<true, 32>(sh);
-}
-/* ... and with the sort, for the one-group shape (router_shape of n <= 8) */
-static auto router_sort_kernel(int epl) -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
-    return epl == 4    ? router_kernel<true, 4, 1, 1, 8, 8, true>
-           : epl == 8  ? router_kernel<true, 8, 1, 1, 8, 8, true>
-           : epl == 16 ? router_kernel<true, 16, 1, 1, 8, 8, true>
-                       : router_kernel<true, 32, 1, 1, 8, 8, true>;
+/* The routing instance for EPL logits a lane (rw_moe_route_epl), with or without the sort. */
+template <bool SORT>
+static auto router_topk_kernel(int epl, rt_shape sh) -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
+    return epl == 4    ? router_pick<true, 4, SORT>(sh)
+           : epl == 8  ? router_pick<true, 8, SORT>(sh)
+           : epl == 16 ? router_pick<true, 16, SORT>(sh)
+                       : router_pick<true, 32, SORT>(sh);
 }
 
 extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
@@ -261,7 +257,8 @@ static rw_status router_topk(const float *x, const uint16_t *w, int64_t n, int64
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
     const rt_shape sh = router_shape(n);
     const int epl = rw_moe_route_epl((int)E);
-    (void)rw_launch_pdl(sort ? router_sort_kernel(epl) : router_topk_kernel(epl, sh),
+    (void)rw_launch_pdl(sort ? router_topk_kernel<true>(epl, sh)
+                             : router_topk_kernel<false>(epl, sh),
                         router_grid(sh, n, E), RT_KS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, k,
                         renorm, ids, wts, cnt, sd);
     return LAUNCH_CHECK(s, "router");
