@@ -36,9 +36,7 @@
  * unchanged). Larger grids keep 4, which leaves room for 2 CTAs per SM. */
 #define MOE_DEEP_STAGES 8
 /* The stages of the two-warpgroup mxfp8 tiles of a multi-wave decode grid (launch_pass) */
-#ifndef MOE_MX_WG_STAGES
 #define MOE_MX_WG_STAGES 5
-#endif
 /* The least stages of a pipelined wgmma tile (the kernel's PIPE): one stage's group in flight and
  * two stages of loads ahead of it. */
 #define MOE_PIPE_STAGES 4
