@@ -14,8 +14,9 @@
  *     which no kernel of a forward pass writes (gemv.cu's tensor copies, the router's first
  *     weight loads, the norms' weights, RoPE's norm weights and frequencies), and what kernels
  *     two or more back wrote (the expert w2 pass reads the sort's tile list and issues its first
- *     weight loads: moe/expert_gemm.cu), through L2 (ld.global.cg) so that no line an earlier
- *     kernel left in L1 is read;
+ *     weight loads: moe/expert_gemm.cu; the combines read each token's rows and routing weights:
+ *     moe/experts.cu, worker/kernels/norm_rope.cu), through L2 (ld.global.cg) so that no line an
+ *     earlier kernel left in L1 is read;
  *   - rw_pdl_begin() then lets the next kernel of the stream be scheduled. That kernel waits in
  *     its own rw_pdl_begin() for this one to complete, so at most two kernels are in flight and
  *     every dependency, transitive ones included, is ordered as before. (Letting it be scheduled

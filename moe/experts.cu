@@ -60,14 +60,16 @@ __global__ void __launch_bounds__(COMBINE_THREADS)
     combine_kernel(const float *__restrict__ y, const int32_t *__restrict__ inv,
                    const float *__restrict__ wts, int64_t nt, int k, int64_t H,
                    float *__restrict__ out) {
-    rw_pdl_begin();
     __shared__ int32_t rows[MAX_TOPK];
     __shared__ float ws[MAX_TOPK];
     const int64_t t = blockIdx.x;
+    /* the token's rows and weights before the PDL wait: the sort and the router wrote them two or
+     * more kernels back (launch.cuh), read through L2; y, the w2 pass's output, after it */
     if (threadIdx.x < k) {
-        rows[threadIdx.x] = inv[t * k + threadIdx.x];
-        ws[threadIdx.x] = wts[t * k + threadIdx.x];
+        rows[threadIdx.x] = __ldcg(inv + t * k + threadIdx.x);
+        ws[threadIdx.x] = __ldcg(wts + t * k + threadIdx.x);
     }
+    rw_pdl_begin();
     __syncthreads();
     const int64_t h = ((int64_t)blockIdx.y * COMBINE_THREADS + threadIdx.x) * V;
     if (h >= H) return;

@@ -95,15 +95,17 @@ __global__ void combine_rmsnorm_kernel(float *__restrict__ x, const float *__res
                                        uint16_t *out_hi, uint16_t *out_lo, float *out_f32) {
     float v[PER], wv[PER], yv[KMAX][PER];
     norm_weights<PER>(wv, w, H);
-    rw_pdl_begin();
     __shared__ float sh[33];
     __shared__ int32_t rows[KMAX];
     __shared__ float ws[KMAX];
     const int64_t t = blockIdx.x;
+    /* the token's rows and weights before the PDL wait, as in moe's combine: the sort and the
+     * router wrote them two or more kernels back (launch.cuh), read through L2 */
     if (threadIdx.x < KMAX) {
-        rows[threadIdx.x] = threadIdx.x < k ? inv[t * k + threadIdx.x] : -1;
-        ws[threadIdx.x] = threadIdx.x < k ? wts[t * k + threadIdx.x] : 0.0f;
+        rows[threadIdx.x] = threadIdx.x < k ? __ldcg(inv + t * k + threadIdx.x) : -1;
+        ws[threadIdx.x] = threadIdx.x < k ? __ldcg(wts + t * k + threadIdx.x) : 0.0f;
     }
+    rw_pdl_begin();
     __syncthreads();
     float *xt = x + t * H;
 #pragma unroll
