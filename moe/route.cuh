@@ -52,27 +52,35 @@ static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, 
 #pragma unroll
     for (int i = 0; i < EPL; i++)
         v[i] = i * 32 + lane < E ? v[i] / s : -1.0f;
-    /* pick j is kept by lane j (k <= 32): no per-thread array, so no local memory */
+    /* pick j is kept by lane j (k <= 32): no per-thread array, so no local memory. Each pick
+     * is the warp's largest probability, ties to the lower expert id, found with two warp
+     * reductions (redux.sync) instead of five rounds of shuffles and compares: the largest key,
+     * then the least id among the lanes whose best has that key. The key orders as the float
+     * compare does: a probability p >= 0 is its bits + 2 (monotone for non-negative floats, and
+     * equal keys are equal floats: p is never -0), a taken or absent entry (-1) is 1, and NaN
+     * is 0, which never wins, as NaN never passes the compare. On an H200, same run, a b1
+     * forward step 3.281-3.287 -> 3.254-3.271 ms (docs/BENCHMARKS.md, nineteenth session). */
+    auto key_of = [](float p) -> unsigned {
+        return p >= 0.0f ? __float_as_uint(p) + 2u : p == -1.0f ? 1u : 0u;
+    };
     int32_t myid = 0;
     float myw = 0.0f, sum = 0.0f;
     for (int j = 0; j < k; j++) {
-        float bp = -2.0f;
+        unsigned bk = 0u;
         int be = 0x7fffffff;
 #pragma unroll
-        for (int i = 0; i < EPL; i++) /* ascending expert id per lane: '>' keeps the lower id */
-            if (v[i] > bp) {
-                bp = v[i];
+        for (int i = 0; i < EPL; i++) { /* ascending expert id per lane: '>' keeps the lower id */
+            const unsigned ki = key_of(v[i]);
+            if (ki > bk) {
+                bk = ki;
                 be = i * 32 + lane;
             }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (op > bp || (op == bp && oe < be)) {
-                bp = op;
-                be = oe;
-            }
         }
+        const unsigned wk = __reduce_max_sync(0xffffffffu, bk);
+        be = (int)__reduce_min_sync(0xffffffffu, bk == wk ? (unsigned)be : 0x7fffffffu);
+        /* no key above 0: every entry NaN, the compare's start value stays (-2, no id) */
+        const float bp = wk == 0u ? -2.0f : wk == 1u ? -1.0f : __uint_as_float(wk - 2u);
+        if (wk == 0u) be = 0x7fffffff;
 #pragma unroll
         for (int i = 0; i < EPL; i++)
             if (i * 32 + lane == be) v[i] = -1.0f; /* taken */
