@@ -77,16 +77,16 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
      * TP their partial sums go to y, are all-reduced and added by the next norm. The same bits:
      * x + (0 + s) == x + s. */
     float *moe_out = tp ? be->y : be->x;
-    /* One rank, a step of FUSE_MIN_TOK to one expert chunk of tokens: a layer's expert rows stay
-     * in the workspace and the next layer's input norm adds their combine to x
+    /* One rank, a step of one token or of FUSE_MIN_TOK to one expert chunk of tokens: a layer's
+     * expert rows stay in the workspace and the next layer's input norm adds their combine to x
      * (rw_k_combine_rmsnorm, the same bits as the combine into x then the norm), one launch and
      * one pass over x fewer a layer. The last layer combines into x itself. Measured on an H200:
-     * b256 11.9 -> 10.0 us a layer for the two kernels; at b1 the one CTA of the fused kernel
-     * took as long as both (6.6 us) and the step got slower (3.91 -> 3.99 ms), so small steps
-     * keep them apart (between 1 and 256 tokens the threshold is not measured). */
-    const bool fuse =
-        !tp && ntok >= FUSE_MIN_TOK && ntok <= RW_MOE_CUDA_CHUNK && K <= RW_K_COMBINE_MAX_K &&
-        H <= RW_K_COMBINE_MAX_H;
+     * b256 11.9 -> 10.0 us a layer for the two kernels; b1 3.30-3.31 -> 3.26-3.28 ms a step once
+     * both combines read their routes before the PDL wait (docs/BENCHMARKS.md, 2026-12-04); b8
+     * was 0.3% slower fused (8.63-8.70 -> 8.70-8.72 ms), so 2 to FUSE_MIN_TOK - 1 tokens keep the
+     * kernels apart (between 8 and 64 not measured). */
+    const bool fuse = !tp && (ntok == 1 || ntok >= FUSE_MIN_TOK) && ntok <= RW_MOE_CUDA_CHUNK &&
+                      K <= RW_K_COMBINE_MAX_K && H <= RW_K_COMBINE_MAX_H;
     const float *ey = NULL;
     const int32_t *einv = NULL;
     if (fuse)
@@ -170,25 +170,37 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
             RW_CHECK(rw_comm_allreduce_f32(m->comm, be->y, (size_t)(ntok * H), s, err));
             rw_cuda_mark(be, RW_PHASE_COMM);
         }
-        RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h, be->h_lo,
-                                  be->h32, s, err));
-        rw_cuda_mark(be, RW_PHASE_NORM);
         /* this layer's slice of the routing record (ops->routes reads every layer's) */
         int32_t *ids = be->ids + (size_t)l * (size_t)be->cap_tok * K;
         float *wts = be->wts + (size_t)l * (size_t)be->cap_tok * K;
         /* a step of one token group: the router's routing CTA also sorts the assignments for
-         * the expert layer (router.h), one launch less a layer at batch 1 */
+         * the expert layer (router.h), one launch less a layer. At one token its CTAs also
+         * compute the post-attention norm themselves, one more launch less: on an H200 a b1
+         * step 3.270-3.296 -> 3.247-3.251 ms (4k: 3.525-3.554 -> 3.472-3.482); at 8 tokens, where
+         * every CTA norms the 8 rows one after another, 8.58-8.60 -> 9.05-9.09 ms
+         * (docs/BENCHMARKS.md, 2026-12-04, nineteenth session) */
         rw_moe_sort_dest sd;
         const int64_t El = lw->w13.shape[0];
         const bool rsort = ntok <= RW_K_ROUTER_GROUP && El == E &&
                            rw_moe_experts_cuda_sort_dest(be->moe_ws, El, d->P, H, ntok, K, &sd);
-        if (rsort)
-            RW_CHECK(rw_k_router_topk_sort(be->h32, lw->router.data, ntok, E, H, K,
-                                           c->norm_topk_prob, be->rl, ids, wts, be->route_cnt,
-                                           be->route_ncnt, &sd, s, err));
-        else
-            RW_CHECK(rw_k_router_topk(be->h32, lw->router.data, ntok, E, H, K, c->norm_topk_prob,
-                                      be->rl, ids, wts, be->route_cnt, be->route_ncnt, s, err));
+        if (rsort && ntok == 1 && H <= RW_K_ROUTER_NORM_MAX_H && H % 4 == 0) {
+            RW_CHECK(rw_k_add_rmsnorm_router_topk_sort(be->x, be->y, lw->post_norm.data, eps, be->h,
+                                                       be->h_lo, lw->router.data, ntok, E, H, K,
+                                                       c->norm_topk_prob, be->rl, ids, wts,
+                                                       be->route_cnt, be->route_ncnt, &sd, s, err));
+        } else {
+            RW_CHECK(rw_k_add_rmsnorm(be->x, be->y, lw->post_norm.data, ntok, H, eps, be->h,
+                                      be->h_lo, be->h32, s, err));
+            rw_cuda_mark(be, RW_PHASE_NORM);
+            if (rsort)
+                RW_CHECK(rw_k_router_topk_sort(be->h32, lw->router.data, ntok, E, H, K,
+                                               c->norm_topk_prob, be->rl, ids, wts, be->route_cnt,
+                                               be->route_ncnt, &sd, s, err));
+            else
+                RW_CHECK(rw_k_router_topk(be->h32, lw->router.data, ntok, E, H, K,
+                                          c->norm_topk_prob, be->rl, ids, wts, be->route_cnt,
+                                          be->route_ncnt, s, err));
+        }
         rw_cuda_mark(be, RW_PHASE_ROUTER);
         if (tp) RW_CUDA_CHECK(err, cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
         float *const eo = fuse && l + 1 < c->num_layers ? NULL : moe_out;

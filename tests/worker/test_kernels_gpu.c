@@ -721,6 +721,102 @@ static void router_topk_case(const float *dx, const uint16_t *dw, const float *g
     free(cnt);
 }
 
+/* The post-attention norm in the router's launch (rw_k_add_rmsnorm_router_topk_sort) against
+ * rw_k_add_rmsnorm followed by rw_k_router_topk_sort (both compared with their references
+ * above): the updated x, the bf16 pair, the logits, ids, weights and the whole sort, byte for
+ * byte, for a one-group step of n tokens; the counters left zero; rows too wide refused. */
+static void router_norm_case(int64_t n, int64_t E, int64_t H, int k, uint64_t seed) {
+    const float eps = 1e-6f;
+    const int64_t A = n * k, maxt = A + E, nc = rw_k_router_counters(n);
+    float *x = malloc(4 * n * H), *add = malloc(4 * n * H);
+    uint16_t *nw = malloc(2 * H), *w = malloc(2 * E * H);
+    rw_test_fill_f32(x, (size_t)(n * H), seed, 1.0f);
+    rw_test_fill_f32(add, (size_t)(n * H), seed + 1, 0.5f);
+    rw_test_fill_bf16(nw, (size_t)H, seed + 2, 1.0f);
+    rw_test_fill_bf16(w, (size_t)(E * H), seed + 3, 0.05f);
+    float *dadd = rw_tdev_put(add, 4 * n * H), *dx[2], *dh32, *dy[2], *dwt[2];
+    uint16_t *dnw = rw_tdev_put(nw, 2 * H), *dw = rw_tdev_put(w, 2 * E * H), *dhi[2], *dlo[2];
+    int32_t *did[2], *doff[2], *dtiles[2], *dnt[2], *dperm[2], *dinv[2], *dcnt;
+    RW_TCK(cudaMalloc((void **)&dh32, 4 * n * H));
+    RW_TCK(cudaMalloc((void **)&dcnt, 4 * nc));
+    RW_TCK(cudaMemset(dcnt, 0, 4 * nc));
+    for (int v = 0; v < 2; v++) {
+        dx[v] = rw_tdev_put(x, 4 * n * H);
+        RW_TCK(cudaMalloc((void **)&dhi[v], 2 * n * H));
+        RW_TCK(cudaMalloc((void **)&dlo[v], 2 * n * H));
+        RW_TCK(cudaMalloc((void **)&dy[v], 4 * n * E));
+        RW_TCK(cudaMalloc((void **)&dwt[v], 4 * A));
+        RW_TCK(cudaMalloc((void **)&did[v], 4 * A));
+        RW_TCK(cudaMalloc((void **)&doff[v], 4 * (E + 1)));
+        RW_TCK(cudaMalloc((void **)&dtiles[v], 8 * maxt));
+        RW_TCK(cudaMalloc((void **)&dnt[v], 4));
+        RW_TCK(cudaMalloc((void **)&dperm[v], 4 * A));
+        RW_TCK(cudaMalloc((void **)&dinv[v], 4 * A));
+        RW_TCK(cudaMemset(dtiles[v], 0, 8 * maxt));
+        RW_TCK(cudaMemset(dperm[v], 0, 4 * A));
+    }
+    rw_err err = {0};
+    const rw_moe_sort_dest s0 = {doff[0], dtiles[0], dnt[0], dperm[0], dinv[0], 16};
+    const rw_moe_sort_dest s1 = {doff[1], dtiles[1], dnt[1], dperm[1], dinv[1], 16};
+    RW_ASSERT_OK(rw_k_add_rmsnorm(dx[0], dadd, dnw, n, H, eps, dhi[0], dlo[0], dh32, NULL, &err),
+                 &err);
+    RW_ASSERT_OK(rw_k_router_topk_sort(dh32, dw, n, E, H, k, true, dy[0], did[0], dwt[0], dcnt, nc,
+                                       &s0, NULL, &err),
+                 &err);
+    RW_ASSERT_OK(rw_k_add_rmsnorm_router_topk_sort(dx[1], dadd, dnw, eps, dhi[1], dlo[1], dw, n, E,
+                                                   H, k, true, dy[1], did[1], dwt[1], dcnt, nc, &s1,
+                                                   NULL, &err),
+                 &err);
+    char what[96];
+    const struct {
+        void **d;
+        size_t bytes;
+        const char *name;
+    } outs[] = {{(void **)dx, 4 * n * H, "x"},        {(void **)dhi, 2 * n * H, "hi"},
+                {(void **)dlo, 2 * n * H, "lo"},      {(void **)dy, 4 * n * E, "logits"},
+                {(void **)did, 4 * A, "ids"},         {(void **)dwt, 4 * A, "weights"},
+                {(void **)doff, 4 * (E + 1), "off"},  {(void **)dnt, 4, "ntiles"},
+                {(void **)dtiles, 8 * maxt, "tiles"}, {(void **)dperm, 4 * A, "perm"},
+                {(void **)dinv, 4 * A, "inv"}};
+    for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
+        uint8_t *a = malloc(outs[o].bytes), *b = malloc(outs[o].bytes);
+        rw_tdev_get(a, outs[o].d[0], outs[o].bytes);
+        rw_tdev_get(b, outs[o].d[1], outs[o].bytes);
+        snprintf(what, sizeof what, "router with the norm, n %lld H %lld: %s", (long long)n,
+                 (long long)H, outs[o].name);
+        rw_assert_bytes_equal(b, a, outs[o].bytes, what);
+        free(a);
+        free(b);
+    }
+    int32_t *cnt = malloc(4 * nc);
+    rw_tdev_get(cnt, dcnt, 4 * nc);
+    for (int64_t i = 0; i < nc; i++)
+        if (cnt[i] != 0)
+            fail_msg("router with the norm: counter %lld left at %d", (long long)i, cnt[i]);
+    free(cnt);
+    assert_int_equal(rw_k_add_rmsnorm_router_topk_sort(dx[1], dadd, dnw, eps, dhi[1], dlo[1], dw, n,
+                                                       E, RW_K_ROUTER_NORM_MAX_H + 8, k, true,
+                                                       dy[1], did[1], dwt[1], dcnt, nc, &s1, NULL,
+                                                       &err),
+                     RW_E_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "norm"));
+    for (int v = 0; v < 2; v++) {
+        void *f[] = {dx[v],   dhi[v],    dlo[v], dy[v],    dwt[v], did[v],
+                     doff[v], dtiles[v], dnt[v], dperm[v], dinv[v]};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+            cudaFree(f[i]);
+    }
+    cudaFree(dadd);
+    cudaFree(dh32);
+    cudaFree(dcnt);
+    cudaFree(dnw);
+    cudaFree(dw);
+    free(x);
+    free(add);
+    free(nw);
+    free(w);
+}
+
 /* Router logits: decode-sized and prefill-sized batches, the fixture's shape; a token's logits
  * are the same bits alone as in a batch. */
 static void router_case(int64_t n, int64_t E, int64_t H, int k, uint64_t seed) {
@@ -768,6 +864,10 @@ static void test_router(void **state) {
     router_case(20, 520, 256, 16, 24); /* 32 */
     router_case(8, 520, 256, 32, 26);  /* a one-group sort of 256 assignments: 8 placement warps */
     router_case(5, 60, 512, 4, 28);    /* a one-group sort over a partial expert tile */
+    router_norm_case(1, 128, 2048, 8, 30); /* the 30B shape's batch-1 step */
+    router_norm_case(8, 128, 2048, 8, 32); /* a whole token group */
+    router_norm_case(3, 60, 1000, 4, 34);  /* rows not a multiple of the CTA's threads */
+    router_norm_case(5, 520, 256, 32, 36);
 }
 
 /* The sampling kernel on n requests p over logits l [rows, V]: the results into got, after

@@ -6,51 +6,14 @@
 #include "device.cuh"
 #include "launch.cuh"
 #include "norm_rope.h"
+#include "norm_row.cuh"
 
-/* One CTA per row; each thread keeps its PER elements (H <= 256 PER) in registers between the
- * two passes. All loads of x, y and w are issued before the first store to x: interleaved, the
- * compiler must assume the store may alias the next load and waits out one memory round trip per
- * element (7-10 us for a 2048-wide row on an H200, ncu). PER is the least that holds the row, so
- * the 2048-wide rows of the 30B-A3B shape keep the registers, and the CTAs per SM, of a prefill.
- * The sum of squares keeps its element order for every PER. */
-#define NORM_THREADS 256
-#define NORM_MAXPER 32
-
-/* The norm of row t from its PER elements a thread (v: x, already summed; wv: the weights):
- * element i = threadIdx.x + NORM_THREADS j. */
-template <int PER>
-static __device__ __forceinline__ void norm_row(const float (&v)[PER], const float (&wv)[PER],
-                                                int64_t t, int64_t H, float eps, float *sh,
-                                                uint16_t *out_hi, uint16_t *out_lo,
-                                                float *out_f32) {
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < PER; j++)
-        if (threadIdx.x + (int64_t)j * NORM_THREADS < H) ss += v[j] * v[j];
-    const float r = rsqrtf(block_sum(ss, sh) / (float)H + eps);
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
-        if (i < H) {
-            const float o = wv[j] * (v[j] * r);
-            rw_k_store_split(o, out_hi, out_lo, t * H + i);
-            if (out_f32) out_f32[t * H + i] = o;
-        }
-    }
-}
-
-/* A thread's PER norm weights, loaded before the kernel's PDL wait (launch.cuh: no kernel of a
- * forward pass writes a weight). The rows are the previous kernel's output and are read after
- * it; the norm weight, read from memory once a layer at batch 1, then no longer adds its own
- * round trip to theirs. */
-template <int PER>
-static __device__ __forceinline__ void norm_weights(float (&wv)[PER], const uint16_t *w,
-                                                    int64_t H) {
-#pragma unroll
-    for (int j = 0; j < PER; j++) {
-        const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
-        wv[j] = i < H ? b2f(w[i]) : 0.0f;
-    }
+/* A normed row's element i of row t: the bf16 pair, and the fp32 value where wanted. */
+static __device__ __forceinline__ void norm_put(int64_t t, int64_t H, uint16_t *out_hi,
+                                                uint16_t *out_lo, float *out_f32, int64_t i,
+                                                float o) {
+    rw_k_store_split(o, out_hi, out_lo, t * H + i);
+    if (out_f32) out_f32[t * H + i] = o;
 }
 
 template <int PER>
@@ -79,7 +42,8 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
                 xt[i] = v[j];
             }
         }
-    norm_row<PER>(v, wv, t, H, eps, sh, out_hi, out_lo, out_f32);
+    norm_row<PER>(v, wv, H, eps, sh,
+                  [&](int64_t i, float o) { norm_put(t, H, out_hi, out_lo, out_f32, i, o); });
 }
 
 /* The combine of the experts' rows into x, then the norm: every slot's row of y is loaded before
@@ -131,7 +95,8 @@ __global__ void combine_rmsnorm_kernel(float *__restrict__ x, const float *__res
             xt[threadIdx.x + (int64_t)j * NORM_THREADS] = v[j];
         }
     }
-    norm_row<PER>(v, wv, t, H, eps, sh, out_hi, out_lo, out_f32);
+    norm_row<PER>(v, wv, H, eps, sh,
+                  [&](int64_t i, float o) { norm_put(t, H, out_hi, out_lo, out_f32, i, o); });
 }
 
 /* Both norms: every row, or the rows `rows` (out_f32 NULL then). */

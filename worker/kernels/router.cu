@@ -3,9 +3,11 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda_check.h"
 #include "device.cuh"
 #include "launch.cuh"
 #include "mma.cuh"
+#include "norm_row.cuh"
 #include "route.cuh"
 #include "router.h"
 #include "sort.cuh"
@@ -60,14 +62,38 @@ struct rt_sort {
     int2 *tiles;
     int tn;
 };
-template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16, bool SORT = false>
+/* NORM (with SORT): the input is not x but the post-attention norm of nm.x + nm.add, computed by
+ * every CTA into its shared memory with norm_row.cuh, the arithmetic of norm_rope.cu's
+ * add_rmsnorm (RT_KS * 32 == NORM_THREADS threads, RT_NORM_PER elements each), so the same bits
+ * without the norm's launch and its wait at batch 1. The sums go to shared memory too; the
+ * routing CTA writes them to nm.x and the normed rows as bf16 pairs to nm.hi / nm.lo (what the
+ * expert layer reads) after every CTA has counted, that is after every CTA has read nm.x: the
+ * update in place races no read. */
+struct rt_norm {
+    float *x;
+    const float *add;
+    const uint16_t *w;
+    float eps;
+    uint16_t *hi, *lo;
+};
+#define RT_NORM_PER 8
+/* a token's row in the shared sums and normed rows: padded by 4 floats so the 8 token rows of a
+ * fragment's loads fall in different banks */
+__host__ __device__ constexpr int64_t rt_norm_stride(int64_t H) {
+    return H + 4;
+}
+template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16, bool SORT = false,
+          bool NORM = false>
 __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
-                  float *__restrict__ wts, int32_t *__restrict__ cnt, rt_sort sd) {
+                  float *__restrict__ wts, int32_t *__restrict__ cnt, rt_sort sd, rt_norm nm) {
+    static_assert(!NORM || (SORT && RT_KS * 32 == NORM_THREADS), "the norm runs with the sort");
     __shared__ float red[RT_KS][MT * 16][NT * 8 + 1];
     __shared__ int last;
     __shared__ int32_t swc[SORT ? SORT_WC : 1], seoff[SORT ? 1024 : 1];
+    __shared__ float nsh[NORM ? 33 : 1];
+    extern __shared__ float4 rt_dyn[]; /* NORM: sums [nt][HS], then normed rows [nt][HS] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int64_t t0 = (int64_t)blockIdx.x * NT * 8, e0 = (int64_t)blockIdx.y * MT * ER;
     const int64_t nch = (H + RT_CHUNK - 1) / RT_CHUNK, cpw = (nch + RT_KS - 1) / RT_KS;
@@ -102,7 +128,37 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
         }
     };
     load_w(cbeg);
+    float nwv[NORM ? RT_NORM_PER : 1];
+    if constexpr (NORM) norm_weights<RT_NORM_PER>(nwv, nm.w, H);
     rw_pdl_begin();
+    const int nt = (int)(n - t0 < NT * 8 ? n - t0 : NT * 8);
+    const int64_t HS = rt_norm_stride(H);
+    float *const xsum = (float *)rt_dyn, *const xs = xsum + nt * HS;
+    if constexpr (NORM) {
+        /* every token's sum x + add into shared memory (no division in the index: a 64-bit
+         * divide a float4 cost more than the norm's launch), then each row's norm (norm_row's
+         * reduction is the CTA's) */
+        for (int t = 0; t < nt; t++)
+#pragma unroll 2
+            for (int64_t i = 4 * threadIdx.x; i < H; i += 4 * RT_KS * 32) {
+                const int64_t g = (t0 + t) * H + i;
+                const float4 a = *(const float4 *)(nm.x + g), b = *(const float4 *)(nm.add + g);
+                *(float4 *)(xsum + t * HS + i) =
+                    make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+            }
+        __syncthreads();
+        for (int t = 0; t < nt; t++) {
+            float v[RT_NORM_PER];
+#pragma unroll
+            for (int j = 0; j < RT_NORM_PER; j++) {
+                const int64_t i = threadIdx.x + (int64_t)j * NORM_THREADS;
+                v[j] = i < H ? xsum[t * HS + i] : 0.0f;
+            }
+            norm_row<RT_NORM_PER>(v, nwv, H, nm.eps, nsh,
+                                  [&](int64_t i, float o) { xs[t * HS + i] = o; });
+        }
+        __syncthreads();
+    }
     for (int64_t cb = cbeg; cb < cend; cb += BATCH) {
         float4 xv[BATCH][NT][2];
 #pragma unroll
@@ -113,8 +169,15 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
             for (int t = 0; t < NT; t++) {
                 const int64_t tok = t0 + t * 8 + g;
                 const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                xv[b][t][0] = in && tok < n ? __ldg((const float4 *)(x + tok * H + col)) : z;
-                xv[b][t][1] = in && tok < n ? __ldg((const float4 *)(x + tok * H + col + 4)) : z;
+                if constexpr (NORM) {
+                    const float *r = xs + (tok - t0) * HS + col;
+                    xv[b][t][0] = in && tok < n ? *(const float4 *)r : z;
+                    xv[b][t][1] = in && tok < n ? *(const float4 *)(r + 4) : z;
+                } else {
+                    xv[b][t][0] = in && tok < n ? __ldg((const float4 *)(x + tok * H + col)) : z;
+                    xv[b][t][1] =
+                        in && tok < n ? __ldg((const float4 *)(x + tok * H + col + 4)) : z;
+                }
             }
         }
 #pragma unroll
@@ -151,7 +214,6 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
                 red[warp][m * 16 + g + 8 * (i >> 1)][t * 8 + 2 * q + (i & 1)] =
                     ah[m][t][i] + al[m][t][i];
     __syncthreads();
-    const int nt = (int)(n - t0 < NT * 8 ? n - t0 : NT * 8);
     for (int o = threadIdx.x; o < MT * 16 * NT * 8; o += RT_KS * 32) {
         const int r = o % (MT * 16), c = o / (MT * 16);
         float v = red[0][r][c];
@@ -170,6 +232,15 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
     __syncthreads();
     if (!last) return;
     __threadfence(); /* the other CTAs' logits after their counts */
+    if constexpr (NORM) /* every CTA has read nm.x (before its count): the sums and rows out */
+        for (int t = 0; t < nt; t++)
+            for (int64_t i = 4 * threadIdx.x; i < H; i += 4 * RT_KS * 32) {
+                const int64_t g = (t0 + t) * H + i;
+                *(float4 *)(nm.x + g) = *(const float4 *)(xsum + t * HS + i);
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    rw_k_store_split(xs[t * HS + i + c], nm.hi, nm.lo, g + c);
+            }
     for (int t = warp; t < nt; t += RT_KS)
         rw_moe_route_warp<EPL>(y + (t0 + t) * E, (int)E, k, renorm, ids + (t0 + t) * k,
                                wts + (t0 + t) * k);
@@ -200,11 +271,11 @@ struct rt_shape {
 static rt_shape router_shape(int64_t n) {
     return n <= 8 ? rt_shape{1, 1, 8, 8} : n <= 256 ? rt_shape{1, 1, 16, 4} : rt_shape{2, 2, 16, 2};
 }
-/* the instance of shape sh (one of router_shape's three); with the sort (SORT), only the first:
- * the sort runs for steps of one token group (NULL for the others) */
-template <bool ROUTE, int EPL, bool SORT = false>
+/* the instance of shape sh (one of router_shape's three); with the sort (SORT, and the norm with
+ * it), only the first: the sort runs for steps of one token group (NULL for the others) */
+template <bool ROUTE, int EPL, bool SORT = false, bool NORM = false>
 static auto router_pick(rt_shape sh) -> decltype(&router_kernel<ROUTE, EPL, 1, 1, 4>) {
-    if (sh.er == 8) return router_kernel<ROUTE, EPL, 1, 1, 8, 8, SORT>;
+    if (sh.er == 8) return router_kernel<ROUTE, EPL, 1, 1, 8, 8, SORT, NORM>;
     if constexpr (SORT)
         return NULL;
     else
@@ -214,14 +285,19 @@ static dim3 router_grid(rt_shape sh, int64_t n, int64_t E) {
     const int64_t tokens = 8 * sh.nt, experts = (int64_t)sh.mt * sh.er;
     return dim3((unsigned)((n + tokens - 1) / tokens), (unsigned)((E + experts - 1) / experts));
 }
-/* The routing instance for EPL logits a lane (rw_moe_route_epl), with or without the sort. */
-template <bool SORT>
+/* The routing instance for EPL logits a lane (rw_moe_route_epl), with or without the sort (and
+ * the norm). */
+template <bool SORT, bool NORM = false>
 static auto router_topk_kernel(int epl, rt_shape sh) -> decltype(&router_kernel<true, 4, 1, 1, 4>) {
-    return epl == 4    ? router_pick<true, 4, SORT>(sh)
-           : epl == 8  ? router_pick<true, 8, SORT>(sh)
-           : epl == 16 ? router_pick<true, 16, SORT>(sh)
-                       : router_pick<true, 32, SORT>(sh);
+    return epl == 4    ? router_pick<true, 4, SORT, NORM>(sh)
+           : epl == 8  ? router_pick<true, 8, SORT, NORM>(sh)
+           : epl == 16 ? router_pick<true, 16, SORT, NORM>(sh)
+                       : router_pick<true, 32, SORT, NORM>(sh);
 }
+/* the NORM instances' shared sums and normed rows: one token group of the widest row */
+static constexpr size_t RT_NORM_SMEM =
+    2 * RW_K_ROUTER_GROUP * (size_t)rt_norm_stride(RW_K_ROUTER_NORM_MAX_H) * sizeof(float);
+static_assert(RW_K_ROUTER_NORM_MAX_H <= RT_NORM_PER * NORM_THREADS, "a row in registers");
 
 extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                                  float *y, rw_stream s, rw_err *err) {
@@ -230,15 +306,16 @@ extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, i
     const rt_shape sh = router_shape(n);
     (void)rw_launch_pdl(router_pick<false, 4>(sh), router_grid(sh, n, E), RT_KS * 32, 0,
                         (cudaStream_t)s, x, w, n, E, H, y, 0, false, (int32_t *)NULL, (float *)NULL,
-                        (int32_t *)NULL, rt_sort{});
+                        (int32_t *)NULL, rt_sort{}, rt_norm{});
     return LAUNCH_CHECK(s, "router");
 }
 
 static rw_status router_topk(const float *x, const uint16_t *w, int64_t n, int64_t E, int64_t H,
                              int k, bool renorm, float *y, int32_t *ids, float *wts, int32_t *cnt,
-                             int64_t ncnt, const rw_moe_sort_dest *sort, rw_stream s, rw_err *err) {
+                             int64_t ncnt, const rw_moe_sort_dest *sort, const rt_norm *nm,
+                             rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
-    RW_CHECK(router_check(x, w, H, err));
+    RW_CHECK(router_check(nm ? nm->x : x, w, H, err));
     if (!rw_moe_route_supported(E, k))
         RW_FAIL(err, RW_E_UNSUPPORTED, "router: E = %lld (1..%d), k = %d (1..%d)", (long long)E,
                 RW_MOE_MAX_E, k, RW_MOE_MAX_TOPK);
@@ -257,10 +334,16 @@ static rw_status router_topk(const float *x, const uint16_t *w, int64_t n, int64
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
     const rt_shape sh = router_shape(n);
     const int epl = rw_moe_route_epl((int)E);
-    (void)rw_launch_pdl(sort ? router_topk_kernel<true>(epl, sh)
-                             : router_topk_kernel<false>(epl, sh),
-                        router_grid(sh, n, E), RT_KS * 32, 0, (cudaStream_t)s, x, w, n, E, H, y, k,
-                        renorm, ids, wts, cnt, sd);
+    auto kern = !sort ? router_topk_kernel<false>(epl, sh)
+                : nm  ? router_topk_kernel<true, true>(epl, sh)
+                      : router_topk_kernel<true>(epl, sh);
+    /* (n <= RW_K_ROUTER_GROUP: one CTA row of n tokens) */
+    const size_t smem = nm ? 2 * (size_t)n * (size_t)rt_norm_stride(H) * sizeof(float) : 0;
+    if (nm)
+        RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)smem));
+    (void)rw_launch_pdl(kern, router_grid(sh, n, E), RT_KS * 32, smem, (cudaStream_t)s, x, w, n, E,
+                        H, y, k, renorm, ids, wts, cnt, sd, nm ? *nm : rt_norm{});
     return LAUNCH_CHECK(s, "router");
 }
 
@@ -268,7 +351,7 @@ extern "C" rw_status rw_k_router_topk(const float *x, const uint16_t *w, int64_t
                                       int64_t H, int k, bool renorm, float *y, int32_t *ids,
                                       float *wts, int32_t *cnt, int64_t ncnt, rw_stream s,
                                       rw_err *err) {
-    return router_topk(x, w, n, E, H, k, renorm, y, ids, wts, cnt, ncnt, NULL, s, err);
+    return router_topk(x, w, n, E, H, k, renorm, y, ids, wts, cnt, ncnt, NULL, NULL, s, err);
 }
 
 extern "C" rw_status rw_k_router_topk_sort(const float *x, const uint16_t *w, int64_t n, int64_t E,
@@ -276,5 +359,25 @@ extern "C" rw_status rw_k_router_topk_sort(const float *x, const uint16_t *w, in
                                            float *wts, int32_t *cnt, int64_t ncnt,
                                            const rw_moe_sort_dest *sort, rw_stream s, rw_err *err) {
     if (!sort) RW_FAIL(err, RW_E_INVALID_ARG, "router: no places for the sort");
-    return router_topk(x, w, n, E, H, k, renorm, y, ids, wts, cnt, ncnt, sort, s, err);
+    return router_topk(x, w, n, E, H, k, renorm, y, ids, wts, cnt, ncnt, sort, NULL, s, err);
+}
+
+extern "C" rw_status
+rw_k_add_rmsnorm_router_topk_sort(float *x, const float *add, const uint16_t *nw, float eps,
+                                  uint16_t *out_hi, uint16_t *out_lo, const uint16_t *w, int64_t n,
+                                  int64_t E, int64_t H, int k, bool renorm, float *y, int32_t *ids,
+                                  float *wts, int32_t *cnt, int64_t ncnt,
+                                  const rw_moe_sort_dest *sort, rw_stream s, rw_err *err) {
+    if (!sort) RW_FAIL(err, RW_E_INVALID_ARG, "router: no places for the sort");
+    if (!x || !add || !nw || !out_hi)
+        RW_FAIL(err, RW_E_INVALID_ARG,
+                "router: the norm needs x, the added rows, its weights and "
+                "a bf16 output");
+    if (H > RW_K_ROUTER_NORM_MAX_H || H % 4 || ((uintptr_t)add % 16))
+        RW_FAIL(err, RW_E_UNSUPPORTED,
+                "router: the norm in the router takes rows of at most %d (H = %lld, a multiple of "
+                "4, 16-byte aligned)",
+                RW_K_ROUTER_NORM_MAX_H, (long long)H);
+    const rt_norm nm{x, add, nw, eps, out_hi, out_lo};
+    return router_topk(NULL, w, n, E, H, k, renorm, y, ids, wts, cnt, ncnt, sort, &nm, s, err);
 }

@@ -36,6 +36,18 @@ rw_status rw_k_router_topk_sort(const float *x, const uint16_t *w, int64_t n, in
                                 int k, bool renorm, float *y, int32_t *ids, float *wts,
                                 int32_t *cnt, int64_t ncnt, const rw_moe_sort_dest *sort,
                                 rw_stream s, rw_err *err);
+/* rw_k_add_rmsnorm(x, add, nw, n, H, eps, out_hi, out_lo, NULL) (norm_rope.h) and then
+ * rw_k_router_topk_sort on its normed rows, in one launch: every CTA norms the rows itself with
+ * the norm kernel's arithmetic, so x, out_hi, out_lo, y, ids, wts and the sort are the same bits
+ * as the two calls write (the normed rows are not written in fp32). A batch-1 step waits for one
+ * launch less a layer. H <= RW_K_ROUTER_NORM_MAX_H, a multiple of 4; add 16-byte aligned. */
+#define RW_K_ROUTER_NORM_MAX_H 2048
+rw_status rw_k_add_rmsnorm_router_topk_sort(float *x, const float *add, const uint16_t *nw,
+                                            float eps, uint16_t *out_hi, uint16_t *out_lo,
+                                            const uint16_t *w, int64_t n, int64_t E, int64_t H,
+                                            int k, bool renorm, float *y, int32_t *ids, float *wts,
+                                            int32_t *cnt, int64_t ncnt,
+                                            const rw_moe_sort_dest *sort, rw_stream s, rw_err *err);
 
 #ifdef __cplusplus
 }
