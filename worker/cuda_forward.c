@@ -81,10 +81,10 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
      * expert rows stay in the workspace and the next layer's input norm adds their combine to x
      * (rw_k_combine_rmsnorm, the same bits as the combine into x then the norm), one launch and
      * one pass over x fewer a layer. The last layer combines into x itself. Measured on an H200:
-     * b256 11.9 -> 10.0 us a layer for the two kernels; b1 3.30-3.31 -> 3.26-3.28 ms a step once
-     * both combines read their routes before the PDL wait (docs/BENCHMARKS.md, 2026-12-04); b8
-     * was 0.3% slower fused (8.63-8.70 -> 8.70-8.72 ms), so 2 to FUSE_MIN_TOK - 1 tokens keep the
-     * kernels apart (between 8 and 64 not measured). */
+     * b256 11.9 -> 10.0 us a layer for the two kernels; the b1 forward step 3.30-3.31 -> 3.26-3.28
+     * ms once both combines read their routes before the PDL wait (docs/BENCHMARKS.md,
+     * nineteenth session); b8 was 0.5% slower fused (8.63-8.70 -> 8.70-8.72 ms), so 2 to
+     * FUSE_MIN_TOK - 1 tokens keep the kernels apart (between 8 and 64 not measured). */
     const bool fuse = !tp && (ntok == 1 || ntok >= FUSE_MIN_TOK) && ntok <= RW_MOE_CUDA_CHUNK &&
                       K <= RW_K_COMBINE_MAX_K && H <= RW_K_COMBINE_MAX_H;
     const float *ey = NULL;
