@@ -583,6 +583,15 @@ static int32_t sort_ref(const int32_t *ids, int64_t A, int E, int tn, int32_t *o
     return nt;
 }
 
+/* The router's nc routing counters on the device, every one back at zero after a call. */
+static void assert_counters_zero(const int32_t *dcnt, int64_t nc, const char *what) {
+    int32_t *cnt = malloc(4 * nc);
+    rw_tdev_get(cnt, dcnt, 4 * nc);
+    for (int64_t i = 0; i < nc; i++)
+        if (cnt[i] != 0) fail_msg("%s: counter %lld left at %d", what, (long long)i, cnt[i]);
+    free(cnt);
+}
+
 /* rw_k_router_topk_sort for a step of one token group, at two tile widths: the ids and weights of
  * rw_k_router_topk (rids, rwt) bit for bit, and the sort of sort_ref on them; the counters left
  * zero. Places for more than one group are refused. */
@@ -626,12 +635,7 @@ static void router_sort_case(const float *dx, const uint16_t *dw, int64_t n, int
         rw_assert_bytes_equal(tiles, rtiles, 8 * (size_t)rnt, "router_topk_sort: tiles");
         rw_assert_bytes_equal(perm, rperm, 4 * (size_t)roff[E], "router_topk_sort: perm");
         rw_assert_bytes_equal(inv, rinv, 4 * A, "router_topk_sort: inv vs sort_ref");
-        int32_t *cnt = malloc(4 * nc);
-        rw_tdev_get(cnt, dcnt, 4 * nc);
-        for (int64_t i = 0; i < nc; i++)
-            if (cnt[i] != 0)
-                fail_msg("router_topk_sort: counter %lld left at %d", (long long)i, cnt[i]);
-        free(cnt);
+        assert_counters_zero(dcnt, nc, "router_topk_sort");
     }
     const rw_moe_sort_dest sd = {doff, dtiles, dnt, dperm, dinv, 16};
     assert_int_equal(rw_k_router_topk_sort(dx, dw, RW_K_ROUTER_GROUP + 1, E, H, k, true, dy, did,
@@ -668,7 +672,7 @@ static void router_topk_case(const float *dx, const uint16_t *dw, const float *g
     float *dy, *dwt, *dwt2, *fy = malloc(4 * n * E), *wt = malloc(4 * n * k),
                           *wt2 = malloc(4 * n * k), *rwt = malloc(4 * n * k);
     int32_t *did, *did2, *dcnt, *ids = malloc(4 * n * k), *ids2 = malloc(4 * n * k),
-                                *rids = malloc(4 * n * k), *cnt = malloc(4 * nc);
+                                *rids = malloc(4 * n * k);
     RW_TCK(cudaMalloc((void **)&dy, 4 * n * E));
     RW_TCK(cudaMalloc((void **)&dwt, 4 * n * k));
     RW_TCK(cudaMalloc((void **)&dwt2, 4 * n * k));
@@ -690,14 +694,12 @@ static void router_topk_case(const float *dx, const uint16_t *dw, const float *g
         rw_tdev_get(wt, dwt, 4 * n * k);
         rw_tdev_get(ids2, did2, 4 * n * k);
         rw_tdev_get(wt2, dwt2, 4 * n * k);
-        rw_tdev_get(cnt, dcnt, 4 * nc);
         rw_assert_bytes_equal(fy, gy, 4 * n * E, "router_topk: logits vs rw_k_router");
         rw_assert_bytes_equal(ids, ids2, 4 * n * k, "router_topk: ids vs rw_moe_route_cuda");
         rw_assert_bytes_equal(wt, wt2, 4 * n * k, "router_topk: weights vs rw_moe_route_cuda");
         rw_moe_route_ref(gy, n, (int)E, k, renorm, rids, rwt);
         rw_assert_bytes_equal(ids, rids, 4 * n * k, "router_topk: ids vs rw_moe_route_ref");
-        for (int64_t i = 0; i < nc; i++)
-            if (cnt[i] != 0) fail_msg("router_topk: counter %lld left at %d", (long long)i, cnt[i]);
+        assert_counters_zero(dcnt, nc, "router_topk");
     }
     /* (the last rep renormalised: ids and wt are its result) */
     if (n <= RW_K_ROUTER_GROUP) router_sort_case(dx, dw, n, E, H, k, ids, wt, dcnt, nc);
@@ -718,7 +720,6 @@ static void router_topk_case(const float *dx, const uint16_t *dw, const float *g
     free(ids);
     free(ids2);
     free(rids);
-    free(cnt);
 }
 
 /* The post-attention norm in the router's launch (rw_k_add_rmsnorm_router_topk_sort) against
@@ -788,12 +789,7 @@ static void router_norm_case(int64_t n, int64_t E, int64_t H, int k, uint64_t se
         free(a);
         free(b);
     }
-    int32_t *cnt = malloc(4 * nc);
-    rw_tdev_get(cnt, dcnt, 4 * nc);
-    for (int64_t i = 0; i < nc; i++)
-        if (cnt[i] != 0)
-            fail_msg("router with the norm: counter %lld left at %d", (long long)i, cnt[i]);
-    free(cnt);
+    assert_counters_zero(dcnt, nc, "router with the norm");
     assert_int_equal(rw_k_add_rmsnorm_router_topk_sort(dx[1], dadd, dnw, eps, dhi[1], dlo[1], dw, n,
                                                        E, RW_K_ROUTER_NORM_MAX_H + 8, k, true,
                                                        dy[1], did[1], dwt[1], dcnt, nc, &s1, NULL,
