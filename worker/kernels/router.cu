@@ -339,9 +339,9 @@ static rw_status router_topk(const float *x, const uint16_t *w, int64_t n, int64
                       : router_topk_kernel<true>(epl, sh);
     /* (n <= RW_K_ROUTER_GROUP: one CTA row of n tokens) */
     const size_t smem = nm ? 2 * (size_t)n * (size_t)rt_norm_stride(H) * sizeof(float) : 0;
-    if (nm)
+    if (nm) /* the instance's fixed need, not this launch's: a captured graph stays launchable */
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)smem));
+                                                (int)RT_NORM_SMEM));
     (void)rw_launch_pdl(kern, router_grid(sh, n, E), RT_KS * 32, smem, (cudaStream_t)s, x, w, n, E,
                         H, y, k, renorm, ids, wts, cnt, sd, nm ? *nm : rt_norm{});
     return LAUNCH_CHECK(s, "router");
