@@ -12,7 +12,9 @@
 # as the one that fills the device's memory) runs alone, as meson test runs it. A test passes
 # with exit status 0, is skipped with 77, and fails otherwise, except that a test meson expects
 # to fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The summary
-# ends with the counts; the exit status is 1 when any test failed or passed unexpectedly.
+# ends with the counts; the exit status is 1 when any test failed or passed unexpectedly. A
+# signal that stops the runner (an outer timeout, ^C) stops the tests it is running too (exit
+# status 143; tools/gpu/test_run_packed.sh checks it without a GPU).
 # What stays in $OUT (./out without OUT) is few files, since the device tool returns at most 8:
 # suite.txt (the summary) and, when a test failed, timed out or passed unexpectedly, failed.log
 # (those tests' output, one after the other). --all-logs also keeps every test's output as
@@ -47,6 +49,21 @@ OUT=${OUT:-$root/out}
 logs=$pack/logs
 mkdir -p "$OUT" "$logs"
 results=$(mktemp)
+# Each test's timeout leads a process group of its own, so a signal that stops this script (an
+# outer timeout, ^C) would leave the tests running, holding the GPU's memory for what comes
+# next in the same call: the groups are recorded and stopped with it.
+pids=$pack/pids
+: > "$pids"
+stop() {
+    trap '' TERM INT # a timeout signals its child and then its group: the second must not end this
+    local p
+    while read -r p; do kill -TERM -- "-$p" 2> /dev/null; done < "$pids"
+    sleep 2
+    while read -r p; do kill -KILL -- "-$p" 2> /dev/null; done < "$pids"
+    echo "run-packed: stopped; the running tests were stopped with it" >&2
+    exit 143
+}
+trap stop TERM INT
 one() { # NAME TIMEOUT EXPECT_FAIL CMD_JSON
     local name=$1 limit=$2 xfail=$3 cmdjson=$4 t0 rc st
     local -a cmd
@@ -54,7 +71,13 @@ one() { # NAME TIMEOUT EXPECT_FAIL CMD_JSON
 for a in json.loads(sys.argv[1]):
     print(a.replace("@B@", sys.argv[2]).replace("@S@", sys.argv[3]))' "$cmdjson" "$pack" "$root")
     t0=$(date +%s)
-    timeout --kill-after=10 "$limit" "${cmd[@]}" > "$logs/$name.log" 2>&1
+    # the pid is recorded before timeout takes it over (exec), so no running test is missing
+    # from the record; timeout then makes it the id of the test's process group
+    (
+        echo "$BASHPID" >> "$pids"
+        exec timeout --kill-after=10 "$limit" "${cmd[@]}" > "$logs/$name.log" 2>&1
+    ) &
+    wait $!
     rc=$?
     case "$rc:$xfail" in
     0:0) st=OK ;;

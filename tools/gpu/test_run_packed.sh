@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# test_run_packed.sh - run-packed.sh on an archive of stand-in tests, without a GPU: the verdicts
+# (pass, skip, fail, expected failure) and their summary, and that a runner stopped by a signal
+# (an outer timeout) stops the tests it was running, which would otherwise go on holding the
+# GPU. Exits 0 when every check holds.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+cleanup() {
+    for f in "$tmp"/pid.*; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2> /dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "test_run_packed: $*" >&2; exit 1; }
+pack() { # ARCHIVE, the manifest on stdin (name, timeout, expected to fail, parallel, command)
+    mkdir -p "$tmp/src" && cat > "$tmp/src/manifest.tsv" && tar cf "$1" -C "$tmp/src" manifest.tsv
+}
+run() { OUT=$tmp/out RW_PACK_DIR=$tmp/run "$here/run-packed.sh" "$@"; }
+
+# verdicts: one of each, two at a time, one alone
+printf '%s\t30\t0\t1\t["true"]\n%s\t30\t0\t1\t["sh","-c","exit 77"]\n%s\t30\t0\t0\t["false"]\n%s\t30\t1\t1\t["false"]\n' \
+    passes skips fails xfails | pack "$tmp/a.tar"
+run "$tmp/a.tar" --jobs 2 > "$tmp/a.log" 2>&1 && fail "a failing test left the exit status 0"
+grep -q '4 tests: 1 ok, 1 skipped, 1 expected failures, 1 failed' "$tmp/out/suite.txt" ||
+    fail "summary: $(tail -1 "$tmp/out/suite.txt")"
+grep -q '^=== fails' "$tmp/out/failed.log" || fail "failed.log does not hold the failing test"
+run "$tmp/a.tar" --only 'passes|skips' > "$tmp/b.log" 2>&1 || fail "--only passes|skips failed"
+
+# stopped from outside: once the two stand-in tests run (each writes its pid, then sleeps), the
+# runner's timeout is signalled as an expiring one signals its group; both tests stop with it
+printf '%s\t60\t0\t1\t["sh","-c","echo $$ > %s/pid.1; exec sleep 300"]\n%s\t60\t0\t1\t["sh","-c","echo $$ > %s/pid.2; exec sleep 300"]\n' \
+    one "$tmp" two "$tmp" | pack "$tmp/c.tar"
+OUT=$tmp/out RW_PACK_DIR=$tmp/run timeout 120 "$here/run-packed.sh" "$tmp/c.tar" --jobs 2 \
+    > "$tmp/c.log" 2>&1 &
+runner=$!
+for _ in $(seq 600); do
+    [ -s "$tmp/pid.1" ] && [ -s "$tmp/pid.2" ] && break
+    sleep 0.1
+done
+[ -s "$tmp/pid.1" ] && [ -s "$tmp/pid.2" ] || fail "the stand-in tests did not start in 60 s"
+kill -TERM "$runner"
+wait "$runner"
+grep -q 'stopped' "$tmp/c.log" || fail "the runner did not stop its tests: $(cat "$tmp/c.log")"
+sleep 1
+for f in "$tmp"/pid.*; do
+    kill -0 "$(cat "$f")" 2> /dev/null && fail "test $(basename "$f") still runs after its runner stopped"
+done
+echo "test_run_packed: ok"
