@@ -14,7 +14,7 @@
 # to fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The summary
 # ends with the counts; the exit status is 1 when any test failed or passed unexpectedly. A
 # signal that stops the runner (an outer timeout, ^C) stops the tests it is running too (exit
-# status 143; tools/gpu/test_run_packed.sh checks it without a GPU).
+# status 143; tools/gpu/test_runners.sh checks it without a GPU).
 # What stays in $OUT (./out without OUT) is few files, since the device tool returns at most 8:
 # suite.txt (the summary) and, when a test failed, timed out or passed unexpectedly, failed.log
 # (those tests' output, one after the other). --all-logs also keeps every test's output as

@@ -40,7 +40,9 @@ limit=${RW_VARIANT_TIMEOUT:-120}
 for r in $(seq 1 "$ROUNDS"); do
     for n in "${names[@]}"; do
         t0=$(date +%s)
-        timeout --kill-after=10 "$limit" "$dir/rw-$n" "$@" > "$dir/run.txt" 2>&1
+        # --foreground: rw-bench stays in this script's process group, so whatever stops the
+        # script (an outer timeout signals its group) stops the benchmark too
+        timeout --foreground --kill-after=10 "$limit" "$dir/rw-$n" "$@" > "$dir/run.txt" 2>&1
         rc=$?
         spec=$(awk -F'\t' -v n="$n" '$1 == n { print $2 }' "$dir/variants.txt")
         st="ok"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test_run_packed.sh - run-packed.sh on an archive of stand-in tests, without a GPU: the verdicts
-# (pass, skip, fail, expected failure) and their summary, and that a runner stopped by a signal
-# (an outer timeout) stops the tests it was running, which would otherwise go on holding the
-# GPU. Exits 0 when every check holds.
+# test_runners.sh - the GPU machine's runners on stand-ins, without a GPU: run-packed.sh's verdicts
+# (pass, skip, fail, expected failure) and their summary; and that run-packed.sh and
+# run-variants.sh, stopped by a signal (an outer timeout), stop the tests or the benchmark they
+# were running, which would otherwise go on holding the GPU. Exits 0 when every check holds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -11,7 +11,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() { echo "test_run_packed: $*" >&2; exit 1; }
+fail() { echo "test_runners: $*" >&2; exit 1; }
 pack() { # ARCHIVE, the manifest on stdin (name, timeout, expected to fail, parallel, command)
     mkdir -p "$tmp/src" && cat > "$tmp/src/manifest.tsv" && tar cf "$1" -C "$tmp/src" manifest.tsv
 }
@@ -45,4 +45,26 @@ sleep 1
 for f in "$tmp"/pid.*; do
     kill -0 "$(cat "$f")" 2> /dev/null && fail "test $(basename "$f") still runs after its runner stopped"
 done
-echo "test_run_packed: ok"
+# run-variants.sh: a variant that hangs is stopped by its own limit, and by an outer timeout
+mkdir -p "$tmp/v"
+printf '#!/bin/sh\necho $$ > %s/pid.v\nexec sleep 300\n' "$tmp" > "$tmp/v/rw-hang"
+chmod +x "$tmp/v/rw-hang"
+printf 'hang\t-\n' > "$tmp/v/variants.txt"
+tar czf "$tmp/v.tgz" -C "$tmp/v" rw-hang variants.txt
+OUT=$tmp/out RW_VARIANT_TIMEOUT=1 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.tgz" hang \
+    -- x > "$tmp/v1.log" 2>&1
+grep -q 'hang round 1: timeout after 1s' "$tmp/v1.log" || fail "run-variants: $(cat "$tmp/v1.log")"
+rm -f "$tmp/pid.v"
+OUT=$tmp/out timeout 120 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.tgz" hang -- x \
+    > "$tmp/v2.log" 2>&1 &
+runner=$!
+for _ in $(seq 600); do
+    [ -s "$tmp/pid.v" ] && break
+    sleep 0.1
+done
+[ -s "$tmp/pid.v" ] || fail "the stand-in benchmark did not start in 60 s"
+kill -TERM "$runner"
+wait "$runner"
+sleep 1
+kill -0 "$(cat "$tmp/pid.v")" 2> /dev/null && fail "the benchmark still runs after run-variants stopped"
+echo "test_runners: ok"
