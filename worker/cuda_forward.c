@@ -176,7 +176,7 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         /* a step of one token group: the router's routing CTA also sorts the assignments for
          * the expert layer (router.h), one launch less a layer. At one token its CTAs also
          * compute the post-attention norm themselves, one more launch less: on an H200 a b1
-         * step 3.270-3.296 -> 3.247-3.251 ms (4k: 3.525-3.554 -> 3.472-3.482); at 8 tokens, where
+         * step 3.270-3.296 -> 3.225-3.244 ms (4k: 3.525-3.554 -> 3.474-3.494); at 8 tokens, where
          * every CTA norms the 8 rows one after another, 8.58-8.60 -> 9.05-9.09 ms
          * (docs/BENCHMARKS.md, 2026-12-04, nineteenth session) */
         rw_moe_sort_dest sd;
