@@ -14,6 +14,9 @@ launches an instance, and the medians over instances of two sums:
          instance taken in the order they end (the first from its own start). These add up to
          the span exactly, so they say which kernels the step waits for.
 
+and span a launch, that span divided by the kernel's launches in an instance (a layer's share
+when the kernel runs once a layer).
+
     kernel_trace.py FILE.csv [--graph G] [--min-instances N] [--sequence N] [--no-demangle]
 
 --sequence N also prints the first N kernels of the chosen graph's median instance with their
@@ -139,10 +142,11 @@ def main(argv=None):
             per[key][2].append(s)
     total = statistics.median(sum(s for _, _, s in shares(i)) for i in insts)
     print(f"graph {g}: {len(insts)} instances, span {total / 1e3:.1f} us (median)")
-    print("  launches    busy us    span us  kernel  grid")
+    print("  launches    busy us    span us  span a launch  kernel  grid")
     for key, (n, b, s) in sorted(per.items(), key=lambda kv: -statistics.median(kv[1][2])):
-        print(f"  {statistics.median(n):8.0f}  {statistics.median(b) / 1e3:9.1f}  "
-              f"{statistics.median(s) / 1e3:9.1f}  {key[0]}  {key[1]}")
+        launches, span = statistics.median(n), statistics.median(s) / 1e3
+        print(f"  {launches:8.0f}  {statistics.median(b) / 1e3:9.1f}  {span:9.1f}  "
+              f"{span / launches:13.2f}  {key[0]}  {key[1]}")
     if a.sequence:
         mid = sorted(insts, key=lambda i: max(k["end"] for k in i) - min(k["start"] for k in i))
         inst = mid[len(mid) // 2]

@@ -22,10 +22,10 @@ check(out[:1] == ["11 kernels, 10 of them in 2 graphs"], f"summary line: {out[:1
 check(any(l.split() == ["5", "3", "3", "0.0090"] for l in out), "graph 5: 3 kernels, 3 launches, 9 us")
 check(not any(l.split()[:1] == ["7"] for l in out), "graph 7 (one launch) is left out")
 check("graph 5: 3 instances, span 9.0 us (median)" in out, "the chosen graph's span")
-rows = {l.split()[3]: l.split()[:3] for l in out if "(" in l and l.split()[0] == "1"}
-check(rows.get("_Z4gemvPKf") == ["1", "4.5", "4.0"], f"gemv: busy 4.5, span 4.0: {rows}")
-check(rows.get("_Z4normv") == ["1", "2.0", "2.0"], "norm: its own time")
-check(rows.get("_Z15moe_gemm_kernelILi16ELi0EEvv") == ["1", "4.0", "3.0"],
+rows = {l.split()[4]: l.split()[:4] for l in out if "(" in l and l.split()[0] == "1"}
+check(rows.get("_Z4gemvPKf") == ["1", "4.5", "4.0", "4.00"], f"gemv: busy 4.5, span 4.0: {rows}")
+check(rows.get("_Z4normv") == ["1", "2.0", "2.0", "2.00"], "norm: its own time")
+check(rows.get("_Z15moe_gemm_kernelILi16ELi0EEvv") == ["1", "4.0", "3.0", "3.00"],
       "the medians of the expert kernel over its three launches (one of them longer)")
 spans = [float(l.split()[2]) for l in out if "(" in l and l.split()[0] == "1"]
 check(abs(sum(spans) - 9.0) < 1e-9, f"the spans add up to the step: {spans}")
