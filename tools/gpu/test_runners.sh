@@ -16,6 +16,25 @@ pack() { # ARCHIVE, the manifest on stdin (name, timeout, expected to fail, para
     mkdir -p "$tmp/src" && cat > "$tmp/src/manifest.tsv" && tar cf "$1" -C "$tmp/src" manifest.tsv
 }
 run() { OUT=$tmp/out RW_PACK_DIR=$tmp/run "$here/run-packed.sh" "$@"; }
+started() { local f; for f in "$@"; do [ -s "$f" ] || return 1; done; }
+# RUNNER WHAT PIDFILE...: once every stand-in has written its pid, RUNNER (a timeout around a
+# runner) is signalled as an expiring one signals its group; every stand-in must stop with it
+stop_started() {
+    local runner=$1 what=$2 f
+    shift 2
+    for _ in $(seq 600); do
+        started "$@" && break
+        sleep 0.1
+    done
+    started "$@" || fail "the stand-in $what did not start in 60 s"
+    kill -TERM "$runner"
+    wait "$runner"
+    sleep 1
+    for f in "$@"; do
+        kill -0 "$(cat "$f")" 2> /dev/null &&
+            fail "the stand-in $what $(basename "$f") still runs after its runner stopped"
+    done
+}
 
 # verdicts: one of each, two at a time, one alone
 printf '%s\t30\t0\t1\t["true"]\n%s\t30\t0\t1\t["sh","-c","exit 77"]\n%s\t30\t0\t0\t["false"]\n%s\t30\t1\t1\t["false"]\n' \
@@ -26,25 +45,13 @@ grep -q '4 tests: 1 ok, 1 skipped, 1 expected failures, 1 failed' "$tmp/out/suit
 grep -q '^=== fails' "$tmp/out/failed.log" || fail "failed.log does not hold the failing test"
 run "$tmp/a.tar" --only 'passes|skips' > "$tmp/b.log" 2>&1 || fail "--only passes|skips failed"
 
-# stopped from outside: once the two stand-in tests run (each writes its pid, then sleeps), the
-# runner's timeout is signalled as an expiring one signals its group; both tests stop with it
+# stopped from outside: the two stand-in tests (each writes its pid, then sleeps) stop with it
 printf '%s\t60\t0\t1\t["sh","-c","echo $$ > %s/pid.1; exec sleep 300"]\n%s\t60\t0\t1\t["sh","-c","echo $$ > %s/pid.2; exec sleep 300"]\n' \
     one "$tmp" two "$tmp" | pack "$tmp/c.tar"
 OUT=$tmp/out RW_PACK_DIR=$tmp/run timeout 120 "$here/run-packed.sh" "$tmp/c.tar" --jobs 2 \
     > "$tmp/c.log" 2>&1 &
-runner=$!
-for _ in $(seq 600); do
-    [ -s "$tmp/pid.1" ] && [ -s "$tmp/pid.2" ] && break
-    sleep 0.1
-done
-[ -s "$tmp/pid.1" ] && [ -s "$tmp/pid.2" ] || fail "the stand-in tests did not start in 60 s"
-kill -TERM "$runner"
-wait "$runner"
+stop_started $! tests "$tmp/pid.1" "$tmp/pid.2"
 grep -q 'stopped' "$tmp/c.log" || fail "the runner did not stop its tests: $(cat "$tmp/c.log")"
-sleep 1
-for f in "$tmp"/pid.*; do
-    kill -0 "$(cat "$f")" 2> /dev/null && fail "test $(basename "$f") still runs after its runner stopped"
-done
 # run-variants.sh: a variant that hangs is stopped by its own limit, and by an outer timeout
 mkdir -p "$tmp/v"
 printf '#!/bin/sh\necho $$ > %s/pid.v\nexec sleep 300\n' "$tmp" > "$tmp/v/rw-hang"
@@ -57,14 +64,5 @@ grep -q 'hang round 1: timeout after 1s' "$tmp/v1.log" || fail "run-variants: $(
 rm -f "$tmp/pid.v"
 OUT=$tmp/out timeout 120 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.tgz" hang -- x \
     > "$tmp/v2.log" 2>&1 &
-runner=$!
-for _ in $(seq 600); do
-    [ -s "$tmp/pid.v" ] && break
-    sleep 0.1
-done
-[ -s "$tmp/pid.v" ] || fail "the stand-in benchmark did not start in 60 s"
-kill -TERM "$runner"
-wait "$runner"
-sleep 1
-kill -0 "$(cat "$tmp/pid.v")" 2> /dev/null && fail "the benchmark still runs after run-variants stopped"
+stop_started $! benchmark "$tmp/pid.v"
 echo "test_runners: ok"
