@@ -183,7 +183,7 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         const int64_t El = lw->w13.shape[0];
         const bool rsort = ntok <= RW_K_ROUTER_GROUP && El == E &&
                            rw_moe_experts_cuda_sort_dest(be->moe_ws, El, d->P, H, ntok, K, &sd);
-        if (rsort && ntok == 1 && H <= RW_K_ROUTER_NORM_MAX_H && H % 4 == 0) {
+        if (rsort && ntok == 1 && rw_k_router_norm_fits(H)) {
             RW_CHECK(rw_k_add_rmsnorm_router_topk_sort(be->x, be->y, lw->post_norm.data, eps, be->h,
                                                        be->h_lo, lw->router.data, ntok, E, H, K,
                                                        c->norm_topk_prob, be->rl, ids, wts,

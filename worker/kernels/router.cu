@@ -373,7 +373,7 @@ rw_k_add_rmsnorm_router_topk_sort(float *x, const float *add, const uint16_t *nw
         RW_FAIL(err, RW_E_INVALID_ARG,
                 "router: the norm needs x, the added rows, its weights and "
                 "a bf16 output");
-    if (H > RW_K_ROUTER_NORM_MAX_H || H % 4 || ((uintptr_t)add % 16))
+    if (!rw_k_router_norm_fits(H) || ((uintptr_t)add % 16))
         RW_FAIL(err, RW_E_UNSUPPORTED,
                 "router: the norm in the router takes rows of at most %d (H = %lld, a multiple of "
                 "4, 16-byte aligned)",

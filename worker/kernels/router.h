@@ -42,6 +42,10 @@ rw_status rw_k_router_topk_sort(const float *x, const uint16_t *w, int64_t n, in
  * as the two calls write (the normed rows are not written in fp32). A batch-1 step waits for one
  * launch less a layer. H <= RW_K_ROUTER_NORM_MAX_H, a multiple of 4; add 16-byte aligned. */
 #define RW_K_ROUTER_NORM_MAX_H 2048
+/* Whether rw_k_add_rmsnorm_router_topk_sort takes rows of H (the launcher's shape check). */
+static inline bool rw_k_router_norm_fits(int64_t H) {
+    return H <= RW_K_ROUTER_NORM_MAX_H && H % 4 == 0;
+}
 rw_status rw_k_add_rmsnorm_router_topk_sort(float *x, const float *add, const uint16_t *nw,
                                             float eps, uint16_t *out_hi, uint16_t *out_lo,
                                             const uint16_t *w, int64_t n, int64_t E, int64_t H,
