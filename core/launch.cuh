@@ -12,8 +12,10 @@
  *     kernel ahead of this one was itself scheduled only after everything before it had
  *     completed. So before the wait a kernel may read the model's weights and other constants,
  *     which no kernel of a forward pass writes (gemv.cu's tensor copies, the router's first
- *     weight loads, the norms' weights, RoPE's norm weights and frequencies), and what kernels
- *     two or more back wrote (the expert w2 pass reads the sort's tile list and issues its first
+ *     weight loads, the norms' weights, RoPE's norm weights and frequencies), the step's metadata,
+ *     which the host uploads before the forward pass (the tokens' positions and KV slots, the
+ *     attention tiles and block table: RoPE, the attention kernels), and what kernels two or
+ *     more back wrote (the expert w2 pass reads the sort's tile list and issues its first
  *     weight loads: moe/expert_gemm.cu; the combines read each token's rows and routing weights:
  *     moe/experts.cu, worker/kernels/norm_rope.cu), through L2 (ld.global.cg) so that no line an
  *     earlier kernel left in L1 is read;

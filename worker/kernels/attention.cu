@@ -23,9 +23,9 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
                                    const float2 *__restrict__ part_ml,
                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
                                    uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo) {
-    rw_pdl_begin();
     const int64_t th = blockIdx.x; /* token * nh + head */
-    const int nseg = pos[th / nh] / ATC_SEG + 1;
+    const int nseg = pos[th / nh] / ATC_SEG + 1; /* uploaded before the forward pass */
+    rw_pdl_begin();
     const int64_t sstride = ntok * nh; /* between one segment's partials and the next's */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float M = -INFINITY, L = 0.0f, O = 0.0f;

@@ -190,7 +190,11 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                       uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
                       float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
                       int seg_cap) {
-    rw_pdl_begin();
+    /* Before the PDL wait: the step's tiles, positions and block table, which the host uploads
+     * before the forward pass (launch.cuh), and the block table lookups of the first keys. After
+     * it: the first keys' copies are issued before q is read, so their memory round trip and
+     * q's overlap instead of adding up (globaltimer stamps of a b1 step on an H200: 2.1 us from
+     * the wait to the first copy issued; docs/BENCHMARKS.md, nineteenth session). */
     typedef atc_regs<T, NF> R;
     static_assert(T || NF == 2, "atc_block's form takes one 16-row fragment");
     constexpr int SBLK = ATC_SB * HD * 2;  /* bytes of K (or V) per softmax block */
@@ -215,20 +219,6 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     const int32_t plast = pos[tl.tok0 + tl.ntok - 1];
     const int nseg = plast / ATC_SEG + 1;
     const int32_t *blocks = bt + (int64_t)tl.seq * bt_stride;
-    uint32_t qh[HD / 16][4], ql[HD / 16][4];
-    int32_t qp0, qp1;
-    atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
-    /* T: q'^T's B fragments, registers (0, 2) of row r0 and (1, 3) of row r1 */
-    uint32_t qb[HD / 16][NF][2], qlb[HD / 16][NF][2];
-#pragma unroll
-    for (int ks = 0; ks < HD / 16; ks++)
-#pragma unroll
-        for (int nf = 0; nf < NF; nf++) {
-            qb[ks][nf][0] = qh[ks][nf];
-            qb[ks][nf][1] = qh[ks][nf + 2];
-            qlb[ks][nf][0] = ql[ks][nf];
-            qlb[ks][nf][1] = ql[ks][nf + 2];
-        }
 
     /* CTA-local segment li is global segment sfirst + li * sstep; warp w takes li = ATC_DW r + w */
     const int sstep = nsplit > 0 ? nsplit : 1;
@@ -308,14 +298,29 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         for (int i = i0; i < i1; i++)
             oacc[i * 32 + lane] = 0.0f;
 
+    if constexpr (!PAIR) read_bases();
+    rw_pdl_begin();
     if constexpr (PAIR) {
         if (seg_of(0) >= 0) load_pair(0, seg_of(0), 0);
         rw_cp_async_commit();
     } else {
-        read_bases();
         for (int k = 0; k < NS; k++)
             load_next();
     }
+    uint32_t qh[HD / 16][4], ql[HD / 16][4];
+    int32_t qp0, qp1;
+    atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
+    /* T: q'^T's B fragments, registers (0, 2) of row r0 and (1, 3) of row r1 */
+    uint32_t qb[HD / 16][NF][2], qlb[HD / 16][NF][2];
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++)
+#pragma unroll
+        for (int nf = 0; nf < NF; nf++) {
+            qb[ks][nf][0] = qh[ks][nf];
+            qb[ks][nf][1] = qh[ks][nf + 2];
+            qlb[ks][nf][0] = ql[ks][nf];
+            qlb[ks][nf][1] = ql[ks][nf + 2];
+        }
     int kslot = 0; /* ring: the slot of the next K to read */
     for (int round = 0; round < nround; round++) {
         const int sg = seg_of(round);

@@ -150,6 +150,8 @@ extern "C" rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *
  * works. The outputs never alias the inputs (__restrict__): without that the compiler kept each
  * element's loads behind the previous element's stores, a memory round trip per 32 elements. */
 #define ROPE_WARPS 8
+#define ROPE_PRE 4                      /* elements a lane rotates, prepared before the PDL wait */
+#define ROPE_PRE_HD (2 * 32 * ROPE_PRE) /* the widest head they cover: 256 */
 
 __global__ void __launch_bounds__(ROPE_WARPS * 32)
     qk_rope_kv_kernel(const float *__restrict__ q, const float *__restrict__ k,
@@ -171,19 +173,35 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         asm volatile("prefetch.global.L1 [%0];" ::"l"((h < nh ? qn : kn) + i));
     for (int i = lane * 32; i < hd / 2; i += 32 * 32)
         asm volatile("prefetch.global.L1 [%0];" ::"l"(inv_freq + i));
+    /* the token's position and slot, which the host uploads before the forward pass
+     * (launch.cuh), and for heads of up to ROPE_PRE_HD the rotation and the norm weights of
+     * the lane's elements, before the wait too: after it only the head's own values remain */
+    const bool in = gw < n * nhk;
+    const int64_t t = in ? gw / nhk : 0;
+    const int32_t p = in ? pos[t] : 0;
+    const int32_t sl = in ? slot[t] : -1;
+    const int half = hd / 2;
+    const bool pre = hd <= ROPE_PRE_HD;
+    const uint16_t *nwt = h < nh ? qn : kn;
+    float psn[ROPE_PRE], pcs[ROPE_PRE], pwa[ROPE_PRE], pwb[ROPE_PRE];
+#pragma unroll
+    for (int j = 0; j < ROPE_PRE; j++) {
+        const int i = lane + 32 * j;
+        psn[j] = pcs[j] = pwa[j] = pwb[j] = 0.0f;
+        if (in && pre && i < half) {
+            sincosf((float)p * inv_freq[i], &psn[j], &pcs[j]);
+            pwa[j] = b2f(nwt[i]);
+            pwb[j] = b2f(nwt[i + half]);
+        }
+    }
     rw_pdl_begin();
     extern __shared__ float hbuf[]; /* [warps][hd] */
-    if (gw >= n * nhk) return; /* whole warps; the kernel has no block-wide barrier */
-    const int64_t t = gw / nhk;
+    if (!in) return;                /* whole warps; the kernel has no block-wide barrier */
     float *buf = hbuf + (int64_t)w * hd;
-    const int32_t p = pos[t];
-    const int32_t sl = slot[t];
-    const int half = hd / 2;
     const bool isq = h < nh;
     if (!isq && sl < 0) return;
     const int g = h - nh;
     const float *src = isq ? q + t * ldq + (int64_t)h * hd : k + t * ldkv + (int64_t)g * hd;
-    const uint16_t *nwt = isq ? qn : kn;
     float ss = 0.0f;
     for (int i = lane; i < hd; i += 32) {
         const float a = src[i];
@@ -202,11 +220,11 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         const int64_t blk = sl / bs, off = sl % bs;
         kdst = kcache + ((blk * nkv + g) * bs + off) * hd;
     }
-    for (int i = lane; i < half; i += 32) {
-        const float a = b2f(nwt[i]) * (buf[i] * r);
-        const float b = b2f(nwt[i + half]) * (buf[i + half] * r);
-        float sn, cs;
-        sincosf((float)p * inv_freq[i], &sn, &cs);
+    /* element i's rotation: a, b normed, then o0 = a cos - b sin, o1 = b cos + a sin (one
+     * function for both paths, so the same bits) */
+    auto put = [&](int i, float wa, float wb, float sn, float cs) {
+        const float a = wa * (buf[i] * r);
+        const float b = wb * (buf[i + half] * r);
         const float o0 = a * cs - b * sn, o1 = b * cs + a * sn;
         if (isq) {
             qdst[i] = o0;
@@ -214,6 +232,17 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         } else {
             kdst[i] = f2b(o0);
             kdst[i + half] = f2b(o1);
+        }
+    };
+    if (pre) {
+#pragma unroll
+        for (int j = 0; j < ROPE_PRE; j++)
+            if (lane + 32 * j < half) put(lane + 32 * j, pwa[j], pwb[j], psn[j], pcs[j]);
+    } else {
+        for (int i = lane; i < half; i += 32) {
+            float sn, cs;
+            sincosf((float)p * inv_freq[i], &sn, &cs);
+            put(i, b2f(nwt[i]), b2f(nwt[i + half]), sn, cs);
         }
     }
     if (!isq) {
