@@ -20,13 +20,14 @@ static inline bool rw_moe_route_supported(int64_t E, int k) {
     return E >= 1 && E <= RW_MOE_MAX_E && k >= 1 && k <= RW_MOE_MAX_TOPK && k <= E;
 }
 
-/* Routes the token whose logits are l[0..E); lanes 0..k-1 write ids[j] and wts[j] of pick j.
+/* Routes the token whose logits are l[0..E); lanes 0..k-1 write ids[j] and wts[j] of pick j,
+ * and return ids[j] (the other lanes return -1), for a caller that sorts the picks next.
  * EPL: logits per lane, E <= 32 EPL (rw_moe_route_epl); a smaller EPL only drops entries that are
  * -inf (max) and 0 (sum, exact) for every E it admits, so every EPL gives the same bits. Every
  * lane of the warp calls it. */
 template <int EPL>
-static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, int k, bool renorm,
-                                                         int32_t *ids, float *wts) {
+static __device__ __forceinline__ int32_t rw_moe_route_warp(const float *l, int E, int k,
+                                                            bool renorm, int32_t *ids, float *wts) {
     const int lane = threadIdx.x & 31;
     float v[EPL];
     float mx = -INFINITY;
@@ -94,6 +95,7 @@ static __device__ __forceinline__ void rw_moe_route_warp(const float *l, int E, 
         ids[lane] = myid;
         wts[lane] = renorm ? myw / sum : myw;
     }
+    return lane < k ? myid : -1;
 }
 
 /* Logits per lane for E experts: the least of 4, 8, 16, 32 that holds them (E <= 1024). */

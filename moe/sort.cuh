@@ -160,4 +160,47 @@ __device__ __forceinline__ void rw_moe_sort_cta(const int32_t *ids, int64_t A, i
     });
 }
 
+/* The same sort for one token's k <= 32 assignments of distinct experts, by the one warp that
+ * routed them, from its registers: lane j < k holds assignment j's expert e (the other lanes
+ * pass anything). With distinct experts the stable sort is the order of the ids, each expert's
+ * count one: assignment j goes to row rank(j) (the valid ids below it), off[x] counts the valid
+ * ids below x, and each valid id has one tile. Returns false, having written nothing, when two
+ * valid ids are equal (a top-k never picks one expert twice; the caller then runs
+ * rw_moe_sort_cta on the ids it wrote). sh: 32 ints of shared scratch. Measured on an H200: the
+ * one-token step's routing CTA sorted in 2.1 us with rw_moe_sort_cta (globaltimer stamps,
+ * docs/BENCHMARKS.md, nineteenth session). */
+__device__ __forceinline__ bool rw_moe_sort_one_token_warp(int32_t e, int k, int E, int32_t *off,
+                                                           int2 *tiles, int32_t *ntiles,
+                                                           int32_t *perm, int32_t *inv,
+                                                           int32_t *sh) {
+    const int lane = threadIdx.x & 31;
+    const bool valid = lane < k && e >= 0 && e < E;
+    const unsigned vb = __ballot_sync(0xffffffffu, valid);
+    /* every lane takes part in the match: called inside the && only for valid lanes, it left
+     * the warp's other lanes out of a full-mask match and hung the warp (nineteenth session) */
+    const unsigned same = moe_same_key(e, valid, E, false);
+    if (__any_sync(0xffffffffu, valid && __popc(same) > 1)) return false;
+    sh[lane] = valid ? e : 0x7fffffff; /* an invalid id counts below no x <= E */
+    __syncwarp();
+    int32_t rank = 0;
+    for (int i = 0; i < k; i++)
+        rank += sh[i] < e;
+    if (lane < k) {
+        inv[lane] = valid ? rank : -1;
+        if (valid) {
+            perm[rank] = lane;
+            tiles[rank] = make_int2(e, rank);
+        }
+    }
+    for (int x = lane; x <= E; x += 32) {
+        int32_t c = 0;
+        for (int i = 0; i < k; i++)
+            c += sh[i] < x;
+        off[x] = c;
+    }
+    if (lane == 0) *ntiles = __popc(vb);
+    __syncwarp(); /* sh is the caller's again */
+    return true;
+}
+
 #endif

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
                   float *__restrict__ wts, int32_t *__restrict__ cnt, rt_sort sd, rt_norm nm) {
     static_assert(!NORM || (SORT && RT_KS * 32 == NORM_THREADS), "the norm runs with the sort");
     __shared__ float red[RT_KS][MT * 16][NT * 8 + 1];
-    __shared__ int last;
+    __shared__ int last, sorted1;
     __shared__ int32_t swc[SORT ? SORT_WC : 1], seoff[SORT ? 1024 : 1];
     __shared__ float nsh[NORM ? 33 : 1];
     extern __shared__ float4 rt_dyn[]; /* NORM: sums [nt][HS], then normed rows [nt][HS] */
@@ -241,10 +241,22 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
                 for (int c = 0; c < 4; c++)
                     rw_k_store_split(xs[t * HS + i + c], nm.hi, nm.lo, g + c);
             }
+    int32_t pick = -1; /* a one-token step: warp 0's lane j holds pick j */
     for (int t = warp; t < nt; t += RT_KS)
-        rw_moe_route_warp<EPL>(y + (t0 + t) * E, (int)E, k, renorm, ids + (t0 + t) * k,
-                               wts + (t0 + t) * k);
+        pick = rw_moe_route_warp<EPL>(y + (t0 + t) * E, (int)E, k, renorm, ids + (t0 + t) * k,
+                                      wts + (t0 + t) * k);
     if constexpr (SORT) {
+        /* one token: its distinct picks sorted from warp 0's registers (sort.cuh), no round
+         * trip through the ids and no barriers of the general sort */
+        if (n == 1) {
+            if (warp == 0) {
+                const bool ok = rw_moe_sort_one_token_warp(pick, k, (int)E, sd.off, sd.tiles,
+                                                           sd.ntiles, sd.perm, sd.inv, swc);
+                if (threadIdx.x == 0) sorted1 = ok;
+            }
+            __syncthreads();
+            if (sorted1) return;
+        }
         __syncthreads(); /* every warp's ids, written above, before the sort reads them */
         rw_moe_sort_cta(ids, n * k, (int)E, sd.tn, sd.off, sd.tiles, sd.ntiles, sd.perm, sd.inv,
                         swc, seoff);
