@@ -24,8 +24,8 @@ static inline bool rw_moe_route_supported(int64_t E, int k) {
  * and return ids[j] (the other lanes return -1), for a caller that sorts the picks next.
  * EPL: logits per lane, E <= 32 EPL (rw_moe_route_epl); a smaller EPL only drops entries that are
  * -inf (max) and 0 (sum, exact) for every E it admits, so every EPL gives the same bits. Every
- * lane of the warp calls it. */
-template <int EPL>
+ * lane of the warp calls it. SHARED: l is in shared memory (read plainly, not through L2). */
+template <int EPL, bool SHARED = false>
 static __device__ __forceinline__ int32_t rw_moe_route_warp(const float *l, int E, int k,
                                                             bool renorm, int32_t *ids, float *wts) {
     const int lane = threadIdx.x & 31;
@@ -34,7 +34,7 @@ static __device__ __forceinline__ int32_t rw_moe_route_warp(const float *l, int 
 #pragma unroll
     for (int i = 0; i < EPL; i++) {
         const int e = i * 32 + lane;
-        v[i] = e < E ? __ldcg(l + e) : -INFINITY;
+        v[i] = e < E ? (SHARED ? l[e] : __ldcg(l + e)) : -INFINITY;
         mx = fmaxf(mx, v[i]);
     }
 #pragma unroll

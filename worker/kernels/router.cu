@@ -1,5 +1,6 @@
 /* router.cu - the router logits kernel, alone or with the routing (router.h); reference in
  * router_ref.c and moe's rw_moe_route_ref. */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -31,6 +32,8 @@
  * (one 16-byte load of weights a row, two of x a token) and feeds them as the fragment columns
  * 2q, 2q+1, 2q+8, 2q+9 of two k16 steps: a permutation of H that A and B share (both index k by
  * lane % 4), so the sum is the same dot product with wide loads instead of 4-byte ones. */
+namespace cg = cooperative_groups;
+
 #define RT_KS 8     /* warps a CTA: slices of H */
 #define RT_CHUNK 32 /* columns of H a chunk: two k16 steps */
 
@@ -82,20 +85,31 @@ struct rt_norm {
 __host__ __device__ constexpr int64_t rt_norm_stride(int64_t H) {
     return H + 4;
 }
+/* CL (with SORT, at most RT_CL_E experts): the group's CTAs are one thread-block cluster along x,
+ * 16 experts each. Each writes its logits into the shared memory of the cluster's first CTA as
+ * well as to y, and after the cluster's barrier that CTA routes from its shared memory: no fence,
+ * no counter, no read back through L2 (globaltimer stamps of a b1 step on an H200: 0.9-1.2 us
+ * from the logits to the routing CTA's start, then the routing's first loads; docs/BENCHMARKS.md,
+ * nineteenth session). The logits and everything after them are the same bits. */
+#define RT_CL_E 128 /* 8 CTAs of 16 experts: the portable cluster size */
 template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16, bool SORT = false,
-          bool NORM = false>
+          bool NORM = false, bool CL = false>
 __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
     router_kernel(const float *__restrict__ x, const uint16_t *__restrict__ w, int64_t n, int64_t E,
                   int64_t H, float *__restrict__ y, int k, bool renorm, int32_t *__restrict__ ids,
                   float *__restrict__ wts, int32_t *__restrict__ cnt, rt_sort sd, rt_norm nm) {
     static_assert(!NORM || (SORT && RT_KS * 32 == NORM_THREADS), "the norm runs with the sort");
+    static_assert(!CL || (SORT && MT * ER == 16 && NT == 1),
+                  "the cluster form: one group, 16 experts a CTA");
     __shared__ float red[RT_KS][MT * 16][NT * 8 + 1];
     __shared__ int last, sorted1;
     __shared__ int32_t swc[SORT ? SORT_WC : 1], seoff[SORT ? 1024 : 1];
     __shared__ float nsh[NORM ? 33 : 1];
     extern __shared__ float4 rt_dyn[]; /* NORM: sums [nt][HS], then normed rows [nt][HS] */
+    __shared__ float lg[CL ? 8 * RT_CL_E : 1]; /* CL: the group's logits [token][expert] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int64_t t0 = (int64_t)blockIdx.x * NT * 8, e0 = (int64_t)blockIdx.y * MT * ER;
+    const int64_t t0 = CL ? 0 : (int64_t)blockIdx.x * NT * 8;
+    const int64_t e0 = (int64_t)(CL ? blockIdx.x : blockIdx.y) * MT * ER;
     const int64_t nch = (H + RT_CHUNK - 1) / RT_CHUNK, cpw = (nch + RT_KS - 1) / RT_KS;
     const int64_t cbeg = warp * cpw, cend = cbeg + cpw < nch ? cbeg + cpw : nch;
     float ah[MT][NT][4], al[MT][NT][4];
@@ -220,18 +234,28 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
 #pragma unroll
         for (int j = 1; j < RT_KS; j++)
             v += red[j][r][c];
-        if (c < nt && r < MT * ER && e0 + r < E) y[(t0 + c) * E + e0 + r] = v;
+        if (c < nt && r < MT * ER && e0 + r < E) {
+            y[(t0 + c) * E + e0 + r] = v;
+            if constexpr (CL) *cg::this_cluster().map_shared_rank(lg + c * E + e0 + r, 0) = v;
+        }
+    }
+    if constexpr (CL) {
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync(); /* every CTA's logits are in the first CTA's lg, and every CTA has read nm.x */
+        if (cl.block_rank() != 0) return;
     }
     if (!ROUTE) return;
-    __threadfence(); /* this CTA's logits before its count */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(&cnt[blockIdx.x], 1) == (int)gridDim.y - 1;
-        if (last) cnt[blockIdx.x] = 0; /* every CTA of the group has counted */
+    if constexpr (!CL) {
+        __threadfence(); /* this CTA's logits before its count */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            last = atomicAdd(&cnt[blockIdx.x], 1) == (int)gridDim.y - 1;
+            if (last) cnt[blockIdx.x] = 0; /* every CTA of the group has counted */
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence(); /* the other CTAs' logits after their counts */
     }
-    __syncthreads();
-    if (!last) return;
-    __threadfence(); /* the other CTAs' logits after their counts */
     if constexpr (NORM) /* every CTA has read nm.x (before its count): the sums and rows out */
         for (int t = 0; t < nt; t++)
             for (int64_t i = 4 * threadIdx.x; i < H; i += 4 * RT_KS * 32) {
@@ -243,8 +267,10 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
             }
     int32_t pick = -1; /* a one-token step: warp 0's lane j holds pick j */
     for (int t = warp; t < nt; t += RT_KS)
-        pick = rw_moe_route_warp<EPL>(y + (t0 + t) * E, (int)E, k, renorm, ids + (t0 + t) * k,
-                                      wts + (t0 + t) * k);
+        pick = CL ? rw_moe_route_warp<EPL, true>(lg + t * E, (int)E, k, renorm, ids + t * k,
+                                                 wts + t * k)
+                  : rw_moe_route_warp<EPL>(y + (t0 + t) * E, (int)E, k, renorm, ids + (t0 + t) * k,
+                                           wts + (t0 + t) * k);
     if constexpr (SORT) {
         /* one token: its distinct picks sorted from warp 0's registers (sort.cuh), no round
          * trip through the ids and no barriers of the general sort */
@@ -346,16 +372,22 @@ static rw_status router_topk(const float *x, const uint16_t *w, int64_t n, int64
                 (long long)(cnt ? ncnt : 0), (long long)n, (long long)rw_k_router_counters(n));
     const rt_shape sh = router_shape(n);
     const int epl = rw_moe_route_epl((int)E);
+    /* a sorting step of at most RT_CL_E experts: the cluster form, 16 experts a CTA (E <= 128:
+     * 4 logits a lane in the routing) */
+    const bool clf = sort && E <= RT_CL_E;
     auto kern = !sort ? router_topk_kernel<false>(epl, sh)
+                : clf ? (nm ? router_kernel<true, 4, 1, 1, 8, 16, true, true, true>
+                            : router_kernel<true, 4, 1, 1, 8, 16, true, false, true>)
                 : nm  ? router_topk_kernel<true, true>(epl, sh)
                       : router_topk_kernel<true>(epl, sh);
+    const dim3 grid = clf ? dim3((unsigned)((E + 15) / 16)) : router_grid(sh, n, E);
     /* (n <= RW_K_ROUTER_GROUP: one CTA row of n tokens) */
     const size_t smem = nm ? 2 * (size_t)n * (size_t)rt_norm_stride(H) * sizeof(float) : 0;
     if (nm) /* the instance's fixed need, not this launch's: a captured graph stays launchable */
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)RT_NORM_SMEM));
-    (void)rw_launch_pdl(kern, router_grid(sh, n, E), RT_KS * 32, smem, (cudaStream_t)s, x, w, n, E,
-                        H, y, k, renorm, ids, wts, cnt, sd, nm ? *nm : rt_norm{});
+    (void)rw_launch_pdl_cluster(kern, grid, RT_KS * 32, smem, (cudaStream_t)s, clf ? grid.x : 1u, x,
+                                w, n, E, H, y, k, renorm, ids, wts, cnt, sd, nm ? *nm : rt_norm{});
     return LAUNCH_CHECK(s, "router");
 }
 
