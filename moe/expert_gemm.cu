@@ -64,7 +64,7 @@ __host__ __device__ constexpr bool moe_rs(int fmt, bool wg) {
     return wg && fmt != FMT_BF16;
 }
 
-/* One CTA: 128 weight rows [m0, m0+128) of expert e times TN sorted rows [r0, r0+TN) of its
+/* One CTA: BM weight rows [m0, m0+BM) of expert e times TN sorted rows [r0, r0+TN) of its
  * tokens, K in steps of 64. SPLIT: the B operand is the pair xin + xin_lo (two B tiles per stage)
  * and the w13 epilogue writes act + act_lo where act_lo is given.
  *
@@ -78,7 +78,7 @@ __host__ __device__ constexpr bool moe_rs(int fmt, bool wg) {
  * 16 (w % 4) .. + 15 of each of its blocks: the m16 fragments of gate / up pairs, as the epilogue
  * needs. */
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
-          bool WG = false>
+          bool WG = false, int BM = MOE_BM>
 __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     moe_gemm_kernel(gemm_args g, const __grid_constant__ CUtensorMap tw) {
     /* EARLY: the down projection (w2) issues its first stages' weight loads before its PDL wait.
@@ -91,14 +91,15 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     if constexpr (!EARLY) rw_pdl_begin();
     constexpr int MOE_THREADS = MOE_THREADS_FOR(TN, FMT, WG);
     constexpr int NTW = TN / MOE_WN(TN); /* tokens per warp */
-    /* wgmma: NWG warpgroups, each MOE_BM / NWG weight rows in m64 blocks by all TN tokens */
+    /* wgmma: NWG warpgroups, each BM / NWG weight rows in m64 blocks by all TN tokens */
     constexpr int NWG = MOE_THREADS / 128;
-    static_assert(!WG || (MOE_BM % (64 * NWG) == 0), "wgmma: whole m64 blocks per warpgroup");
-    static_assert(!WG || NWG == 1 || MOE_BM / 64 / NWG == 1,
+    static_assert(!WG || (BM % (64 * NWG) == 0), "wgmma: whole m64 blocks per warpgroup");
+    static_assert(WG || BM == 128, "mma.sync tiles: 4 warps of 32 rows");
+    static_assert(!WG || NWG == 1 || BM / 64 / NWG == 1,
                   "wgmma: one block per warpgroup or one warpgroup (the epilogue's rows)");
     /* accumulators per warp: mma.sync 2 m16 fragments x NTW tokens; wgmma one m16 fragment of
      * each of the warpgroup's m64 blocks x TN */
-    constexpr int AM = WG ? MOE_BM / 64 / NWG : 2, AN = WG ? TN / 8 : NTW / 8;
+    constexpr int AM = WG ? BM / 64 / NWG : 2, AN = WG ? TN / 8 : NTW / 8;
     /* PIPE: wgmma keeps one stage's group in flight across the next stage's barrier and loads, as
      * the dense GEMM's twins do; the loads then run STAGES - 2 ahead, so the stage they overwrite
      * is one whose group has retired. With at least MOE_PIPE_STAGES stages (launch_gemm gives
@@ -130,15 +131,15 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     const int2 td = __ldcg(g.tiles + tile);
     const int e = td.x, r0 = td.y;
     const int rend = __ldcg(g.off + e + 1);
-    const int64_t m0 = (int64_t)blockIdx.y * MOE_BM;
+    const int64_t m0 = (int64_t)blockIdx.y * BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 3, wn = warp >> 2; /* 32 weight rows, NTW tokens */
     const int nkb = (int)(g.K / 64);
 
-    /* layout: [stage][A 16 KB | B TN*128 B] for bf16; quantized: [stage][A8 8 KB | B], then one
+    /* layout: [stage][A BM*128 B | B TN*128 B] for bf16; quantized: [stage][A8 8 KB | B], then one
      * bf16 A tile the stage is dequantized into. SPLIT: B is followed by the B_lo tile. */
-    constexpr int A_BYTES = MOE_BM * 128;
-    constexpr int A8_BYTES = MOE_BM * 64;
+    constexpr int A_BYTES = BM * 128;
+    constexpr int A8_BYTES = BM * 64;
     constexpr int B_BYTES = TN * 128;
     constexpr int STAGE = (FMT == FMT_BF16 ? A_BYTES : A8_BYTES) + (SPLIT ? 2 : 1) * B_BYTES;
     uint8_t *deq = smem + MOE_STAGES * STAGE; /* quantized formats only: NDEQ tiles */
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     /* mxfp8: the UE8M0 scales of the CTA's 128 rows over all of K, one contiguous swizzled run of
      * scale_cols * 512 bytes (rw_moe_scale_swizzle with m / 128 fixed), loaded with the first
      * stage so the K loop never waits on a global load for its scales */
-    uint8_t *ssc = deq + NDEQ * MOE_BM * 128;
+    uint8_t *ssc = deq + NDEQ * BM * 128;
     __shared__ __align__(8) uint64_t full[TMA ? MOE_STAGES : 1];
     if constexpr (TMA) {
         if (tid == 0) {
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * are in canonical order and read through the packed -> canonical map, so the epilogue is
      * shared. */
     constexpr int QR = FMT == FMT_BF16 ? 1 : A8_BYTES / 16 / MOE_THREADS;
-    static_assert(FMT == FMT_BF16 || QR * MOE_THREADS / 4 == MOE_BM, "moe gemm: whole A rows");
+    static_assert(FMT == FMT_BF16 || QR * MOE_THREADS / 4 == BM, "moe gemm: whole A rows");
     const uint8_t *wexp = (const uint8_t *)g.w + (int64_t)e * g.w_expert;
     /* fp8-block: the block scales of canonical row n, one float a 128-column block */
     auto scale_row = [&](int64_t n) {
@@ -233,9 +234,10 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
                 rw_tma_load_4d(sa, &tw, &full[st], 0, (int)m0, kb, e);
             }
         } else if (FMT == FMT_BF16) {
-            /* [K/64, M, 64]: rows m0.. of block kb are 16 KB contiguous. Thread tid copies chunk
-             * tid % 8 of rows tid / 8 + 16 i (MOE_THREADS is a multiple of 128): one source and
-             * one shared address, the rows' swizzle the same (rows 16 apart), the steps constant */
+            /* [K/64, M, 64]: rows m0.. of block kb are BM x 128 bytes contiguous. Thread tid copies
+             * chunk tid % 8 of rows tid / 8 + 16 i (MOE_THREADS is a multiple of 128): one source
+             * and one shared address, the rows' swizzle the same (rows 16 apart), the steps
+             * constant */
             static_assert(MOE_THREADS % 128 == 0, "moe gemm: A rows a step keep their swizzle");
             const uint8_t *src = wexp + ((int64_t)kb * g.M + m0) * 128 + tid * 16;
             const uint32_t dst = rw_smem_u32(sa + rw_swz128(tid >> 3, tid & 7));
@@ -332,7 +334,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
              * or of 128 x 128 (fp8-block, canonical rows); where each thread's are is worked
              * out before the K loop. */
             const int cq = tid & 3;
-            uint8_t *const dq = deq + (PIPE ? (kb & 1) * (MOE_BM * 128) : 0);
+            uint8_t *const dq = deq + (PIPE ? (kb & 1) * (BM * 128) : 0);
             /* all of the thread's chunks and scales first: one shared-load latency a block, not
              * one a chunk (loaded chunk by chunk, the conversions waited on each: mxfp8 decode
              * at b256 0.960 -> 0.982 x bf16 on an H200) */
@@ -517,14 +519,13 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
  * TN = 128 split with mxfp8 scales for K = MOE_MX_MAX_K, is 3 * (8 + 32) + 16 + 32 = 168 KB; bf16
  * TN = 128 split on wgmma is 4 * (16 + 32) = 192 KB; the deep 32-token mxfp8 split tile, which
  * pipes with two bf16 tiles, 6 * (8 + 8) + 2 * 16 + 32 = 160 KB: all within sm_90's 227 KB. */
-template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN), bool WG = false>
+template <int TN, int FMT, bool SPLIT, int ST = MOE_STAGES_FOR(TN), bool WG = false,
+          int BM = MOE_BM>
 static constexpr size_t gemm_smem(int64_t scale_cols) {
     return (WG ? RW_WGMMA_SMEM_SLACK : 0) +
-           (size_t)ST *
-               ((FMT == FMT_BF16 ? MOE_BM * 128 : MOE_BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
-           (FMT == FMT_BF16 || moe_rs(FMT, WG)
-                ? 0
-                : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) * MOE_BM * 128) +
+           (size_t)ST * ((FMT == FMT_BF16 ? BM * 128 : BM * 64) + (SPLIT ? 2 : 1) * TN * 128) +
+           (FMT == FMT_BF16 || moe_rs(FMT, WG) ? 0
+                                               : (WG && ST >= MOE_PIPE_STAGES ? 2 : 1) * BM * 128) +
            (FMT == FMT_MX ? (size_t)scale_cols * 512 : 0);
 }
 static_assert(gemm_smem<128, FMT_MX, true, MOE_STAGES_FOR(128), true>(MOE_MX_MAX_K / 128) +
@@ -541,7 +542,7 @@ static_assert(gemm_smem<32, FMT_MX, true, MOE_DEEP_STAGES, true>(MOE_MX_MAX_K / 
  * 32-token tiles took the b256 step's experts from 17.69 to 17.14 ms; the 16-token tiles of a
  * one-token step were slower on wgmma (1.92 -> 1.99 ms) until the pipelined form, which keeps
  * one group in flight (PIPE), took them to 1.79 ms against 1.91 on mma.sync. */
-template <int TN, int FMT, bool W13, bool SPLIT, int ST = MOE_STAGES_FOR(TN)>
+template <int TN, int FMT, bool W13, bool SPLIT, int ST = MOE_STAGES_FOR(TN), int BM = MOE_BM>
 static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw_err *err) {
     constexpr bool WG = RW_WGMMA;
     /* the pipelined wgmma form (bf16) loads STAGES - 2 ahead: split 3-stage tiles take a fourth
@@ -549,12 +550,12 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
      * 32 KB leave one CTA per SM where 3 leave two; docs/BENCHMARKS.md.) */
     constexpr int STG =
         WG && SPLIT && FMT == FMT_BF16 && ST < MOE_PIPE_STAGES ? MOE_PIPE_STAGES : ST;
-    const size_t sm = gemm_smem<TN, FMT, SPLIT, STG, WG>(g.scale_cols);
+    const size_t sm = gemm_smem<TN, FMT, SPLIT, STG, WG, BM>(g.scale_cols);
     /* the attribute is the largest any K can ask for, so graphs captured for another model (K)
      * stay launchable */
-    const size_t sm_max = gemm_smem<TN, FMT, SPLIT, STG, WG>(MOE_MX_MAX_K / 128);
+    const size_t sm_max = gemm_smem<TN, FMT, SPLIT, STG, WG, BM>(MOE_MX_MAX_K / 128);
     RW_CUDA_CHECK(err,
-                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG>,
+                  cudaFuncSetAttribute(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG, BM>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
     /* the weights as [E][K / 64][M][64] for the tensor copies of 128-row boxes */
     CUtensorMap tw = {};
@@ -568,8 +569,8 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
                     "%lld bf16 weights",
                     (long long)g.E, (long long)g.M, (long long)g.K);
     }
-    dim3 grid((unsigned)grid_x, (unsigned)(g.M / MOE_BM));
-    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG>, grid,
+    dim3 grid((unsigned)grid_x, (unsigned)(g.M / BM));
+    (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG, BM>, grid,
                         MOE_THREADS_FOR(TN, FMT, WG), sm, (cudaStream_t)s, g, tw);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);
 }
@@ -594,8 +595,25 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
                              int sms, rw_stream s, rw_err *err) {
     if (tn == 128) return launch_fmt<128, W13>(fmt, split, g, grid_x, s, err);
     if (tn == 16) {
-        if (grid_x * (g.M / MOE_BM) <= sms)
+        if (grid_x * (g.M / MOE_BM) <= sms) {
+#if RW_WGMMA
+            /* bf16 tiles of 64 weight rows, one m64 block (BM): a one-token step's w13 grid is 8 x
+             * 12 CTAs of 128 rows, which leaves 36 of an H200's 132 SMs idle while each CTA's
+             * 32 blocks are one warpgroup's chain of dependent waits, barriers and wgmma
+             * (docs/BENCHMARKS.md, twentieth session: a quarter of its stall samples on the
+             * block barrier, its loads ahead of it). With 64 rows, 192 CTAs, two on some SMs, so
+             * more chains run at once. A row's arithmetic does not depend on the tile's height.
+             * Same run on an H200, b1 x 1k: engine 3.088-3.115 -> 3.039-3.060 ms, forward
+             * 3.065-3.076 -> 3.011-3.022 (w13 alone 3.042-3.048 and 3.027-3.061; w2 alone no
+             * change); 4k 3.344-3.372 -> 3.311-3.315. */
+            if (fmt == FMT_BF16 && g.M % 64 == 0)
+                return split ? launch_gemm<16, FMT_BF16, W13, true, MOE_DEEP_STAGES, 64>(g, grid_x,
+                                                                                         s, err)
+                             : launch_gemm<16, FMT_BF16, W13, false, MOE_DEEP_STAGES, 64>(g, grid_x,
+                                                                                          s, err);
+#endif
             return launch_fmt<16, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+        }
         return launch_fmt<16, W13>(fmt, split, g, grid_x, s, err);
     }
     if (grid_x * (g.M / MOE_BM) <= sms)
