@@ -90,7 +90,9 @@ __host__ __device__ constexpr int64_t rt_norm_stride(int64_t H) {
  * well as to y, and after the cluster's barrier that CTA routes from its shared memory: no fence,
  * no counter, no read back through L2 (globaltimer stamps of a b1 step on an H200: 0.9-1.2 us
  * from the logits to the routing CTA's start, then the routing's first loads; docs/BENCHMARKS.md,
- * nineteenth session). The logits and everything after them are the same bits. */
+ * nineteenth session). The logits and everything after them are the same bits. Measured with
+ * the one-token sort (moe/sort.cuh) and the metadata read before the attention's wait, same run
+ * on an H200: b1 step 3.210-3.218 -> 3.090-3.118 ms (docs/BENCHMARKS.md, twentieth session). */
 #define RT_CL_E 128 /* 8 CTAs of 16 experts: the portable cluster size */
 template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16, bool SORT = false,
           bool NORM = false, bool CL = false>
