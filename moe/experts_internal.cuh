@@ -11,9 +11,8 @@
 
 #include "rw_moe.h"
 
-#define MOE_BM                                                                                     \
-    128 /* weight rows of a GEMM CTA (64 for the one-token bf16 tiles: expert_gemm.cu)             \
-         */
+/* weight rows of a GEMM CTA (64 for the one-token bf16 tiles: expert_gemm.cu) */
+#define MOE_BM 128
 /* The narrowest tile, for batches of at most one assignment per expert on average (a decode step
  * of up to E / k tokens): most experts then hold one or two tokens, and 16 columns instead of 32
  * halve the mma work and the activation bytes of a CTA that streams the same weights. The B

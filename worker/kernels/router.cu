@@ -70,7 +70,8 @@ struct rt_sort {
  * add_rmsnorm (RT_KS * 32 == NORM_THREADS threads, RT_NORM_PER elements each), so the same bits
  * without the norm's launch and its wait at batch 1. The sums go to shared memory too; the
  * routing CTA writes them to nm.x and the normed rows as bf16 pairs to nm.hi / nm.lo (what the
- * expert layer reads) after every CTA has counted, that is after every CTA has read nm.x: the
+ * expert layer reads) after every CTA has counted (or, in the cluster form, passed the
+ * cluster's barrier), that is after every CTA has read nm.x: the
  * update in place races no read. */
 struct rt_norm {
     float *x;
@@ -258,7 +259,8 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
         if (!last) return;
         __threadfence(); /* the other CTAs' logits after their counts */
     }
-    if constexpr (NORM) /* every CTA has read nm.x (before its count): the sums and rows out */
+    if constexpr (NORM) /* every CTA has read nm.x (before its count or the cluster's barrier):
+                         * the sums and rows out */
         for (int t = 0; t < nt; t++)
             for (int64_t i = 4 * threadIdx.x; i < H; i += 4 * RT_KS * 32) {
                 const int64_t g = (t0 + t) * H + i;
