@@ -588,6 +588,14 @@ static rw_status launch_fmt(int fmt, bool split, const gemm_args &g, int64_t gri
     return launch_gemm<TN, FMT_FP8B, W13, false, ST>(g, grid_x, s, err);
 }
 
+/* bf16 16-token tiles of 64 weight rows (launch_pass) */
+template <bool W13, int ST>
+static rw_status launch_bf16_half(bool split, const gemm_args &g, int64_t grid_x, rw_stream s,
+                                  rw_err *err) {
+    if (split) return launch_gemm<16, FMT_BF16, W13, true, ST, 64>(g, grid_x, s, err);
+    return launch_gemm<16, FMT_BF16, W13, false, ST, 64>(g, grid_x, s, err);
+}
+
 /* One GEMM pass (w13 or w2) with tiles of tn tokens; narrow tiles in a grid of at most one wave
  * keep MOE_DEEP_STAGES blocks in flight. */
 template <bool W13>
@@ -595,25 +603,27 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
                              int sms, rw_stream s, rw_err *err) {
     if (tn == 128) return launch_fmt<128, W13>(fmt, split, g, grid_x, s, err);
     if (tn == 16) {
-        if (grid_x * (g.M / MOE_BM) <= sms) {
+        const bool one_wave = grid_x * (g.M / MOE_BM) <= sms;
 #if RW_WGMMA
-            /* bf16 tiles of 64 weight rows, one m64 block (BM): a one-token step's w13 grid is 8 x
-             * 12 CTAs of 128 rows, which leaves 36 of an H200's 132 SMs idle while each CTA's
-             * 32 blocks are one warpgroup's chain of dependent waits, barriers and wgmma
-             * (docs/BENCHMARKS.md, twentieth session: a quarter of its stall samples on the
-             * block barrier, its loads ahead of it). With 64 rows, 192 CTAs, two on some SMs, so
-             * more chains run at once. A row's arithmetic does not depend on the tile's height.
-             * Same run on an H200, b1 x 1k: engine 3.088-3.115 -> 3.039-3.060 ms, forward
-             * 3.065-3.076 -> 3.011-3.022 (w13 alone 3.042-3.048 and 3.027-3.061; w2 alone no
-             * change); 4k 3.344-3.372 -> 3.311-3.315. */
-            if (fmt == FMT_BF16 && g.M % 64 == 0)
-                return split ? launch_gemm<16, FMT_BF16, W13, true, MOE_DEEP_STAGES, 64>(g, grid_x,
-                                                                                         s, err)
-                             : launch_gemm<16, FMT_BF16, W13, false, MOE_DEEP_STAGES, 64>(g, grid_x,
-                                                                                          s, err);
-#endif
-            return launch_fmt<16, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+        /* bf16 tiles of 64 weight rows, one m64 block (BM): a one-token step's w13 grid is 8 x
+         * 12 CTAs of 128 rows, which leaves 36 of an H200's 132 SMs idle while each CTA's
+         * 32 blocks are one warpgroup's chain of dependent waits, barriers and wgmma
+         * (docs/BENCHMARKS.md, twentieth session: a quarter of its stall samples on the
+         * block barrier, its loads ahead of it). With 64 rows, 192 CTAs, two on some SMs, so
+         * more chains run at once. A row's arithmetic does not depend on the tile's height.
+         * Same run on an H200, b1 x 1k: engine 3.088-3.115 -> 3.039-3.060 ms, forward
+         * 3.065-3.076 -> 3.011-3.022 (w13 alone 3.042-3.048 and 3.027-3.061; w2 alone no
+         * change); 4k 3.344-3.372 -> 3.311-3.315. A multi-wave grid of 16-token tiles (a few
+         * sequences, a short prompt) takes them too, at the usual stages: 8 sequences, same run,
+         * three rounds, 1k 8.462-8.474 -> 8.343-8.369 ms, 4k 9.219-9.224 -> 9.122-9.186 (with
+         * 6 stages 8.316-8.344 and 9.089-9.138, but a 16-token prompt's step 1% slower in two
+         * runs). */
+        if (fmt == FMT_BF16 && g.M % 64 == 0) {
+            if (one_wave) return launch_bf16_half<W13, MOE_DEEP_STAGES>(split, g, grid_x, s, err);
+            return launch_bf16_half<W13, MOE_STAGES_FOR(16)>(split, g, grid_x, s, err);
         }
+#endif
+        if (one_wave) return launch_fmt<16, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
         return launch_fmt<16, W13>(fmt, split, g, grid_x, s, err);
     }
     if (grid_x * (g.M / MOE_BM) <= sms)

@@ -165,14 +165,17 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     const int nhk = nh + nkv;
     const int64_t gw = (int64_t)blockIdx.x * ROPE_WARPS + w;
     const int h = (int)(gw % nhk);
-    /* the head's norm weights and the rotation frequencies into L1 before the PDL wait
-     * (launch.cuh: no forward pass writes them), 128-byte lines. With the norms' weights loaded
-     * before their waits too: a one-token engine step 3.459-3.460 -> 3.412-3.416 ms on an H200,
-     * same run (docs/BENCHMARKS.md, eighteenth session) */
-    for (int i = lane * 64; i < hd; i += 32 * 64)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"((h < nh ? qn : kn) + i));
-    for (int i = lane * 32; i < hd / 2; i += 32 * 32)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(inv_freq + i));
+    /* a head wider than ROPE_PRE_HD: its norm weights and the rotation frequencies into L1
+     * before the PDL wait (launch.cuh: no forward pass writes them), 128-byte lines. Narrower
+     * heads load their lanes' values before the wait below, and prefetching them as well only
+     * cost: on an H200, same run, a b256 step 25.89-25.99 -> 25.56-25.66 ms and an 8 x 1k
+     * prefill 240-242 -> 234-236 ms without it (docs/BENCHMARKS.md, twenty-first session). */
+    if (hd > ROPE_PRE_HD) {
+        for (int i = lane * 64; i < hd; i += 32 * 64)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"((h < nh ? qn : kn) + i));
+        for (int i = lane * 32; i < hd / 2; i += 32 * 32)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(inv_freq + i));
+    }
     /* the token's position and slot, which the host uploads before the forward pass
      * (launch.cuh), and for heads of up to ROPE_PRE_HD the rotation and the norm weights of
      * the lane's elements, before the wait too: after it only the head's own values remain */
