@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
      * before the PDL wait (launch.cuh: no forward pass writes them), 128-byte lines. Narrower
      * heads load their lanes' values before the wait below, and prefetching them as well only
      * cost: on an H200, same run, a b256 step 25.89-25.92 -> 25.56-25.66 ms and an 8 x 1k
-     * prefill 241.5-241.8 -> 233.5-236.0 ms without it (docs/BENCHMARKS.md, twenty-first session). */
+     * prefill 241.5-241.8 -> 233.5-236.0 ms without it (docs/BENCHMARKS.md, twenty-first
+     * session). */
     if (hd > ROPE_PRE_HD) {
         for (int i = lane * 64; i < hd; i += 32 * 64)
             asm volatile("prefetch.global.L1 [%0];" ::"l"((h < nh ? qn : kn) + i));
