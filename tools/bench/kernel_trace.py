@@ -17,7 +17,14 @@ launches an instance, and the medians over instances of two sums:
 and span a launch, that span divided by the kernel's launches in an instance (a layer's share
 when the kernel runs once a layer).
 
-    kernel_trace.py FILE.csv [--graph G] [--min-instances N] [--sequence N] [--no-demangle]
+    kernel_trace.py FILE.csv [--graph G] [--min-instances N] [--sequence N] [--phases]
+                    [--no-demangle]
+
+--phases also sums the chosen graph's span shares and busy times by phase, the issue's per-phase
+rows (medians over instances): attention (atc_*), experts (the expert GEMMs, their sort and
+combine), dense (the q/k/v and o_proj GEMMs, and the dequantization of quantized attention
+weights), lm_head (the last dense GEMM an instance launches) and other (norms, the router,
+RoPE, embedding, sampling: everything else).
 
 --sequence N also prints the first N kernels of the chosen graph's median instance with their
 busy and span times. Names are demangled with c++filt when it is on PATH, and shortened to the
@@ -96,12 +103,42 @@ def shares(inst):
     return out
 
 
+# phase of a kernel by its name, first match wins: the attention kernels' names start with atc_,
+# and moe_gemm_kernel must be an expert GEMM before gemm_kernel can be a dense one
+PHASES = (("attention", ("atc_",)),
+          ("experts", ("moe_gemm_kernel", "sort_kernel", "combine_kernel")),
+          ("dense", ("gemv", "gemm_kernel", "dequant")))
+PHASE_ORDER = ("attention", "experts", "dense", "lm_head", "other")
+
+
+def phase_of(name):
+    """attention, experts, dense or other, from the kernel's (short) name."""
+    for phase, keys in PHASES:
+        if any(k in name for k in keys):
+            return phase
+    return "other"
+
+
+def phase_shares(inst, names):
+    """{phase: (busy, span share)} of one instance; its last dense GEMM is the lm_head."""
+    dense = [k for k in inst if phase_of(short(names[k["name"]])) == "dense"
+             and "dequant" not in names[k["name"]]]
+    last = max(dense, key=lambda k: k["start"]) if dense else None
+    out = {p: [0, 0] for p in PHASE_ORDER}
+    for k, busy, share in shares(inst):
+        p = "lm_head" if k is last else phase_of(short(names[k["name"]]))
+        out[p][0] += busy
+        out[p][1] += share
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--graph", type=int)
     ap.add_argument("--min-instances", type=int, default=3)
     ap.add_argument("--sequence", type=int, default=0)
+    ap.add_argument("--phases", action="store_true")
     ap.add_argument("--no-demangle", action="store_true")
     a = ap.parse_args(argv)
     ks = load(a.csv)
@@ -147,6 +184,14 @@ def main(argv=None):
         launches, span = statistics.median(n), statistics.median(s) / 1e3
         print(f"  {launches:8.0f}  {statistics.median(b) / 1e3:9.1f}  {span:9.1f}  "
               f"{span / launches:13.2f}  {key[0]}  {key[1]}")
+    if a.phases:
+        per_inst = [phase_shares(i, names) for i in insts]
+        print("per phase (medians over instances; an instance's spans add up to its step):")
+        print("  phase        busy us    span us   of the span")
+        for p in PHASE_ORDER:
+            busy = statistics.median(x[p][0] for x in per_inst)
+            span = statistics.median(x[p][1] for x in per_inst)
+            print(f"  {p:10s} {busy / 1e3:9.1f}  {span / 1e3:9.1f}   {100 * span / total:5.1f}%")
     if a.sequence:
         mid = sorted(insts, key=lambda i: max(k["end"] for k in i) - min(k["start"] for k in i))
         inst = mid[len(mid) // 2]

@@ -5,7 +5,7 @@
 # alone instead, so its sum is not the step.
 #
 #   tools/gpu/kernel-trace.sh OUT.csv -- PROGRAM [ARGS...]
-#   tools/bench/kernel_trace.py OUT.csv [--graph G] [--sequence N]
+#   tools/bench/kernel_trace.py OUT.csv [--graph G] [--sequence N] [--phases]
 #
 # e.g. OUT.csv -- build-gpu/tools/bench/rw-bench decode --batches 1 --ctxs 1024 --no-quant
 # --steps 10 --gen 1,16,2 --gen-reps 1. The library is built first (gcc, CUDA's cupti.h and
