@@ -104,10 +104,12 @@ def shares(inst):
 
 
 # phase of a kernel by its name, first match wins: the attention kernels' names start with atc_,
-# and moe_gemm_kernel must be an expert GEMM before gemm_kernel can be a dense one
+# and moe_gemm_kernel must be an expert GEMM before gemm_kernel can be a dense one. The dense
+# GEMMs are GEMM_KEYS' kernels; the last of an instance is the lm_head.
+GEMM_KEYS = ("gemv", "gemm_kernel")
 PHASES = (("attention", ("atc_",)),
           ("experts", ("moe_gemm_kernel", "sort_kernel", "combine_kernel")),
-          ("dense", ("gemv", "gemm_kernel", "dequant")))
+          ("dense", GEMM_KEYS + ("dequant",)))
 PHASE_ORDER = ("attention", "experts", "dense", "lm_head", "other")
 
 
@@ -120,15 +122,17 @@ def phase_of(name):
 
 
 def phase_shares(inst, names):
-    """{phase: (busy, span share)} of one instance; its last dense GEMM is the lm_head."""
-    dense = [k for k in inst if phase_of(short(names[k["name"]])) == "dense"
-             and "dequant" not in names[k["name"]]]
-    last = max(dense, key=lambda k: k["start"]) if dense else None
+    """{phase: (busy, span share)} of one instance (start order); its last dense GEMM is the
+    lm_head."""
+    phase = {id(k): phase_of(short(names[k["name"]])) for k in inst}
+    gemms = [k for k in inst if phase[id(k)] == "dense"
+             and any(g in names[k["name"]] for g in GEMM_KEYS)]
+    if gemms:
+        phase[id(gemms[-1])] = "lm_head"
     out = {p: [0, 0] for p in PHASE_ORDER}
     for k, busy, share in shares(inst):
-        p = "lm_head" if k is last else phase_of(short(names[k["name"]]))
-        out[p][0] += busy
-        out[p][1] += share
+        out[phase[id(k)]][0] += busy
+        out[phase[id(k)]][1] += share
     return out
 
 
