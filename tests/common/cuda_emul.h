@@ -37,8 +37,8 @@ enum {
     RW_EMUL_SPLIT_MOE = 1u << 10,
     /* with RW_EMUL_SPLIT: the q/k/v GEMM input alone is one bf16 (what dropping its pair costs) */
     RW_EMUL_ONE_QKV = 1u << 11,
-    /* the softmax weights enter P.V as one bf16 each (the kernel feeds a hi + lo pair; what
-     * dropping the lo half would cost); the sum they are divided by stays fp32 */
+    /* the softmax weights enter P.V as one bf16 each (without it: fp32 weights, what a hi + lo
+     * pair gives); the sum they are divided by stays fp32 */
     RW_EMUL_ROUND_P = 1u << 12,
     /* with RW_EMUL_SPLIT_MOE: silu(g)*u, the down-projection input, alone is one bf16 */
     RW_EMUL_ONE_ACT = 1u << 13,
@@ -47,11 +47,18 @@ enum {
     RW_EMUL_ONE_ATT = 1u << 14,
     /* with RW_EMUL_SPLIT: the final-normed rows, the lm_head input, alone are one bf16 */
     RW_EMUL_ONE_LM = 1u << 15,
-    /* what the CUDA backend does: q fp32, K and V cache bf16, every GEMM input a hi + lo pair
-     * but the down projection's and the lm_head's (silu(g)*u and the final-normed rows one bf16;
-     * docs/BENCHMARKS.md has the per-GEMM choice and what dropping a pair would cost) */
+    /* the K (V) cache entries are hi + lo bf16 pairs (what a pair KV cache would give) */
+    RW_EMUL_SPLIT_K = 1u << 16,
+    RW_EMUL_SPLIT_V = 1u << 17,
+    RW_EMUL_SPLIT_KV = RW_EMUL_SPLIT_K | RW_EMUL_SPLIT_V,
+    /* what the CUDA backend does: q fp32, K and V cache bf16, the softmax weights one bf16 each
+     * in P.V, every GEMM input a hi + lo pair but the down projection's and the lm_head's
+     * (silu(g)*u and the final-normed rows one bf16; docs/BENCHMARKS.md has the per-GEMM choice
+     * and what dropping a pair would cost). The kernel rounds each weight relative to its key
+     * block's running maximum, the emulation relative to the row's maximum: the same rounding
+     * point, not the same bits. */
     RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE |
-                   RW_EMUL_ONE_ACT | RW_EMUL_ONE_LM,
+                   RW_EMUL_ONE_ACT | RW_EMUL_ONE_LM | RW_EMUL_ROUND_P,
 };
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if (!(flags & bit)) return x;
@@ -63,7 +70,10 @@ static inline float emul_round(float x, unsigned flags, unsigned bit) {
     const unsigned split = dense & ~((flags & RW_EMUL_ONE_QKV) ? RW_EMUL_ROUND_QKV_IN : 0u) &
                            ~((flags & RW_EMUL_ONE_ATT) ? RW_EMUL_ROUND_ATT : 0u) &
                            ~((flags & RW_EMUL_ONE_LM) ? RW_EMUL_ROUND_LM_IN : 0u);
-    if (((flags & RW_EMUL_SPLIT) && (bit & split)) || ((flags & RW_EMUL_SPLIT_MOE) && (bit & moe)))
+    const unsigned kv = ((flags & RW_EMUL_SPLIT_K) ? RW_EMUL_ROUND_K : 0u) |
+                        ((flags & RW_EMUL_SPLIT_V) ? RW_EMUL_ROUND_V : 0u);
+    if (((flags & RW_EMUL_SPLIT) && (bit & split)) ||
+        ((flags & RW_EMUL_SPLIT_MOE) && (bit & moe)) || (bit & kv))
         return hi + rw_bf16_to_f32(rw_bf16_split_lo(x, h));
     return hi;
 }

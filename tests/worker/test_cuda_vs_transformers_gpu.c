@@ -80,8 +80,9 @@ static void vs_emulation(rw_model *cpu, const int32_t *tokens, int n, const floa
 }
 
 /* Rows t of tokens [n] whose routing differs between the emulation of the CUDA rounding points
- * and the fp32 forward (any layer's top-k set): near-ties there flip on a rounding (mostly of the
- * bf16 KV cache, which the emulation isolates). rerouted[t] = 1 for such rows; returns the count. */
+ * and the fp32 forward (any layer's top-k set): near-ties there flip on a rounding (the backend's
+ * rounding points move the router logits by ~1e-2, more than the smallest gaps:
+ * test_cuda_numerics.c). rerouted[t] = 1 for such rows; returns the count. */
 static int rerouted_rows(rw_model *cpu, const int32_t *tokens, int n, uint8_t *rerouted) {
     const rw_config *c = rw_model_config(cpu);
     const int L = c->num_layers, k = c->top_k, V = c->vocab_size;
