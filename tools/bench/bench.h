@@ -70,6 +70,7 @@ typedef struct rwb_opts {
     rwb_attn_shape kattn[RWB_MAX_LIST];
     int nkattn;
     int ktokens[RWB_MAX_LIST], nktokens;
+    int dtokens[RWB_MAX_LIST], ndtokens; /* kernels: the dense GEMMs' token counts */
     int kernel_layers;
 } rwb_opts;
 

@@ -296,10 +296,9 @@ void rwb_mode_kernels(rwb_ctx *c) {
     bo.nattn = c->o.nkattn;
     memcpy(bo.expert_tokens, c->o.ktokens, sizeof c->o.ktokens);
     bo.nexpert_tokens = c->o.nktokens;
-    /* the dense GEMMs at the token counts the GEMM tests use */
-    static const int dense_m[] = {1, 7, 64, 256, 2048};
-    bo.ndense_tokens = (int)(sizeof dense_m / sizeof dense_m[0]);
-    memcpy(bo.dense_tokens, dense_m, sizeof dense_m);
+    /* the dense GEMMs (default: the token counts the GEMM tests use) */
+    memcpy(bo.dense_tokens, c->o.dtokens, sizeof c->o.dtokens);
+    bo.ndense_tokens = c->o.ndtokens;
     rw_status st;
     json_t *arr = capture_all(rwb_fwd_kernels, &bo, &st, &err);
     if (!arr) {

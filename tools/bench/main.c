@@ -29,7 +29,7 @@ static void usage(FILE *f) {
             "  tokenizer encode tokens/s on 1 MB of text vs the reference tokenizers (CPU)\n"
             "  kernels   rw side of G6 / G7: attention and the expert layer alone (only when\n"
             "            named; tools/peer/torch_kernels.py times torch on the same shapes),\n"
-            "            and the dense GEMMs at 1, 7, 64, 256, 2048 tokens against cuBLASLt\n"
+            "            and the dense GEMMs (--dense-tokens) against cuBLASLt\n"
             "  rollout   R1: an RL-shaped rollout (64 prompts x 16 samples; --rollout), sum of\n"
             "            per-step floors / wall time, sharing on and off (only when named)\n"
             "  all       ceilings,sync,pack,disk,prefill,decode,tokenizer\n"
@@ -74,6 +74,8 @@ static void usage(FILE *f) {
             "                       the batch-1 point, no G6 target)\n"
             "  --expert-tokens LIST kernels: expert-layer token counts (default\n"
             "                       1,16,64,256,2048,16384)\n"
+            "  --dense-tokens LIST  kernels: token counts of the dense GEMMs (q/k/v, o_proj,\n"
+            "                       lm_head; default 1,7,64,256,2048)\n"
             "  --kernel-layers N    kernels: layers whose expert weights the repetitions rotate\n"
             "                       over, so they do not stay in L2 (default 4)\n"
             "  --print-routing T    print the kernels' routing of T tokens (--seed) as JSON and exit\n"
@@ -126,6 +128,9 @@ static void defaults(rwb_opts *o) {
     memcpy(o->kattn, ka, sizeof ka);
     o->nktokens = 6;
     memcpy(o->ktokens, kt, sizeof kt);
+    static const int dt[] = {1, 7, 64, 256, 2048}; /* the token counts of the GEMM tests */
+    o->ndtokens = 5;
+    memcpy(o->dtokens, dt, sizeof dt);
     o->kernel_layers = 4;
 }
 
@@ -253,7 +258,8 @@ static void print_plan(const rwb_opts *o, const bool *run) {
                         o->kattn[k].kv);
             fprintf(stderr, "; experts at tokens:");
             for (int k = 0; k < o->nktokens; k++) fprintf(stderr, " %d", o->ktokens[k]);
-            fprintf(stderr, " (weights of %d layers)", o->kernel_layers);
+            fprintf(stderr, " (weights of %d layers); dense GEMMs at tokens:", o->kernel_layers);
+            for (int k = 0; k < o->ndtokens; k++) fprintf(stderr, " %d", o->dtokens[k]);
         }
         if (!strcmp(MODES[i].name, "decode") && o->routes)
             fprintf(stderr, "; the G1 point with routed experts");
@@ -435,6 +441,10 @@ int main(int argc, char **argv) {
             if ((n = parse_list(val, 1, 1L << 20, lv, RWB_MAX_LIST)) < 1) goto bad;
             for (int k = 0; k < n; k++) o->ktokens[k] = (int)lv[k];
             o->nktokens = n;
+        } else if (!strcmp(a, "--dense-tokens")) {
+            if ((n = parse_list(val, 1, 1L << 20, lv, RWB_MAX_LIST)) < 1) goto bad;
+            for (int k = 0; k < n; k++) o->dtokens[k] = (int)lv[k];
+            o->ndtokens = n;
         } else if (!strcmp(a, "--prefill")) {
             if (parse_list(val, 1, 1L << 20, lv, 2) != 2) goto bad;
             o->nprompt = (int)lv[0];

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""phase_table.py - the per-phase table of docs/BENCHMARKS.md from one run's JSON lines: rw's
+per-phase GPU time of a step (rw-bench's breakdown lines, RW_BENCH_BREAKDOWN=1) beside what the
+peer kernels take for the same work in the same run (tools/peer/torch_kernels.py for attention
+and the expert layer, the cuBLASLt time of rw-bench's dense kernel lines for q/k/v + o_proj and
+the lm_head), each peer's per-layer time times the model's layers.
+
+    phase_table.py FILE.jsonl [FILE.jsonl ...] [--layers N | --config CONFIG.json]
+
+Columns: every breakdown line found (decode batch B x context C; prefill P prompts x L tokens),
+in the order read. Rows and their peers:
+  attention   rw "attention"               torch SDPA on the same shape, the faster backend
+                                           (sdpa_decode_BxC; sdpa_prefill_PxL)
+  experts     rw "experts"                 torch grouped_mm layer at the step's tokens (B; P*L)
+  dense       rw "qkv_gemm" + "o_gemm"     cuBLASLt on dense_qkv_mT + dense_o_proj_mT
+  lm_head     rw "lm_head"                 cuBLASLt on dense_lm_head at the rows the step scores
+                                           (B for decode, P for prefill: the last token of each)
+  other       every other phase (norms, router, q/k norm + RoPE + KV write, embedding, comm)
+  forward     rw's forward time (with the profiler's events)
+A peer that is not in the files is printed as "not run". The run that makes all of them:
+
+    RW_BENCH_BREAKDOWN=1 rw-bench decode,prefill --batches 1,256 --ctxs 1024 --no-quant > r.jsonl
+    rw-bench kernels --kernel-attention d256x1024,d1x1024,p8x2048 --expert-tokens 1,256,16384 \\
+        --dense-tokens 1,8,256,16384 > k.jsonl
+    tools/peer/torch_kernels.py --kernel-attention d256x1024,d1x1024,p8x2048 \\
+        --expert-tokens 1,256,16384 --rw k.jsonl > p.jsonl
+    tools/bench/phase_table.py r.jsonl k.jsonl p.jsonl
+"""
+import argparse
+import json
+import sys
+
+RW_ROWS = [
+    ("attention", ("attention",)),
+    ("experts", ("experts",)),
+    ("dense (q/k/v + o_proj)", ("qkv_gemm", "o_gemm")),
+    ("lm_head", ("lm_head",)),
+]
+
+
+def read_lines(paths):
+    """Every JSON object of the files, in order (lines that are not JSON objects are skipped)."""
+    out = []
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(o, dict):
+                    out.append(o)
+    return out
+
+
+def raw(o):
+    """rw-bench wraps its entry's line in "raw"; the peer's lines are flat."""
+    r = o.get("raw")
+    return r if isinstance(r, dict) else o
+
+
+def columns(objs):
+    """The breakdown lines: [(label, kind, batch, ctx, phases_ms, forward_ms)]."""
+    cols = []
+    for o in objs:
+        r = raw(o)
+        kind = {"decode_breakdown": "decode", "prefill_breakdown": "prefill"}.get(r.get("bench"))
+        if not kind or not isinstance(r.get("phases_ms"), dict):
+            continue
+        b, c = int(r["batch"]), int(r["ctx"])
+        label = f"decode b{b} x {c}" if kind == "decode" else f"prefill {b} x {c}"
+        if r.get("experts") and r["experts"] != "bf16":
+            label += f" ({r['experts']})"
+        cols.append((label, kind, b, c, r["phases_ms"], float(r.get("forward_ms", 0.0))))
+    return cols
+
+
+def peers(objs):
+    """{key: seconds per layer}: ("attn", what) -> the faster torch backend, ("experts", T),
+    ("dense", name, T) -> cuBLASLt."""
+    p = {}
+    for o in objs:
+        r = raw(o)
+        what = r.get("what", "")
+        if o.get("bench") == "peer_kernels" and "seconds" in o and "error" not in o:
+            if what.startswith("sdpa_"):
+                key = ("attn", what[len("sdpa_"):])
+                p[key] = min(p.get(key, float("inf")), float(o["seconds"]))
+            elif what.startswith("experts_t"):
+                p[("experts", int(o["tokens"]))] = float(o["seconds"])
+        elif o.get("bench") == "kernels" and what.startswith("dense_") and "cublaslt_s" in o:
+            p[("dense", r.get("what"), int(r.get("tokens", 0)))] = float(o["cublaslt_s"])
+    return p
+
+
+def ms(x):
+    return f"{x:.2f} ms" if x >= 0.1 else f"{x * 1000:.0f} us"
+
+
+def table(cols, pk, layers):
+    head = ["phase"]
+    for c in cols:
+        head += [f"{c[0]}: rw", "peer"]
+    rows = [head, ["---"] * len(head)]
+    cells = {}
+    for label, kind, b, c, ph, fwd in cols:
+        tok = b if kind == "decode" else b * c
+        shape = f"decode_{b}x{c}" if kind == "decode" else f"prefill_{b}x{c}"
+        attn = pk.get(("attn", shape))
+        exp = pk.get(("experts", tok))
+        qkv, o = pk.get(("dense", "dense_qkv", tok)), pk.get(("dense", "dense_o_proj", tok))
+        lm = pk.get(("dense", "dense_lm_head", b))
+        peer = {
+            "attention": (attn * layers * 1e3, "torch SDPA") if attn else None,
+            "experts": (exp * layers * 1e3, "torch grouped_mm") if exp else None,
+            "dense (q/k/v + o_proj)": ((qkv + o) * layers * 1e3, "cuBLASLt") if qkv and o else None,
+            "lm_head": (lm * 1e3, "cuBLASLt") if lm else None,
+        }
+        used = set()
+        for name, keys in RW_ROWS:
+            v = sum(float(ph.get(k, 0.0)) for k in keys)
+            used.update(keys)
+            pv = peer[name]
+            cells[(name, label)] = (ms(v), f"{ms(pv[0])} ({pv[1]})" if pv else "not run")
+        other = sum(float(v) for k, v in ph.items() if k not in used)
+        cells[("other (norms, router, RoPE + KV write, embedding)", label)] = (ms(other), "")
+        cells[("forward (with the profiler's events)", label)] = (ms(fwd), "")
+    names = [n for n, _ in RW_ROWS] + ["other (norms, router, RoPE + KV write, embedding)",
+                                       "forward (with the profiler's events)"]
+    for n in names:
+        row = [n]
+        for c in cols:
+            row += list(cells[(n, c[0])])
+        rows.append(row)
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--config", help="a config.json whose num_hidden_layers to use")
+    a = ap.parse_args()
+    layers = a.layers
+    if layers is None and a.config:
+        with open(a.config) as f:
+            layers = int(json.load(f)["num_hidden_layers"])
+    if layers is None:
+        layers = 48
+    objs = read_lines(a.files)
+    cols = columns(objs)
+    if not cols:
+        print("phase_table.py: no breakdown lines (run rw-bench with RW_BENCH_BREAKDOWN=1)",
+              file=sys.stderr)
+        return 1
+    print(table(cols, peers(objs), layers))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
