@@ -30,30 +30,14 @@ import argparse
 import json
 import sys
 
+from jsonl import objects
+
 RW_ROWS = [
     ("attention", ("attention",)),
     ("experts", ("experts",)),
     ("dense (q/k/v + o_proj)", ("qkv_gemm", "o_gemm")),
     ("lm_head", ("lm_head",)),
 ]
-
-
-def read_lines(paths):
-    """Every JSON object of the files, in order (lines that are not JSON objects are skipped)."""
-    out = []
-    for p in paths:
-        with open(p) as f:
-            for line in f:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                try:
-                    o = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(o, dict):
-                    out.append(o)
-    return out
 
 
 def raw(o):
@@ -150,7 +134,7 @@ def main():
             layers = int(json.load(f)["num_hidden_layers"])
     if layers is None:
         layers = 48
-    objs = read_lines(a.files)
+    objs = objects(a.files)
     cols = columns(objs)
     if not cols:
         print("phase_table.py: no breakdown lines (run rw-bench with RW_BENCH_BREAKDOWN=1)",

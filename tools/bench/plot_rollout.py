@@ -9,26 +9,15 @@ one curve per run (prefix sharing on and off), from rw-bench's JSON lines.
 Needs matplotlib for the PNG (the GPU machine has it)."""
 
 import argparse
-import json
 import sys
+
+from jsonl import objects
 
 
 def runs(paths):
     """The rollout lines that carry a time series, in file order."""
-    out = []
-    for p in paths:
-        with open(p) as f:
-            for line in f:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                try:
-                    j = json.loads(line)
-                except ValueError:
-                    continue
-                if j.get("bench") == "rollout" and isinstance(j.get("series"), dict):
-                    out.append(j)
-    return out
+    return [j for j in objects(paths)
+            if j.get("bench") == "rollout" and isinstance(j.get("series"), dict)]
 
 
 def label(j):
