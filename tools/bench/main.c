@@ -179,6 +179,17 @@ static int parse_list(const char *s, long lo, long hi, long *v, int cap) {
     return n;
 }
 
+/* A list option of ints 1..hi (at most RWB_MAX_LIST) into dst[0..*n); false when malformed. */
+static bool int_list(const char *s, long hi, int *dst, int *n) {
+    long v[RWB_MAX_LIST];
+    const int k = parse_list(s, 1, hi, v, RWB_MAX_LIST);
+    if (k < 1) return false;
+    for (int i = 0; i < k; i++)
+        dst[i] = (int)v[i];
+    *n = k;
+    return true;
+}
+
 /* "d256x1024,p8x2048" into the kernels' attention shapes; false on a malformed list. */
 static bool parse_attn_shapes(const char *s, rwb_opts *o) {
     char buf[256];
@@ -391,14 +402,10 @@ int main(int argc, char **argv) {
             o->nbuckets = n;
             have_buckets = true;
         } else if (!strcmp(a, "--batches")) {
-            if ((n = parse_list(val, 1, 1L << 16, lv, RWB_MAX_LIST)) < 1) goto bad;
-            for (int k = 0; k < n; k++) o->batches[k] = (int)lv[k];
-            o->nbatches = n;
+            if (!int_list(val, 1L << 16, o->batches, &o->nbatches)) goto bad;
             have_batches = true;
         } else if (!strcmp(a, "--ctxs")) {
-            if ((n = parse_list(val, 1, 1L << 20, lv, RWB_MAX_LIST)) < 1) goto bad;
-            for (int k = 0; k < n; k++) o->ctxs[k] = (int)lv[k];
-            o->nctxs = n;
+            if (!int_list(val, 1L << 20, o->ctxs, &o->nctxs)) goto bad;
             have_ctxs = true;
         } else if (!strcmp(a, "--gen")) {
             if (parse_list(val, 1, 1L << 20, lv, 3) != 3) goto bad;
@@ -438,13 +445,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--kernel-attention")) {
             if (!parse_attn_shapes(val, o)) goto bad;
         } else if (!strcmp(a, "--expert-tokens")) {
-            if ((n = parse_list(val, 1, 1L << 20, lv, RWB_MAX_LIST)) < 1) goto bad;
-            for (int k = 0; k < n; k++) o->ktokens[k] = (int)lv[k];
-            o->nktokens = n;
+            if (!int_list(val, 1L << 20, o->ktokens, &o->nktokens)) goto bad;
         } else if (!strcmp(a, "--dense-tokens")) {
-            if ((n = parse_list(val, 1, 1L << 20, lv, RWB_MAX_LIST)) < 1) goto bad;
-            for (int k = 0; k < n; k++) o->dtokens[k] = (int)lv[k];
-            o->ndtokens = n;
+            if (!int_list(val, 1L << 20, o->dtokens, &o->ndtokens)) goto bad;
         } else if (!strcmp(a, "--prefill")) {
             if (parse_list(val, 1, 1L << 20, lv, 2) != 2) goto bad;
             o->nprompt = (int)lv[0];
