@@ -84,41 +84,41 @@ def ms(x):
     return f"{x:.2f} ms" if x >= 0.1 else f"{x * 1000:.0f} us"
 
 
+OTHER = "other (norms, router, RoPE + KV write, embedding)"
+FORWARD = "forward (with the profiler's events)"
+ROW_NAMES = [n for n, _ in RW_ROWS] + [OTHER, FORWARD]
+
+
+def column(kind, b, c, ph, fwd, pk, layers):
+    """One step shape's (rw, peer) cells, a pair for each of ROW_NAMES in turn."""
+    tok = b if kind == "decode" else b * c
+    shape = f"decode_{b}x{c}" if kind == "decode" else f"prefill_{b}x{c}"
+    attn = pk.get(("attn", shape))
+    exp = pk.get(("experts", tok))
+    qkv, o = pk.get(("dense", "dense_qkv", tok)), pk.get(("dense", "dense_o_proj", tok))
+    lm = pk.get(("dense", "dense_lm_head", b))
+    peer = {
+        "attention": (attn * layers * 1e3, "torch SDPA") if attn else None,
+        "experts": (exp * layers * 1e3, "torch grouped_mm") if exp else None,
+        "dense (q/k/v + o_proj)": ((qkv + o) * layers * 1e3, "cuBLASLt") if qkv and o else None,
+        "lm_head": (lm * 1e3, "cuBLASLt") if lm else None,
+    }
+    cells, used = [], set()
+    for name, keys in RW_ROWS:
+        used.update(keys)
+        pv = peer[name]
+        cells.append((ms(sum(float(ph.get(k, 0.0)) for k in keys)),
+                      f"{ms(pv[0])} ({pv[1]})" if pv else "not run"))
+    cells.append((ms(sum(float(v) for k, v in ph.items() if k not in used)), ""))
+    cells.append((ms(fwd), ""))
+    return cells
+
+
 def table(cols, pk, layers):
-    head = ["phase"]
-    for c in cols:
-        head += [f"{c[0]}: rw", "peer"]
+    head = ["phase"] + [x for c in cols for x in (f"{c[0]}: rw", "peer")]
+    per = [column(kind, b, c, ph, fwd, pk, layers) for _, kind, b, c, ph, fwd in cols]
     rows = [head, ["---"] * len(head)]
-    cells = {}
-    for label, kind, b, c, ph, fwd in cols:
-        tok = b if kind == "decode" else b * c
-        shape = f"decode_{b}x{c}" if kind == "decode" else f"prefill_{b}x{c}"
-        attn = pk.get(("attn", shape))
-        exp = pk.get(("experts", tok))
-        qkv, o = pk.get(("dense", "dense_qkv", tok)), pk.get(("dense", "dense_o_proj", tok))
-        lm = pk.get(("dense", "dense_lm_head", b))
-        peer = {
-            "attention": (attn * layers * 1e3, "torch SDPA") if attn else None,
-            "experts": (exp * layers * 1e3, "torch grouped_mm") if exp else None,
-            "dense (q/k/v + o_proj)": ((qkv + o) * layers * 1e3, "cuBLASLt") if qkv and o else None,
-            "lm_head": (lm * 1e3, "cuBLASLt") if lm else None,
-        }
-        used = set()
-        for name, keys in RW_ROWS:
-            v = sum(float(ph.get(k, 0.0)) for k in keys)
-            used.update(keys)
-            pv = peer[name]
-            cells[(name, label)] = (ms(v), f"{ms(pv[0])} ({pv[1]})" if pv else "not run")
-        other = sum(float(v) for k, v in ph.items() if k not in used)
-        cells[("other (norms, router, RoPE + KV write, embedding)", label)] = (ms(other), "")
-        cells[("forward (with the profiler's events)", label)] = (ms(fwd), "")
-    names = [n for n, _ in RW_ROWS] + ["other (norms, router, RoPE + KV write, embedding)",
-                                       "forward (with the profiler's events)"]
-    for n in names:
-        row = [n]
-        for c in cols:
-            row += list(cells[(n, c[0])])
-        rows.append(row)
+    rows += [[n] + [x for cells in per for x in cells[i]] for i, n in enumerate(ROW_NAMES)]
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
