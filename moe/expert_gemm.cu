@@ -602,8 +602,8 @@ template <bool W13>
 static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, int64_t grid_x,
                              int sms, rw_stream s, rw_err *err) {
     if (tn == 128) return launch_fmt<128, W13>(fmt, split, g, grid_x, s, err);
+    const bool one_wave = grid_x * (g.M / MOE_BM) <= sms;
     if (tn == 16) {
-        const bool one_wave = grid_x * (g.M / MOE_BM) <= sms;
 #if RW_WGMMA
         /* bf16 tiles of 64 weight rows, one m64 block (BM): a one-token step's w13 grid is 8 x
          * 12 CTAs of 128 rows, which leaves 36 of an H200's 132 SMs idle while each CTA's
@@ -626,8 +626,7 @@ static rw_status launch_pass(int tn, int fmt, bool split, const gemm_args &g, in
         if (one_wave) return launch_fmt<16, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
         return launch_fmt<16, W13>(fmt, split, g, grid_x, s, err);
     }
-    if (grid_x * (g.M / MOE_BM) <= sms)
-        return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
+    if (one_wave) return launch_fmt<32, W13, MOE_DEEP_STAGES>(fmt, split, g, grid_x, s, err);
     /* mxfp8 of a multi-wave decode grid on wgmma: two warpgroups a CTA (MOE_THREADS_FOR) and
      * MOE_MX_WG_STAGES stages. A b256 forward on an H200 (docs/BENCHMARKS.md, 2026-12-04,
      * seventeenth session), same-run pairs: 4 stages 25.09-25.14 ms, 5 24.78-24.81, 6
