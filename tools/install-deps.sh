@@ -11,7 +11,7 @@ demo=0
 [ "${1:-}" = "--demo" ] && demo=1
 pkgs=(meson ninja-build pkg-config gcc libc6-dev
       libzmq3-dev libmsgpack-dev libjansson-dev libxxhash-dev libcmocka-dev
-      libpcre2-dev libutf8proc-dev libmicrohttpd-dev curl jq)
+      libpcre2-dev libutf8proc-dev libmicrohttpd-dev curl jq xz-utils)
 # node and npm by command: a node from another source (it bundles npm) conflicts with Debian's npm
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)

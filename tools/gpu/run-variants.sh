@@ -11,7 +11,7 @@
 # tools/bench/variant_lines.py prints the lines that compare them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROUNDS=2 ARCHIVE=.gpu-pack/variants.tgz
+ROUNDS=2 ARCHIVE=.gpu-pack/variants.txz
 names=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -28,7 +28,7 @@ done
 [ -f .deps/env.sh ] && source .deps/env.sh
 export NCCL_NVLS_ENABLE=0
 dir=/tmp/rw-variants
-rm -rf "$dir" && mkdir -p "$dir" && tar xzf "$ARCHIVE" -C "$dir" || { echo "run-variants: cannot unpack $ARCHIVE" >&2; exit 2; }
+rm -rf "$dir" && mkdir -p "$dir" && tar xf "$ARCHIVE" -C "$dir" || { echo "run-variants: cannot unpack $ARCHIVE" >&2; exit 2; }
 for n in "${names[@]}"; do
     [ -x "$dir/rw-$n" ] || { echo "run-variants: the archive has no variant $n ($(cut -f1 "$dir/variants.txt" | tr '\n' ' '))" >&2; exit 2; }
 done

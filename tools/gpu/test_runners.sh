@@ -57,12 +57,12 @@ mkdir -p "$tmp/v"
 printf '#!/bin/sh\necho $$ > %s/pid.v\nexec sleep 300\n' "$tmp" > "$tmp/v/rw-hang"
 chmod +x "$tmp/v/rw-hang"
 printf 'hang\t-\n' > "$tmp/v/variants.txt"
-tar czf "$tmp/v.tgz" -C "$tmp/v" rw-hang variants.txt
-OUT=$tmp/out RW_VARIANT_TIMEOUT=1 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.tgz" hang \
+tar cf - -C "$tmp/v" rw-hang variants.txt | xz > "$tmp/v.txz" # as pack-variants.sh writes it
+OUT=$tmp/out RW_VARIANT_TIMEOUT=1 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.txz" hang \
     -- x > "$tmp/v1.log" 2>&1
 grep -q 'hang round 1: timeout after 1s' "$tmp/v1.log" || fail "run-variants: $(cat "$tmp/v1.log")"
 rm -f "$tmp/pid.v"
-OUT=$tmp/out timeout 120 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.tgz" hang -- x \
+OUT=$tmp/out timeout 120 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.txz" hang -- x \
     > "$tmp/v2.log" 2>&1 &
 stop_started $! benchmark "$tmp/pid.v"
 echo "test_runners: ok"
