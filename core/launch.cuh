@@ -24,6 +24,14 @@
  *     every dependency, transitive ones included, is ordered as before. (Letting it be scheduled
  *     before the wait, three kernels in flight, measured slower: a batch-1 step 3.89 -> 4.37 ms
  *     on an H200, docs/BENCHMARKS.md.)
+ * One exception to the last rule, rw_pdl_begin_early: a kernel whose successor reads nothing
+ * before its wait but weights and the step's metadata may let it be scheduled before its own
+ * wait, three kernels in flight, where that successor has much to fetch before its wait and the
+ * kernel ahead of it is short: the attention combine before o_proj's GEMV, whose weight copies
+ * then start while the attention runs (a one-token step 3.029-3.057 -> 3.003-3.012 ms on an
+ * H200, same run; docs/BENCHMARKS.md, twenty-first session). The successor's wait still returns
+ * only after this kernel, and so everything before it, has completed; what it may read before
+ * that wait no longer includes what kernels two back wrote.
  * Nothing computed changes, only when CTAs are scheduled. RW_PDL=0 in the environment launches
  * ordinarily (read once per process). Captured into a CUDA graph, the attribute becomes a
  * programmatic edge with the same meaning. */
@@ -42,6 +50,14 @@ __device__ __forceinline__ void rw_pdl_begin(void) {
 #endif
 }
 
+/* rw_pdl_begin's two steps the other way round, for the kernels the contract above names: the
+ * next kernel may be scheduled before this one's wait. */
+__device__ __forceinline__ void rw_pdl_begin_early(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 /* Whether launches use PDL: yes unless RW_PDL=0. */
 static inline bool rw_pdl_enabled(void) {
     static int on = -1;

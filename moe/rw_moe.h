@@ -169,6 +169,12 @@ rw_tensor rw_wset_lm_head(const rw_wset *ws);    /* bf16 [v_local, H] */
 rw_tensor rw_wset_final_norm(const rw_wset *ws); /* bf16 [H] */
 rw_arena *rw_wset_arena(rw_wset *ws);
 size_t rw_wset_bytes(const rw_wset *ws);
+/* How many writes the weights have taken: rw_wset_apply, rw_wset_apply_batch and
+ * rw_wset_batch_launch each count one when they queue bytes. A copy derived from the weights (the
+ * CUDA backend's bf16 views of quantized dense layers) is stale when this has changed since it
+ * was made; the writes are on the caller's stream, so whoever rebuilds the copy orders itself
+ * after them as a forward pass does. */
+uint64_t rw_wset_generation(const rw_wset *ws);
 
 /* Checks a piece against the model before anything is written: known name, dtype allowed for the
  * tensor's format, full shape equal to the canonical shape, shard range inside the tensor,

@@ -479,6 +479,10 @@ size_t rw_wset_bytes(const rw_wset *ws) {
     return rw_arena_used(ws->arena);
 }
 
+uint64_t rw_wset_generation(const rw_wset *ws) {
+    return ws->gen;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Completeness                                                                                 */
 /* ------------------------------------------------------------------------------------------ */

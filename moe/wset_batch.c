@@ -287,6 +287,7 @@ rw_status rw_wset_batch_launch(rw_wset *ws, rw_wset_batch *bt, void *host_table,
     build *b = &bt->b;
     b->s = s;
     if (b->direct.n + b->fp8q.n + b->flush.n == 0) return RW_OK;
+    ws->gen++;
     if (ws->place != RW_PLACE_DEVICE) return run_host(b, err);
     if (!host_table || !dev_table)
         RW_FAIL(err, RW_E_INVALID_ARG, "apply: a device launch needs host and device tables");
@@ -304,6 +305,7 @@ rw_status rw_wset_apply_batch(rw_wset *ws, const rw_piece *pieces, size_t n, rw_
     rw_wset_batch *bt = ws->own;
     RW_CHECK(rw_wset_batch_prepare(ws, pieces, n, false, s, bt, NULL, err));
     bt->ready = false;
+    ws->gen++;
     /* 4. run (host bytes were gathered into the table upload on a device set) */
     if (ws->place == RW_PLACE_DEVICE) return run_device(&bt->b, &bt->t, err);
     return run_host(&bt->b, err);

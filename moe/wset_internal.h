@@ -80,6 +80,7 @@ struct rw_wset {
     rw_moe_host_slot slots[2];
     int slot_next;
     struct rw_wset_batch *own; /* rw_wset_apply_batch's batch (its memory is reused) */
+    uint64_t gen;              /* rw_wset_generation */
 };
 
 static inline size_t wset_per_layer(const rw_wset *ws) {

@@ -22,9 +22,10 @@ extern "C" {
 void *rw_cuda_be_stream(rw_model *m);
 /* Decode graphs on (the default) or off (every batch runs eagerly; the graph cache is dropped). */
 void rw_cuda_be_set_graphs(rw_model *m, bool on);
-/* The device K and V storage of a KV cache made by this backend: each holds `elems` bf16 values
- * (every layer, the scratch block included). */
-void rw_cuda_be_kv_buffers(rw_model *m, rw_kv *kv, uint16_t **k, uint16_t **v, size_t *elems);
+/* The device K and V storage of a KV cache made by this backend (and the low halves in the
+ * high-precision mode, else NULL): each holds `elems` bf16 values (every layer, the scratch block
+ * included). */
+void rw_cuda_be_kv_buffers(rw_model *m, rw_kv *kv, rw_kv_planes *all, size_t *elems);
 
 /* The attention split (rw_k_attention's nsplit) the forward pass uses for ntok tokens in ntiles
  * tiles whose longest context is max_ctx (a decode batch, ntok == ntiles, as its graph picks it),

@@ -35,6 +35,7 @@ static void cuda_destroy(rw_model *m) {
     cudaFree(be->wdeq);
     cudaFree(be->wdeq2);
     cudaFree(be->wdeq_o);
+    rw_cuda_dense_free(be);
     if (be->ev_fork) cudaEventDestroy(be->ev_fork);
     if (be->ev_join) cudaEventDestroy(be->ev_join);
     if (be->side) cudaStreamDestroy(be->side);
@@ -57,6 +58,7 @@ static const rw_backend_ops cuda_ops = {
     .kv_copy = rw_cuda_kv_copy,
     .routes = rw_cuda_routes,
     .load_random = rw_cuda_load_random,
+    .release_derived = rw_cuda_dense_release,
     .destroy = cuda_destroy,
 };
 
@@ -108,6 +110,7 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
         cudaMemcpy(be->inv_freq, inv, sizeof(float) * (size_t)(hd / 2), cudaMemcpyHostToDevice), st,
         fail);
     free(inv);
+    rw_cuda_dense_init(m);
     /* RW_CUDA_GRAPHS=0 turns graphs off; RW_CUDA_SYNC=1 (synchronize after every launch to
      * localise faults) cannot run inside a capture, so it turns them off too */
     const char *g = getenv("RW_CUDA_GRAPHS"), *sy = getenv("RW_CUDA_SYNC");

@@ -29,9 +29,13 @@
 struct rw_kv {
     int64_t nblocks;
     int bs;
-    uint16_t *k, *v;    /* [L, nblocks + 1, nkv, bs, hd] */
-    size_t layer_elems; /* (nblocks + 1) * nkv * bs * hd */
+    uint16_t *k, *v;       /* [L, nblocks + 1, nkv, bs, hd] */
+    uint16_t *k_lo, *v_lo; /* the pairs' low halves, same shape (RW_PRECISION_HIGH), or NULL */
+    size_t layer_elems;    /* (nblocks + 1) * nkv * bs * hd */
 };
+
+/* Layer l's arrays of kv (kernels/common.h). */
+rw_kv_planes rw_cuda_kv_layer(const rw_kv *kv, int l);
 
 /* A captured decode step: B rows (the batch padded up to a graph bucket), the block-table stride
  * and attention split it was captured with, on one KV cache. */
@@ -64,6 +68,14 @@ typedef struct cuda_be {
     cudaStream_t side;
     uint16_t *wdeq2, *wdeq_o;
     cudaEvent_t ev_fork, ev_join;
+    /* bf16 copies of the quantized layers' dense weights, remade when the weights change
+     * (cuda_dense.c): dq_qkv[l] [qd + 2 kd, H] and dq_o[l] [H, qd] in dq_mem, NULL for bf16
+     * layers; all NULL where there was no memory for them (the side stream's path then) */
+    uint16_t **dq_qkv, **dq_o;
+    void *dq_mem;
+    uint64_t dq_gen; /* the rw_wset_generation they were made at, when dq_valid */
+    bool dq_valid;
+    bool dq_want; /* the model has quantized layers and copies are wanted (not yet refused) */
     int32_t *ids; /* [L, cap_tok, top_k]; wts the same shape */
     void *attn_part;
     size_t attn_part_bytes;
@@ -102,6 +114,22 @@ typedef struct cuda_be {
 /* Decode batch sizes that get a graph (a batch is padded up to the next one). */
 extern const int rw_cuda_graph_buckets[];
 extern const int rw_cuda_graph_nbuckets;
+
+/* cuda_dense.c: a quantized dense weight [N, K] (fmt, scales sc) dequantized to bf16 at out on s,
+ * and a layer's q, k and v one after the other ([qd + 2 kd, H]); the copies: claimed at backend
+ * init (a warning and none when the memory is not there; RW_DENSE_BF16_COPIES=0: none), remade
+ * by refresh when the weights' generation moved (on st; refused inside a graph capture, so the
+ * graph paths refresh before they capture or replay), freed with the backend. */
+rw_status rw_cuda_dequant(rw_stream s, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
+                          uint16_t *out, rw_err *err);
+rw_status rw_cuda_dequant_qkv(rw_stream s, const rw_layer_weights *lw, int64_t qd, int64_t kd,
+                              int64_t H, uint16_t *out, rw_err *err);
+void rw_cuda_dense_init(rw_model *m);
+rw_status rw_cuda_dense_refresh(rw_model *m, rw_err *err);
+void rw_cuda_dense_free(cuda_be *be);
+/* ops->release_derived: the copies' memory handed back; refresh claims it again (dropping the
+ * decode graphs, which read the old copies) or, without room, turns the copies off */
+void rw_cuda_dense_release(rw_model *m);
 
 /* cuda_scratch.c */
 rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int nbt, rw_err *err);

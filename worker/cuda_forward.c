@@ -16,22 +16,6 @@ void rw_cuda_mark(cuda_be *be, int phase) {
         be->hook_failed = true;
 }
 
-/* A quantized dense weight [N, K] dequantized to bf16 at wdeq on stream s (exact: e4m3 times a
- * power of two for mxfp8; fp8-block as rw_dequant_fp8_block_ref). */
-static rw_status dequant_on(rw_stream s, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
-                            uint16_t *wdeq, rw_err *err) {
-    const int64_t N = w->shape[0], K = w->shape[1];
-    if (fmt == RW_WFMT_MXFP8) return rw_dequant_mxfp8_cuda(w->data, sc->data, N, K, wdeq, s, err);
-    return rw_dequant_fp8_block_cuda(w->data, sc->data, N, K, wdeq, s, err);
-}
-/* A quantized layer's q, k and v, one after the other into one bf16 matrix at wdeq */
-static rw_status dequant_qkv(rw_stream s, const rw_layer_weights *lw, int64_t qd, int64_t kd,
-                             int64_t H, uint16_t *wdeq, rw_err *err) {
-    RW_CHECK(dequant_on(s, lw->attn_fmt, &lw->q, &lw->q_scale, wdeq, err));
-    RW_CHECK(dequant_on(s, lw->attn_fmt, &lw->k, &lw->k_scale, wdeq + qd * H, err));
-    return dequant_on(s, lw->attn_fmt, &lw->v, &lw->v_scale, wdeq + (qd + kd) * H, err);
-}
-
 /* A dense weight [N, K] in any format times X + X_lo (gemm.h): quantized weights are dequantized to
  * bf16 first. */
 static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_tensor *sc,
@@ -39,7 +23,7 @@ static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_te
     const int64_t N = w->shape[0], K = w->shape[1];
     const void *W = w->data;
     if (w->dtype != RW_DTYPE_BF16) {
-        RW_CHECK(dequant_on(be->st, fmt, w, sc, be->wdeq, err));
+        RW_CHECK(rw_cuda_dequant(be->st, fmt, w, sc, be->wdeq, err));
         W = be->wdeq;
     }
     return rw_k_gemm(W, N, K, X, X_lo, M, Y, be->gemm_ws, be->gemm_ws_bytes, be->st, err);
@@ -57,6 +41,7 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
     const int K = c->top_k, nh = d->nh_local, nkv = d->nkv_local;
     const float eps = (float)c->rms_eps;
     rw_stream s = be->st;
+    RW_CHECK(rw_cuda_dense_refresh(m, err)); /* no-op unless the weights changed */
     const int32_t *tok = (const int32_t *)be->meta_d;
     const int32_t *pos = (const int32_t *)(be->meta_d + be->off_pos);
     const int32_t *slot = (const int32_t *)(be->meta_d + be->off_slot);
@@ -108,8 +93,10 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         /* one GEMM over [q | k | v] rows: a bf16 layer's fused view in the weight set (every
          * bf16 layer has one, rw_layer_weights), or a quantized layer's q, k and v dequantized
          * one after the other into one bf16 matrix (three GEMMs of 4096, 512 and 512 rows took
-         * 16.7 + 18.9 + 18.9 us at b256 on an H200, the fused one 25.8) */
-        const void *wqkv = lw->qkv.data;
+         * 16.7 + 18.9 + 18.9 us at b256 on an H200, the fused one 25.8): its bf16 copy
+         * (cuda_dense.c), or without copies dequantized here */
+        const void *wqkv = lw->qkv.data ? lw->qkv.data : be->dq_qkv ? be->dq_qkv[l] : NULL;
+        const uint16_t *wo = be->dq_o ? be->dq_o[l] : NULL; /* o_proj's copy, if any */
         /* the side stream took this layer's o_proj (and maybe the next layer's q/k/v) */
         bool o_side = false;
         if (!wqkv) {
@@ -119,7 +106,7 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
                         "view of the weight set",
                         l);
             uint16_t *const buf[2] = {be->wdeq, be->wdeq2 ? be->wdeq2 : be->wdeq};
-            if (l != qkv_ready) RW_CHECK(dequant_qkv(s, lw, qd, kd, H, buf[l % 2], err));
+            if (l != qkv_ready) RW_CHECK(rw_cuda_dequant_qkv(s, lw, qd, kd, H, buf[l % 2], err));
             wqkv = buf[l % 2];
             if (be->side) {
                 /* Overlap: layer l's o_proj and layer l + 1's q/k/v dequantize on the side stream
@@ -131,11 +118,12 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
                  * the same bytes: only when they run changes. */
                 RW_CUDA_CHECK(err, cudaEventRecord(be->ev_fork, (cudaStream_t)s));
                 RW_CUDA_CHECK(err, cudaStreamWaitEvent(be->side, be->ev_fork, 0));
-                RW_CHECK(dequant_on(be->side, lw->attn_fmt, &lw->o, &lw->o_scale, be->wdeq_o, err));
+                RW_CHECK(
+                    rw_cuda_dequant(be->side, lw->attn_fmt, &lw->o, &lw->o_scale, be->wdeq_o, err));
                 const rw_layer_weights *nx =
                     l + 1 < c->num_layers ? rw_wset_layer(m->ws, l + 1) : NULL;
                 if (nx && !nx->qkv.data && nx->attn_fmt != RW_WFMT_BF16) {
-                    RW_CHECK(dequant_qkv(be->side, nx, qd, kd, H, buf[(l + 1) % 2], err));
+                    RW_CHECK(rw_cuda_dequant_qkv(be->side, nx, qd, kd, H, buf[(l + 1) % 2], err));
                     qkv_ready = l + 1;
                 }
                 RW_CUDA_CHECK(err, cudaEventRecord(be->ev_join, be->side));
@@ -147,20 +135,19 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         const float *qp = be->q, *kp = be->q + qd, *vp = be->q + qd + kd;
         const int64_t ldq = qd + 2 * kd, ldkv = ldq;
         rw_cuda_mark(be, RW_PHASE_QKV);
-        uint16_t *kc = kv->k + (size_t)l * kv->layer_elems,
-                 *vc = kv->v + (size_t)l * kv->layer_elems;
+        const rw_kv_planes kvl = rw_cuda_kv_layer(kv, l);
         RW_CHECK(rw_k_qk_rope_kv(qp, kp, vp, ldq, ldkv, lw->q_norm.data, lw->k_norm.data, pos, slot,
-                                 ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qf, kc, vc,
-                                 s, err));
+                                 ntok, nh, nkv, (int)hd, kv->bs, be->inv_freq, eps, be->qf, kvl, s,
+                                 err));
         rw_cuda_mark(be, RW_PHASE_ROPE);
-        RW_CHECK(rw_k_attention(be->qf, kc, vc, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                                nkv, (int)hd, kv->bs, nsplit, be->attn_part, be->attn_part_bytes,
+        RW_CHECK(rw_k_attention(be->qf, kvl, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh, nkv,
+                                (int)hd, kv->bs, nsplit, be->attn_part, be->attn_part_bytes,
                                 be->att, be->att_lo, s, err));
         rw_cuda_mark(be, RW_PHASE_ATTN);
-        if (o_side) {
-            RW_CUDA_CHECK(err, cudaStreamWaitEvent((cudaStream_t)s, be->ev_join, 0));
-            RW_CHECK(rw_k_gemm(be->wdeq_o, lw->o.shape[0], lw->o.shape[1], be->att, be->att_lo,
-                               ntok, be->y, be->gemm_ws, be->gemm_ws_bytes, s, err));
+        if (o_side || wo) {
+            if (o_side) RW_CUDA_CHECK(err, cudaStreamWaitEvent((cudaStream_t)s, be->ev_join, 0));
+            RW_CHECK(rw_k_gemm(o_side ? be->wdeq_o : wo, lw->o.shape[0], lw->o.shape[1], be->att,
+                               be->att_lo, ntok, be->y, be->gemm_ws, be->gemm_ws_bytes, s, err));
         } else {
             RW_CHECK(dense(be, lw->attn_fmt, &lw->o, &lw->o_scale, be->att, be->att_lo, be->y, ntok,
                            err));
@@ -204,11 +191,14 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         rw_cuda_mark(be, RW_PHASE_ROUTER);
         if (tp) RW_CUDA_CHECK(err, cudaMemsetAsync(be->y, 0, (size_t)(ntok * H) * 4, be->st));
         float *const eo = fuse && l + 1 < c->num_layers ? NULL : moe_out;
+        /* silu(g)*u into the down projection: one bf16, or a pair in the high-precision mode */
+        const bool act_pair = m->precision == RW_PRECISION_HIGH;
         if (rsort)
-            RW_CHECK(rw_moe_experts_cuda_presorted(lw, d, H, be->h, be->h_lo, false, ntok, ids, wts,
-                                                   K, eo, be->moe_ws, be->moe_ws_bytes, s, err));
+            RW_CHECK(rw_moe_experts_cuda_presorted(lw, d, H, be->h, be->h_lo, act_pair, ntok, ids,
+                                                   wts, K, eo, be->moe_ws, be->moe_ws_bytes, s,
+                                                   err));
         else
-            RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, false, ntok, ids, wts, K, eo,
+            RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, act_pair, ntok, ids, wts, K, eo,
                                          be->moe_ws, be->moe_ws_bytes, s, err));
         rw_cuda_mark(be, RW_PHASE_EXPERTS);
         if (tp) {

@@ -21,6 +21,7 @@ void rw_cuda_drop_graphs(cuda_be *be) {
 rw_status rw_cuda_run_graph(rw_model *m, rw_kv *kv, int B, int stride, int64_t max_ctx,
                             rw_err *err) {
     cuda_be *be = m->be;
+    RW_CHECK(rw_cuda_dense_refresh(m, err)); /* a replay does not run rw_cuda_run_model's */
     const int ns = rw_cuda_graph_split(m, B, max_ctx);
     dgraph *g = NULL;
     for (int i = 0; i < be->ngraphs; i++)
@@ -59,6 +60,7 @@ rw_status rw_cuda_run_graph(rw_model *m, rw_kv *kv, int B, int stride, int64_t m
 rw_status rw_cuda_run_hooked(rw_model *m, rw_kv *kv, int B, int64_t ntok, int ntiles, int qt,
                              int64_t nlog, int stride, int64_t max_ctx, rw_err *err) {
     cuda_be *be = m->be;
+    RW_CHECK(rw_cuda_dense_refresh(m, err)); /* before the capture below */
     rw_cuda_fwd_hook *h = be->hook;
     h->graph = false;
     if (B && !h->no_graph) {

@@ -99,6 +99,9 @@ typedef struct rw_backend_ops {
      * to the weight set, generated where the backend likes: the values are rw_model_rand_params'
      * rule whatever the backend (model_random.c) */
     rw_status (*load_random)(rw_model *m, uint64_t seed, float std, rw_err *err);
+    /* frees what the backend keeps derived from the weights (NULL: nothing): it is made again
+     * from the weights when a forward pass needs it (rw_model_release_derived) */
+    void (*release_derived)(rw_model *m);
     void (*destroy)(rw_model *m);
 } rw_backend_ops;
 
@@ -107,6 +110,7 @@ struct rw_model {
     rw_tp_dims d;
     rw_backend kind;
     int device;
+    rw_precision precision;
     rw_comm *comm; /* borrowed, or own_comm */
     bool own_comm;
     rw_wset *ws;

@@ -28,6 +28,26 @@ rw_status rw_backend_parse(const char *s, rw_backend *out, rw_err *err) {
     RW_FAIL(err, RW_E_INVALID_ARG, "unknown backend '%s' (cpu or cuda)", s ? s : "(null)");
 }
 
+const char *rw_precision_str(rw_precision p) {
+    switch (p) {
+    case RW_PRECISION_STANDARD: return "standard";
+    case RW_PRECISION_HIGH: return "high";
+    }
+    return "invalid";
+}
+
+rw_status rw_precision_parse(const char *s, rw_precision *out, rw_err *err) {
+    if (s && strcmp(s, "standard") == 0) {
+        *out = RW_PRECISION_STANDARD;
+        return RW_OK;
+    }
+    if (s && strcmp(s, "high") == 0) {
+        *out = RW_PRECISION_HIGH;
+        return RW_OK;
+    }
+    RW_FAIL(err, RW_E_INVALID_ARG, "unknown precision '%s' (standard or high)", s ? s : "(null)");
+}
+
 rw_status rw_model_create(const rw_config *cfg, const rw_model_opts *o, rw_model **out,
                           rw_err *err) {
     if (!cfg || !o || !out) RW_FAIL(err, RW_E_INVALID_ARG, "model: NULL argument");
@@ -48,6 +68,8 @@ rw_status rw_model_create(const rw_config *cfg, const rw_model_opts *o, rw_model
     if (cfg->hidden_size % 64 != 0)
         RW_FAIL(err, RW_E_UNSUPPORTED, "model: hidden_size %d must be a multiple of 64",
                 cfg->hidden_size);
+    if (o->precision != RW_PRECISION_STANDARD && o->precision != RW_PRECISION_HIGH)
+        RW_FAIL(err, RW_E_INVALID_ARG, "model: precision %d (standard or high)", (int)o->precision);
     rw_model *m = calloc(1, sizeof *m);
     if (!m) RW_FAIL(err, RW_E_OOM, "model");
     rw_status st;
@@ -55,6 +77,7 @@ rw_status rw_model_create(const rw_config *cfg, const rw_model_opts *o, rw_model
     RW_CHECKGOTO(rw_tp_dims_make(cfg, tp, rank, &m->d, err), st, fail);
     m->kind = o->backend;
     m->device = o->device;
+    m->precision = o->precision;
     if (o->comm) {
         m->comm = o->comm;
     } else {
@@ -99,6 +122,9 @@ rw_backend rw_model_backend(const rw_model *m) {
 }
 rw_wset *rw_model_wset(rw_model *m) {
     return m->ws;
+}
+void rw_model_release_derived(rw_model *m) {
+    if (m && m->ops && m->ops->release_derived) m->ops->release_derived(m);
 }
 
 static rw_status check_complete(rw_model *m, const char *what, rw_err *err) {

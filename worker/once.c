@@ -11,7 +11,7 @@ static void usage(FILE *f) {
         f, "usage: rw-worker --once (--model DIR | --config FILE --random-weights) --prompt 1,2,3\n"
            "         [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S]\n"
            "         [--stop 7,8] [--top-logprobs N] [--device cpu|cuda] [--gpu ORDINAL]\n"
-           "         [--kv-mb MB]\n"
+           "         [--kv-mb MB] [--precision standard|high]\n"
            "  --seed seeds both the sampler and (with --random-weights) the weights.\n");
 }
 
@@ -64,6 +64,7 @@ int rw_worker_once_main(int argc, char **argv, FILE *out) {
     bool random_w = false;
     rw_sampling sp = rw_sampling_default();
     rw_backend be = RW_BACKEND_CPU;
+    rw_precision prec = RW_PRECISION_STANDARD;
     int gpu = 0;
     double kv_mb = 0;
     for (int i = 0; i < argc; i++) {
@@ -118,6 +119,8 @@ int rw_worker_once_main(int argc, char **argv, FILE *out) {
             sp.seed = s;
         } else if (strcmp(a, "--device") == 0) {
             NEED_VALUE if (rw_backend_parse(v, &be, &err) != RW_OK) BAD_VALUE;
+        } else if (strcmp(a, "--precision") == 0) {
+            NEED_VALUE if (rw_precision_parse(v, &prec, &err) != RW_OK) BAD_VALUE;
         } else if (strcmp(a, "--gpu") == 0) {
             NEED_VALUE if (!parse_num(v, 0, 1024, &x)) BAD_VALUE;
             gpu = (int)x;
@@ -167,7 +170,7 @@ int rw_worker_once_main(int argc, char **argv, FILE *out) {
     char path[4096];
     if (model) snprintf(path, sizeof path, "%s/config.json", model);
     RW_CHECKGOTO(rw_config_load(model ? path : config, &cfg, &err), st, done);
-    rw_model_opts mo = {be, gpu, 1, 0, NULL};
+    rw_model_opts mo = {be, gpu, 1, 0, NULL, prec};
     RW_CHECKGOTO(rw_model_create(&cfg, &mo, &m, &err), st, done);
     if (model)
         RW_CHECKGOTO(rw_model_load_ckpt(m, model, &err), st, done);

@@ -81,11 +81,28 @@ typedef enum rw_backend {
 const char *rw_backend_str(rw_backend b); /* "cpu", "cuda" */
 rw_status rw_backend_parse(const char *s, rw_backend *out, rw_err *err);
 
+/* The CUDA backend's activation precision (the CPU backend computes in fp32 either way).
+ * STANDARD: the GEMM inputs upstream of the routers travel as hi + lo bf16 pairs, the KV cache,
+ * the softmax weights and the down projection's input are one bf16 each; the router logits land
+ * within about 1e-2 of an fp32 forward pass's. HIGH: those three are pairs too, and the router
+ * logits land within about 3e-5 of it (measured on the test fixtures), below the gaps that
+ * decide routing ties in practice, so a token takes the experts the fp32 model gives it; for
+ * twice the KV cache's memory and attention's reads, and one more MMA per attention product and
+ * down projection (docs/BENCHMARKS.md has the cost). */
+typedef enum rw_precision {
+    RW_PRECISION_STANDARD = 0,
+    RW_PRECISION_HIGH = 1,
+} rw_precision;
+
+const char *rw_precision_str(rw_precision p); /* "standard", "high" */
+rw_status rw_precision_parse(const char *s, rw_precision *out, rw_err *err);
+
 typedef struct rw_model_opts {
     rw_backend backend;
     int device;    /* CUDA ordinal (CUDA backend) */
     int tp, rank;  /* tensor-parallel degree and this rank; tp 1 when comm is NULL */
     rw_comm *comm; /* borrowed, must outlive the model; NULL for a single rank */
+    rw_precision precision; /* CUDA backend; RW_PRECISION_STANDARD = 0 */
 } rw_model_opts;
 
 typedef struct rw_model rw_model;
@@ -99,6 +116,11 @@ const rw_config *rw_model_config(const rw_model *m);
 const rw_tp_dims *rw_model_dims(const rw_model *m);
 rw_backend rw_model_backend(const rw_model *m);
 rw_wset *rw_model_wset(rw_model *m); /* borrowed; updates write through rw_wset_apply */
+/* Frees the device memory the backend keeps derived from the weights (the CUDA backend's bf16
+ * copies of quantized dense weights), for a worker that hands its weights' memory back
+ * (release_memory); the next forward pass makes them again, or, where that memory is gone by
+ * then, dequantizes every step instead. No effect on results. */
+void rw_model_release_derived(rw_model *m);
 
 /* Loads every tensor of a Hugging Face checkpoint directory (whole tensors, bf16 or pre-quantized
  * with .weight_scale_inv) through rw_wset_apply, then checks the set is complete. */

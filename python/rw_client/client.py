@@ -318,9 +318,11 @@ class Worker:
     gpu: first CUDA ordinal; tp: ranks; control: address to bind (a free loopback port by
     default; the bound one is `endpoint`); kv_mb: KV cache size per rank in MiB (default: on
     CUDA 0.9 of the device memory free after the weights, less 768 MiB; give it when workers
-    or other processes share the GPU); tokenizer: a directory with tokenizer.json (text prompts
-    and outputs); http: serve HTTP too ("0": a free loopback port, URL in `http_url`);
-    extra_args: more rw-worker options."""
+    or other processes share the GPU); precision: "standard" (default) or "high" (CUDA: the KV
+    cache, softmax weights and experts' down-projection input as hi + lo pairs too, routing as
+    in fp32, twice the KV memory); tokenizer: a directory with tokenizer.json (text prompts and
+    outputs); http: serve HTTP too ("0": a free loopback port, URL in `http_url`); extra_args:
+    more rw-worker options."""
 
     def __init__(self, model: Optional[str] = None, config: Optional[str] = None,
                  random_weights: bool = False, seed: int = 0, tp: int = 1,
@@ -328,7 +330,8 @@ class Worker:
                  control: str = "tcp://127.0.0.1:*", extra_args: Sequence[str] = (),
                  exe: Optional[str] = None, env: Optional[Dict[str, str]] = None,
                  start_timeout: float = 120, kv_mb: Optional[float] = None,
-                 tokenizer: Optional[str] = None, http: Optional[str] = None):
+                 tokenizer: Optional[str] = None, http: Optional[str] = None,
+                 precision: Optional[str] = None):
         args = [find_worker(exe)]
         if model:
             args += ["--model", model]
@@ -343,6 +346,8 @@ class Worker:
             args += ["--gpu", str(gpu)]
         if kv_mb is not None:
             args += ["--kv-mb", str(kv_mb)]
+        if precision is not None:
+            args += ["--precision", precision]
         if tokenizer:
             args += ["--tokenizer", tokenizer]
         if http is not None:

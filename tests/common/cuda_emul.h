@@ -59,6 +59,10 @@ enum {
      * point, not the same bits. */
     RW_EMUL_CUDA = (RW_EMUL_ROUND_ALL & ~RW_EMUL_ROUND_Q) | RW_EMUL_SPLIT | RW_EMUL_SPLIT_MOE |
                    RW_EMUL_ONE_ACT | RW_EMUL_ONE_LM | RW_EMUL_ROUND_P,
+    /* what the CUDA backend does in the high-precision mode (RW_PRECISION_HIGH): the K and V
+     * cache entries, the softmax weights and silu(g)*u are hi + lo pairs too */
+    RW_EMUL_CUDA_HIGH =
+        (RW_EMUL_CUDA & ~(RW_EMUL_ROUND_P | RW_EMUL_ONE_ACT)) | RW_EMUL_SPLIT_K | RW_EMUL_SPLIT_V,
 };
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if (!(flags & bit)) return x;

@@ -124,6 +124,10 @@ typedef struct rw_tol {
  * most 2^-9 of itself, so the average by at most 2^-9 max|v|, on top of RW_TOL_ATTN_PAIR's
  * budget (vmax: the largest |v| of the cache). */
 #define RW_TOL_ATTN_P1(vmax) ((rw_tol){"RW_TOL_ATTN_P1", (vmax) / 512.0 + 1e-5, 4e-5, 0.25})
+/* Attention on a cache of hi + lo pairs (the high-precision mode), the softmax weights pairs too:
+ * the fp32 budget of RW_TOL_ATTN_PAIR, with an absolute floor of 2^-16 max|v| for outputs near
+ * zero. A low half left out would cost up to 2^-9 of each term. */
+#define RW_TOL_ATTN_KV2(vmax) ((rw_tol){"RW_TOL_ATTN_KV2", (vmax) / 65536.0, 4e-5, 0.25})
 /* Router logits: fp32 dot products over H in another order. */
 #define RW_TOL_F32_DOT ((rw_tol){"RW_TOL_F32_DOT", 0.0, 1e-4, 1.0})
 

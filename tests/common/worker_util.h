@@ -12,11 +12,18 @@
 #include "rw_reference.h"
 #include "rw_worker.h"
 
-/* A model of `cfg` on backend b (TP1), loaded from the checkpoint directory `dir`. */
+/* The precision of the models the tests make (rw_precision): a test built with
+ * -DRW_TEST_PRECISION=RW_PRECISION_HIGH runs its CUDA models in the high-precision mode. */
+#ifndef RW_TEST_PRECISION
+#define RW_TEST_PRECISION RW_PRECISION_STANDARD
+#endif
+
+/* A model of `cfg` on backend b (TP1, RW_TEST_PRECISION), loaded from the checkpoint directory
+ * `dir`. */
 static inline rw_model *rw_test_load_model(const rw_config *cfg, rw_backend b, const char *dir) {
     rw_err err = {0};
     rw_model *m = NULL;
-    rw_model_opts mo = {b, 0, 1, 0, NULL};
+    rw_model_opts mo = {b, 0, 1, 0, NULL, RW_TEST_PRECISION};
     RW_ASSERT_OK(rw_model_create(cfg, &mo, &m, &err), &err);
     RW_ASSERT_OK(rw_model_load_ckpt(m, dir, &err), &err);
     return m;

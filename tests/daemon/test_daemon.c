@@ -54,6 +54,7 @@ static void test_health_stats(void **state) {
     assert_string_equal(dt_str(h, "state", NULL), "serving");
     assert_int_equal(dt_int(h, "tp", NULL), 1);
     assert_string_equal(dt_str(h, "device", NULL), "cpu");
+    assert_string_equal(dt_str(h, "precision", NULL), "standard");
     assert_non_null(strstr(dt_str(h, "version", NULL), "qwen3-moe-tiny"));
     json_decref(h);
     json_t *t = dt_ok(s->c, "stats", NULL);

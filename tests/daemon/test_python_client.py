@@ -146,6 +146,14 @@ def main():
         c2.close()
         code = w.stop()
     check(code == 0, "worker exit status %s" % code)
+    # precision="high" reaches the worker (--precision high); the CPU backend computes in fp32
+    # either way, so the fixture's greedy tokens come out
+    with Worker(model=FIXTURE, device="cpu", kv_mb=64, precision="high") as w:
+        c = Client(w.endpoint)
+        check(c.health()["precision"] == "high", "health: %s" % c.health())
+        o = c.generate(prompts[:1], max_new_tokens=24)[0]
+        check(o["tokens"] == greedy[0], "precision high: %s" % o["tokens"])
+        check(w.stop() == 0, "worker exit status (precision high)")
     print("ok")
     return 0
 

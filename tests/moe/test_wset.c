@@ -808,6 +808,44 @@ static void test_checksum(void **state) {
     tm_free(&m);
 }
 
+/* rw_wset_generation counts the writes (what tells a derived copy, such as the CUDA backend's bf16
+ * views of quantized dense weights, that it is stale): one per apply batch, per single apply and
+ * per two-phase launch; nothing for a refused piece, a prepare alone, reads or mark clearing. */
+static void test_generation(void **state) {
+    (void)state;
+    tmodel m;
+    tm_random(&m, 256, 2, 160, 1, RW_QMETHOD_MXFP8, 0, 1100);
+    plist l = pl_whole_of(&m);
+    rw_wset *ws = ws_new(&m.cfg, 1, 0);
+    rw_err err = {0};
+    assert_true(rw_wset_generation(ws) == 0);
+    apply_list(ws, &l, 2);
+    assert_true(rw_wset_generation(ws) == 2);
+    RW_ASSERT_OK(rw_wset_apply(ws, &l.p[0], NULL, &err), &err);
+    assert_true(rw_wset_generation(ws) == 3);
+    /* refused before anything is written: no write counted */
+    rw_piece bad = l.p[0];
+    bad.name = "model.layers.0.self_attn.no_such_proj.weight";
+    assert_int_not_equal(rw_wset_apply(ws, &bad, NULL, &err), RW_OK);
+    assert_int_not_equal(rw_wset_validate_piece(ws, &bad, &err), RW_OK);
+    uint64_t sum = 0;
+    RW_ASSERT_OK(rw_wset_checksum(ws, "model.layers.0.self_attn.o_proj.weight", &sum, &err), &err);
+    rw_wset_mark_clear(ws);
+    assert_true(rw_wset_generation(ws) == 3);
+    /* the two-phase path: prepare counts nothing, launch counts one */
+    rw_wset_batch *b;
+    RW_ASSERT_OK(rw_wset_batch_create(&b, &err), &err);
+    RW_ASSERT_OK(rw_wset_batch_prepare(ws, l.p, l.n, false, NULL, b, NULL, &err), &err);
+    assert_true(rw_wset_generation(ws) == 3);
+    RW_ASSERT_OK(rw_wset_batch_launch(ws, b, NULL, NULL, NULL, &err), &err);
+    assert_true(rw_wset_generation(ws) == 4);
+    assert_complete(ws);
+    rw_wset_batch_destroy(b);
+    rw_wset_destroy(ws);
+    pl_free(&l);
+    tm_free(&m);
+}
+
 /* The fused q/k/v view rw_layer_weights documents: for a bf16 layer qkv is [(nh_l + 2 nkv_l) hd,
  * H] over q, k, v back to back (the rows the rank's q, k and v slices read back as); for a layer
  * whose attention is quantized, qkv has no data. */
@@ -881,7 +919,7 @@ int main(void) {
         cmocka_unit_test(test_partial_update),   cmocka_unit_test(test_apply_twice),
         cmocka_unit_test(test_validation),       cmocka_unit_test(test_completeness),
         cmocka_unit_test(test_stale_stage),      cmocka_unit_test(test_checksum),
-        cmocka_unit_test(test_qkv_view),
+        cmocka_unit_test(test_qkv_view),         cmocka_unit_test(test_generation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

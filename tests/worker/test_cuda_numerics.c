@@ -226,8 +226,9 @@ static void test_exact(void **state) {
 }
 
 /* The backend's rounding points with every activation upstream of a router kept near fp32: K and
- * V cache entries, the softmax weights and silu(g)*u as hi + lo pairs too. */
-#define PAIRS ((RW_EMUL_CUDA & ~(RW_EMUL_ROUND_P | RW_EMUL_ONE_ACT)) | RW_EMUL_SPLIT_KV)
+ * V cache entries, the softmax weights and silu(g)*u as hi + lo pairs too (the high-precision
+ * mode). */
+#define PAIRS RW_EMUL_CUDA_HIGH
 
 /* Each rounding point of the CUDA backend alone and all together, against the reference. */
 static void test_rounding_points(void **state) {

@@ -221,8 +221,15 @@ static void test_combine_norm(void **state) {
     combine_norm_case(3, 64, 1, 43);
 }
 
-/* q, k, v as one fused [n, q | k | v] GEMM output (row stride (nh + 2 nkv) hd). */
-static void rope_case(int n, int nh, int nkv, int hd) {
+/* The values a cache's pairs stand for: out[i] = hi[i] + lo[i] (hi alone without lo). */
+static void pair_values(const uint16_t *hi, const uint16_t *lo, size_t n, float *out) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = rw_bf16_to_f32(hi[i]) + (lo ? rw_bf16_to_f32(lo[i]) : 0.0f);
+}
+
+/* q, k, v as one fused [n, q | k | v] GEMM output (row stride (nh + 2 nkv) hd); pairs: the
+ * cache's low halves written too (the high-precision mode). */
+static void rope_case(int n, int nh, int nkv, int hd, bool pairs) {
     const int bs = 16, nblocks = 6;
     const int64_t ld = (int64_t)(nh + 2 * nkv) * hd;
     const size_t qe = (size_t)n * nh * hd, fe = (size_t)n * ld;
@@ -242,30 +249,51 @@ static void rope_case(int n, int nh, int nkv, int hd) {
     }
     float *qo = malloc(4 * qe), *gqo = malloc(4 * qe);
     uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce), *gkc = malloc(2 * ce),
-             *gvc = malloc(2 * ce);
-    for (size_t i = 0; i < ce; i++)
+             *gvc = malloc(2 * ce), *kl = malloc(2 * ce), *vl = malloc(2 * ce),
+             *gkl = malloc(2 * ce), *gvl = malloc(2 * ce);
+    for (size_t i = 0; i < ce; i++) {
         kc[i] = vc[i] = 0x3f80; /* 1.0: untouched slots stay */
+        kl[i] = vl[i] = 0x3b80; /* 2^-8 */
+    }
     float *dqkv = rw_tdev_put(qkv, 4 * fe), *di = rw_tdev_put(inv, sizeof(float) * (size_t)(hd / 2));
     uint16_t *dqn = rw_tdev_put(qn, 2 * (size_t)hd), *dkn = rw_tdev_put(kn, 2 * (size_t)hd);
     float *dqo;
     uint16_t *dkc = rw_tdev_put(kc, 2 * ce), *dvc = rw_tdev_put(vc, 2 * ce);
+    uint16_t *dkl = rw_tdev_put(kl, 2 * ce), *dvl = rw_tdev_put(vl, 2 * ce);
+    const rw_kv_planes hkv = {kc, vc, pairs ? kl : NULL, pairs ? vl : NULL};
+    const rw_kv_planes dkv = {dkc, dvc, pairs ? dkl : NULL, pairs ? dvl : NULL};
     int32_t *dp = rw_tdev_put(pos, sizeof(int32_t) * (size_t)n),
             *ds = rw_tdev_put(slot, sizeof(int32_t) * (size_t)n);
     RW_TCK(cudaMalloc((void **)&dqo, 4 * qe));
     rw_err err = {0};
     const int64_t qd = (int64_t)nh * hd, kd = (int64_t)nkv * hd;
     rw_k_qk_rope_kv_ref(qkv, qkv + qd, qkv + qd + kd, ld, ld, qn, kn, pos, slot, n, nh, nkv, hd, bs,
-                        inv, 1e-6f, qo, kc, vc);
+                        inv, 1e-6f, qo, hkv);
     RW_ASSERT_OK(rw_k_qk_rope_kv(dqkv, dqkv + qd, dqkv + qd + kd, ld, ld, dqn, dkn, dp, ds, n, nh,
-                                 nkv, hd, bs, di, 1e-6f, dqo, dkc, dvc, NULL, &err),
+                                 nkv, hd, bs, di, 1e-6f, dqo, dkv, NULL, &err),
                  &err);
     rw_tdev_get(gqo, dqo, 4 * qe);
     rw_tdev_get(gkc, dkc, 2 * ce);
     rw_tdev_get(gvc, dvc, 2 * ce);
+    rw_tdev_get(gkl, dkl, 2 * ce);
+    rw_tdev_get(gvl, dvl, 2 * ce);
     /* sincos at angles ~1e3 differs from the host libm by a few ulps of the angle */
     rw_assert_close(gqo, qo, qe, RW_TOL_ROPE_F32, "rope q (fp32)");
     rw_assert_close(gkc, kc, ce, RW_TOL_ROPE_BF16, "rope k cache");
     rw_assert_bytes_equal(gvc, vc, 2 * ce, "v cache");
+    /* the low halves: V's exactly; K's pairs within the fp32 budget of q (the same rotation);
+     * untouched without pairs */
+    rw_assert_bytes_equal(gvl, vl, 2 * ce, "v cache, low halves");
+    if (pairs) {
+        float *a = malloc(4 * ce), *b = malloc(4 * ce);
+        pair_values(gkc, gkl, ce, a);
+        pair_values(kc, kl, ce, b);
+        rw_assert_close(a, b, ce, RW_TOL_ROPE_F32, "rope k cache pairs");
+        free(a);
+        free(b);
+    } else {
+        rw_assert_bytes_equal(gkl, kl, 2 * ce, "k cache low halves, untouched");
+    }
     cudaFree(dqkv);
     cudaFree(di);
     cudaFree(dqn);
@@ -273,6 +301,8 @@ static void rope_case(int n, int nh, int nkv, int hd) {
     cudaFree(dqo);
     cudaFree(dkc);
     cudaFree(dvc);
+    cudaFree(dkl);
+    cudaFree(dvl);
     cudaFree(dp);
     cudaFree(ds);
     free(qkv);
@@ -282,19 +312,25 @@ static void rope_case(int n, int nh, int nkv, int hd) {
     free(vc);
     free(gkc);
     free(gvc);
+    free(kl);
+    free(vl);
+    free(gkl);
+    free(gvl);
 }
 
 static void test_rope_kv(void **state) {
     (void)state;
-    rope_case(21, 8, 2, 128);
-    rope_case(1, 32, 4, 128); /* a decode token of the 30B-A3B shape */
-    rope_case(40, 4, 2, 32);  /* the fixture's heads */
+    for (int pairs = 0; pairs < 2; pairs++) {
+        rope_case(21, 8, 2, 128, pairs);
+        rope_case(1, 32, 4, 128, pairs); /* a decode token of the 30B-A3B shape */
+        rope_case(40, 4, 2, 32, pairs);  /* the fixture's heads */
+    }
 }
 
 /* Device buffers of one attention problem: K/V cache, q, block tables, positions, tiles. */
 typedef struct attn_dev {
     float *q;
-    uint16_t *kc, *vc, *hi, *lo;
+    uint16_t *kc, *vc, *kl, *vl, *hi, *lo;
     int32_t *pos, *bt;
     rw_attn_tile *tiles;
     void *part;
@@ -305,6 +341,8 @@ static void attn_dev_free(attn_dev *d) {
     cudaFree(d->q);
     cudaFree(d->kc);
     cudaFree(d->vc);
+    cudaFree(d->kl);
+    cudaFree(d->vl);
     cudaFree(d->hi);
     cudaFree(d->lo);
     cudaFree(d->pos);
@@ -313,19 +351,39 @@ static void attn_dev_free(attn_dev *d) {
     cudaFree(d->part);
 }
 
-/* Runs the kernel on `tiles` (qt = their largest count) and compares with the reference. */
+/* A K or V cache of n elements from seed: random bf16 values, or (lo != NULL) random fp32 values
+ * as hi + lo pairs (the high-precision mode's cache). */
+static void fill_kv(uint16_t *hi, uint16_t *lo, size_t n, uint64_t seed) {
+    if (!lo) {
+        rw_test_fill_bf16(hi, n, seed, 1.0f);
+        return;
+    }
+    float *f = malloc(4 * n);
+    rw_test_fill_f32(f, n, seed, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        rw_k_store_split(f[i], hi, lo, (int64_t)i);
+    free(f);
+}
+
+/* Runs the kernel on `tiles` (qt = their largest count) and compares with the reference. The
+ * cache is kv (host arrays; with low halves: the high-precision mode). */
 static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q, size_t qe,
-                            const uint16_t *kc, const uint16_t *vc, size_t ce, const int32_t *pos,
-                            int64_t ntok, const int32_t *bt, int nbt, int stride,
-                            const rw_attn_tile *tiles, int ntiles, const char *label) {
+                            rw_kv_planes kv, size_t ce, const int32_t *pos, int64_t ntok,
+                            const int32_t *bt, int nbt, int stride, const rw_attn_tile *tiles,
+                            int ntiles, const char *label) {
     const int bs = 16;
     uint16_t *o = malloc(2 * qe), *ol = malloc(2 * qe), *go = malloc(2 * qe),
              *gol = malloc(2 * qe);
-    rw_k_attention_ref(q, kc, vc, tiles, ntiles, pos, bt, stride, nh, nkv, hd, bs, o, ol);
+    rw_k_attention_ref(q, kv, tiles, ntiles, pos, bt, stride, nh, nkv, hd, bs, o, ol);
     attn_dev d = {0};
     d.q = rw_tdev_put(q, 4 * qe);
-    d.kc = rw_tdev_put(kc, 2 * ce);
-    d.vc = rw_tdev_put(vc, 2 * ce);
+    d.kc = rw_tdev_put(kv.k, 2 * ce);
+    d.vc = rw_tdev_put(kv.v, 2 * ce);
+    if (kv.k_lo) {
+        d.kl = rw_tdev_put(kv.k_lo, 2 * ce);
+        d.vl = rw_tdev_put(kv.v_lo, 2 * ce);
+    }
+    const rw_kv_planes dkv = {d.kc, d.vc, d.kl, d.vl};
     d.pos = rw_tdev_put(pos, sizeof(int32_t) * (size_t)ntok);
     d.bt = rw_tdev_put(bt, sizeof(int32_t) * (size_t)nbt);
     d.tiles = rw_tdev_put(tiles, sizeof(rw_attn_tile) * (size_t)ntiles);
@@ -339,19 +397,22 @@ static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q,
     d.part_bytes = rw_k_attention_part_bytes(ntok, nh, hd, maxp / RW_ATTN_SEG + 1);
     if (nsplit) RW_TCK(cudaMalloc(&d.part, d.part_bytes));
     rw_err err = {0};
-    RW_ASSERT_OK(rw_k_attention(d.q, d.kc, d.vc, d.tiles, ntiles, qt, d.pos, d.bt, stride, ntok, nh,
-                                nkv, hd, bs, nsplit, d.part, d.part_bytes, d.hi, d.lo, NULL, &err),
+    RW_ASSERT_OK(rw_k_attention(d.q, dkv, d.tiles, ntiles, qt, d.pos, d.bt, stride, ntok, nh, nkv,
+                                hd, bs, nsplit, d.part, d.part_bytes, d.hi, d.lo, NULL, &err),
                  &err);
     rw_tdev_get(go, d.hi, 2 * qe);
     rw_tdev_get(gol, d.lo, 2 * qe);
     /* outputs are averages of O(1) values, computed in fp32 in another order: absolute 1e-5 */
     char what[128];
-    snprintf(what, sizeof what, "attention %s nh %d nkv %d hd %d split %d", label, nh, nkv, hd,
-             nsplit);
+    snprintf(what, sizeof what, "attention %s nh %d nkv %d hd %d split %d%s", label, nh, nkv, hd,
+             nsplit, kv.k_lo ? " (pairs)" : "");
     double vmax = 0.0;
     for (size_t i = 0; i < ce; i++)
-        vmax = fmax(vmax, fabs(rw_bf16_to_f32(vc[i])));
-    rw_assert_close_pair(go, gol, o, ol, qe, RW_TOL_ATTN_P1(vmax), what);
+        vmax = fmax(vmax, fabs(rw_bf16_to_f32(kv.v[i])));
+    /* with pairs the softmax weights are pairs too: the fp32 budget, which a kernel that left
+     * out a low half (2^-9 of each key or value) would not meet */
+    rw_assert_close_pair(go, gol, o, ol, qe, kv.k_lo ? RW_TOL_ATTN_KV2(vmax) : RW_TOL_ATTN_P1(vmax),
+                         what);
     attn_dev_free(&d);
     free(o);
     free(ol);
@@ -361,13 +422,14 @@ static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q,
 
 /* Three sequences: a prefill chunk of 19 tokens at positions 250..268 (tiles of 8, across the
  * first segment boundary), a decode at position 300, a fresh 3-token prompt; blocks shuffled. */
-static void attention_case(int nh, int nkv, int hd, int nsplit) {
+static void attention_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
     const int bs = 16, nblocks = 64, stride = 32;
     const int64_t ntok = 19 + 1 + 3;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
-    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
-    rw_test_fill_bf16(kc, ce, 11, 1.0f);
-    rw_test_fill_bf16(vc, ce, 12, 1.0f);
+    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce), *kl = malloc(2 * ce), *vl = malloc(2 * ce);
+    fill_kv(kc, pairs ? kl : NULL, ce, 11);
+    fill_kv(vc, pairs ? vl : NULL, ce, 12);
+    const rw_kv_planes kv = {kc, vc, pairs ? kl : NULL, pairs ? vl : NULL};
     int32_t bt[3 * 32];
     for (int i = 0; i < 3 * stride; i++)
         bt[i] = (i * 29 + 5) % nblocks; /* distinct per row */
@@ -382,24 +444,28 @@ static void attention_case(int nh, int nkv, int hd, int nsplit) {
     const size_t qe = (size_t)ntok * nh * hd;
     float *q = malloc(4 * qe);
     rw_test_fill_f32(q, qe, 13, 1.0f);
-    attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, ntok, bt, 3 * stride, stride,
-                    tiles, 5, "prefill");
+    attention_check(nh, nkv, hd, nsplit, q, qe, kv, ce, pos, ntok, bt, 3 * stride, stride, tiles, 5,
+                    "prefill");
     free(kc);
     free(vc);
+    free(kl);
+    free(vl);
     free(q);
 }
 
 /* A decode batch: one-token tiles only (qt 1) at positions pos[0..ns), blocks shuffled. */
-static void attention_decode_at(int nh, int nkv, int hd, int nsplit, const int32_t *pos, int ns) {
+static void attention_decode_at(int nh, int nkv, int hd, int nsplit, const int32_t *pos, int ns,
+                                bool pairs) {
     const int bs = 16;
     int maxp = 0;
     for (int i = 0; i < ns; i++)
         maxp = pos[i] > maxp ? pos[i] : maxp;
     const int stride = maxp / bs + 1, nblocks = stride * 2;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
-    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
-    rw_test_fill_bf16(kc, ce, 21, 1.0f);
-    rw_test_fill_bf16(vc, ce, 22, 1.0f);
+    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce), *kl = malloc(2 * ce), *vl = malloc(2 * ce);
+    fill_kv(kc, pairs ? kl : NULL, ce, 21);
+    fill_kv(vc, pairs ? vl : NULL, ce, 22);
+    const rw_kv_planes kv = {kc, vc, pairs ? kl : NULL, pairs ? vl : NULL};
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)ns * stride);
     for (int i = 0; i < ns * stride; i++)
         bt[i] = (int32_t)(((int64_t)i * 37 + 11) % nblocks); /* distinct within a row */
@@ -409,10 +475,12 @@ static void attention_decode_at(int nh, int nkv, int hd, int nsplit, const int32
     const size_t qe = (size_t)ns * nh * hd;
     float *q = malloc(4 * qe);
     rw_test_fill_f32(q, qe, 23, 1.0f);
-    attention_check(nh, nkv, hd, nsplit, q, qe, kc, vc, ce, pos, ns, bt, ns * stride, stride, tiles,
-                    ns, "decode");
+    attention_check(nh, nkv, hd, nsplit, q, qe, kv, ce, pos, ns, bt, ns * stride, stride, tiles, ns,
+                    "decode");
     free(kc);
     free(vc);
+    free(kl);
+    free(vl);
     free(bt);
     free(tiles);
     free(q);
@@ -420,35 +488,39 @@ static void attention_decode_at(int nh, int nkv, int hd, int nsplit, const int32
 
 /* Positions at block, key-block and segment edges (up to 5 segments: a second round of the
  * decode kernel's 4 warps with one busy warp). */
-static void attention_decode_case(int nh, int nkv, int hd, int nsplit) {
+static void attention_decode_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
     static const int32_t pos[] = {0, 15, 16, 17, 100, 255, 256, 300, 639};
-    attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]));
+    attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]), pairs);
 }
 
 /* Long contexts: up to 27 segments (7 rounds), last segments of 1 to 4 key blocks, so each
  * warp's stream of staged blocks crosses rounds at every offset of the kernel's stage ring. */
-static void attention_decode_long_case(int nh, int nkv, int hd, int nsplit) {
+static void attention_decode_long_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
     static const int32_t pos[] = {1023, 1024, 1055, 1056, 2047, 2100, 3000, 3455};
-    attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]));
+    attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]), pairs);
 }
 
+/* Every kernel form (prefill tiles; decode tiles of one and two row fragments, unsplit and
+ * split) on a bf16 cache and on a cache of pairs (the high-precision mode). */
 static void test_attention(void **state) {
     (void)state;
-    attention_case(32, 4, 128, 0);
-    attention_case(32, 4, 128, 4);
-    attention_case(4, 2, 32, 0);
-    attention_case(4, 2, 32, 3);
-    attention_case(8, 8, 64, 0);
-    attention_decode_case(32, 4, 128, 0);
-    attention_decode_case(32, 4, 128, 16);
-    attention_decode_case(4, 2, 32, 0);
-    attention_decode_case(4, 2, 32, 5);
-    attention_decode_case(8, 8, 64, 1);
-    attention_decode_case(16, 1, 64, 3);
-    attention_decode_case(12, 1, 128, 2);
-    attention_decode_long_case(32, 4, 128, 0);
-    attention_decode_long_case(32, 4, 128, 3);
-    attention_decode_long_case(8, 8, 64, 0);
+    for (int pairs = 0; pairs < 2; pairs++) {
+        attention_case(32, 4, 128, 0, pairs);
+        attention_case(32, 4, 128, 4, pairs);
+        attention_case(4, 2, 32, 0, pairs);
+        attention_case(4, 2, 32, 3, pairs);
+        attention_case(8, 8, 64, 0, pairs);
+        attention_decode_case(32, 4, 128, 0, pairs);
+        attention_decode_case(32, 4, 128, 16, pairs);
+        attention_decode_case(4, 2, 32, 0, pairs);
+        attention_decode_case(4, 2, 32, 5, pairs);
+        attention_decode_case(8, 8, 64, 1, pairs);
+        attention_decode_case(16, 1, 64, 3, pairs);
+        attention_decode_case(12, 1, 128, 2, pairs);
+        attention_decode_long_case(32, 4, 128, 0, pairs);
+        attention_decode_long_case(32, 4, 128, 3, pairs);
+        attention_decode_long_case(8, 8, 64, 0, pairs);
+    }
 }
 
 /* Batch invariance: one sequence of 40 tokens at positions 490..529 (across a segment boundary:
@@ -458,13 +530,13 @@ static void test_attention(void **state) {
  * splits (nsplit 0, 1, 2, 7). The outputs (hi and lo) must be the same bits in every run. The
  * batch of D launches a grid smaller than the SM count where the 40 launch more CTAs than fit
  * one wave, so a launch-shape choice made by grid size would show here. */
-static void invariance_case(int nh, int nkv, int hd) {
+static void invariance_case(int nh, int nkv, int hd, bool pairs) {
     enum { N = 40, P0 = 490, OTHER = 11, D = 8 };
     const int bs = 16, nblocks = 80, stride = 40;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
-    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce);
-    rw_test_fill_bf16(kc, ce, 31, 1.0f);
-    rw_test_fill_bf16(vc, ce, 32, 1.0f);
+    uint16_t *kc = malloc(2 * ce), *vc = malloc(2 * ce), *kl = malloc(2 * ce), *vl = malloc(2 * ce);
+    fill_kv(kc, pairs ? kl : NULL, ce, 31);
+    fill_kv(vc, pairs ? vl : NULL, ce, 32);
     int32_t bt[2 * 40];
     for (int i = 0; i < 2 * stride; i++)
         bt[i] = (i * 23 + 3) % nblocks;
@@ -480,6 +552,8 @@ static void invariance_case(int nh, int nkv, int hd) {
     float *dq = rw_tdev_put(q, 4 * row * (N + OTHER));
     int32_t *dpos = rw_tdev_put(pos, sizeof pos), *dbt = rw_tdev_put(bt, sizeof bt);
     uint16_t *dkc = rw_tdev_put(kc, 2 * ce), *dvc = rw_tdev_put(vc, 2 * ce), *dhi, *dlo;
+    uint16_t *dkl = rw_tdev_put(kl, 2 * ce), *dvl = rw_tdev_put(vl, 2 * ce);
+    const rw_kv_planes dkv = {dkc, dvc, pairs ? dkl : NULL, pairs ? dvl : NULL};
     RW_TCK(cudaMalloc((void **)&dhi, 2 * row * (N + OTHER)));
     RW_TCK(cudaMalloc((void **)&dlo, 2 * row * (N + OTHER)));
     const size_t pb = rw_k_attention_part_bytes(N + OTHER, nh, hd, (P0 + N) / RW_ATTN_SEG + 1);
@@ -517,8 +591,8 @@ static void invariance_case(int nh, int nkv, int hd) {
             const int32_t *pp = layout == 1 ? dpos : dpos + OTHER;
             /* sequence 0's block table is row 0, sequence 1's row 1 */
             RW_TCK(cudaMemcpy(dt, tiles, sizeof(rw_attn_tile) * (size_t)nt, cudaMemcpyHostToDevice));
-            RW_ASSERT_OK(rw_k_attention(qp, dkc, dvc, dt, nt, qt, pp, dbt, stride, ntok, nh, nkv,
-                                        hd, bs, splits[si], part, pb, dhi, dlo, NULL, &err),
+            RW_ASSERT_OK(rw_k_attention(qp, dkv, dt, nt, qt, pp, dbt, stride, ntok, nh, nkv, hd, bs,
+                                        splits[si], part, pb, dhi, dlo, NULL, &err),
                          &err);
             rw_tdev_get(got, dhi + row * base, 2 * row * rows);
             rw_tdev_get(got + row * N, dlo + row * base, 2 * row * rows);
@@ -527,8 +601,9 @@ static void invariance_case(int nh, int nkv, int hd) {
             } else {
                 char what[128];
                 snprintf(what, sizeof what,
-                         "attention invariance nh %d hd %d: layout %d split %d vs layout 0 split 0",
-                         nh, hd, layout, splits[si]);
+                         "attention invariance nh %d hd %d%s: layout %d split %d vs layout 0 "
+                         "split 0",
+                         nh, hd, pairs ? " (pairs)" : "", layout, splits[si]);
                 rw_assert_bytes_equal(got, first, 2 * row * rows, what);
                 rw_assert_bytes_equal(got + row * N, first + row * N, 2 * row * rows, what);
             }
@@ -538,12 +613,16 @@ static void invariance_case(int nh, int nkv, int hd) {
     cudaFree(dbt);
     cudaFree(dkc);
     cudaFree(dvc);
+    cudaFree(dkl);
+    cudaFree(dvl);
     cudaFree(dhi);
     cudaFree(dlo);
     cudaFree(part);
     cudaFree(dt);
     free(kc);
     free(vc);
+    free(kl);
+    free(vl);
     free(q);
     free(first);
     free(got);
@@ -551,8 +630,10 @@ static void invariance_case(int nh, int nkv, int hd) {
 
 static void test_attention_invariance(void **state) {
     (void)state;
-    invariance_case(32, 4, 128);
-    invariance_case(4, 2, 32);
+    for (int pairs = 0; pairs < 2; pairs++) {
+        invariance_case(32, 4, 128, pairs);
+        invariance_case(4, 2, 32, pairs);
+    }
 }
 
 /* The expert layer's sort of A assignments by expert, in plain C: the stable order, the tile

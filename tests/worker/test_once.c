@@ -1,6 +1,7 @@
 /* test_once.c - `rw-worker --once` end to end (argv[1] is the executable): greedy generation on
  * the fixture checkpoint matches the transformers reference, random weights from a config are
- * reproducible from the seed, seeded sampling is reproducible, and bad usage exits 2. */
+ * reproducible from the seed, seeded sampling is reproducible (and the same under --precision
+ * high, which the CPU backend's fp32 makes no difference to), and bad usage exits 2. */
 #include <math.h>
 #include <sys/wait.h>
 
@@ -78,6 +79,11 @@ static void test_random_weights_and_sampling(void **state) {
     assert_int_equal(run(cmd, a, sizeof a), 0);
     assert_int_equal(run(cmd, b, sizeof b), 0);
     assert_string_equal(a, b);
+    /* the CPU backend computes in fp32 whatever the precision: the same output */
+    const size_t len = strlen(cmd);
+    snprintf(cmd + len, sizeof cmd - len, " --precision high");
+    assert_int_equal(run(cmd, b, sizeof b), 0);
+    assert_string_equal(a, b);
     int32_t t[32];
     assert_int_equal(parse_tokens(a, t, 32), 12);
     assert_non_null(strstr(a, "\"top_logprobs\": [[["));
@@ -100,6 +106,8 @@ static void test_usage(void **state) {
     snprintf(cmd, sizeof cmd, "%s --once --model /nonexistent --prompt 1,2 2>/dev/null", exe);
     assert_int_equal(run(cmd, out, sizeof out), 1);
     snprintf(cmd, sizeof cmd, "%s --once --model /x --prompt 1 --bogus 2>/dev/null", exe);
+    assert_int_equal(run(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s --once --model /x --prompt 1 --precision fp64 2>/dev/null", exe);
     assert_int_equal(run(cmd, out, sizeof out), 2);
 }
 

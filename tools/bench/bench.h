@@ -33,6 +33,7 @@ typedef struct rwb_opts {
     int reps, warmup;        /* per measurement (modes with slow reps use fewer, see main.c) */
     bool full;               /* full sweep grids instead of the reduced default ones */
     bool no_quant;           /* skip the mxfp8-last-8-bf16 variants (S2, G3) */
+    int precision;           /* the generation modes' models' rw_precision (--precision) */
     uint64_t seed;
     /* sync */
     uint64_t buckets[RWB_MAX_LIST]; /* bytes */

@@ -197,6 +197,7 @@ rw_status rwb_engine_model(rwb_ctx *c, bool quant, rw_model **out, rw_err *err) 
     mo.tp = 1;
     mo.rank = 0;
     mo.comm = NULL;
+    mo.precision = (rw_precision)c->o.precision;
     double t0 = rw_now();
     fprintf(stderr, "rw-bench: building the %s model on GPU %d\n",
             quant ? "mxfp8-last-8-bf16" : "bf16", c->o.gpu0);

@@ -204,14 +204,19 @@ done:
     return st;
 }
 
-/* Fills a KV cache with random bf16 (benchmarks must not time zeros). */
+/* Fills a KV cache with random bf16 (benchmarks must not time zeros); the low halves of the
+ * high-precision mode with values 2^-8 as large. */
 static rw_status kv_randomize(rw_model *m, rw_kv *kv, uint64_t seed, rw_err *err) {
     cudaStream_t st = (cudaStream_t)rw_cuda_be_stream(m);
-    uint16_t *k, *v;
+    rw_kv_planes p;
     size_t n;
-    rw_cuda_be_kv_buffers(m, kv, &k, &v, &n);
-    RW_CHECK(rw_k_fill_bf16(k, (int64_t)n, seed, 0.0f, 1.0f, st, err));
-    RW_CHECK(rw_k_fill_bf16(v, (int64_t)n, seed + 1, 0.0f, 1.0f, st, err));
+    rw_cuda_be_kv_buffers(m, kv, &p, &n);
+    RW_CHECK(rw_k_fill_bf16(p.k, (int64_t)n, seed, 0.0f, 1.0f, st, err));
+    RW_CHECK(rw_k_fill_bf16(p.v, (int64_t)n, seed + 1, 0.0f, 1.0f, st, err));
+    if (p.k_lo) {
+        RW_CHECK(rw_k_fill_bf16(p.k_lo, (int64_t)n, seed + 2, 0.0f, 1.0f / 256, st, err));
+        RW_CHECK(rw_k_fill_bf16(p.v_lo, (int64_t)n, seed + 3, 0.0f, 1.0f / 256, st, err));
+    }
     RW_CUDA_CHECK(err, cudaStreamSynchronize(st));
     return RW_OK;
 }
@@ -362,7 +367,7 @@ rw_status rwb_fwd_make_model(const rwb_fwd_opts *o, int layers, rw_config *cfg, 
         qwen3_30b(cfg);
     if (layers > 0 && layers < cfg->num_layers) cfg->num_layers = layers;
     RW_CHECK(apply_quant(cfg, o->quant, err));
-    rw_model_opts mo = {RW_BACKEND_CUDA, o->device, 1, 0, NULL};
+    rw_model_opts mo = {RW_BACKEND_CUDA, o->device, 1, 0, NULL, (rw_precision)o->precision};
     RW_CHECK(rw_model_create(cfg, &mo, m, err));
     rw_cuda_be_set_graphs(*m, o->graphs);
     return fill_model(*m, o->seed, err);

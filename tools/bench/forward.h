@@ -29,6 +29,7 @@ typedef struct rwb_attn_shape {
 typedef struct rwb_fwd_opts {
     const rw_config *cfg; /* NULL = the Qwen3-30B-A3B shape */
     int device;
+    int precision;     /* the model's rw_precision (rw_model_opts) */
     int batch, ctx;    /* decode */
     int nprompt, plen; /* prefill */
     int steps;         /* timed decode steps (median reported) */

@@ -79,6 +79,7 @@ void rwb_fwd_decode_lines(rwb_ctx *c, bool quant, int batch, int ctx, const char
     rwb_fwd_opts bo = rwb_fwd_opts_default();
     bo.cfg = quant ? &c->cfg_q : &c->cfg;
     bo.device = c->o.gpu0;
+    bo.precision = c->o.precision;
     bo.batch = batch;
     bo.ctx = ctx;
     bo.steps = c->o.steps;
@@ -149,6 +150,7 @@ void rwb_fwd_prefill_lines(rwb_ctx *c, double ceil_8192) {
     rwb_fwd_opts bo = rwb_fwd_opts_default();
     bo.cfg = &c->cfg;
     bo.device = c->o.gpu0;
+    bo.precision = c->o.precision;
     bo.nprompt = c->o.nprompt;
     bo.plen = c->o.plen;
     bo.seed = c->o.seed;
@@ -289,6 +291,7 @@ void rwb_mode_kernels(rwb_ctx *c) {
     rwb_fwd_opts bo = rwb_fwd_opts_default();
     bo.cfg = &c->cfg;
     bo.device = c->o.gpu0;
+    bo.precision = c->o.precision;
     bo.seed = c->o.seed;
     bo.kernel_layers = c->o.kernel_layers;
     _Static_assert(RWB_MAX_LIST <= RWB_FWD_MAX_SHAPES, "rw-bench lists fit the kernel options");

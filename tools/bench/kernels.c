@@ -109,9 +109,10 @@ typedef struct attn_run {
 static rw_status attn_call(void *ctx, int rep, rw_err *err) {
     (void)rep;
     attn_run *a = ctx;
-    return rw_k_attention(a->q, a->kc, a->vc, a->tiles, a->ntiles, a->qt, a->pos, a->bt,
-                          a->bt_stride, a->ntok, a->nh, a->nkv, a->hd, a->bs, a->nsplit, a->part,
-                          a->part_bytes, a->hi, a->lo, a->st, err);
+    const rw_kv_planes kv = {a->kc, a->vc, NULL, NULL};
+    return rw_k_attention(a->q, kv, a->tiles, a->ntiles, a->qt, a->pos, a->bt, a->bt_stride,
+                          a->ntok, a->nh, a->nkv, a->hd, a->bs, a->nsplit, a->part, a->part_bytes,
+                          a->hi, a->lo, a->st, err);
 }
 
 /* nseq sequences of kv keys; prefill: every position 0..kv-1 is a query (causal), decode: only

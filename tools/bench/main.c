@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef RWB_HAVE_WORKER
+#include "rw_worker.h" /* rw_precision_parse */
+#endif
+
 #ifndef RWB_DEFAULT_CONFIG
 #define RWB_DEFAULT_CONFIG "tools/configs/qwen3-30b-a3b.json"
 #endif
@@ -40,6 +44,7 @@ static void usage(FILE *f) {
             "  --reps N --warmup N  timed repetitions and warm-up runs (default 5, 2)\n"
             "  --full               full sweeps: buckets 64 MiB..2 GiB, batch 1..512, context 128..4k\n"
             "  --no-quant           skip the mxfp8-last-8-bf16 variants (S2, G3)\n"
+            "  --precision P        models of the generation modes: standard (default) or high\n"
             "  --seed N             random weights and prompts (default 1)\n"
             "  --buckets LIST       sync bucket sizes in MiB (default 64,512,1024,2048)\n"
             "  --pack-layers N      layers of experts per pack rep (default 1)\n"
@@ -388,7 +393,16 @@ int main(int argc, char **argv) {
             continue;
         }
 #undef INT_OPT
-        if (!strcmp(a, "--config")) {
+        if (!strcmp(a, "--precision")) {
+#ifdef RWB_HAVE_WORKER
+            rw_err e = {0};
+            rw_precision p;
+            if (rw_precision_parse(val, &p, &e) != RW_OK) goto bad;
+            o->precision = (int)p;
+#else
+            goto bad; /* only the worker's modes have a precision */
+#endif
+        } else if (!strcmp(a, "--config")) {
             o->config_path = val;
         } else if (!strcmp(a, "--disk-dir")) {
             o->disk_dir = val;

@@ -145,12 +145,13 @@ rw_status rw_srv_health(rw_server *s, rw_srv_call *c, rw_err *err) {
     rw_sync_session_info(s->r->sess, &i);
     rw_mw_reset(s->w);
     rw_mw_reply_ok(s->w, req->id);
-    rw_mw_map(s->w, 7);
+    rw_mw_map(s->w, 8);
     rw_mw_kv_str(s->w, "status", "ok");
     rw_mw_kv_str(s->w, "state", rw_srv_worker_state(s));
     rw_mw_kv_str(s->w, "version", i.version);
     rw_mw_kv_i64(s->w, "tp", s->r->tp);
     rw_mw_kv_str(s->w, "device", rw_backend_str(s->o->backend));
+    rw_mw_kv_str(s->w, "precision", rw_precision_str(s->o->precision));
     rw_mw_kv_f64(s->w, "uptime_s", rw_now() - s->t_start);
     rw_mw_kv_i64(s->w, "requests_in_flight", rw_srv_requests_in_flight(s));
     return RW_OK;
@@ -166,12 +167,13 @@ rw_status rw_srv_stats(rw_server *s, rw_srv_call *c, rw_err *err) {
     rw_mw *w = s->w;
     rw_mw_reset(w);
     rw_mw_reply_ok(w, req->id);
-    /* state, tp, device, uptime_s, queue, throughput, memory, prefix_cache, weights, latency,
-     * errors */
-    rw_mw_map(w, 11);
+    /* state, tp, device, precision, uptime_s, queue, throughput, memory, prefix_cache, weights,
+     * latency, errors */
+    rw_mw_map(w, 12);
     rw_mw_kv_str(w, "state", rw_srv_worker_state(s));
     rw_mw_kv_i64(w, "tp", s->r->tp);
     rw_mw_kv_str(w, "device", rw_backend_str(s->o->backend));
+    rw_mw_kv_str(w, "precision", rw_precision_str(s->o->precision));
     rw_mw_kv_f64(w, "uptime_s", rw_now() - s->t_start);
     rw_mw_str(w, "queue");
     rw_mw_map(w, 5);

@@ -146,6 +146,8 @@ static pid_t spawn_rank(const rw_dopts *o, int r, const char *peer) {
     av[k++] = peer;
     av[k++] = "--device";
     av[k++] = rw_backend_str(o->backend);
+    av[k++] = "--precision";
+    av[k++] = rw_precision_str(o->precision);
     av[k++] = "--gpu";
     av[k++] = gpu_s;
     if (o->model_dir) {

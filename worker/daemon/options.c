@@ -14,7 +14,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: rw-worker (--model DIR | --config FILE [--random-weights] [--seed S])\n"
             "                 [--tp N] [--rank R --peer ADDR] [--control ADDR] [--auth-token T]\n"
-            "                 [--device cpu|cuda] [--gpu G] [--kv-fraction F] [--kv-mb MB]\n"
+            "                 [--device cpu|cuda] [--gpu G] [--precision standard|high]\n"
+            "                 [--kv-fraction F] [--kv-mb MB]\n"
             "                 [--max-batch N] [--max-batch-tokens N] [--log-level L]\n"
             "                 [--ready-file PATH] [--startup-timeout S] [--rank-timeout S]\n"
             "                 [--no-prefix-cache] [--tokenizer DIR] [--http [HOST:]PORT]\n"
@@ -33,6 +34,10 @@ static void usage(FILE *f) {
             "  10%% of that free memory stays for other processes (a CPU rank takes 64 MiB).\n"
             "  Workers that share a GPU, or start on one at the same time (each sees the\n"
             "  other's memory as free), need --kv-mb.\n"
+            "  --precision high (CUDA): the KV cache, the softmax weights and the experts'\n"
+            "  down-projection input as hi + lo bf16 pairs too, so routing follows an fp32\n"
+            "  forward pass rather than its near-ties' luck; twice the KV cache memory per\n"
+            "  token. standard (the default) keeps them one bf16 each. docs/ARCHITECTURE.md.\n"
             "  A control address that is not loopback needs --auth-token (or RW_AUTH_TOKEN).\n"
             "  The bound control endpoint is printed on stdout as a JSON line once ready.\n"
             "  --no-prefix-cache: every request computes and holds all of its own KV (no prefix\n"
@@ -171,6 +176,9 @@ int rw_dopts_parse(int argc, char **argv, rw_dopts *o) {
             NEED rw_err e;
             if (rw_backend_parse(v, &o->backend, &e) != RW_OK) BAD;
             backend_given = true;
+        } else if (!strcmp(a, "--precision")) {
+            NEED rw_err e;
+            if (rw_precision_parse(v, &o->precision, &e) != RW_OK) BAD;
         } else if (!strcmp(a, "--gpu")) {
             NEED if (!parse_int(v, 0, 1023, &o->gpu)) BAD;
             o->gpu_given = true;

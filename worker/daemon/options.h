@@ -32,6 +32,7 @@ typedef struct rw_dopts {
     const char *control;     /* --control ADDR */
     const char *auth_token;  /* --auth-token T (or RW_AUTH_TOKEN) */
     rw_backend backend;      /* --device */
+    rw_precision precision;  /* --precision (CUDA) */
     int gpu;                 /* --gpu G: CUDA ordinal of this rank (launcher: of rank 0) */
     bool gpu_given;
     double kv_fraction;       /* --kv-fraction */

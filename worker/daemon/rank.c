@@ -77,7 +77,7 @@ rw_status rw_rank_open(const rw_dopts *o, int rank, rw_comm *comm, rw_rank **out
     else
         snprintf(path, sizeof path, "%s", o->config_path);
     RW_CHECKGOTO(rw_config_load(path, &r->cfg, err), st, fail);
-    rw_model_opts mo = {o->backend, rw_dopts_device(o, rank), o->tp, rank, comm};
+    rw_model_opts mo = {o->backend, rw_dopts_device(o, rank), o->tp, rank, comm, o->precision};
     RW_CHECKGOTO(rw_model_create(&r->cfg, &mo, &r->model, err), st, fail);
     bool incomplete = false;
     if (o->model_dir) {
@@ -155,6 +155,7 @@ rw_status rw_rank_memory(rw_rank *r, unsigned flags, rw_err *err) {
         /* the staging buffers of the update pipeline go with the weights */
         RW_CHECK(rw_sync_session_release(r->sess, err));
         RW_CHECK(rw_arena_release(a, err));
+        rw_model_release_derived(r->model); /* the bf16 copies of quantized weights too */
         r->weights_released = true;
     }
     if (flags & RW_MEM_RESUME_WEIGHTS) {

@@ -535,7 +535,8 @@ int rw_server_run(const rw_dopts *o, rw_rank *r0, void *zctx, rw_peers *peers,
     }
     size_t elen = sizeof s->endpoint;
     zmq_getsockopt(s->ctl, ZMQ_LAST_ENDPOINT, s->endpoint, &elen);
-    RW_LOGI("serving on %s (tp %d, %s)", s->endpoint, r0->tp, rw_backend_str(o->backend));
+    RW_LOGI("serving on %s (tp %d, %s, %s precision)", s->endpoint, r0->tp,
+            rw_backend_str(o->backend), rw_precision_str(o->precision));
     if (!load_tokenizer(s)) goto out;
     if (o->http && !start_http(s, zctx)) goto out;
     if (peers->n) {

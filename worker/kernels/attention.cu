@@ -25,7 +25,9 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
                                    uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo) {
     const int64_t th = blockIdx.x; /* token * nh + head */
     const int nseg = pos[th / nh] / ATC_SEG + 1; /* uploaded before the forward pass */
-    rw_pdl_begin();
+    /* o_proj's GEMV, next, reads only its weights before its wait: scheduled now, its weight
+     * copies run beside the attention (launch.cuh) */
+    rw_pdl_begin_early();
     const int64_t sstride = ntok * nh; /* between one segment's partials and the next's */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float M = -INFINITY, L = 0.0f, O = 0.0f;
@@ -67,12 +69,12 @@ extern "C" int rw_k_attention_tile_tokens(int nh, int nkv) {
     return t < 1 ? 1 : t > RW_ATTN_QT ? RW_ATTN_QT : t;
 }
 
-template <int HD>
-static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *vc,
-                            const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
-                            const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv,
-                            int bs, int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
-                            uint16_t *out_lo, rw_stream s, rw_err *err) {
+template <int HD, bool KP>
+static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile *tiles, int ntiles,
+                            int qt, const int32_t *pos, const int32_t *bt, int bt_stride,
+                            int64_t ntok, int nh, int nkv, int bs, int nsplit, void *part,
+                            size_t part_bytes, uint16_t *out_hi, uint16_t *out_lo, rw_stream s,
+                            rw_err *err) {
     const int group = nh / nkv;
     float *po = NULL;
     float2 *pml = NULL;
@@ -99,24 +101,25 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
          * GPU (32 x 8k in 2 splits: 178 vs 208 us; a b1 step 11.9 vs 14.3 us). Both give the
          * same bits (docs/BENCHMARKS.md, fifth session). */
         const bool one = nsplit == 0 && qt * group <= 8;
-        const size_t sm = nsplit > 0 ? atc_decode_smem<HD, false, 2>()
-                          : one      ? atc_decode_smem<HD, true, 1>()
-                                     : atc_decode_smem<HD, true, 2>();
-        auto kern = nsplit > 0 ? atc_decode_kernel<HD, false, 2>
-                    : one      ? atc_decode_kernel<HD, true, 1>
-                               : atc_decode_kernel<HD, true, 2>;
+        const size_t sm = nsplit > 0 ? atc_decode_smem<HD, false, 2, KP>()
+                          : one      ? atc_decode_smem<HD, true, 1, KP>()
+                                     : atc_decode_smem<HD, true, 2, KP>();
+        auto kern = nsplit > 0 ? atc_decode_kernel<HD, false, 2, KP>
+                    : one      ? atc_decode_kernel<HD, true, 1, KP>
+                               : atc_decode_kernel<HD, true, 2, KP>;
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
-        (void)rw_launch_pdl(kern, grid, ATC_DW * 32, sm, st, q, kc, vc, tiles, pos, bt, bt_stride,
-                            nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml, ntok, seg_cap);
+        (void)rw_launch_pdl(kern, grid, ATC_DW * 32, sm, st, q, kv.k, kv.v, kv.k_lo, kv.v_lo, tiles,
+                            pos, bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po,
+                            pml, ntok, seg_cap);
     } else {
-        const size_t sm = atc_smem<HD>();
-        RW_CUDA_CHECK(err, cudaFuncSetAttribute(atc_kernel<HD>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)sm));
-        (void)rw_launch_pdl(atc_kernel<HD>, grid, ATC_THREADS, sm, st, q, kc, vc, tiles, pos, bt,
-                            bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po, pml, ntok,
-                            seg_cap);
+        const size_t sm = atc_smem<HD, KP>();
+        RW_CUDA_CHECK(err,
+                      cudaFuncSetAttribute(atc_kernel<HD, KP>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        (void)rw_launch_pdl(atc_kernel<HD, KP>, grid, ATC_THREADS, sm, st, q, kv.k, kv.v, kv.k_lo,
+                            kv.v_lo, tiles, pos, bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi,
+                            out_lo, po, pml, ntok, seg_cap);
     }
     RW_CHECK(LAUNCH_CHECK(s, "attention"));
     if (nsplit > 0) {
@@ -127,11 +130,10 @@ static rw_status atc_launch(const float *q, const uint16_t *kc, const uint16_t *
     return RW_OK;
 }
 
-extern "C" rw_status rw_k_attention(const float *q, const uint16_t *kcache,
-                                    const uint16_t *vcache, const rw_attn_tile *tiles, int ntiles,
-                                    int qt, const int32_t *pos, const int32_t *bt, int bt_stride,
-                                    int64_t ntok, int nh, int nkv, int hd, int bs, int nsplit,
-                                    void *part, size_t part_bytes, uint16_t *out_hi,
+extern "C" rw_status rw_k_attention(const float *q, rw_kv_planes kv, const rw_attn_tile *tiles,
+                                    int ntiles, int qt, const int32_t *pos, const int32_t *bt,
+                                    int bt_stride, int64_t ntok, int nh, int nkv, int hd, int bs,
+                                    int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
                                     uint16_t *out_lo, rw_stream s, rw_err *err) {
     if (ntiles <= 0) return RW_OK;
     if (nkv < 1 || nh % nkv)
@@ -145,16 +147,20 @@ extern "C" rw_status rw_k_attention(const float *q, const uint16_t *kcache,
     if (bs % 16 != 0) RW_FAIL(err, RW_E_UNSUPPORTED, "attention: block size %d %% 16", bs);
     if (nsplit < 0 || (nsplit > 0 && !part))
         RW_FAIL(err, RW_E_INVALID_ARG, "attention: nsplit %d without scratch", nsplit);
+    if (!kv.k_lo != !kv.v_lo)
+        RW_FAIL(err, RW_E_INVALID_ARG,
+                "attention: the low halves of the K cache without those of V, or back");
+    const bool kp = kv.k_lo != NULL;
+#define ATC_LAUNCH(HD)                                                                             \
+    (kp ? atc_launch<HD, true>(q, kv, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh, nkv, bs,    \
+                               nsplit, part, part_bytes, out_hi, out_lo, s, err)                   \
+        : atc_launch<HD, false>(q, kv, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh, nkv, bs,   \
+                                nsplit, part, part_bytes, out_hi, out_lo, s, err))
     switch (hd) {
-    case 32:
-        return atc_launch<32>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                              nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
-    case 64:
-        return atc_launch<64>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                              nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
-    case 128:
-        return atc_launch<128>(q, kcache, vcache, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh,
-                               nkv, bs, nsplit, part, part_bytes, out_hi, out_lo, s, err);
+    case 32: return ATC_LAUNCH(32);
+    case 64: return ATC_LAUNCH(64);
+    case 128: return ATC_LAUNCH(128);
     default: RW_FAIL(err, RW_E_UNSUPPORTED, "attention: head_dim %d (32, 64 or 128)", hd);
     }
+#undef ATC_LAUNCH
 }

@@ -22,7 +22,11 @@ extern "C" {
  *
  * Numerics: q travels to the tensor cores as a hi + lo bf16 pair (about 16 significant bits), the
  * softmax weights as one bf16 each, products accumulate in fp32: within 2^-9 max|v| of an fp32
- * computation (attention_tile.cuh has the exact per-row sequence).
+ * computation on the cache's bf16 keys and values (attention_tile.cuh has the exact per-row
+ * sequence). With the cache's low halves (kv.k_lo and kv.v_lo, the high-precision mode) the keys
+ * and values are the pairs k + k_lo, v + v_lo and the softmax weights a pair too: within about
+ * 2^-15 max|v| of an fp32 computation on those pairs, for twice the cache bytes read and one more
+ * MMA per product (qh.K_lo; P_lo.V and P_hi.V_lo).
  *
  * Batch invariance: a query row's keys are cut into fixed segments of RW_ATTN_SEG positions
  * (0..127, 128..255, ...), each reduced in one order (softmax blocks of 32 keys in sequence), and
@@ -40,18 +44,16 @@ extern "C" {
 typedef struct rw_attn_tile {
     int32_t seq, tok0, ntok, pad;
 } rw_attn_tile;
-void rw_k_attention_ref(const float *q, const uint16_t *kcache, const uint16_t *vcache,
-                        const rw_attn_tile *tiles, int ntiles, const int32_t *pos,
-                        const int32_t *bt, int bt_stride, int nh, int nkv, int hd, int bs,
-                        uint16_t *out_hi, uint16_t *out_lo);
+void rw_k_attention_ref(const float *q, rw_kv_planes kv, const rw_attn_tile *tiles, int ntiles,
+                        const int32_t *pos, const int32_t *bt, int bt_stride, int nh, int nkv,
+                        int hd, int bs, uint16_t *out_hi, uint16_t *out_lo);
 size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments);
 /* Tokens per tile that fill a CTA's 64 rows for nh q heads over nkv kv heads (1..RW_ATTN_QT). */
 int rw_k_attention_tile_tokens(int nh, int nkv);
-rw_status rw_k_attention(const float *q, const uint16_t *kcache, const uint16_t *vcache,
-                         const rw_attn_tile *tiles, int ntiles, int qt, const int32_t *pos,
-                         const int32_t *bt, int bt_stride, int64_t ntok, int nh, int nkv, int hd,
-                         int bs, int nsplit, void *part, size_t part_bytes, uint16_t *out_hi,
-                         uint16_t *out_lo, rw_stream s, rw_err *err);
+rw_status rw_k_attention(const float *q, rw_kv_planes kv, const rw_attn_tile *tiles, int ntiles,
+                         int qt, const int32_t *pos, const int32_t *bt, int bt_stride, int64_t ntok,
+                         int nh, int nkv, int hd, int bs, int nsplit, void *part, size_t part_bytes,
+                         uint16_t *out_hi, uint16_t *out_lo, rw_stream s, rw_err *err);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,8 @@
  * of the same products over the same k16 steps in the same order (the head-dim steps of q'.K, hi
  * then lo; the key steps of P.V), one MMA per step whichever side of the instruction its row sits
  * on, and the scores are moved into atc_block's register layout before the softmax, which is
- * atc_block's code: the same bits as the prefill kernel (tests/worker/test_kernels_gpu.c compares
+ * atc_block's code (KP: the same extra products in the same order): the same bits as the
+ * prefill kernel (tests/worker/test_kernels_gpu.c compares
  * rows computed both ways byte for byte).
  *
  * Why 2 warps and a ring of 3: the kernel is bound by each warp's chain of dependent instructions,
@@ -54,12 +55,12 @@ __host__ __device__ constexpr bool atc_ring_pairs(bool t, int nf) { return atc_r
  * K and the first of V, as in atc_block). qb / qlb: the B fragments of q'^T
  * (hi, lo) for row fragment nf (atc_load_q's registers 0, 2 of row r0 and 1, 3 of row r1);
  * ot[f][nf]: o^T for head-dim rows 16 f .. 16 f + 15 by the fragment's rows (columns). */
-template <int HD, int NF, typename H>
-__device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd, int key_abs,
-                                            const uint32_t (&qb)[HD / 16][NF][2],
+template <int HD, int NF, bool KP, typename H>
+__device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd, int lo,
+                                            int key_abs, const uint32_t (&qb)[HD / 16][NF][2],
                                             const uint32_t (&qlb)[HD / 16][NF][2], int32_t qp0,
-                                            int32_t qp1, float &m0, float &m1, float &l0,
-                                            float &l1, float (&ot)[HD / 16][NF][4], H after_k) {
+                                            int32_t qp1, float &m0, float &m1, float &l0, float &l1,
+                                            float (&ot)[HD / 16][NF][4], H after_k) {
     constexpr int KS = HD / 16, NI = 2 * NF; /* s[n][i]: i < 2 row r0, i >= 2 row r1 */
     const int lane = threadIdx.x & 31, cq = lane & 3;
     float th[2][NF][4], tl[2][NF][4];
@@ -83,6 +84,12 @@ __device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd
             for (int nf = 0; nf < NF; nf++) {
                 rw_mma_bf16_16816(th[j][nf], a, qb[ks][nf][0], qb[ks][nf][1]);
                 rw_mma_bf16_16816(tl[j][nf], a, qlb[ks][nf][0], qlb[ks][nf][1]);
+            }
+            if constexpr (KP) { /* K_lo . qh into the lo sums, as atc_block */
+                rw_ldsm_x4(a[0], a[1], a[2], a[3], kd + lo + atc_swz<HD>(kr, kc));
+#pragma unroll
+                for (int nf = 0; nf < NF; nf++)
+                    rw_mma_bf16_16816(tl[j][nf], a, qb[ks][nf][0], qb[ks][nf][1]);
             }
         }
     }
@@ -128,11 +135,11 @@ __device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd
      * transposed key rows, head-dim rows 16 f .. + 15 */
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-        uint32_t b0[NF], b1[NF];
+        uint32_t b0[NF], b1[NF], c0l[NF], c1l[NF];
 #pragma unroll
         for (int nf = 0; nf < NF; nf++) {
-            b0[nf] = rw_pack_bf16x2(s[2 * j][2 * nf], s[2 * j][2 * nf + 1]);
-            b1[nf] = rw_pack_bf16x2(s[2 * j + 1][2 * nf], s[2 * j + 1][2 * nf + 1]);
+            atc_split2(s[2 * j][2 * nf], s[2 * j][2 * nf + 1], b0[nf], c0l[nf]);
+            atc_split2(s[2 * j + 1][2 * nf], s[2 * j + 1][2 * nf + 1], b1[nf], c1l[nf]);
         }
 #pragma unroll
         for (int f = 0; f < KS; f++) {
@@ -143,6 +150,15 @@ __device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd
 #pragma unroll
             for (int nf = 0; nf < NF; nf++)
                 rw_mma_bf16_16816(ot[f][nf], a, b0[nf], b1[nf]);
+            if constexpr (KP) { /* V . P_lo, then V_lo . P_hi, as atc_block */
+#pragma unroll
+                for (int nf = 0; nf < NF; nf++)
+                    rw_mma_bf16_16816(ot[f][nf], a, c0l[nf], c1l[nf]);
+                rw_ldsm_x4_trans(a[0], a[1], a[2], a[3], vd + lo + atc_swz<HD>(vr, vc));
+#pragma unroll
+                for (int nf = 0; nf < NF; nf++)
+                    rw_mma_bf16_16816(ot[f][nf], a, b0[nf], b1[nf]);
+            }
         }
     }
 }
@@ -181,10 +197,11 @@ template <typename V, int K> __device__ __forceinline__ V atc_pick(const V (&x)[
 /* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
  * merged here); otherwise atc_block's (NF = 2: the 16 rows of one fragment), which also writes
  * the partials of split launches. */
-template <int HD, bool T, int NF>
+template <int HD, bool T, int NF, bool KP>
 __global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
-                      const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
+                      const uint16_t *__restrict__ vc, const uint16_t *__restrict__ kcl,
+                      const uint16_t *__restrict__ vcl, const rw_attn_tile *__restrict__ tiles,
                       const int32_t *__restrict__ pos, const int32_t *__restrict__ bt,
                       int bt_stride, int nh, int nkv, int bs, int nsplit, float qscale,
                       uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
@@ -198,6 +215,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     typedef atc_regs<T, NF> R;
     static_assert(T || NF == 2, "atc_block's form takes one 16-row fragment");
     constexpr int SBLK = ATC_SB * HD * 2;  /* bytes of K (or V) per softmax block */
+    constexpr int SLOT = KP ? 2 * SBLK : SBLK; /* a slot: the block's K or V, then (KP) its lo */
     constexpr int NR = HD / 4 * NF;        /* o registers per lane */
     static_assert(NR * 32 * 4 <= SBLK, "a warp's partial fits the slot it has consumed");
     extern __shared__ __align__(128) uint8_t sm[];
@@ -205,8 +223,8 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int NS = atc_ring(T, NF);
     constexpr bool PAIR = atc_ring_pairs(T, NF);
-    uint8_t *ring = sm + (size_t)warp * NS * SBLK;   /* this warp's slots */
-    float *pml = (float *)(sm + ATC_DW * NS * SBLK); /* [warps][4][32]: m0 m1 l0 l1 */
+    uint8_t *ring = sm + (size_t)warp * NS * SLOT;   /* this warp's slots */
+    float *pml = (float *)(sm + ATC_DW * NS * SLOT); /* [warps][4][32]: m0 m1 l0 l1 */
     float *oacc = pml + ATC_DW * 4 * 32;             /* [NR][32] merged o */
 
     const rw_attn_tile tl = tiles[blockIdx.x];
@@ -238,11 +256,18 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
      * A lookup of the block table inside the copy is what this form measured fastest with. */
     int buf = 0;
     auto load_pair = [&](int b, int sg, int j) {
-        uint8_t *const kd = ring + (size_t)b * 2 * SBLK;
-        uint8_t *const d[2] = {kd, kd + SBLK};
-        const uint16_t *const c[2] = {kc, vc};
-        atc_load_keys<HD, 32, 2>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
-                                 bs, lane);
+        uint8_t *const kd = ring + (size_t)b * 2 * SLOT;
+        if constexpr (KP) {
+            uint8_t *const d[4] = {kd, kd + SLOT, kd + SBLK, kd + SLOT + SBLK};
+            const uint16_t *const c[4] = {kc, vc, kcl, vcl};
+            atc_load_keys<HD, 32, 4>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
+                                     bs, lane);
+        } else {
+            uint8_t *const d[2] = {kd, kd + SBLK};
+            const uint16_t *const c[2] = {kc, vc};
+            atc_load_keys<HD, 32, 2>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
+                                     bs, lane);
+        }
     };
     /* Otherwise the ring: the warp's items are K, V of each block of its segments in order, item
      * i in slot i % NS, each one cp.async group, so before an item is read NS - 1 groups may
@@ -263,13 +288,21 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     };
     auto load_next = [&]() {
         if (ld_seg >= 0) {
-            uint8_t *const d[1] = {ring + (size_t)ld_slot * SBLK};
-            const uint16_t *const c[1] = {ld_v ? vc : kc};
+            constexpr int NC = KP ? 2 : 1;
+            uint8_t *const sd = ring + (size_t)ld_slot * SLOT;
+            uint8_t *d[NC];
+            const uint16_t *c[NC];
+            d[0] = sd;
+            c[0] = ld_v ? vc : kc;
+            if constexpr (KP) {
+                d[NC - 1] = sd + SBLK;
+                c[NC - 1] = ld_v ? vcl : kcl;
+            }
 #pragma unroll
             for (int gi = 0; gi < ATC_SB / 16; gi++)
-                atc_load_group<HD, 32, 1>(d, c, 16 * gi,
-                                          ld_seg * ATC_SEG + ld_blk * ATC_SB + 16 * gi,
-                                          ld_base[gi], plast, lane);
+                atc_load_group<HD, 32, NC>(d, c, 16 * gi,
+                                           ld_seg * ATC_SEG + ld_blk * ATC_SB + 16 * gi,
+                                           ld_base[gi], plast, lane);
             ld_v ^= 1;
             if (!ld_v) {
                 if (++ld_blk == ld_nb) {
@@ -341,14 +374,14 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                     if (sn >= 0) load_pair(buf ^ 1, sn, j + 1 < nb ? j + 1 : 0);
                     rw_cp_async_commit();
                     rw_cp_async_wait<1>();
-                    kd = ring + (size_t)buf * 2 * SBLK;
-                    vd = kd + SBLK;
+                    kd = ring + (size_t)buf * 2 * SLOT;
+                    vd = kd + SLOT;
                     vslot = 2 * buf; /* the pair's first slot holds the partial */
                 } else {
                     vslot = kslot + 1 == NS ? 0 : kslot + 1;
                     rw_cp_async_wait<NS - 1>();
-                    kd = ring + (size_t)kslot * SBLK;
-                    vd = ring + (size_t)vslot * SBLK;
+                    kd = ring + (size_t)kslot * SLOT;
+                    vd = ring + (size_t)vslot * SLOT;
                 }
                 __syncwarp();
                 /* ring: K read, refill its slot, then wait for V */
@@ -362,11 +395,12 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 };
                 const int key = sg * ATC_SEG + j * ATC_SB;
                 if constexpr (T)
-                    atc_block_t<HD, NF>(kd, vd, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
-                                        *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov), after_k);
+                    atc_block_t<HD, NF, KP>(kd, vd, SBLK, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
+                                            *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov),
+                                            after_k);
                 else
-                    atc_block<HD>(kd, vd, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
-                                  *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
+                    atc_block<HD, KP>(kd, vd, SBLK, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
+                                      *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
                 __syncwarp(); /* the block's slots are refilled next */
                 if constexpr (PAIR) {
                     buf ^= 1;
@@ -388,7 +422,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
          * first slot) is refilled only after the barrier at the end of this merge, so until then
          * it holds this warp's partial. */
         if (sg >= 0) {
-            float *pw = (float *)(ring + (size_t)vslot * SBLK);
+            float *pw = (float *)(ring + (size_t)vslot * SLOT);
 #pragma unroll
             for (int i = 0; i < NR; i++)
                 pw[i * 32 + lane] = ov[i];
@@ -412,7 +446,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 u[k] = rw_attn_merge_ml(Mt[k], Lt[k], mv[(r / 8) * 32 + at],
                                         mv[(2 + r / 8) * 32 + at], a[k], b[k]);
             }
-            const float *pv = (const float *)(sm + (size_t)pbuf[w] * SBLK);
+            const float *pv = (const float *)(sm + (size_t)pbuf[w] * SLOT);
             for (int i = i0; i < i1; i++) {
                 const int k = R::slot(i);
                 if (!atc_pick(u, k)) continue;
@@ -434,11 +468,11 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     }
 }
 
-/* The decode kernel's shared memory: the warps' rings, their (m, l) and the merged o (HD / 4 * NF
- * registers a lane) */
-template <int HD, bool T, int NF> static constexpr size_t atc_decode_smem() {
-    return (size_t)ATC_DW * atc_ring(T, NF) * ATC_SB * HD * 2 + (size_t)ATC_DW * 4 * 32 * 4 +
-           (size_t)(HD / 4 * NF) * 32 * 4;
+/* The decode kernel's shared memory: the warps' rings (KP: slots of twice the bytes), their
+ * (m, l) and the merged o (HD / 4 * NF registers a lane) */
+template <int HD, bool T, int NF, bool KP> static constexpr size_t atc_decode_smem() {
+    return (size_t)ATC_DW * atc_ring(T, NF) * ATC_SB * HD * 2 * (KP ? 2 : 1) +
+           (size_t)ATC_DW * 4 * 32 * 4 + (size_t)(HD / 4 * NF) * 32 * 4;
 }
 
 #endif

@@ -7,21 +7,23 @@
 #include "attention_tile.cuh"
 #include "launch.cuh"
 
-template <int HD>
+template <int HD, bool KP>
 __global__ void __launch_bounds__(ATC_THREADS, 2)
     atc_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
-               const uint16_t *__restrict__ vc, const rw_attn_tile *__restrict__ tiles,
+               const uint16_t *__restrict__ vc, const uint16_t *__restrict__ kcl,
+               const uint16_t *__restrict__ vcl, const rw_attn_tile *__restrict__ tiles,
                const int32_t *__restrict__ pos, const int32_t *__restrict__ bt, int bt_stride,
                int nh, int nkv, int bs, int nsplit, float qscale, uint16_t *__restrict__ out_hi,
                uint16_t *__restrict__ out_lo, float *__restrict__ part_o,
                float2 *__restrict__ part_ml, int64_t ntok, int seg_cap) {
     rw_pdl_begin();
     constexpr int BLK = ATC_KB * HD * 2;       /* bytes of K (or V) per block */
+    constexpr int NP = KP ? 4 : 2;             /* planes a stage: K, V (KP: then K_lo, V_lo) */
     constexpr int KS = HD / 16;                /* head-dim k16 steps */
     constexpr int DN = HD / 8;                 /* output n8 fragments */
     extern __shared__ __align__(128) uint8_t sm[];
-    uint8_t *stage = sm;                                     /* 2 x (K, V) blocks */
-    float *oacc = (float *)(sm + 4 * BLK);                   /* [4 warps][HD/2][32] merged o */
+    uint8_t *stage = sm;                        /* 2 stages of NP blocks */
+    float *oacc = (float *)(sm + 2 * NP * BLK); /* [4 warps][HD/2][32] merged o */
 
     const rw_attn_tile tl = tiles[blockIdx.x];
     const int g = blockIdx.y, split = blockIdx.z;
@@ -48,11 +50,18 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
         return (sg < nseg && b < nblk) ? b : -1;
     };
     auto load = [&](int buf, int b) {
-        uint8_t *kd = stage + (size_t)buf * 2 * BLK;
-        uint8_t *const d[2] = {kd, kd + BLK};
-        const uint16_t *const c[2] = {kc, vc};
-        atc_load_keys<HD, ATC_THREADS, 2>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
-                                          tid);
+        uint8_t *kd = stage + (size_t)buf * NP * BLK;
+        if constexpr (KP) {
+            uint8_t *const d[4] = {kd, kd + BLK, kd + 2 * BLK, kd + 3 * BLK};
+            const uint16_t *const c[4] = {kc, vc, kcl, vcl};
+            atc_load_keys<HD, ATC_THREADS, 4>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
+                                              tid);
+        } else {
+            uint8_t *const d[2] = {kd, kd + BLK};
+            const uint16_t *const c[2] = {kc, vc};
+            atc_load_keys<HD, ATC_THREADS, 2>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
+                                              tid);
+        }
     };
 
     /* merged result (nsplit 0) */
@@ -80,13 +89,13 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
         rw_cp_async_commit();
         rw_cp_async_wait<1>();
         __syncthreads();
-        const uint8_t *kd = stage + (size_t)(idx & 1) * 2 * BLK;
+        const uint8_t *kd = stage + (size_t)(idx & 1) * NP * BLK;
         const uint8_t *vd = kd + BLK;
         if (active) {
 #pragma unroll 1
             for (int sub = 0; sub < ATC_KB / ATC_SB; sub++)
-                atc_block<HD>(kd + sub * ATC_SB * HD * 2, vd + sub * ATC_SB * HD * 2,
-                              cur * ATC_KB + sub * ATC_SB, qh, ql, qp0, qp1, m0, m1, l0, l1, o);
+                atc_block<HD, KP>(kd + sub * ATC_SB * HD * 2, vd + sub * ATC_SB * HD * 2, 2 * BLK,
+                                  cur * ATC_KB + sub * ATC_SB, qh, ql, qp0, qp1, m0, m1, l0, l1, o);
         }
         /* end of a segment: merge (nsplit 0) or write the partial */
         const int nb = block_of(idx + 1);
@@ -128,8 +137,8 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
                           Lt0, Lt1);
 }
 
-template <int HD> static constexpr size_t atc_smem() {
-    return (size_t)4 * ATC_KB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4;
+template <int HD, bool KP> static constexpr size_t atc_smem() {
+    return (size_t)2 * (KP ? 4 : 2) * ATC_KB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4;
 }
 
 #endif

@@ -26,7 +26,14 @@
  * loaded as zeros, never read, so no stale non-finite value can reach a product. The q pair
  * keeps the scores to ~2^-16 relative (near-fp32) and doubles the QK tensor-core work, which
  * decode (memory-bound) does not notice and prefill pays (docs/BENCHMARKS.md); the weights are
- * one bf16 each. */
+ * one bf16 each.
+ *
+ * The high-precision mode (KP: the cache has low halves, attention.h) keeps that sequence and adds
+ * to it: the keys and values are the pairs K + K_lo, V + V_lo, staged as two more planes of the
+ * same layout (lo bytes `lo` after their hi plane), and the weights are a pair ph + pl as q is:
+ *   S = fl(qh.K^T) + fl(ql.K^T + qh.K_lo^T) (in each k16 step ql.K then qh.K_lo into the lo sums);
+ *   o = o*c + ph.V + pl.V + ph.V_lo (in each key k16 step, in that order).
+ * The lo x lo products are left out (2^-16 of 2^-16). */
 #ifndef RW_WORKER_KERNELS_ATTENTION_TILE_CUH
 #define RW_WORKER_KERNELS_ATTENTION_TILE_CUH
 
@@ -274,9 +281,11 @@ struct atc_no_hook {
  *     masking a key at or before the position changes nothing);
  *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
  *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
- *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps. */
-template <int HD, typename H = atc_no_hook>
-__device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int key_abs,
+ *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps.
+ * KP: the K_lo / V_lo planes lie lo bytes after kd / vd, and the products of the file comment's
+ * high-precision sequence are added in its order. */
+template <int HD, bool KP, typename H = atc_no_hook>
+__device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int lo, int key_abs,
                                           const uint32_t (&qh)[HD / 16][4],
                                           const uint32_t (&ql)[HD / 16][4], int32_t qp0,
                                           int32_t qp1, float &m0, float &m1, float &l0, float &l1,
@@ -302,6 +311,11 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             rw_mma_bf16_16816(sh[2 * j + 1], qh[ks], b2, b3);
             rw_mma_bf16_16816(sl[2 * j], ql[ks], b0, b1);
             rw_mma_bf16_16816(sl[2 * j + 1], ql[ks], b2, b3);
+            if constexpr (KP) { /* the keys' low halves: qh . K_lo into the lo sums */
+                rw_ldsm_x4(b0, b1, b2, b3, kd + lo + atc_swz<HD>(kr, kcidx));
+                rw_mma_bf16_16816(sl[2 * j], qh[ks], b0, b1);
+                rw_mma_bf16_16816(sl[2 * j + 1], qh[ks], b2, b3);
+            }
         }
     }
     after_k();
@@ -326,10 +340,11 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
      * keys +8..15, row r1 keys +8..15) = s[2j][0,1], s[2j][2,3], s[2j+1][0,1], s[2j+1][2,3] */
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-        const uint32_t ph[4] = {rw_pack_bf16x2(s[2 * j][0], s[2 * j][1]),
-                                rw_pack_bf16x2(s[2 * j][2], s[2 * j][3]),
-                                rw_pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
-                                rw_pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+        uint32_t ph[4], pl[4];
+        atc_split2(s[2 * j][0], s[2 * j][1], ph[0], pl[0]);
+        atc_split2(s[2 * j][2], s[2 * j][3], ph[1], pl[1]);
+        atc_split2(s[2 * j + 1][0], s[2 * j + 1][1], ph[2], pl[2]);
+        atc_split2(s[2 * j + 1][2], s[2 * j + 1][3], ph[3], pl[3]);
 #pragma unroll
         for (int dn = 0; dn < DN / 2; dn++) {
             const int vr = 16 * j + (lane & 7) + ((lane & 8) ? 8 : 0);
@@ -338,6 +353,13 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             rw_ldsm_x4_trans(b0, b1, b2, b3, vd + atc_swz<HD>(vr, vcidx));
             rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
             rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
+            if constexpr (KP) { /* P_lo . V, then P_hi . V_lo */
+                rw_mma_bf16_16816(o[2 * dn], pl, b0, b1);
+                rw_mma_bf16_16816(o[2 * dn + 1], pl, b2, b3);
+                rw_ldsm_x4_trans(b0, b1, b2, b3, vd + lo + atc_swz<HD>(vr, vcidx));
+                rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
+                rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
+            }
         }
     }
 }

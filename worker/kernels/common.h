@@ -9,7 +9,8 @@
  * a new family gets three of its own.
  *
  * Conventions: bf16 tensors are uint16_t bit patterns; shapes are row-major; the paged KV cache
- * of one layer is K, V bf16 [nblocks, nkv, bs, hd]; a token's KV slot is block * bs + offset.
+ * of one layer is K, V bf16 [nblocks, nkv, bs, hd] (rw_kv_planes, with the low halves of the
+ * high-precision mode); a token's KV slot is block * bs + offset.
  * Every launcher takes an rw_stream (a cudaStream_t), checks its launch (RW_LAUNCH_CHECK) and
  * neither allocates nor synchronizes, so it can be captured into a CUDA graph. A reference has
  * the kernel's inputs, outputs and rounding points (bf16 where the kernel writes bf16) in plain
@@ -36,6 +37,14 @@ RW_HD void rw_k_store_split(float v, uint16_t *hi, uint16_t *lo, int64_t i) {
     hi[i] = h;
     if (lo) lo[i] = rw_bf16_split_lo(v, h);
 }
+
+/* One layer's paged KV cache: K and V bf16 [nblocks, nkv, bs, hd]. With k_lo and v_lo (both or
+ * neither; the high-precision mode, rw_precision) each entry is a hi + lo pair as above, k + k_lo
+ * and v + v_lo, in two more arrays of the same shape: about 16 significant bits of each key and
+ * value instead of 8, for twice the bytes. */
+typedef struct rw_kv_planes {
+    uint16_t *k, *v, *k_lo, *v_lo;
+} rw_kv_planes;
 
 #ifdef __cplusplus
 }

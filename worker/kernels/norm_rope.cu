@@ -160,11 +160,13 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
                       const int32_t *__restrict__ pos, const int32_t *__restrict__ slot, int64_t n,
                       int nh, int nkv, int hd, int bs, const float *__restrict__ inv_freq,
                       float eps, float *__restrict__ q_out, uint16_t *__restrict__ kcache,
-                      uint16_t *__restrict__ vcache) {
+                      uint16_t *__restrict__ vcache, uint16_t *__restrict__ kcache_lo,
+                      uint16_t *__restrict__ vcache_lo) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int nhk = nh + nkv;
     const int64_t gw = (int64_t)blockIdx.x * ROPE_WARPS + w;
     const int h = (int)(gw % nhk);
+    const uint16_t *nwt = h < nh ? qn : kn; /* the head's norm weights */
     /* a head wider than ROPE_PRE_HD: its norm weights and the rotation frequencies into L1
      * before the PDL wait (launch.cuh: no forward pass writes them), 128-byte lines. Narrower
      * heads load their lanes' values before the wait below, and prefetching them as well only
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
      * session). */
     if (hd > ROPE_PRE_HD) {
         for (int i = lane * 64; i < hd; i += 32 * 64)
-            asm volatile("prefetch.global.L1 [%0];" ::"l"((h < nh ? qn : kn) + i));
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(nwt + i));
         for (int i = lane * 32; i < hd / 2; i += 32 * 32)
             asm volatile("prefetch.global.L1 [%0];" ::"l"(inv_freq + i));
     }
@@ -186,7 +188,6 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
     const int32_t sl = in ? slot[t] : -1;
     const int half = hd / 2;
     const bool pre = hd <= ROPE_PRE_HD;
-    const uint16_t *nwt = h < nh ? qn : kn;
     float psn[ROPE_PRE], pcs[ROPE_PRE], pwa[ROPE_PRE], pwb[ROPE_PRE];
 #pragma unroll
     for (int j = 0; j < ROPE_PRE; j++) {
@@ -217,12 +218,13 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float r = rsqrtf(ss / (float)hd + eps);
     __syncwarp();
-    /* q stays fp32 (the attention reads it so); k goes to the bf16 cache */
+    /* q stays fp32 (the attention reads it so); k goes to the bf16 cache (a hi + lo pair with
+     * the low halves' cache) */
     float *qdst = isq ? q_out + (t * nh + h) * hd : NULL;
-    uint16_t *kdst = NULL;
+    int64_t kvat = 0; /* the slot's first element in the caches */
     if (!isq) {
         const int64_t blk = sl / bs, off = sl % bs;
-        kdst = kcache + ((blk * nkv + g) * bs + off) * hd;
+        kvat = ((blk * nkv + g) * bs + off) * hd;
     }
     /* element i's rotation: a, b normed, then o0 = a cos - b sin, o1 = b cos + a sin (one
      * function for both paths, so the same bits) */
@@ -234,8 +236,8 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
             qdst[i] = o0;
             qdst[i + half] = o1;
         } else {
-            kdst[i] = f2b(o0);
-            kdst[i + half] = f2b(o1);
+            rw_k_store_split(o0, kcache, kcache_lo, kvat + i);
+            rw_k_store_split(o1, kcache, kcache_lo, kvat + i + half);
         }
     };
     if (pre) {
@@ -250,11 +252,9 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         }
     }
     if (!isq) {
-        const int64_t blk = sl / bs, off = sl % bs;
-        uint16_t *vd = vcache + ((blk * nkv + g) * bs + off) * hd;
         const float *vs = v + t * ldkv + (int64_t)g * hd;
         for (int i = lane; i < hd; i += 32)
-            vd[i] = f2b(vs[i]);
+            rw_k_store_split(vs[i], vcache, vcache_lo, kvat + i);
     }
 }
 
@@ -262,14 +262,15 @@ extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float
                                      int64_t ldkv, const uint16_t *qn, const uint16_t *kn,
                                      const int32_t *pos, const int32_t *slot, int64_t n, int nh,
                                      int nkv, int hd, int bs, const float *inv_freq, float eps,
-                                     float *q_out, uint16_t *kcache, uint16_t *vcache, rw_stream s,
-                                     rw_err *err) {
+                                     float *q_out, rw_kv_planes kv, rw_stream s, rw_err *err) {
     if (n <= 0) return RW_OK;
     if (hd % 2 || hd > 1024) RW_FAIL(err, RW_E_UNSUPPORTED, "rope: head_dim %d", hd);
+    if (!kv.k_lo != !kv.v_lo)
+        RW_FAIL(err, RW_E_INVALID_ARG, "rope: the low halves of K without those of V, or back");
     const int64_t warps = n * (nh + nkv);
     (void)rw_launch_pdl(qk_rope_kv_kernel, dim3((unsigned)((warps + ROPE_WARPS - 1) / ROPE_WARPS)),
                         ROPE_WARPS * 32, sizeof(float) * ROPE_WARPS * hd, (cudaStream_t)s, q, k, v,
                         ldq, ldkv, qn, kn, pos, slot, n, nh, nkv, hd, bs, inv_freq, eps, q_out,
-                        kcache, vcache);
+                        kv.k, kv.v, kv.k_lo, kv.v_lo);
     return LAUNCH_CHECK(s, "qk_rope_kv");
 }

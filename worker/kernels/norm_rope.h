@@ -47,20 +47,20 @@ rw_status rw_k_rmsnorm_rows(float *x, const float *y, const int32_t *rows, int64
                             uint16_t *out_lo, rw_stream s, rw_err *err);
 
 /* Per-head RMSNorm of q and k (weights qn, kn [hd] bf16), RoPE (rotate-half, angle = pos *
- * inv_freq[i], inv_freq [hd/2] fp32), then q_out fp32 [n, nh, hd] and the K, V cache slots (bf16):
- * slot[t] = block * bs + offset (negative: not stored). q rows of nh*hd fp32 at row stride ldq;
+ * inv_freq[i], inv_freq [hd/2] fp32), then q_out fp32 [n, nh, hd] and the K, V cache slots (bf16,
+ * and the low halves of each pair where kv has them): slot[t] = block * bs + offset (negative:
+ * not stored). q rows of nh*hd fp32 at row stride ldq;
  * k, v rows of nkv*hd at row stride ldkv (one fused [n, q|k|v] GEMM output works with
  * ldq = ldkv = (nh + 2 nkv) hd). */
 void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                          const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
                          const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
-                         const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
-                         uint16_t *vcache);
+                         const float *inv_freq, float eps, float *q_out, rw_kv_planes kv);
 rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                           const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
                           const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
-                          const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
-                          uint16_t *vcache, rw_stream s, rw_err *err);
+                          const float *inv_freq, float eps, float *q_out, rw_kv_planes kv,
+                          rw_stream s, rw_err *err);
 
 /* The references' building blocks, for the tests' emulation of the whole forward pass
  * (tests/common/cuda_emul.h): 1 / sqrt(mean(x[0..H)^2) + eps) summed in index order, and one

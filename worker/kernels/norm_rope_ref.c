@@ -75,8 +75,7 @@ void rw_k_head_norm_rope_ref(const float *x, const uint16_t *nw, int hd, float e
 void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                          const uint16_t *qn, const uint16_t *kn, const int32_t *pos,
                          const int32_t *slot, int64_t n, int nh, int nkv, int hd, int bs,
-                         const float *inv_freq, float eps, float *q_out, uint16_t *kcache,
-                         uint16_t *vcache) {
+                         const float *inv_freq, float eps, float *q_out, rw_kv_planes kv) {
     float tmp[1024];
     for (int64_t t = 0; t < n; t++) {
         for (int h = 0; h < nh; h++) {
@@ -90,8 +89,8 @@ void rw_k_qk_rope_kv_ref(const float *q, const float *k, const float *v, int64_t
             rw_k_head_norm_rope_ref(k + t * ldkv + g * hd, kn, hd, eps, pos[t], inv_freq, tmp);
             const int64_t at = ((blk * nkv + g) * bs + off) * hd;
             for (int i = 0; i < hd; i++) {
-                kcache[at + i] = rw_f32_to_bf16(tmp[i]);
-                vcache[at + i] = rw_f32_to_bf16(v[t * ldkv + g * hd + i]);
+                rw_k_store_split(tmp[i], kv.k, kv.k_lo, at + i);
+                rw_k_store_split(v[t * ldkv + g * hd + i], kv.v, kv.v_lo, at + i);
             }
         }
     }
