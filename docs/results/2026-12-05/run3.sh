@@ -8,7 +8,7 @@ R=${OUT:-out}
 mkdir -p "$R"
 B=/tmp/rw-variants/rw-base
 [ -x "$B" ] || { mkdir -p /tmp/rw-variants && tar xf .gpu-pack/variants.txz -C /tmp/rw-variants; }
-C="--config tools/configs/qwen3-30b-a3b.json"
+C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 RW_BENCH_BREAKDOWN=1 timeout 250 "$B" $C decode,prefill --batches 1,256 --ctxs 1024 --steps 10 \
     --gen 1,16,2 --gen-reps 1 --prefill-reps 2 > "$R/r3_decode_prefill.jsonl" 2> "$R/r3_decode_prefill.err"
 RW_ATTN_WGMMA=0 RW_BENCH_BREAKDOWN=1 timeout 80 "$B" $C prefill --prefill-reps 2 \
