@@ -41,13 +41,15 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     int32_t qp0, qp1;
     atc_load_q<HD>(q, pos, tl, g, group, nh, nrows, r0, r1, qscale, qh, ql, qp0, qp1);
 
-    /* the blocks this CTA walks: segments split, split + nsplit, ..., two blocks each */
+    /* the blocks this CTA walks: segments split, split + nsplit, ..., BPS blocks each */
+    constexpr int BPS = ATC_SEG / ATC_KB;
+    static_assert(BPS * ATC_KB == ATC_SEG, "a segment is whole staged blocks");
     const int sstep = nsplit > 0 ? nsplit : 1;
     const int sfirst = nsplit > 0 ? split : 0;
     auto block_of = [&](int idx) -> int { /* idx-th block of this CTA, or -1 */
-        const int sg = sfirst + (idx >> 1) * sstep;
-        const int b = sg * 2 + (idx & 1);
-        return (sg < nseg && b < nblk) ? b : -1;
+                                          const int sg = sfirst + (idx / BPS) * sstep;
+                                          const int b = sg * BPS + (idx % BPS);
+                                          return (sg < nseg && b < nblk) ? b : -1;
     };
     auto load = [&](int buf, int b) {
         uint8_t *kd = stage + (size_t)buf * NP * BLK;
@@ -99,9 +101,9 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
         }
         /* end of a segment: merge (nsplit 0) or write the partial */
         const int nb = block_of(idx + 1);
-        const bool seg_end = nb < 0 || (nb >> 1) != (cur >> 1);
+        const bool seg_end = nb < 0 || nb / BPS != cur / BPS;
         if (seg_end && active) {
-            const int sg = cur >> 1;
+            const int sg = cur / BPS;
             if (nsplit == 0) {
                 float a0 = 0.0f, b0 = 0.0f, a1 = 0.0f, b1 = 0.0f;
                 const bool u0 = rw_attn_merge_ml(Mt0, Lt0, m0, l0, a0, b0);
