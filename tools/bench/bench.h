@@ -150,9 +150,11 @@ int32_t rwb_prompt_token(uint64_t seed, int seq, int pos, int vocab);
 /* Ceilings (gpu.c; RW_E_NO_DEVICE in builds without CUDA)                                     */
 /* ------------------------------------------------------------------------------------------ */
 /* Device-to-device copies of `bytes` on `dev` (cudaMemcpyAsync, rotating over 2 source and
- * destination buffers of random data), CUDA events per rep. samples[reps] in seconds; one copy
+ * destination buffers of random data), CUDA events per rep, after the copy's rate has settled
+ * (settle.h; *settle_s, when not NULL: the seconds that took). samples[reps] in seconds; one copy
  * moves 2 * bytes (read + write). */
-rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples, rw_err *err);
+rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples,
+                       double *settle_s, rw_err *err);
 /* Pinned host -> device copy of `total` bytes in chunks of `chunk` (one pinned chunk of random
  * bytes, rotating over 2 device chunks); samples[reps] in seconds for the whole `total`. */
 rw_status rwb_copy_h2d(int dev, uint64_t total, size_t chunk, int warmup, int reps,

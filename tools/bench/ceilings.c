@@ -8,12 +8,15 @@
 #include <string.h>
 
 /* Emits a ceiling line: `amount` bytes (or FLOPs when unit is TFLOP/s) per rep. */
+/* settle_s >= 0: the seconds the copy took to reach its settled rate (settle.h), in the line. */
 static void emit_ceiling(rwb_ctx *c, const char *bench, const char *what, const double *samples,
-                         int n, double amount, const char *unit, const char *amount_key) {
+                         int n, double amount, const char *unit, const char *amount_key,
+                         double settle_s) {
     rwb_stats s = rwb_stats_of(samples, n);
     json_t *j = rwb_line(c, bench, what);
     rwb_set_str(j, "role", "ceiling");
     rwb_set_num(j, amount_key, amount);
+    if (settle_s >= 0) rwb_set_num(j, "settle_s", settle_s);
     rwb_line_stats(j, &s);
     double scale = strcmp(unit, "TFLOP/s") == 0 ? 1e12 : 1e9;
     rwb_line_rate(j, amount / s.median / scale, unit, 0, NULL);
@@ -24,10 +27,11 @@ rw_status rwb_measure_hbm(rwb_ctx *c, int dev, const char *bench, double *gbps, 
     double smp[RWB_MAX_SAMPLES];
     const size_t bytes = 2ull << 30;
     int reps = c->o.reps < 10 ? 10 : c->o.reps;
-    RW_CHECK(rwb_copy_d2d(dev, bytes, c->o.warmup, reps, smp, err));
+    double settle_s = 0;
+    RW_CHECK(rwb_copy_d2d(dev, bytes, c->o.warmup, reps, smp, &settle_s, err));
     rwb_stats s = rwb_stats_of(smp, reps);
     *gbps = 2.0 * (double)bytes / s.median / 1e9;
-    emit_ceiling(c, bench, "hbm_copy", smp, reps, 2.0 * (double)bytes, "GB/s", "bytes");
+    emit_ceiling(c, bench, "hbm_copy", smp, reps, 2.0 * (double)bytes, "GB/s", "bytes", settle_s);
     return RW_OK;
 }
 
@@ -65,7 +69,7 @@ void rwb_mode_ceilings(rwb_ctx *c) {
     const uint64_t h2d_total = 8ull << 30;
     if (rwb_copy_h2d(c->o.gpu0, h2d_total, 1u << 30, c->o.warmup, c->o.reps, smp, &err) == RW_OK)
         emit_ceiling(c, "ceilings", "h2d_pinned", smp, c->o.reps, (double)h2d_total, "GB/s",
-                     "bytes");
+                     "bytes", -1);
     else
         rwb_emit_error(c, "ceilings", "h2d_pinned", &err);
 

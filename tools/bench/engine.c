@@ -260,10 +260,12 @@ rw_status rwb_engine_hbm(rwb_ctx *c, const char *bench, double *gbps, rw_err *er
     eng_state *es = state(c);
     if (!es) RW_FAIL(err, RW_E_OOM, "out of memory");
     if (es->hbm_gbps <= 0) {
-        /* measured with no engine model resident, as when the mode runs alone (the next
-         * rwb_engine_model builds it again): with prefill's model resident the same copy measured
-         * 3.80-3.81 TB/s on an H200 against 4.24-4.27 alone, which made the decode ratios of
-         * `prefill,decode` runs read higher than those of `decode` runs (docs/BENCHMARKS.md) */
+        /* measured with no engine model resident (the next rwb_engine_model builds it again),
+         * which leaves the copy's buffers room beside a full KV cache. The copy waits for its
+         * rate to settle (settle.h): right after the model is freed the driver clears its
+         * memory, and a copy timed then read 3.80-3.81 TB/s on an H200 against 4.2 otherwise,
+         * which made the decode ratios of `prefill,decode` runs read higher than those of
+         * `decode` runs (docs/BENCHMARKS.md, thirteenth and twenty-fourth sessions) */
         if (es->m) {
             fprintf(stderr, "rw-bench: releasing the model to measure the HBM copy ceiling\n");
             rw_model_destroy(es->m);

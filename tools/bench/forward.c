@@ -39,6 +39,7 @@ rw_status rwb_fwd_prefill(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
 
 #include "cuda_check.h" /* after cublasLt.h: RW_CUBLAS_CHECK */
 #include "profile.h"
+#include "settle.h"
 
 /* The Qwen3-30B-A3B shape of docs/TARGETS.md. */
 static void qwen3_30b(rw_config *c) {
@@ -280,9 +281,11 @@ static rw_status hbm_copy_call(void *ctx, int rep, rw_err *err) {
  * copies on a stream, timed by events (rwb_time_kernel, about 0.1 s; the stage ceiling hbm_copy
  * is timed by events too), reported beside it. In one rw-bench process the stage's hbm_copy
  * measured 4.24 TB/s and this entry 3.78-3.79; on an H200 the two timings of this call read
- * 3,817 and 3,787 GB/s, so the gap is the GPU's state (this entry's model is resident, the
- * stage measures with none), not the timing (docs/BENCHMARKS.md, thirteenth session). */
-static rw_status measure_hbm(double *gbs, double *events_gbs, rw_err *err) {
+ * 3,817 and 3,787 GB/s, so the gap was the GPU's state, not the timing (docs/BENCHMARKS.md,
+ * thirteenth session): the driver clearing the memory the previous entry had just freed (its
+ * model), which the twenty-fourth session found and which the settling before the timed copies
+ * waits out (settle.h). *settle_s: the seconds that took. */
+static rw_status measure_hbm(double *gbs, double *events_gbs, double *settle_s, rw_err *err) {
     const size_t bytes = (size_t)2 << 30;
     void *a = NULL, *b = NULL;
     RW_CUDA_CHECK(err, cudaMalloc(&a, bytes));
@@ -292,6 +295,19 @@ static rw_status measure_hbm(double *gbs, double *events_gbs, rw_err *err) {
         return rw_cuda_fail(err, ce, __FILE__, __LINE__, "bench: 2 GiB copy buffer");
     }
     cudaMemset(a, 1, bytes);
+    /* first the same copy until its rate has settled (settle.h): this entry runs right after the
+     * previous one freed its model */
+    rwb_settle se;
+    rwb_settle_init(&se);
+    for (int i = 0;; i++) {
+        cudaDeviceSynchronize();
+        const double t0 = rw_now();
+        cudaMemcpy(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
+        cudaDeviceSynchronize();
+        const double t1 = rw_now();
+        if (rwb_settle_add(&se, t1, t1 > t0 ? 2.0 * (double)bytes / (t1 - t0) : 0.0)) break;
+    }
+    *settle_s = se.waited;
     double t[7];
     for (int i = 0; i < 8; i++) {
         cudaDeviceSynchronize();
@@ -398,8 +414,8 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     memset(&cfg, 0, sizeof cfg);
     const int B = o->batch, ctx = o->ctx, steps = o->steps > 0 ? o->steps : 20;
     if (B < 1 || ctx < 1) RW_FAIL(err, RW_E_INVALID_ARG, "bench decode: batch %d, ctx %d", B, ctx);
-    double hbm = 0, hbm_events = 0;
-    RW_CHECK(measure_hbm(&hbm, &hbm_events, err));
+    double hbm = 0, hbm_events = 0, hbm_settle = 0;
+    RW_CHECK(measure_hbm(&hbm, &hbm_events, &hbm_settle, err));
     RW_CHECKGOTO(rwb_fwd_make_model(o, 0, &cfg, &m, err), st, done);
     const int bs = 16, bps = (ctx + 1 + bs - 1) / bs;
     RW_CHECKGOTO(m->ops->reserve(m, B, B, err), st, done);
@@ -471,11 +487,11 @@ rw_status rwb_fwd_decode(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
         "{\"bench\": \"decode\", \"experts\": \"%s\", \"batch\": %d, \"ctx\": %d, \"steps\": %d, "
         "\"graphs\": %s, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, \"step_ms_max\": %.3f, "
         "\"tokens_per_s\": %.1f, \"bytes_per_step_gb\": %.3f, \"hbm_gbs_measured\": %.0f, "
-        "\"hbm_gbs_events\": %.0f, \"floor_ms\": %.3f, \"floor_tokens_per_s\": %.1f, "
-        "\"ratio_to_floor\": %.3f}\n",
+        "\"hbm_gbs_events\": %.0f, \"hbm_settle_s\": %.3f, \"floor_ms\": %.3f, "
+        "\"floor_tokens_per_s\": %.1f, \"ratio_to_floor\": %.3f}\n",
         fmt_name(w0->moe_fmt), B, ctx, steps, o->graphs ? "true" : "false", med * 1e3,
-        times[0] * 1e3, times[steps - 1] * 1e3, B / med, (wbytes + kvbytes) / 1e9, hbm,
-        hbm_events, floor_s * 1e3, B / floor_s, floor_s / med);
+        times[0] * 1e3, times[steps - 1] * 1e3, B / med, (wbytes + kvbytes) / 1e9, hbm, hbm_events,
+        hbm_settle, floor_s * 1e3, B / floor_s, floor_s / med);
     if (want_breakdown()) {
         rw_fwd_batch b = {B, seqs, B, toks, B, false};
         RW_CHECKGOTO(print_breakdown(m, kv, &b, B, req, 5, "decode_breakdown",

@@ -4,6 +4,7 @@
  * a synchronize before the host clock), every rep recorded, random data, rotating buffers larger
  * than L2. */
 #include "bench.h"
+#include "settle.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -98,7 +99,8 @@ out:
 /* ------------------------------------------------------------------------------------------ */
 /* Device-to-device copy                                                                        */
 /* ------------------------------------------------------------------------------------------ */
-rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples, rw_err *err) {
+rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples,
+                       double *settle_s, rw_err *err) {
     rw_status st = RW_OK;
     void *src[2] = {0}, *dst[2] = {0};
     cudaStream_t s = NULL;
@@ -119,6 +121,23 @@ rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samp
                 out);
     }
     for (nev = 0; nev < 2 * reps; nev++) CUDA_GO(cudaEventCreate(&ev[nev]), st, out);
+    {
+        /* first the same copy until its rate has settled (settle.h): one copy a round */
+        rwb_settle se;
+        rwb_settle_init(&se);
+        for (int i = 0;; i++) {
+            float ms = 0;
+            CUDA_GO(cudaEventRecord(ev[0], s), st, out);
+            CUDA_GO(cudaMemcpyAsync(dst[i & 1], src[i & 1], bytes, cudaMemcpyDeviceToDevice, s), st,
+                    out);
+            CUDA_GO(cudaEventRecord(ev[1], s), st, out);
+            CUDA_GO(cudaEventSynchronize(ev[1]), st, out);
+            CUDA_GO(cudaEventElapsedTime(&ms, ev[0], ev[1]), st, out);
+            if (rwb_settle_add(&se, rw_now(), ms > 0 ? 2.0 * (double)bytes / (ms * 1e-3) : 0.0))
+                break;
+        }
+        if (settle_s) *settle_s = se.waited;
+    }
     for (int i = 0; i < warmup; i++)
         CUDA_GO(cudaMemcpyAsync(dst[i & 1], src[i & 1], bytes, cudaMemcpyDeviceToDevice, s), st,
                 out);

@@ -12,7 +12,8 @@ rw_status rwb_fill_bf16(void *dst, uint64_t n, uint64_t seed, float mean, float 
 rw_status rwb_device_sync(int dev, rw_err *err) { NO_DEVICE(err); }
 void rwb_profiler(bool on) { (void)on; }
 rw_status rwb_mem_info(size_t *free_b, size_t *total_b, rw_err *err) { NO_DEVICE(err); }
-rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples, rw_err *err) {
+rw_status rwb_copy_d2d(int dev, size_t bytes, int warmup, int reps, double *samples,
+                       double *settle_s, rw_err *err) {
     NO_DEVICE(err);
 }
 rw_status rwb_copy_h2d(int dev, uint64_t total, size_t chunk, int warmup, int reps,
