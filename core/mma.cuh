@@ -38,11 +38,6 @@ __device__ __forceinline__ void rw_cp_async16_zfill_sa(uint32_t dst, const void 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes));
 }
-/* Asynchronous 8-byte global -> shared copy (through L1, .ca: the only form below 16 bytes);
- * both addresses 8-byte aligned. */
-__device__ __forceinline__ void rw_cp_async8(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(rw_smem_u32(dst)), "l"(src));
-}
 /* Closes the group of copies issued since the last commit. */
 __device__ __forceinline__ void rw_cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);

@@ -41,7 +41,10 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 rw_tma_encoder(void) {
 /* The tensor map of a bf16 array of `rank` (2..5) dimensions, innermost first: dims[0] elements
  * (64: 128-byte rows) of contiguous bf16, then dims[i] steps of stride[i - 1] bytes (multiples of
  * 16); boxes of box[i] elements, written to shared memory with the 128-byte swizzle, elements
- * past the array as zeros. false when the driver cannot encode it. */
+ * past the array as zeros. false when the driver cannot encode it. No L2 promotion: the boxes
+ * are whole 128-byte rows already, and asking for 256-byte promotion made a batch-1 step 0.5 to
+ * 1.2% slower on an H200 (two sessions, two runs each; nothing at batch 8 or 256;
+ * docs/BENCHMARKS.md, twenty-third and twenty-fourth sessions). */
 static inline bool rw_tma_map_bf16_nd(CUtensorMap *map, const void *base, int rank,
                                       const uint64_t *dims, const uint64_t *stride,
                                       const uint32_t *box) {
@@ -57,8 +60,7 @@ static inline bool rw_tma_map_bf16_nd(CUtensorMap *map, const void *base, int ra
     }
     return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)base, d, st, b, e,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+               CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 /* The tensor map of a bf16 matrix [rows, cols] (row-major, rows 16-byte aligned: cols % 8 == 0)

@@ -13,14 +13,20 @@
  *
  * rwb_settle_add is true once RWB_SETTLE_WINDOW_S seconds of rounds have passed with none beating
  * the rate of the last rise by more than RWB_SETTLE_TOL, or RWB_SETTLE_LIMIT_S after the first
- * round. s.best is then the highest rate seen and s.waited the seconds taken. */
+ * round. s.best is then the highest rate seen and s.waited the seconds taken.
+ *
+ * The rate does not climb while the clearing runs; it stays low, then jumps (after 61 GiB were
+ * freed: 3.74 TB/s for 0.2 s, then 4.19), so the window must outlast the longest clearing: with
+ * a window of 0.25 s the forward entry's copy still read 3.77-3.78 TB/s in two of six runs,
+ * after the previous entry had freed its model and KV cache. At about 0.3 TB/s of clearing, all
+ * of an H200's 139 GiB would take about 0.5 s; the window is twice that. */
 #ifndef RW_TOOLS_BENCH_SETTLE_H
 #define RW_TOOLS_BENCH_SETTLE_H
 
 #include <stdbool.h>
 
 #define RWB_SETTLE_TOL 0.005
-#define RWB_SETTLE_WINDOW_S 0.25
+#define RWB_SETTLE_WINDOW_S 1.0
 #define RWB_SETTLE_LIMIT_S 5.0
 
 typedef struct rwb_settle {

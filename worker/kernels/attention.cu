@@ -14,79 +14,11 @@
 #include "cuda_check.h"
 #include "launch.cuh"
 
-/* Merges the segments of every (token, head) in order, with the kernel's merge: one CTA a
- * (token, head), one head-dim element a thread. The partials are staged in shared memory
- * ATC_CC segments at a time, ATC_CBUF - 1 chunks in flight while one is merged: with each
- * thread loading its own element ATC_CU segments at a time (the previous form), a 32 x 8k
- * combine took 18.2 us for 34 MB, its DRAM at 40% of peak (Nsight Compute on an H200,
- * docs/BENCHMARKS.md, twenty-fourth session): each CTA waited a memory round trip per 8
- * segments. The merges are the same, in the same order, so the same bits. */
-#ifndef ATC_COMBINE_STAGED
-#define ATC_COMBINE_STAGED 1
-#endif
-#define ATC_CC 16
-#define ATC_CBUF 3
-#if ATC_COMBINE_STAGED
-static constexpr size_t atc_combine_smem(int hd) {
-    return (size_t)ATC_CBUF * ATC_CC * ((size_t)hd * 4 + 8);
-}
-__global__ void __launch_bounds__(128)
-    atc_combine_kernel(const float *__restrict__ part_o, const float2 *__restrict__ part_ml,
-                       const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
-                       uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo) {
-    extern __shared__ __align__(16) uint8_t csm[];
-    float *so = (float *)csm;                              /* [ATC_CBUF][ATC_CC][hd] */
-    float2 *sml = (float2 *)(so + ATC_CBUF * ATC_CC * hd); /* [ATC_CBUF][ATC_CC] */
-    const int64_t th = blockIdx.x;                         /* token * nh + head */
-    const int nseg = pos[th / nh] / ATC_SEG + 1;           /* uploaded before the forward pass */
-    const int nch = (nseg + ATC_CC - 1) / ATC_CC, q4 = hd / 4;
-    /* o_proj's GEMV, next, reads only its weights before its wait: scheduled now, its weight
-     * copies run beside the attention (launch.cuh) */
-    rw_pdl_begin_early();
-    const int64_t sstride = ntok * nh; /* between one segment's partials and the next's */
-    auto issue = [&](int c) {
-        if (c < nch) {
-            const int s0 = c * ATC_CC, n = min(ATC_CC, nseg - s0);
-            float *co = so + (size_t)(c % ATC_CBUF) * ATC_CC * hd;
-            for (int i = threadIdx.x; i < n * q4; i += blockDim.x) {
-                const int sg = i / q4, e = 4 * (i % q4);
-                rw_cp_async16_full(co + sg * hd + e, part_o + ((s0 + sg) * sstride + th) * hd + e);
-            }
-            if ((int)threadIdx.x < n)
-                rw_cp_async8(sml + (c % ATC_CBUF) * ATC_CC + threadIdx.x,
-                             part_ml + (s0 + threadIdx.x) * sstride + th);
-        }
-        rw_cp_async_commit();
-    };
-#pragma unroll
-    for (int c = 0; c < ATC_CBUF - 1; c++)
-        issue(c);
-    const int d = threadIdx.x; /* hd <= blockDim.x (the launcher's) */
-    float M = -INFINITY, L = 0.0f, O = 0.0f;
-    for (int c = 0; c < nch; c++) {
-        issue(c + ATC_CBUF - 1);
-        rw_cp_async_wait<ATC_CBUF - 1>();
-        __syncthreads();
-        const float *co = so + (size_t)(c % ATC_CBUF) * ATC_CC * hd;
-        const float2 *cm = sml + (c % ATC_CBUF) * ATC_CC;
-        const int n = min(ATC_CC, nseg - c * ATC_CC);
-        if (d < hd)
-            for (int sg = 0; sg < n; sg++) {
-                float a, bb;
-                const float2 ml = cm[sg];
-                if (!rw_attn_merge_ml(M, L, ml.x, ml.y, a, bb)) continue;
-                O = __fadd_rn(__fmul_rn(O, a), __fmul_rn(co[sg * hd + d], bb));
-            }
-        __syncthreads(); /* the chunk's buffer is issued again next */
-    }
-    if (d < hd) atc_put_out(out_hi, out_lo, th * hd + d, __fdiv_rn(O, L));
-}
-#else
-/* (the previous form: each thread loads its element ATC_CU segments at a time) */
+/* Merges the segments of every (token, head) in order, with the kernel's merge. The partials are
+ * read ATC_CU segments at a time, all loads issued before the merges that use them: read one by
+ * one, each segment's loads waited for the previous merge, a memory round trip per segment (an
+ * 8k context has 64). The merges are the same, in the same order. */
 #define ATC_CU 8
-static constexpr size_t atc_combine_smem(int) {
-    return 0;
-}
 __global__ void atc_combine_kernel(const float *__restrict__ part_o,
                                    const float2 *__restrict__ part_ml,
                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
@@ -122,7 +54,6 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
         atc_put_out(out_hi, out_lo, th * hd + d, __fdiv_rn(O, L));
     }
 }
-#endif
 
 /* ------------------------------------------------------------------------------------------ */
 /* launcher                                                                                     */
@@ -192,9 +123,8 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
     }
     RW_CHECK(LAUNCH_CHECK(s, "attention"));
     if (nsplit > 0) {
-        static_assert(HD <= 128 && HD % 4 == 0, "the combine takes one element a thread");
-        (void)rw_launch_pdl(atc_combine_kernel, dim3((unsigned)(ntok * nh)), 128,
-                            atc_combine_smem(HD), st, po, pml, pos, ntok, nh, HD, out_hi, out_lo);
+        (void)rw_launch_pdl(atc_combine_kernel, dim3((unsigned)(ntok * nh)), 128, 0, st, po, pml,
+                            pos, ntok, nh, HD, out_hi, out_lo);
         RW_CHECK(LAUNCH_CHECK(s, "attention combine"));
     }
     return RW_OK;
