@@ -8,44 +8,46 @@
 #include "internal.h"
 #include "rw_sync.h"
 
+/* The names of the two-valued option enums (values 0 and 1, in the order of their names), one
+ * lookup and one parser for both. */
+static const char *const k_backend_names[2] = {"cpu", "cuda"};
+static const char *const k_precision_names[2] = {"standard", "high"};
+
+static const char *name_of(const char *const names[2], int v) {
+    return v == 0 || v == 1 ? names[v] : "invalid";
+}
+
+static rw_status parse_name(const char *s, const char *what, const char *const names[2], int *out,
+                            rw_err *err) {
+    for (int v = 0; v < 2; v++)
+        if (s && strcmp(s, names[v]) == 0) {
+            *out = v;
+            return RW_OK;
+        }
+    RW_FAIL(err, RW_E_INVALID_ARG, "unknown %s '%s' (%s or %s)", what, s ? s : "(null)", names[0],
+            names[1]);
+}
+
 const char *rw_backend_str(rw_backend b) {
-    switch (b) {
-    case RW_BACKEND_CPU: return "cpu";
-    case RW_BACKEND_CUDA: return "cuda";
-    }
-    return "invalid";
+    return name_of(k_backend_names, (int)b);
 }
 
 rw_status rw_backend_parse(const char *s, rw_backend *out, rw_err *err) {
-    if (s && strcmp(s, "cpu") == 0) {
-        *out = RW_BACKEND_CPU;
-        return RW_OK;
-    }
-    if (s && strcmp(s, "cuda") == 0) {
-        *out = RW_BACKEND_CUDA;
-        return RW_OK;
-    }
-    RW_FAIL(err, RW_E_INVALID_ARG, "unknown backend '%s' (cpu or cuda)", s ? s : "(null)");
+    int v = 0;
+    RW_CHECK(parse_name(s, "backend", k_backend_names, &v, err));
+    *out = (rw_backend)v;
+    return RW_OK;
 }
 
 const char *rw_precision_str(rw_precision p) {
-    switch (p) {
-    case RW_PRECISION_STANDARD: return "standard";
-    case RW_PRECISION_HIGH: return "high";
-    }
-    return "invalid";
+    return name_of(k_precision_names, (int)p);
 }
 
 rw_status rw_precision_parse(const char *s, rw_precision *out, rw_err *err) {
-    if (s && strcmp(s, "standard") == 0) {
-        *out = RW_PRECISION_STANDARD;
-        return RW_OK;
-    }
-    if (s && strcmp(s, "high") == 0) {
-        *out = RW_PRECISION_HIGH;
-        return RW_OK;
-    }
-    RW_FAIL(err, RW_E_INVALID_ARG, "unknown precision '%s' (standard or high)", s ? s : "(null)");
+    int v = 0;
+    RW_CHECK(parse_name(s, "precision", k_precision_names, &v, err));
+    *out = (rw_precision)v;
+    return RW_OK;
 }
 
 rw_status rw_model_create(const rw_config *cfg, const rw_model_opts *o, rw_model **out,

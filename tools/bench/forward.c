@@ -276,6 +276,15 @@ static rw_status hbm_copy_call(void *ctx, int rep, rw_err *err) {
     return RW_OK;
 }
 
+/* The same copies timed on the host: copy i between two synchronizes, its seconds. */
+static double host_timed_copy(const hbm_copy *h, int i) {
+    cudaDeviceSynchronize();
+    const double t0 = rw_now();
+    cudaMemcpy(i % 2 ? h->a : h->b, i % 2 ? h->b : h->a, h->bytes, cudaMemcpyDeviceToDevice);
+    cudaDeviceSynchronize();
+    return rw_now() - t0;
+}
+
 /* HBM bandwidth measured now (device-to-device copy, read + write bytes), GB/s: cudaMemcpy timed
  * on the host around a device synchronize, the floor of this entry's lines. *events_gbs: the same
  * copies on a stream, timed by events (rwb_time_kernel, about 0.1 s; the stage ceiling hbm_copy
@@ -295,30 +304,23 @@ static rw_status measure_hbm(double *gbs, double *events_gbs, double *settle_s, 
         return rw_cuda_fail(err, ce, __FILE__, __LINE__, "bench: 2 GiB copy buffer");
     }
     cudaMemset(a, 1, bytes);
+    hbm_copy h = {a, b, bytes, NULL};
     /* first the same copy until its rate has settled (settle.h): this entry runs right after the
      * previous one freed its model */
     rwb_settle se;
     rwb_settle_init(&se);
     for (int i = 0;; i++) {
-        cudaDeviceSynchronize();
-        const double t0 = rw_now();
-        cudaMemcpy(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
-        cudaDeviceSynchronize();
-        const double t1 = rw_now();
-        if (rwb_settle_add(&se, t1, t1 > t0 ? 2.0 * (double)bytes / (t1 - t0) : 0.0)) break;
+        const double dt = host_timed_copy(&h, i);
+        if (rwb_settle_add(&se, rw_now(), dt > 0 ? 2.0 * (double)bytes / dt : 0.0)) break;
     }
     *settle_s = se.waited;
     double t[7];
     for (int i = 0; i < 8; i++) {
-        cudaDeviceSynchronize();
-        const double t0 = rw_now();
-        cudaMemcpy(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
-        cudaDeviceSynchronize();
-        if (i) t[i - 1] = rw_now() - t0;
+        const double dt = host_timed_copy(&h, i);
+        if (i) t[i - 1] = dt;
     }
     qsort(t, 7, sizeof t[0], rwb_cmp_double);
     *gbs = 2.0 * (double)bytes / t[3] / 1e9;
-    hbm_copy h = {a, b, bytes, NULL};
     double sec = 0;
     rw_status st = RW_OK;
     ce = cudaStreamCreateWithFlags(&h.st, cudaStreamNonBlocking);

@@ -46,10 +46,11 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     static_assert(BPS * ATC_KB == ATC_SEG, "a segment is whole staged blocks");
     const int sstep = nsplit > 0 ? nsplit : 1;
     const int sfirst = nsplit > 0 ? split : 0;
-    auto block_of = [&](int idx) -> int { /* idx-th block of this CTA, or -1 */
-                                          const int sg = sfirst + (idx / BPS) * sstep;
-                                          const int b = sg * BPS + (idx % BPS);
-                                          return (sg < nseg && b < nblk) ? b : -1;
+    /* the idx-th block of this CTA, or -1 */
+    auto block_of = [&](int idx) -> int {
+        const int sg = sfirst + (idx / BPS) * sstep;
+        const int b = sg * BPS + (idx % BPS);
+        return (sg < nseg && b < nblk) ? b : -1;
     };
     auto load = [&](int buf, int b) {
         uint8_t *kd = stage + (size_t)buf * NP * BLK;
