@@ -111,13 +111,13 @@ rw_status rw_cuda_dense_refresh(rw_model *m, rw_err *err) {
         RW_FAIL(err, RW_E_STATE, "CUDA forward: the bf16 copies of the quantized dense weights "
                                  "are stale inside a graph capture");
     if (!be->dq_mem) { /* released with the weights (rw_cuda_dense_release): claimed again */
+        /* graphs captured before read the freed copies, whether or not new ones come */
+        rw_cuda_drop_graphs(be);
         dense_alloc(m);
         if (!be->dq_mem) {
             be->dq_want = false; /* the warning is given: dequantize per step from now on */
-            rw_cuda_drop_graphs(be);
             return RW_OK;
         }
-        rw_cuda_drop_graphs(be); /* graphs captured before read the freed copies */
     }
     const rw_config *c = &m->cfg;
     const int64_t H = c->hidden_size, hd = c->head_dim;

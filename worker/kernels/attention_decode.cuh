@@ -257,17 +257,13 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     int buf = 0;
     auto load_pair = [&](int b, int sg, int j) {
         uint8_t *const kd = ring + (size_t)b * 2 * SLOT;
-        if constexpr (KP) {
-            uint8_t *const d[4] = {kd, kd + SLOT, kd + SBLK, kd + SLOT + SBLK};
-            const uint16_t *const c[4] = {kc, vc, kcl, vcl};
-            atc_load_keys<HD, 32, 4>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
-                                     bs, lane);
-        } else {
-            uint8_t *const d[2] = {kd, kd + SBLK};
-            const uint16_t *const c[2] = {kc, vc};
-            atc_load_keys<HD, 32, 2>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
-                                     bs, lane);
-        }
+        /* K, V (KP: then K_lo, V_lo, each behind its plane in the slot; without KP a slot is
+         * SBLK, so V lies at kd + SLOT either way) */
+        constexpr int NP = KP ? 4 : 2;
+        uint8_t *const d[4] = {kd, kd + SLOT, kd + SBLK, kd + SLOT + SBLK};
+        const uint16_t *const c[4] = {kc, vc, kcl, vcl};
+        atc_load_keys<HD, 32, NP>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
+                                  bs, lane);
     };
     /* Otherwise the ring: the warp's items are K, V of each block of its segments in order, item
      * i in slot i % NS, each one cp.async group, so before an item is read NS - 1 groups may

@@ -54,17 +54,11 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     };
     auto load = [&](int buf, int b) {
         uint8_t *kd = stage + (size_t)buf * NP * BLK;
-        if constexpr (KP) {
-            uint8_t *const d[4] = {kd, kd + BLK, kd + 2 * BLK, kd + 3 * BLK};
-            const uint16_t *const c[4] = {kc, vc, kcl, vcl};
-            atc_load_keys<HD, ATC_THREADS, 4>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
-                                              tid);
-        } else {
-            uint8_t *const d[2] = {kd, kd + BLK};
-            const uint16_t *const c[2] = {kc, vc};
-            atc_load_keys<HD, ATC_THREADS, 2>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
-                                              tid);
-        }
+        /* the first NP planes: K, V (KP: then K_lo, V_lo) */
+        uint8_t *const d[4] = {kd, kd + BLK, kd + 2 * BLK, kd + 3 * BLK};
+        const uint16_t *const c[4] = {kc, vc, kcl, vcl};
+        atc_load_keys<HD, ATC_THREADS, NP>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
+                                           tid);
     };
 
     /* merged result (nsplit 0) */

@@ -379,9 +379,8 @@ __device__ __forceinline__ int64_t atc_group_base(const int32_t *__restrict__ bl
  * dst[0..NC) (swizzled as atc_swz): NT threads, this one number t; keys past plast are written as
  * zeros without a read. */
 template <int HD, int NT, int NC>
-__device__ __forceinline__ void atc_load_group(uint8_t *const (&dst)[NC],
-                                               const uint16_t *const (&src)[NC], int r0, int kp0,
-                                               int64_t base, int plast, int t) {
+__device__ __forceinline__ void atc_load_group(uint8_t *const *dst, const uint16_t *const *src,
+                                               int r0, int kp0, int64_t base, int plast, int t) {
     constexpr int CH = HD / 8;
     /* A group with every key at or before plast (all but a sequence's last): thread t copies
      * column cc of rows rl, rl + RS, ... (RS = NT / CH rows apart, rl < RS). With r0 % 16 == 0
@@ -430,8 +429,7 @@ __device__ __forceinline__ void atc_load_group(uint8_t *const (&dst)[NC],
  * dst[0..NC) (rows 0.., swizzled as atc_swz): NT threads, this one number t. Keys come in
  * 16-position groups, so the block table is read once per group. */
 template <int HD, int NT, int NC>
-__device__ __forceinline__ void atc_load_keys(uint8_t *const (&dst)[NC],
-                                              const uint16_t *const (&src)[NC],
+__device__ __forceinline__ void atc_load_keys(uint8_t *const *dst, const uint16_t *const *src,
                                               const int32_t *__restrict__ blocks, int key0,
                                               int nkeys, int plast, int nkv, int g, int bs, int t) {
     for (int gi = 0; gi < nkeys / 16; gi++) {
