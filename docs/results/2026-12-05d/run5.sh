@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Session 25 prepared (no machine lent then), call 1: the gpu suite on main + all3mc2 (the 128 x 96
-# one-wave tile, deeper wgmma pipelines, the quarter-SM tile target, clusters of 2 sharing the
-# activation copies: test_gemm_gpu's batches of 256 and 300 rows hold every new tile to the old
-# tiles' bits); the GEMM and worker tests on main + all3mc4; then the dense GEMMs at 64, 256 and
-# 2048 tokens for base and each variant (one round; run6 repeats the ones that matter).
+# Session 25 prepared (no machine lent then), call 1: the gpu suite on main + all3mc2 + smp1pass
+# (tests_s25a: the 128 x 96 one-wave tile, deeper wgmma stages, the quarter-SM tile target,
+# clusters of 2 sharing the activation copies, the sampler's chunk passes loading once:
+# test_gemm_gpu's batches of 256 and 300 rows hold every new tile to the old tiles' bits,
+# test_kernels_gpu each sampled request alone to its batch); the GEMM and worker tests on main +
+# all3mc4 (tests_s25b); then the dense GEMMs at 64, 256 and 2048 tokens for base and each
+# GEMM variant (one round; run6 times the steps).
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
-timeout 230 tools/gpu/run-packed.sh .gpu-pack/tests_s25mc2.txz > "$R/r5_suite_mc2.txt" 2>&1
-tail -26 "$R/r5_suite_mc2.txt"
-[ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/r5_failed_mc2.log"
-timeout 120 tools/gpu/run-packed.sh .gpu-pack/tests_s25mc4.txz --only 'gemm|worker' \
-    > "$R/r5_suite_mc4.txt" 2>&1
-tail -12 "$R/r5_suite_mc4.txt"
-[ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/r5_failed_mc4.log"
+timeout 230 tools/gpu/run-packed.sh .gpu-pack/tests_s25a.txz > "$R/r5_suite_a.txt" 2>&1
+tail -26 "$R/r5_suite_a.txt"
+[ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/r5_failed_a.log"
+timeout 120 tools/gpu/run-packed.sh .gpu-pack/tests_s25b.txz --only 'gemm|worker' \
+    > "$R/r5_suite_b.txt" 2>&1
+tail -12 "$R/r5_suite_b.txt"
+[ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/r5_failed_b.log"
 rm -f "$R/suite.txt"
 RW_VARIANT_TIMEOUT=40 timeout 300 tools/gpu/run-variants.sh --rounds 1 \
     --archive .gpu-pack/variants_s25.txz base tn96 wgdeep quarter all3 all3mc2 all3mc4 -- \
