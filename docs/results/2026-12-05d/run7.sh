@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Session 25 prepared, call 3 (if run5/run6 leave o_proj or the lm_head short of their bytes):
+# Session 25 prepared, call 3:
 # Nsight Compute on one o_proj GEMM (64 x 64 wgmma tiles) and one q/k/v GEMM (128 x 128, 80
-# CTAs) of main's b256 step: DRAM, L2 and SM throughput, to check the L2 estimate.
+# CTAs) of main's b256 step: DRAM, L2 and SM throughput, to check the L2 estimate; first the
+# GEMM and worker tests on main + all3mc4 (tests_s25b: clusters of 4).
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
+timeout 150 tools/gpu/run-packed.sh .gpu-pack/tests_s25b.txz --only 'gemm|worker' \
+    > "$R/r7_suite_b.txt" 2>&1
+tail -12 "$R/r7_suite_b.txt"
+[ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/r7_failed_b.log"
+rm -f "$R/suite.txt"
 tools/gpu/run-packed.sh .gpu-pack/tests_s24.txz --unpack-only > /dev/null 2>&1
 export RW_BUILD_DIR=${RW_PACK_DIR:-/tmp/rw-packed}
 for k in oproj:'gemm_kernel<.int.64, .int.64, ' qkv:'gemm_kernel<.int.128, .int.128, '; do
