@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 25 prepared (no machine lent then), call 1: the gpu suite on main + all3mc2 + smp1pass
-# (tests_s25a: the 128 x 96 one-wave tile, deeper wgmma stages, the quarter-SM tile target,
-# clusters of 2 sharing the activation copies, the sampler's chunk passes loading once:
+# Session 25 prepared (no machine lent then), call 1: the gpu suite on main + all5 (tests_s25a:
+# the 128 x 96 one-wave tile, deeper wgmma stages, the quarter-SM tile target, clusters of 2
+# sharing the activation copies, the sampler's chunk passes loading once, 128 x 256 lm_head tiles:
 # test_gemm_gpu's batches of 256 and 300 rows hold every new tile to the old tiles' bits,
 # test_kernels_gpu each sampled request alone to its batch); then the dense GEMMs at 64, 256 and
 # 2048 tokens for base and each GEMM variant (one round; run6 times the steps, run7 tests the
