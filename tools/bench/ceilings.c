@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Emits a ceiling line: `amount` bytes (or FLOPs when unit is TFLOP/s) per rep. */
-/* settle_s >= 0: the seconds the copy took to reach its settled rate (settle.h), in the line. */
+/* Emits a ceiling line: `amount` bytes (or FLOPs when unit is TFLOP/s) per rep; with settle_s >= 0
+ * also the seconds the copy took to reach its settled rate (settle.h). */
 static void emit_ceiling(rwb_ctx *c, const char *bench, const char *what, const double *samples,
                          int n, double amount, const char *unit, const char *amount_key,
                          double settle_s) {
