@@ -220,8 +220,8 @@ int rwb_print_routing(const rw_config *cfg, uint64_t seed, long tokens) {
 
 /* A dense GEMM of rwb_fwd_dense as an rw-bench line: against the HBM copy bandwidth of this run
  * (the bytes it must move) and cuBLASLt on the same shape (bf16 input alone, bf16 output: less
- * work than rw's hi + lo pair and fp32 output), timed here; no target of its own (G1, G2 and G4
- * judge the whole step). */
+ * work than rw's hi + lo pair where the line's "pair" is true, and than its fp32 output), timed
+ * here; no target of its own (G1, G2 and G4 judge the whole step). */
 static void dense_line(rwb_ctx *c, const json_t *o, double copy_gbs, rwb_gemm *g) {
     char what[96];
     snprintf(what, sizeof what, "%s_m%d", json_string_value(json_object_get(o, "what")),

@@ -1,9 +1,11 @@
 /* kernels_dense.c - the dense GEMMs alone (forward.h: rwb_fwd_dense, part of rw-bench kernels):
  * rw_k_gemm as the forward pass calls it, with the K split and tile it picks, on the model's q/k/v
- * (the fused view), o_proj and lm_head weights at M tokens, the activations a hi + lo bf16 pair.
+ * (the fused view), o_proj and lm_head weights at M tokens; the activations of q/k/v and o_proj a
+ * hi + lo bf16 pair, the lm_head's one bf16 input (cuda_forward.c's forms).
  * Repetitions rotate over the layers' weights (the lm_head is larger than L2 alone), so weights
  * come from memory as in a decode step. rw-bench sets each line beside the HBM copy bandwidth and
  * cuBLASLt on the same shape (forward_lines.c). */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,7 @@ typedef struct dense_run {
     int nw;
     int64_t N, K, M;
     uint16_t *x, *xlo;
+    bool pair; /* the input as a hi + lo pair, or its hi part alone */
     float *y;
     void *ws;
     size_t ws_bytes;
@@ -29,8 +32,8 @@ typedef struct dense_run {
 
 static rw_status dense_call(void *ctx, int rep, rw_err *err) {
     dense_run *d = ctx;
-    return rw_k_gemm(d->w[rep % d->nw], d->N, d->K, d->x, d->xlo, d->M, d->y, d->ws, d->ws_bytes,
-                     (rw_stream)d->st, err);
+    return rw_k_gemm(d->w[rep % d->nw], d->N, d->K, d->x, d->pair ? d->xlo : NULL, d->M, d->y,
+                     d->ws, d->ws_bytes, (rw_stream)d->st, err);
 }
 
 /* One weight kind at M tokens: one line. */
@@ -50,15 +53,18 @@ static rw_status dense_one(dense_run *d, const char *name, uint64_t seed, FILE *
     RW_CHECKGOTO(rwb_fill_pair(d->x, d->xlo, d->M * d->K, seed, d->st, err), st, done);
     double sec = 0;
     RW_CHECKGOTO(rwb_time_kernel(dense_call, d, d->st, &sec, err), st, done);
-    /* bytes it must move: the weight once, the input pair, the fp32 output */
-    const double bytes = 2.0 * (double)d->N * d->K + 2.0 * (double)xb + (double)yb;
+    /* bytes it must move: the weight once, the input (pair), the fp32 output */
+    const double bytes =
+        2.0 * (double)d->N * d->K + (d->pair ? 2.0 : 1.0) * (double)xb + (double)yb;
     const double flop = 2.0 * (double)d->M * d->N * d->K;
     fprintf(out,
             "{\"bench\": \"kernel\", \"what\": \"dense_%s\", \"tokens\": %lld, \"n\": %lld, "
-            "\"k\": %lld, \"k_slices\": %d, \"weight_layers\": %d, \"seconds\": %.9f, "
+            "\"k\": %lld, \"pair\": %s, \"k_slices\": %d, \"weight_layers\": %d, "
+            "\"seconds\": %.9f, "
             "\"bytes\": %.6e, \"gbs\": %.1f, \"flop\": %.6e, \"tflops\": %.2f}\n",
-            name, (long long)d->M, (long long)d->N, (long long)d->K, rw_k_gemm_splits(d->N, d->K),
-            d->nw, sec, bytes, bytes / sec / 1e9, flop, flop / sec / 1e12);
+            name, (long long)d->M, (long long)d->N, (long long)d->K, d->pair ? "true" : "false",
+            rw_k_gemm_splits(d->N, d->K), d->nw, sec, bytes, bytes / sec / 1e9, flop,
+            flop / sec / 1e12);
 done:
     cudaFree(d->x);
     cudaFree(d->xlo);
@@ -77,6 +83,7 @@ rw_status rwb_fwd_dense(struct rw_model *m, int64_t M, uint64_t seed, FILE *out,
     memset(&d, 0, sizeof d);
     d.st = rw_cuda_be_stream(m);
     d.M = M;
+    d.pair = true;
     const rw_layer_weights *l0 = rw_wset_layer(m->ws, 0);
     if (!l0->qkv.data || l0->o.dtype != RW_DTYPE_BF16)
         RW_FAIL(err, RW_E_UNSUPPORTED, "bench dense: the model's attention is not bf16");
@@ -97,6 +104,7 @@ rw_status rwb_fwd_dense(struct rw_model *m, int64_t M, uint64_t seed, FILE *out,
     d.K = lm.shape[1];
     d.nw = 1;
     d.w[0] = lm.data;
+    d.pair = false;
     return dense_one(&d, "lm_head", seed, out, err);
 }
 #endif
