@@ -184,8 +184,8 @@ __device__ __forceinline__ void rw_wgmma_pin(float *d, int n) {
 }
 
 /* d[0 .. N/2) += A (64 x 16, descriptor a) . B (16 x N, descriptor b), bf16 in, fp32 accumulate
- * (D = A.B + D: the predicate p, scale-d, is true); N = 16, 32, 64 or 128. Asynchronous: the
- * registers are defined after rw_wgmma_commit + rw_wgmma_wait. */
+ * (D = A.B + D: the predicate p, scale-d, is true); N = 16, 32, 64, 96, 128 or 256. Asynchronous:
+ * the registers are defined after rw_wgmma_commit + rw_wgmma_wait. */
 template <int N> __device__ __forceinline__ void rw_wgmma_bf16(float *d, uint64_t a, uint64_t b);
 /* One specialization per N: REGS is the asm's accumulator list, A and B the operand numbers of
  * the descriptors, OPS the accumulator constraints (RW_WG_R8 per 8 registers). */
@@ -241,14 +241,25 @@ __device__ __forceinline__ void rw_wgmma_bf16_rs(float *d, const uint32_t *a, ui
 #endif
 #define RW_WG_L16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
 #define RW_WG_L32 RW_WG_L16 ",%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define RW_WG_L48 RW_WG_L32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
 #define RW_WG_L64                                                                                  \
     RW_WG_L32 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,"  \
               "%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define RW_WG_L128                                                                                 \
+    RW_WG_L64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,"  \
+              "%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,"    \
+              "%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,"   \
+              "%119,%120,%121,%122,%123,%124,%125,%126,%127"
 RW_WGMMA_BF16(16, "%0,%1,%2,%3,%4,%5,%6,%7", 8, 9, RW_WG_R8(0))
 RW_WGMMA_BF16(32, RW_WG_L16, 16, 17, RW_WG_R8(0), RW_WG_R8(8))
 RW_WGMMA_BF16(64, RW_WG_L32, 32, 33, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24))
+RW_WGMMA_BF16(96, RW_WG_L48, 48, 49, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24),
+              RW_WG_R8(32), RW_WG_R8(40))
 RW_WGMMA_BF16(128, RW_WG_L64, 64, 65, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24),
               RW_WG_R8(32), RW_WG_R8(40), RW_WG_R8(48), RW_WG_R8(56))
+RW_WGMMA_BF16(256, RW_WG_L128, 128, 129, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16), RW_WG_R8(24),
+              RW_WG_R8(32), RW_WG_R8(40), RW_WG_R8(48), RW_WG_R8(56), RW_WG_R8(64), RW_WG_R8(72),
+              RW_WG_R8(80), RW_WG_R8(88), RW_WG_R8(96), RW_WG_R8(104), RW_WG_R8(112), RW_WG_R8(120))
 RW_WGMMA_BF16_RS(16, "%0,%1,%2,%3,%4,%5,%6,%7", "%8,%9,%10,%11", 12, RW_WG_R8(0))
 RW_WGMMA_BF16_RS(32, RW_WG_L16, "%16,%17,%18,%19", 20, RW_WG_R8(0), RW_WG_R8(8))
 RW_WGMMA_BF16_RS(64, RW_WG_L32, "%32,%33,%34,%35", 36, RW_WG_R8(0), RW_WG_R8(8), RW_WG_R8(16),
@@ -259,7 +270,9 @@ RW_WGMMA_BF16_RS(128, RW_WG_L64, "%64,%65,%66,%67", 68, RW_WG_R8(0), RW_WG_R8(8)
 #undef RW_WGMMA_BF16
 #undef RW_WG_L16
 #undef RW_WG_L32
+#undef RW_WG_L48
 #undef RW_WG_L64
+#undef RW_WG_L128
 #undef RW_WG_R8
 
 #endif /* RW_MMA_CUH */

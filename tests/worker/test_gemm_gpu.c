@@ -170,18 +170,19 @@ static void test_split(void **state) {
     }
 }
 
-/* (c) batch invariance: every row of batches of 1, 2, 7, 33 and 129 rows (each sample row at a
+/* (c) batch invariance: every row of batches of 1, 2, 7, 33, 129 and 256 rows (each sample row at a
  * different position, the other rows drawn from elsewhere in the batch) is byte-identical to the
  * same row of one batch of 300 rows; a second run of the 300 rows too. Where K is split, batches
  * of up to 7 rows give the slices separate CTAs (on sm_90a builds gemv.cu's clusters) and the
- * others fold them. On sm_90a builds the batches of 33, 129 and 300 rows run on the wgmma tiles
- * wherever K's slices are whole stages (the model's shapes among them), and the batches of 1, 2
- * and 7 on mma.sync tiles: this is where the two instructions are held to the same bits. */
+ * others fold them. On sm_90a builds the batches of 33, 129, 256 and 300 rows run on the wgmma
+ * tiles wherever K's slices are whole stages (the model's shapes among them; q/k/v's 256 rows on
+ * the 128 x 96 tile of one-wave grids, on a GPU of at least 120 SMs), and the batches of 1, 2 and
+ * 7 on mma.sync tiles: this is where the two instructions are held to the same bits. */
 #define INV_M 300
 static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) {
     static const int32_t samples[] = {0, 1, 5, 8, 63, 100, 128, 255, 299};
-    static const int64_t batches[] = {1, 2, 7, 33, 129};
-    const int64_t M = INV_M, maxb = 129;
+    static const int64_t batches[] = {1, 2, 7, 33, 129, 256};
+    const int64_t M = INV_M, maxb = 256;
     uint16_t *W = malloc(2 * (size_t)(N * K)), *hi = malloc(2 * (size_t)(M * K)),
              *lo = malloc(2 * (size_t)(M * K));
     float *a = malloc(4 * (size_t)(M * K));
@@ -202,7 +203,7 @@ static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) 
     RW_ASSERT_OK(GEMM(dW, N, K, dx, dl, M, dY, NULL, &err), &err);
     rw_tdev_get(Y2, dY, 4 * (size_t)(M * N));
     rw_assert_bytes_equal(Y2, Y, 4 * (size_t)(M * N), "rerun of the 300-row batch");
-    int32_t src[129];
+    int32_t src[256];
     char what[160];
     for (size_t si = 0; si < sizeof samples / sizeof samples[0]; si++)
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
@@ -246,10 +247,13 @@ static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) 
 static void test_batch_invariance(void **state) {
     (void)state;
     /* partial weight tiles (72, 200, 1000), K = 40 (a partial 64-column block and a half k16
-     * step), and the model's shapes, whose tile choice differs between the batch sizes */
-    static const int64_t nk[][2] = {{256, 128},   {72, 40},     {200, 40},   {1000, 104},
-                                    {128, 64},    {5120, 2048}, {2048, 4096}, {200, 1032},
-                                    {64, 4096},   {64, 8192}};
+     * step), the model's shapes, whose tile choice differs between the batch sizes, and 266
+     * weight tiles of 128 rows (two per SM of a 132-SM GPU and more: with one bf16 input, the
+     * lm_head's form, the batches of 129 and 256 rows run on 128 x 256 tiles, the 300 rows on
+     * 128 x 128) */
+    static const int64_t nk[][2] = {{256, 128}, {72, 40},     {200, 40},    {1000, 104},
+                                    {128, 64},  {5120, 2048}, {2048, 4096}, {200, 1032},
+                                    {64, 4096}, {64, 8192},   {34048, 64}};
     for (size_t i = 0; i < sizeof nk / sizeof nk[0]; i++) {
         check_invariance(nk[i][0], nk[i][1], false, 500 + 2 * i);
         check_invariance(nk[i][0], nk[i][1], true, 501 + 2 * i);

@@ -42,7 +42,8 @@
  * byte for byte, split shapes among them.
  *
  * wgmma. On builds for sm_90a (RW_WGMMA) the three wide tiles (128 x 128, 128 x 64, 64 x 64, the
- * tiles of M > 32) run as wgmma twins where every K slice is whole stages: the same tiles in the
+ * tiles of M > 32; and 128 x 96, a wgmma-only tile for one-wave grids, pick_tile) run as wgmma
+ * twins where every K slice is whole stages: the same tiles in the
  * same shared-memory layout (the 128-byte swizzle above is wgmma's), the same k16 steps in the
  * same order, but each warpgroup multiplies 64 weight rows by all TN tokens with one
  * asynchronous instruction per k16 step, reading both operands from shared memory, and keeps one
@@ -79,18 +80,22 @@
  * 6 (rw_k_gemm says when). */
 #define GEMM_DEEP (-1)
 /* WG: the wgmma twin (each warpgroup 64 weight rows by all TN tokens), which keeps one stage's
- * group in flight across the next stage's barrier and loads: 4 stages, loads 2 ahead. */
+ * group in flight across the next stage's barrier and loads: as many stages as fit 200 KB, 4 to
+ * 6, loads 2 fewer ahead (one bf16 input on 128 x 128 tiles, the lm_head's: 6 stages, so 64 KB of
+ * weights in flight a CTA instead of 32 KB). */
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool WG = false>
 struct gemm_cfg {
     static constexpr int THREADS = 32 * WM * WN;
-    static constexpr int KC = (128 / BN) < (128 / TN) ? (128 / BN) : (128 / TN);
+    /* (at least one block: the 256-token wgmma tile takes 64 columns a stage) */
+    static constexpr int KC0 = (128 / BN) < (128 / TN) ? (128 / BN) : (128 / TN);
+    static constexpr int KC = KC0 > 0 ? KC0 : 1;
     static constexpr int KB = 64 * KC; /* columns per stage */
     static constexpr int A_BYTES = BN * KC * 128;
     static constexpr int B_BYTES = TN * KC * 128;
     static constexpr int STAGE = A_BYTES + B_BYTES * (SPLIT ? 2 : 1);
     static constexpr int DEFAULT_STAGES = STAGE <= 32768 ? 4 : 3;
     static constexpr int DEEP_STAGES = 200 * 1024 / STAGE < 6 ? 200 * 1024 / STAGE : 6;
-    static constexpr int STAGES = WG        ? 4
+    static constexpr int STAGES = WG        ? (DEEP_STAGES > 4 ? DEEP_STAGES : 4)
                                   : STG > 0 ? STG
                                             : (STG == GEMM_DEEP && DEEP_STAGES > DEFAULT_STAGES
                                                    ? DEEP_STAGES
@@ -104,7 +109,8 @@ struct gemm_cfg {
     static_assert(BN % (16 * WM) == 0 && TN % (8 * WN) == 0, "warp tile");
     static_assert(NT == 1 || NT % 2 == 0, "B fragments are loaded in pairs");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
-    static_assert(!WG || (WM == BN / 16 && WN == 1 && (TN == 64 || TN == 128)),
+    static_assert(!WG || (WM == BN / 16 && WN == 1 &&
+                          (TN == 64 || TN == 96 || TN == 128 || (TN == 256 && !SPLIT))),
                   "wgmma tiles: each warpgroup 64 weight rows by every token of the tile");
 };
 
@@ -541,7 +547,30 @@ static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool *fold) {
     int64_t tn_max = 16;
     while (tn_max < M && tn_max < 128)
         tn_max *= 2;
-    return first_reaching(N, M, 1, 1, tn_max, sms / 2);
+    const gemm_tile t = first_reaching(N, M, 1, 1, tn_max, sms / 2);
+#if RW_WGMMA
+    /* A one-wave grid of 128 x 128 tiles that leaves SMs idle (q/k/v at M = 256: 80 CTAs on an
+     * H200's 132) takes 128 x 96 tiles where they give more CTAs and still one wave (120): the
+     * longest CTA then streams the same weight rows for three quarters of the tokens. Only on
+     * the wgmma form (launch_tile), which has this tile. */
+    if (t.bn == 128 && t.tn == 128) {
+        const int64_t rows = (N + 127) / 128;
+        const int64_t c128 = rows * ((M + 127) / 128), c96 = rows * ((M + 95) / 96);
+        if (c128 <= sms && c96 > c128 && c96 <= sms) return gemm_tile{128, 96, 8};
+        /* Many waves of them over one K slice (the lm_head beyond 128 tokens) take 128 x 256
+         * tiles where those pad no more token rows than 128 x 128 ones: each weight tile is then
+         * read once for up to 256 tokens, not once for every 128, on half the CTAs (one bf16
+         * input only: launch_tile). Measured on an H100 (docs/BENCHMARKS.md, twenty-sixth
+         * session), the lm_head 128 x 128 -> 128 x 256 at 129 tokens 493 -> 416 us, 192: 395 ->
+         * 319, 512: 616 -> 573, 2048: 2.43 -> 2.03 ms; at 384 tokens (two 256-token tiles, one
+         * half empty) 467 -> 640 us, which the padding rule keeps on 128 x 128; at 256 about 3%
+         * slower (335 -> 345 us), left to the simple rule. */
+        const bool no_more_pad = (M + 255) / 256 * 2 == (M + 127) / 128;
+        if (S == 1 && M > 128 && rows >= 2 * (int64_t)sms && no_more_pad)
+            return gemm_tile{128, 256, 8};
+    }
+#endif
+    return t;
 }
 
 /* The wgmma twin of a wide tile (builds for sm_90a): the same tile and the same k16 steps, each
@@ -563,11 +592,17 @@ template <int BN, int TN> static bool wg_maps(const gemm_args &g, gemm_maps *t) 
 template <int BN, int TN>
 static rw_status launch_wg(const gemm_args &g, const gemm_maps &t, int64_t ctas, rw_stream s,
                            rw_err *err) {
-    if (g.fold && g.S > 1)
-        return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, true, true>(g, ctas, s, err, &t)
-                     : launch<BN, TN, BN / 16, 1, false, 0, true, true>(g, ctas, s, err, &t);
-    return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, false, true>(g, ctas, s, err, &t)
-                 : launch<BN, TN, BN / 16, 1, false, 0, false, true>(g, ctas, s, err, &t);
+    if constexpr (TN == 256) { /* one K slice, one bf16 input (pick_tile, launch_tile) */
+        if (g.xlo || g.S > 1)
+            RW_FAIL(err, RW_E_INTERNAL, "gemm: the 256-token tile takes one input and one slice");
+        return launch<BN, TN, BN / 16, 1, false, 0, false, true>(g, ctas, s, err, &t);
+    } else {
+        if (g.fold && g.S > 1)
+            return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, true, true>(g, ctas, s, err, &t)
+                         : launch<BN, TN, BN / 16, 1, false, 0, true, true>(g, ctas, s, err, &t);
+        return g.xlo ? launch<BN, TN, BN / 16, 1, true, 0, false, true>(g, ctas, s, err, &t)
+                     : launch<BN, TN, BN / 16, 1, false, 0, false, true>(g, ctas, s, err, &t);
+    }
 }
 
 /* One launch of tile t over g. Narrow (decode) tiles in grids of at most one wave
@@ -587,6 +622,16 @@ static rw_status launch_tile(const gemm_args &g, gemm_tile t, int sms, rw_stream
     const bool fold = g.fold && g.S > 1;
 #if RW_WGMMA
     gemm_maps maps;
+    if (t.bn == 128 && t.tn == 256) { /* pick_tile's wide-weight tile: wgmma, one input */
+        if (!g.xlo && wg_whole<128, 256>(g) && wg_maps<128, 256>(g, &maps))
+            return launch_wg<128, 256>(g, maps, ctas, s, err);
+        return launch_tile(g, gemm_tile{128, 128, 8}, sms, s, err);
+    }
+    if (t.bn == 128 && t.tn == 96) { /* pick_tile's one-wave refinement: wgmma only */
+        if (wg_whole<128, 96>(g) && wg_maps<128, 96>(g, &maps))
+            return launch_wg<128, 96>(g, maps, ctas, s, err);
+        return launch_tile(g, gemm_tile{128, 128, 8}, sms, s, err);
+    }
     if (t.bn == 128 && t.tn == 128 && wg_whole<128, 128>(g) && wg_maps<128, 128>(g, &maps))
         return launch_wg<128, 128>(g, maps, ctas, s, err);
     if (t.bn == 128 && t.tn == 64 && wg_whole<128, 64>(g) && wg_maps<128, 64>(g, &maps))

@@ -152,8 +152,22 @@ __device__ uint32_t radix_select(const float *l, int64_t V, float inv_t, float z
     return prefix;
 }
 
-/* The chunk passes: CTA (c, r) reduces ids [c * RW_K_SAMPLE_CHUNK, ...) of request r's row. */
+/* The chunk passes: CTA (c, r) reduces ids [c * RW_K_SAMPLE_CHUNK, ...) of request r's row;
+ * thread t takes ids t, t + SMP_CHUNK_THREADS, ... of the chunk, SMP_PER of them, and loads them
+ * all before it reduces any: the loads of a chunk are then in flight together, where a loop that
+ * loaded each id before using it waited for them one after another. */
 #define SMP_CHUNK_THREADS 256
+#define SMP_PER (RW_K_SAMPLE_CHUNK / SMP_CHUNK_THREADS)
+static_assert(SMP_PER * SMP_CHUNK_THREADS == RW_K_SAMPLE_CHUNK, "whole chunks a thread");
+/* This thread's ids of chunk [c0, c1) of row l, in its order (ids past c1: 0, not used). */
+__device__ __forceinline__ void smp_load(const float *l, int64_t c0, int64_t c1,
+                                         float (&v)[SMP_PER]) {
+#pragma unroll
+    for (int j = 0; j < SMP_PER; j++) {
+        const int64_t i = c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS;
+        v[j] = i < c1 ? l[i] : 0.0f;
+    }
+}
 
 /* true when request p keeps every id (no top-k or top-p limit): its kept masses are chunk sums */
 __device__ __forceinline__ bool smp_plain(const rw_k_sample_param &p, int64_t V) {
@@ -169,9 +183,14 @@ __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
     const int64_t c0 = (int64_t)blockIdx.x * RW_K_SAMPLE_CHUNK;
     const int64_t c1 = min(V, c0 + RW_K_SAMPLE_CHUNK);
     const float *l = logits + (int64_t)params[blockIdx.y].row * V;
+    float v[SMP_PER];
+    smp_load(l, c0, c1, v);
     amax a = {0.0f, -1};
-    for (int64_t i = c0 + threadIdx.x; i < c1; i += blockDim.x)
-        a = amax_pick(a, amax{l[i], (int32_t)i});
+#pragma unroll
+    for (int j = 0; j < SMP_PER; j++) {
+        const int64_t i = c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS;
+        if (i < c1) a = amax_pick(a, amax{v[j], (int32_t)i});
+    }
     a = block_amax(a, sha);
     if (threadIdx.x == 0) {
         rw_k_sample_part *pt = parts + (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
@@ -189,6 +208,22 @@ __device__ __forceinline__ amax smp_row_max(const rw_k_sample_part *pr, int nc) 
     return a;
 }
 
+/* A row's chunk parts that a CTA reads over and over (every thread walks them in chunk order)
+ * are first copied into its shared memory, one part a thread, up to SMP_STAGE of them (a
+ * vocabulary of SMP_STAGE chunks); each thread's walk then waits on no memory round trips. The
+ * same parts in the same order: the same results. */
+#define SMP_STAGE 256
+/* The CTA's copy of pr[0 .. nc) in sh, or pr itself when nc > SMP_STAGE (every thread; nc is
+ * uniform over the CTA). */
+__device__ __forceinline__ const rw_k_sample_part *smp_stage(const rw_k_sample_part *pr, int nc,
+                                                             rw_k_sample_part *sh) {
+    if (nc > SMP_STAGE) return pr;
+    for (int c = threadIdx.x; c < nc; c += blockDim.x)
+        sh[c] = pr[c];
+    __syncthreads();
+    return sh;
+}
+
 /* The chunk's sums under the row's maximum: exp(l - max), and for a request without limits that
  * draws or reports processed logprobs, its 32.32 masses / exp(z - zmax). */
 __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
@@ -197,15 +232,22 @@ __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
     rw_pdl_begin();
     __shared__ float shf[33];
     __shared__ uint64_t shu[33];
+    __shared__ rw_k_sample_part sp[SMP_STAGE];
     const rw_k_sample_param p = params[blockIdx.y];
     const int64_t c0 = (int64_t)blockIdx.x * RW_K_SAMPLE_CHUNK;
     const int64_t c1 = min(V, c0 + RW_K_SAMPLE_CHUNK);
     const float *l = logits + (int64_t)p.row * V;
     rw_k_sample_part *pr = parts + (int64_t)blockIdx.y * gridDim.x;
-    const float mx = smp_row_max(pr, (int)gridDim.x).v;
+    /* the chunk once, its loads under the read of the row's maximum; the three sums below walk
+     * the registers in the order the loops over memory walked the ids */
+    float v[SMP_PER];
+    smp_load(l, c0, c1, v);
+    const float mx = smp_row_max(smp_stage(pr, (int)gridDim.x, sp), (int)gridDim.x).v;
+    const int nv = (int)((c1 - c0 - threadIdx.x + SMP_CHUNK_THREADS - 1) / SMP_CHUNK_THREADS);
     float se = 0.0f;
-    for (int64_t i = c0 + threadIdx.x; i < c1; i += blockDim.x)
-        se += expf(l[i] - mx);
+#pragma unroll
+    for (int j = 0; j < SMP_PER; j++)
+        if (j < nv) se += expf(v[j] - mx);
     se = block_sum(se, shf);
     const float inv_t = rw_sample_inv_temperature(p.temperature, p.top_k, mx);
     const bool kept = inv_t != 0.0f && smp_plain(p, V);
@@ -213,13 +255,15 @@ __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
     uint64_t w = 0;
     float sk = 0.0f;
     if (kept && p.forced < 0) { /* uniform over the CTA */
-        for (int64_t i = c0 + threadIdx.x; i < c1; i += blockDim.x)
-            w += fmass(__fmul_rn(l[i], inv_t), zmax);
+#pragma unroll
+        for (int j = 0; j < SMP_PER; j++)
+            if (j < nv) w += fmass(__fmul_rn(v[j], inv_t), zmax);
         w = block_sum_u64(w, shu);
     }
     if (kept && p.mode == 1) {
-        for (int64_t i = c0 + threadIdx.x; i < c1; i += blockDim.x)
-            sk += expf(__fsub_rn(l[i] * inv_t, zmax));
+#pragma unroll
+        for (int j = 0; j < SMP_PER; j++)
+            if (j < nv) sk += expf(__fsub_rn(v[j] * inv_t, zmax));
         sk = block_sum(sk, shf);
     }
     if (threadIdx.x == 0) {
@@ -239,10 +283,11 @@ __global__ void __launch_bounds__(SMP_THREADS)
     __shared__ amax sha[33];
     __shared__ uint64_t shu[33];
     __shared__ unsigned long long hist[256];
+    __shared__ rw_k_sample_part sp[SMP_STAGE];
     const rw_k_sample_param p = params[blockIdx.x];
     const float *l = logits + (int64_t)p.row * V;
     rw_k_sample_out *o = outs + blockIdx.x;
-    const rw_k_sample_part *pr = parts + (int64_t)blockIdx.x * nc;
+    const rw_k_sample_part *pr = smp_stage(parts + (int64_t)blockIdx.x * nc, nc, sp);
 
     const amax best = smp_row_max(pr, nc);
     const float mx = best.v;
