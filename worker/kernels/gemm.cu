@@ -42,10 +42,10 @@
  * byte for byte, split shapes among them.
  *
  * wgmma. On builds for sm_90a (RW_WGMMA) the three wide tiles (128 x 128, 128 x 64, 64 x 64, the
- * tiles of M > 32; and 128 x 96, a wgmma-only tile for one-wave grids, pick_tile) run as wgmma
- * twins where every K slice is whole stages: the same tiles in the
- * same shared-memory layout (the 128-byte swizzle above is wgmma's), the same k16 steps in the
- * same order, but each warpgroup multiplies 64 weight rows by all TN tokens with one
+ * tiles of M > 32; and two wgmma-only tiles, pick_tile: 128 x 96 for one-wave grids, 128 x 256
+ * for many waves of one bf16 input) run as wgmma twins where every K slice is whole stages: the
+ * same tiles in the same shared-memory layout (the 128-byte swizzle above is wgmma's), the same k16
+ * steps in the same order, but each warpgroup multiplies 64 weight rows by all TN tokens with one
  * asynchronous instruction per k16 step, reading both operands from shared memory, and keeps one
  * stage's group in flight while the next stage's loads are issued. wgmma m64nNk16 and a chain of
  * mma.sync m16n8k16 give the same bits for the same k16 steps (measured on an H200 on random and
@@ -82,7 +82,8 @@
 /* WG: the wgmma twin (each warpgroup 64 weight rows by all TN tokens), which keeps one stage's
  * group in flight across the next stage's barrier and loads: as many stages as fit 200 KB, 4 to
  * 6, loads 2 fewer ahead (one bf16 input on 128 x 128 tiles, the lm_head's: 6 stages, so 64 KB of
- * weights in flight a CTA instead of 32 KB). */
+ * weights in flight a CTA instead of 32 KB; measured on an H100, docs/BENCHMARKS.md, twenty-sixth
+ * session: the lm_head at 256 tokens 413 -> 335 us against 4 stages). */
 template <int BN, int TN, int WM, int WN, bool SPLIT, int STG = 0, bool WG = false>
 struct gemm_cfg {
     static constexpr int THREADS = 32 * WM * WN;
