@@ -229,7 +229,9 @@ static const struct {
 #define NMODES ((int)(sizeof MODES / sizeof MODES[0]))
 
 static void print_plan(const rwb_opts *o, const bool *run) {
-    fprintf(stderr, "rw-bench plan (config %s, GPUs %d and %d, %d reps after %d warm-up):\n",
+    fprintf(stderr,
+            "rw-bench plan (config %s, GPU %d, and %d where a line takes two; %d reps after %d "
+            "warm-up):\n",
             o->config_path, o->gpu0, o->gpu1, o->reps, o->warmup);
     for (int i = 0; i < NMODES; i++) {
         if (!run[i]) continue;
