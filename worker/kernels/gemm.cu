@@ -606,6 +606,18 @@ static rw_status launch_wg(const gemm_args &g, const gemm_maps &t, int64_t ctas,
     }
 }
 
+/* A tile that only the wgmma form has (pick_tile's 128 x 96 and 128 x 256): launched, its status
+ * in *st, where that form applies to g (whole stages, tensor maps, and for 256 tokens one bf16
+ * input); false otherwise, and the caller takes 128 x 128 instead. pick_tile does not see
+ * whether x_lo is present, so the one-input test is made here. */
+template <int TN>
+static bool wg_only(const gemm_args &g, int64_t ctas, rw_stream s, rw_err *err, rw_status *st) {
+    gemm_maps maps;
+    if ((TN == 256 && g.xlo) || !wg_whole<128, TN>(g) || !wg_maps<128, TN>(g, &maps)) return false;
+    *st = launch_wg<128, TN>(g, maps, ctas, s, err);
+    return true;
+}
+
 /* One launch of tile t over g. Narrow (decode) tiles in grids of at most one wave
  * stream with deep pipelines (gemm_cfg's GEMM_DEEP): each CTA must keep more weight bytes in
  * flight when few CTAs share the memory system (measured on an H200 at M = 1..7: q/k/v on 64 x 8
@@ -622,17 +634,13 @@ static rw_status launch_tile(const gemm_args &g, gemm_tile t, int sms, rw_stream
     const bool one_wave = ctas <= sms;
     const bool fold = g.fold && g.S > 1;
 #if RW_WGMMA
+    if (t.bn == 128 && (t.tn == 256 || t.tn == 96)) { /* pick_tile's wgmma-only tiles */
+        rw_status st;
+        if (t.tn == 256 ? wg_only<256>(g, ctas, s, err, &st) : wg_only<96>(g, ctas, s, err, &st))
+            return st;
+        return launch_tile(g, gemm_tile{128, 128, 8}, sms, s, err);
+    }
     gemm_maps maps;
-    if (t.bn == 128 && t.tn == 256) { /* pick_tile's wide-weight tile: wgmma, one input */
-        if (!g.xlo && wg_whole<128, 256>(g) && wg_maps<128, 256>(g, &maps))
-            return launch_wg<128, 256>(g, maps, ctas, s, err);
-        return launch_tile(g, gemm_tile{128, 128, 8}, sms, s, err);
-    }
-    if (t.bn == 128 && t.tn == 96) { /* pick_tile's one-wave refinement: wgmma only */
-        if (wg_whole<128, 96>(g) && wg_maps<128, 96>(g, &maps))
-            return launch_wg<128, 96>(g, maps, ctas, s, err);
-        return launch_tile(g, gemm_tile{128, 128, 8}, sms, s, err);
-    }
     if (t.bn == 128 && t.tn == 128 && wg_whole<128, 128>(g) && wg_maps<128, 128>(g, &maps))
         return launch_wg<128, 128>(g, maps, ctas, s, err);
     if (t.bn == 128 && t.tn == 64 && wg_whole<128, 64>(g) && wg_maps<128, 64>(g, &maps))

@@ -159,14 +159,15 @@ __device__ uint32_t radix_select(const float *l, int64_t V, float inv_t, float z
 #define SMP_CHUNK_THREADS 256
 #define SMP_PER (RW_K_SAMPLE_CHUNK / SMP_CHUNK_THREADS)
 static_assert(SMP_PER * SMP_CHUNK_THREADS == RW_K_SAMPLE_CHUNK, "whole chunks a thread");
-/* This thread's ids of chunk [c0, c1) of row l, in its order (ids past c1: 0, not used). */
-__device__ __forceinline__ void smp_load(const float *l, int64_t c0, int64_t c1,
-                                         float (&v)[SMP_PER]) {
+/* This thread's ids of chunk [c0, c1) of row l, in its order; returns how many of v are ids
+ * (v[j] for j >= the count lie past c1: 0, not used). Every pass tests j against that count. */
+__device__ __forceinline__ int smp_load(const float *l, int64_t c0, int64_t c1,
+                                        float (&v)[SMP_PER]) {
+    const int nv = (int)((c1 - c0 - threadIdx.x + SMP_CHUNK_THREADS - 1) / SMP_CHUNK_THREADS);
 #pragma unroll
-    for (int j = 0; j < SMP_PER; j++) {
-        const int64_t i = c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS;
-        v[j] = i < c1 ? l[i] : 0.0f;
-    }
+    for (int j = 0; j < SMP_PER; j++)
+        v[j] = j < nv ? l[c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS] : 0.0f;
+    return nv;
 }
 
 /* true when request p keeps every id (no top-k or top-p limit): its kept masses are chunk sums */
@@ -184,13 +185,13 @@ __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
     const int64_t c1 = min(V, c0 + RW_K_SAMPLE_CHUNK);
     const float *l = logits + (int64_t)params[blockIdx.y].row * V;
     float v[SMP_PER];
-    smp_load(l, c0, c1, v);
+    const int nv = smp_load(l, c0, c1, v);
     amax a = {0.0f, -1};
 #pragma unroll
-    for (int j = 0; j < SMP_PER; j++) {
-        const int64_t i = c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS;
-        if (i < c1) a = amax_pick(a, amax{v[j], (int32_t)i});
-    }
+    for (int j = 0; j < SMP_PER; j++)
+        if (j < nv)
+            a = amax_pick(a,
+                          amax{v[j], (int32_t)(c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS)});
     a = block_amax(a, sha);
     if (threadIdx.x == 0) {
         rw_k_sample_part *pt = parts + (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
@@ -241,9 +242,8 @@ __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
     /* the chunk once, its loads under the read of the row's maximum; the three sums below walk
      * the registers in the order the loops over memory walked the ids */
     float v[SMP_PER];
-    smp_load(l, c0, c1, v);
+    const int nv = smp_load(l, c0, c1, v);
     const float mx = smp_row_max(smp_stage(pr, (int)gridDim.x, sp), (int)gridDim.x).v;
-    const int nv = (int)((c1 - c0 - threadIdx.x + SMP_CHUNK_THREADS - 1) / SMP_CHUNK_THREADS);
     float se = 0.0f;
 #pragma unroll
     for (int j = 0; j < SMP_PER; j++)
