@@ -23,12 +23,8 @@ __device__ __forceinline__ void rw_cp_async16(void *dst, const void *src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(rw_smem_u32(dst)),
                  "l"(src), "r"(src_bytes));
 }
-/* Same, all 16 bytes read. */
-__device__ __forceinline__ void rw_cp_async16_full(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(rw_smem_u32(dst)), "l"(src));
-}
-/* Same, to a shared-state-space address (rw_smem_u32): a caller that steps through a tile
- * adds its offsets to one converted address. */
+/* Same, all 16 bytes read, to a shared-state-space address (rw_smem_u32): a caller that steps
+ * through a tile adds its offsets to one converted address. */
 __device__ __forceinline__ void rw_cp_async16_sa(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
