@@ -170,18 +170,19 @@ static void test_split(void **state) {
     }
 }
 
-/* (c) batch invariance: every row of batches of 1, 2, 7, 33, 129 and 256 rows (each sample row at a
- * different position, the other rows drawn from elsewhere in the batch) is byte-identical to the
- * same row of one batch of 300 rows; a second run of the 300 rows too. Where K is split, batches
- * of up to 7 rows give the slices separate CTAs (on sm_90a builds gemv.cu's clusters) and the
- * others fold them. On sm_90a builds the batches of 33, 129, 256 and 300 rows run on the wgmma
- * tiles wherever K's slices are whole stages (the model's shapes among them; q/k/v's 256 rows on
- * the 128 x 96 tile of one-wave grids, on a GPU of at least 120 SMs), and the batches of 1, 2 and
- * 7 on mma.sync tiles: this is where the two instructions are held to the same bits. */
+/* (c) batch invariance: every row of batches of 1, 2, 7, 16, 33, 64, 100, 129 and 256 rows (each
+ * sample row at a different position, the other rows drawn from elsewhere in the batch) is
+ * byte-identical to the same row of one batch of 300 rows; a second run of the 300 rows too.
+ * Where K is split, batches of up to 7 rows give the slices separate CTAs (on sm_90a builds
+ * gemv.cu's clusters) and the others fold them. On sm_90a builds the batches of 16 to 300 rows
+ * run on the wgmma tiles wherever K's slices are whole stages (the model's shapes among them:
+ * 16 to 100 rows on the 64-token tiles, 128 x 64 or 64 x 64; q/k/v's 256 rows on the 128 x 96
+ * tile of one-wave grids, on a GPU of at least 120 SMs), and the batches of 1, 2 and 7 on
+ * mma.sync tiles: this is where the two instructions are held to the same bits. */
 #define INV_M 300
 static void check_invariance(int64_t N, int64_t K, bool with_lo, uint64_t seed) {
     static const int32_t samples[] = {0, 1, 5, 8, 63, 100, 128, 255, 299};
-    static const int64_t batches[] = {1, 2, 7, 33, 129, 256};
+    static const int64_t batches[] = {1, 2, 7, 16, 33, 64, 100, 129, 256};
     const int64_t M = INV_M, maxb = 256;
     uint16_t *W = malloc(2 * (size_t)(N * K)), *hi = malloc(2 * (size_t)(M * K)),
              *lo = malloc(2 * (size_t)(M * K));

@@ -519,8 +519,18 @@ static const gemm_tile k_tiles[] = {GEMM_TILES(GEMM_TILE_ENTRY)};
  * M > 8: the first candidate of at least 4 warps (fewer cannot keep enough weight bytes in
  * flight) with token tiles no wider than M needs (16 at least) whose tiles give half the SMs a
  * CTA; when none does (small N and M), the one with the most tiles. Each CTA folds the slices
- * (no partials to write and read back). Over the tile list at the 30B-A3B shapes this picks the
- * fastest tile or one within a few percent of it from M = 16 to 2048.
+ * (no partials to write and read back).
+ *
+ * 8 < M <= 128 on the wgmma form (sm_90a, K's slices whole stages): the wgmma tiles of 64 tokens
+ * instead, however few tokens (the padding costs tensor-core work, which is not what bounds these
+ * GEMMs): 128 x 64 where a quarter of the SMs get a CTA, else 64 x 64; and where 128 x 128 tiles
+ * already give every SM one (the lm_head), 128 x 128 beyond 64 tokens. Measured on an H100
+ * (docs/BENCHMARKS.md, twenty-seventh session: every tile forced in turn), us: o_proj at 16 /
+ * 32 / 64 / 128 tokens 27.5 / 26.9 / 31.3 / 37.5 with the rule above -> 20.0 / 19.3 / 19.3 /
+ * 19.4 on 64 x 64; q/k/v 18.1 / 20.0 / 12.3 / 15.0 -> 14.5 / 14.0 / 13.9 / 14.1 on 128 x 64;
+ * the lm_head at 16 / 32 tokens 225 / 241 -> 219 / 223. The mma.sync tiles' grids of half the
+ * SMs were the fastest of those tiles, but a wgmma CTA streams its weights well enough that
+ * fewer, larger CTAs win.
  *
  * The choice changes the speed, never a bit of the result (see the top of the file). */
 /* The first candidate of at least 4 warps with tn_lo <= TN <= tn_hi whose grid (tiles times
@@ -542,9 +552,28 @@ static gemm_tile first_reaching(int64_t N, int64_t M, int64_t per_tile, int tn_l
     return most;
 }
 
-static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool *fold) {
+#if RW_WGMMA
+/* The table's entry for a tile (its warps). */
+static gemm_tile tile_of(int bn, int tn) {
+    for (size_t i = 0; i < GEMM_NTILES; i++)
+        if (k_tiles[i].bn == bn && k_tiles[i].tn == tn) return k_tiles[i];
+    return gemm_tile{bn, tn, 8};
+}
+#endif
+
+/* wg: the wgmma form applies to every wide tile (K's slices whole stages: wg_whole). */
+static gemm_tile pick_tile(int64_t N, int64_t M, int S, int sms, bool wg, bool *fold) {
     *fold = M > 8;
     if (M <= 8) return first_reaching(N, M, S, 8, 8, (3 * (int64_t)sms + 1) / 2);
+#if RW_WGMMA
+    if (wg && M <= 128) {
+        const int64_t rows = (N + 127) / 128;
+        if (rows * ((M + 127) / 128) >= sms) return M > 64 ? tile_of(128, 128) : tile_of(128, 64);
+        return rows * ((M + 63) / 64) >= sms / 4 ? tile_of(128, 64) : tile_of(64, 64);
+    }
+#else
+    (void)wg;
+#endif
     int64_t tn_max = 16;
     while (tn_max < M && tn_max < 128)
         tn_max *= 2;
@@ -694,7 +723,8 @@ extern "C" rw_status rw_k_gemm(const uint16_t *W, int64_t N, int64_t K, const ui
     RW_CHECK(rw_cuda_sm_count(&sms, err));
     const int S = rw_k_gemm_splits(N, K);
     gemm_args g = {W, x, x_lo, N, K, M, Y, NULL, NULL, S, true, rw_k_gemm_slice_cols(K, S)};
-    const gemm_tile t = pick_tile(N, M, S, sms, &g.fold);
+    const bool wg = wg_whole<128, 64>(g) && wg_whole<64, 64>(g) && wg_whole<128, 128>(g);
+    const gemm_tile t = pick_tile(N, M, S, sms, wg, &g.fold);
     if (g.S > 1 && !g.fold) {
         const size_t need = rw_k_gemm_ws_bytes(N, K, M);
         if (!ws || ws_bytes < need || (uintptr_t)ws % 16)
