@@ -17,13 +17,13 @@ for round in 1 2; do
         [ $v = old ] && b=/tmp/rw-old/tools/bench/rw-bench
         for bt in 32 64 128; do
             [ $SECONDS -ge $end ] && break 3
-            echo "=== $v $round $bt" >> "$R/r17_g1l.jsonl"
+            echo "=== $v $round $bt" >> "$R/${RUN17_TAG:-r17}_g1l.jsonl"
             timeout 90 "$b" $C decode --batches $bt --ctxs 4096 --steps 10 --gen 1,16,2 \
-                --gen-reps 1 --no-quant >> "$R/r17_g1l.jsonl" 2>> "$R/r17_g1l.err"
+                --gen-reps 1 --no-quant >> "$R/${RUN17_TAG:-r17}_g1l.jsonl" 2>> "$R/${RUN17_TAG:-r17}_g1l.err"
         done
     done
 done
-python3 - "$R/r17_g1l.jsonl" <<'PY'
+python3 - "$R/${RUN17_TAG:-r17}_g1l.jsonl" <<'PY'
 import json, sys
 v = None
 for line in open(sys.argv[1]):
