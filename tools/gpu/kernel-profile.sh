@@ -39,12 +39,15 @@ command -v ncu > /dev/null || { echo "kernel-profile: ncu (Nsight Compute) is no
 quant=(--no-quant)
 [ "$QUANT" = 1 ] && quant=()
 export RW_BENCH_NCU_BATCH=$B
+# As in kernel-times.sh: rw-bench exits non-zero when any of its lines failed, among them lines
+# the profile does not need (the forward b256 x 1k line on an 80 GB GPU); the profile decides.
+rm -f "$DIR/profile.ncu-rep"
 ncu --profile-from-start off --kernel-name-base demangled -k "regex:$REGEX" --launch-count "$COUNT" \
     --set full --import-source no -f -o "$DIR/profile" \
     "$BUILD/tools/bench/rw-bench" decode --batches "$B" --ctxs 1024 "${quant[@]}" --gen 1,16,2 \
     --gen-reps 1 --steps 2 > "$DIR/profile_run.log" 2>&1 ||
-    { tail -20 "$DIR/profile_run.log" >&2; exit 1; }
-[ -f "$DIR/profile.ncu-rep" ] || { echo "kernel-profile: no kernel matched '$REGEX' (names in $DIR/profile_run.log)" >&2; exit 1; }
+    { tail -20 "$DIR/profile_run.log" >&2; echo "kernel-profile: rw-bench failed a line (above)" >&2; }
+[ -f "$DIR/profile.ncu-rep" ] || { echo "kernel-profile: nothing was profiled: no kernel matched '$REGEX', or the profiled step failed ($DIR/profile_run.log)" >&2; exit 1; }
 ncu --import "$DIR/profile.ncu-rep" --page details > "$DIR/profile.txt"
 ncu --import "$DIR/profile.ncu-rep" --page source --csv --print-source sass > "$DIR/profile_sass.csv"
 python3 tools/bench/sass_table.py "$DIR/profile_sass.csv" | tee "$DIR/profile_sass.txt"
