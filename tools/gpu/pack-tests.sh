@@ -22,6 +22,17 @@ root=$(pwd)
 BUILD=${1:-build-gpu}
 ARCHIVE=${2:-.gpu-pack/tests.txz}
 [ -f "$BUILD/build.ninja" ] || { echo "pack-tests: $BUILD is not a configured build directory" >&2; exit 2; }
+# CUDA objects whose headers ninja does not know (Meson before 1.4 gives nvcc no depfile
+# arguments, so an edited .cuh rebuilds nothing): those older than the newest header are removed
+# so ninja compiles them again, and no archive carries a kernel built against an older header.
+newest=$(find core moe quant sync worker \( -name '*.cuh' -o -name '*.h' \) -printf '%T@\n' |
+    sort -n | tail -1)
+ninja -C "$BUILD" -t deps | sed -n 's/^\(.*\.cu\.o\): #deps 0,.*/\1/p' | while read -r o; do
+    if [ -f "$BUILD/$o" ] && [ "$(stat -c %Y "$BUILD/$o")" -lt "${newest%.*}" ]; then
+        echo "pack-tests: $o predates a header it may include; rebuilding it" >&2
+        rm -f "$BUILD/$o"
+    fi
+done
 ninja -C "$BUILD" > /dev/null || { echo "pack-tests: the build of $BUILD failed" >&2; exit 1; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
