@@ -197,6 +197,20 @@ template <typename V, int K> __device__ __forceinline__ V atc_pick(const V (&x)[
 /* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
  * merged here); otherwise atc_block's (NF = 2: the 16 rows of one fragment), which also writes
  * the partials of split launches. */
+/* Stages the 32-key block j of segment sg, whose block ids the warp holds in sid (atc_seg_ids),
+ * from NC caches into dst[0..NC): one warp, this lane. */
+template <int HD, int NC>
+__device__ __forceinline__ void atc_load_block(uint8_t *const *dst, const uint16_t *const *src,
+                                               int sg, int j, int32_t sid, int plast, int nkv,
+                                               int g, int bs, int lane) {
+#pragma unroll
+    for (int gi = 0; gi < ATC_SB / 16; gi++) {
+        const int kp0 = sg * ATC_SEG + j * ATC_SB + 16 * gi;
+        const int64_t base = atc_seg_base(sid, j * (ATC_SB / 16) + gi, kp0, nkv, g, bs, HD);
+        atc_load_group<HD, 32, NC>(dst, src, 16 * gi, kp0, base, plast, lane);
+    }
+}
+
 template <int HD, bool T, int NF, bool KP>
 __global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
@@ -251,26 +265,34 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         const int left = plast - sg * ATC_SEG;
         return min(ATC_SEG / ATC_SB, left / ATC_SB + 1);
     };
+    /* PAIR: the block ids of the segment the copies are in (ids) and of the warp's next segment
+     * (ids_next), one group a lane (atc_seg_ids): the next segment's are read when the copies
+     * enter a segment, so a copy's address does not wait for the block table, and the first
+     * segment's are read before the PDL wait. Against a lookup inside each copy, the kernel
+     * alone on an H100 (twenty-ninth session): 1 x 1k 8.9 -> 8.4 us, 8 x 4k 34.7 -> 34.2,
+     * 8 x 8k 63.7 -> 63.3, 32 x 8k 218.1 -> 217.0. */
+    int32_t ids = PAIR ? atc_seg_ids(blocks, seg_of(0), plast, bs, lane) : -1;
+    int32_t ids_next = PAIR ? atc_seg_ids(blocks, seg_of(1), plast, bs, lane) : -1;
     /* PAIR: the double buffer of blocks, each K + V pair one cp.async group (buf: the pair being
-     * read); the next block (or the next round's first) is issued before a block is waited for.
-     * A lookup of the block table inside the copy is what this form measured fastest with. */
+     * read); the next block (or the next round's first) is issued before a block is waited for. */
     int buf = 0;
-    auto load_pair = [&](int b, int sg, int j) {
+    auto load_pair = [&](int b, int sg, int j, int32_t sid) {
         uint8_t *const kd = ring + (size_t)b * 2 * SLOT;
         /* K, V (KP: then K_lo, V_lo, each behind its plane in the slot; without KP a slot is
          * SBLK, so V lies at kd + SLOT either way) */
         constexpr int NP = KP ? 4 : 2;
         uint8_t *const d[4] = {kd, kd + SLOT, kd + SBLK, kd + SLOT + SBLK};
         const uint16_t *const c[4] = {kc, vc, kcl, vcl};
-        atc_load_keys<HD, 32, NP>(d, c, blocks, sg * ATC_SEG + j * ATC_SB, ATC_SB, plast, nkv, g,
-                                  bs, lane);
+        atc_load_block<HD, NP>(d, c, sg, j, sid, plast, nkv, g, bs, lane);
     };
     /* Otherwise the ring: the warp's items are K, V of each block of its segments in order, item
      * i in slot i % NS, each one cp.async group, so before an item is read NS - 1 groups may
      * still be in flight. ld_*: the next item to load; ld_base: the cache offsets of its block's
      * 16-key groups, read from the block table when the cursor reaches the block, an item before
      * they are needed (a lookup at the copy stalled the warp on a load of the table between its
-     * MMAs). */
+     * MMAs). The ring keeps this form: with the ids of atc_seg_ids (as PAIR below) its kernel
+     * measured the same or slower (256 x 512 keys on an H100: 101.0 -> 102.2 us; twenty-ninth
+     * session). */
     int ld_round = 0, ld_blk = 0, ld_v = 0, ld_slot = 0;
     int ld_seg = seg_of(0), ld_nb = ld_seg >= 0 ? nblocks_of(ld_seg) : 0;
     int64_t ld_base[ATC_SB / 16];
@@ -330,7 +352,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     if constexpr (!PAIR) read_bases();
     rw_pdl_begin();
     if constexpr (PAIR) {
-        if (seg_of(0) >= 0) load_pair(0, seg_of(0), 0);
+        if (seg_of(0) >= 0) load_pair(0, seg_of(0), 0, ids);
         rw_cp_async_commit();
     } else {
         for (int k = 0; k < NS; k++)
@@ -353,6 +375,10 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     int kslot = 0; /* ring: the slot of the next K to read */
     for (int round = 0; round < nround; round++) {
         const int sg = seg_of(round);
+        if (PAIR && round > 0) { /* the copies enter this round's segment */
+            ids = ids_next;
+            ids_next = atc_seg_ids(blocks, seg_of(round + 1), plast, bs, lane);
+        }
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
         float ov[NR]; /* T: [HD / 16][NF][4]; otherwise [HD / 8][4] */
 #pragma unroll
@@ -367,7 +393,8 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                 const uint8_t *kd, *vd;
                 if constexpr (PAIR) {
                     const int sn = j + 1 < nb ? sg : seg_of(round + 1);
-                    if (sn >= 0) load_pair(buf ^ 1, sn, j + 1 < nb ? j + 1 : 0);
+                    if (sn >= 0)
+                        load_pair(buf ^ 1, sn, j + 1 < nb ? j + 1 : 0, j + 1 < nb ? ids : ids_next);
                     rw_cp_async_commit();
                     rw_cp_async_wait<1>();
                     kd = ring + (size_t)buf * 2 * SLOT;

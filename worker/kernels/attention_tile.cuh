@@ -375,6 +375,31 @@ __device__ __forceinline__ int64_t atc_group_base(const int32_t *__restrict__ bl
     return (((int64_t)blocks[kp0 / bs] * nkv + g) * bs + kp0 % bs) * hd;
 }
 
+/* atc_group_base in two steps for the decode kernel, whose warps walk whole segments: each lane
+ * reads the block id of one 16-key group of a segment (one load a segment instead of one a group,
+ * issued a segment ahead of the copies that use it), and a copy takes its group's id from that
+ * lane by a shuffle. Nsight Compute at 256 x 1k: the lookup inside the copy, used by the next
+ * instruction, was where a fifth of the warps' stall samples fell (docs/BENCHMARKS.md,
+ * twenty-ninth session). atc_seg_ids: lane i's id is group i's of segment sg (-1 past plast, for
+ * lanes past the segment's groups and for sg < 0: nothing is read for those). */
+#define ATC_SEG_GROUPS (ATC_SEG / 16)
+static_assert(ATC_SEG % 16 == 0 && ATC_SEG_GROUPS <= 32, "a segment's groups fit a warp's lanes");
+__device__ __forceinline__ int32_t atc_seg_ids(const int32_t *__restrict__ blocks, int sg,
+                                               int plast, int bs, int lane) {
+    const int kp0 = sg * ATC_SEG + 16 * lane;
+    if (sg < 0 || lane >= ATC_SEG_GROUPS || kp0 > plast) return -1;
+    return bs == 16 ? blocks[kp0 >> 4] : blocks[kp0 / bs];
+}
+/* the cache offset of group gi of the segment whose ids a warp holds (atc_seg_ids), as
+ * atc_group_base gives it; every lane of the warp calls it with the same gi */
+__device__ __forceinline__ int64_t atc_seg_base(int32_t ids, int gi, int kp0, int nkv, int g,
+                                                int bs, int hd) {
+    const int32_t b = __shfl_sync(0xffffffffu, ids, gi);
+    if (b < 0) return 0;
+    if (bs == 16) return ((int64_t)b * nkv + g) * 16 * hd;
+    return (((int64_t)b * nkv + g) * bs + kp0 % bs) * hd;
+}
+
 /* Stages one 16-key group (keys kp0.., cache offset base) from NC caches into rows r0.. of
  * dst[0..NC) (swizzled as atc_swz): NT threads, this one number t; keys past plast are written as
  * zeros without a read. */
