@@ -269,8 +269,8 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
      * (ids_next), one group a lane (atc_seg_ids): the next segment's are read when the copies
      * enter a segment, so a copy's address does not wait for the block table, and the first
      * segment's are read before the PDL wait. Against a lookup inside each copy, the kernel
-     * alone on an H100 (twenty-ninth session): 1 x 1k 8.9 -> 8.4 us, 8 x 4k 34.7 -> 34.2,
-     * 8 x 8k 63.7 -> 63.3, 32 x 8k 218.1 -> 217.0. */
+     * alone on an H100 (twenty-ninth session): 1 x 1k 8.8 -> 8.3 us, 1 x 4k 10.8 -> 10.4,
+     * 8 x 4k 34.7 -> 33.9, 32 x 8k 217.3 -> 216.2; a b1 x 4k step 3.78-3.80 -> 3.74 ms. */
     int32_t ids = PAIR ? atc_seg_ids(blocks, seg_of(0), plast, bs, lane) : -1;
     int32_t ids_next = PAIR ? atc_seg_ids(blocks, seg_of(1), plast, bs, lane) : -1;
     /* PAIR: the double buffer of blocks, each K + V pair one cp.async group (buf: the pair being
