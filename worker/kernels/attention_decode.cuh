@@ -194,9 +194,6 @@ template <typename V, int K> __device__ __forceinline__ V atc_pick(const V (&x)[
     return v;
 }
 
-/* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
- * merged here); otherwise atc_block's (NF = 2: the 16 rows of one fragment), which also writes
- * the partials of split launches. */
 /* Stages the 32-key block j of segment sg, whose block ids the warp holds in sid (atc_seg_ids),
  * from NC caches into dst[0..NC): one warp, this lane. */
 template <int HD, int NC>
@@ -211,6 +208,9 @@ __device__ __forceinline__ void atc_load_block(uint8_t *const *dst, const uint16
     }
 }
 
+/* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
+ * merged here); otherwise atc_block's (NF = 2: the 16 rows of one fragment), which also writes
+ * the partials of split launches. */
 template <int HD, bool T, int NF, bool KP>
 __global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
