@@ -159,6 +159,10 @@ __device__ uint32_t radix_select(const float *l, int64_t V, float inv_t, float z
 #define SMP_CHUNK_THREADS 256
 #define SMP_PER (RW_K_SAMPLE_CHUNK / SMP_CHUNK_THREADS)
 static_assert(SMP_PER * SMP_CHUNK_THREADS == RW_K_SAMPLE_CHUNK, "whole chunks a thread");
+/* The id of this thread's j-th value of the chunk starting at c0. */
+__device__ __forceinline__ int64_t smp_id(int64_t c0, int j) {
+    return c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS;
+}
 /* This thread's ids of chunk [c0, c1) of row l, in its order; returns how many of v are ids
  * (v[j] for j >= the count lie past c1: 0, not used). Every pass tests j against that count. */
 __device__ __forceinline__ int smp_load(const float *l, int64_t c0, int64_t c1,
@@ -166,7 +170,7 @@ __device__ __forceinline__ int smp_load(const float *l, int64_t c0, int64_t c1,
     const int nv = (int)((c1 - c0 - threadIdx.x + SMP_CHUNK_THREADS - 1) / SMP_CHUNK_THREADS);
 #pragma unroll
     for (int j = 0; j < SMP_PER; j++)
-        v[j] = j < nv ? l[c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS] : 0.0f;
+        v[j] = j < nv ? l[smp_id(c0, j)] : 0.0f;
     return nv;
 }
 
@@ -189,9 +193,7 @@ __global__ void __launch_bounds__(SMP_CHUNK_THREADS)
     amax a = {0.0f, -1};
 #pragma unroll
     for (int j = 0; j < SMP_PER; j++)
-        if (j < nv)
-            a = amax_pick(a,
-                          amax{v[j], (int32_t)(c0 + threadIdx.x + (int64_t)j * SMP_CHUNK_THREADS)});
+        if (j < nv) a = amax_pick(a, amax{v[j], (int32_t)smp_id(c0, j)});
     a = block_amax(a, sha);
     if (threadIdx.x == 0) {
         rw_k_sample_part *pt = parts + (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
