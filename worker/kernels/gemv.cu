@@ -62,7 +62,8 @@ typedef struct gv_args {
 typedef struct gv_layout {
     int slots, xcols, xstride, bytes;
 } gv_layout;
-static __host__ __device__ gv_layout gv_layout_of(int M, int span, bool split) {
+/* (unused in builds without wgmma, where no launch instantiates the kernel) */
+[[maybe_unused]] static __host__ __device__ gv_layout gv_layout_of(int M, int span, bool split) {
     gv_layout l;
     const int nkb = (span + 63) / 64;
     l.xcols = nkb * 64;
