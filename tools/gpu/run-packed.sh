@@ -21,6 +21,8 @@
 # $OUT/tests/NAME.log. The logs are under $RW_PACK_DIR/logs until the next unpack either way.
 # --unpack-only stops after unpacking: the packed rw-bench is then
 # $RW_PACK_DIR/tools/bench/rw-bench, for benchmarks in the same call.
+# Before any test, every packed program's libraries are looked up: one the loader cannot find
+# (.deps staged from a shorter package list) stops the runner with exit status 2, naming it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -44,6 +46,14 @@ pack=${RW_PACK_DIR:-/tmp/rw-packed}
 case "$pack" in /*/*) ;; *) echo "run-packed: RW_PACK_DIR must be a directory below / (it is emptied): $pack" >&2; exit 2 ;; esac
 rm -rf "$pack" && mkdir -p "$pack" && tar xf "$ARCHIVE" -C "$pack" || { echo "run-packed: cannot unpack $ARCHIVE" >&2; exit 2; }
 export RW_BUILD_ROOT=$pack
+# A library the programs link that the loader cannot find here (.deps staged from an older or
+# shorter package list) fails every test and benchmark the same way; say so once, up front.
+missing=$(find "$pack" -type f -perm -u+x -exec ldd {} \; 2> /dev/null | sed -n 's/^[[:space:]]*\(\S*\) => not found.*/\1/p' | sort -u)
+if [ -n "$missing" ]; then
+    echo "run-packed: the packed programs need $(echo $missing) but the loader finds none here:" \
+        "stage .deps again with tools/gpu/stage-deps.sh and source .deps/env.sh" >&2
+    exit 2
+fi
 [ "$UNPACK_ONLY" = 1 ] && { echo "run-packed: unpacked in $pack"; exit 0; }
 OUT=${OUT:-$root/out}
 logs=$pack/logs

@@ -45,6 +45,22 @@ grep -q '4 tests: 1 ok, 1 skipped, 1 expected failures, 1 failed' "$tmp/out/suit
 grep -q '^=== fails' "$tmp/out/failed.log" || fail "failed.log does not hold the failing test"
 run "$tmp/a.tar" --only 'passes|skips' > "$tmp/b.log" 2>&1 || fail "--only passes|skips failed"
 
+# a packed program that links a library the loader cannot find: refused up front, naming it
+if command -v cc > /dev/null; then
+    mkdir -p "$tmp/g"
+    echo 'int rw_ghost(void) { return 0; }' | cc -shared -fPIC -x c -o "$tmp/g/librwghost.so" - &&
+        echo 'int rw_ghost(void); int main(void) { return rw_ghost(); }' |
+        cc -x c -o "$tmp/g/prog" - -L"$tmp/g" -lrwghost || fail "cannot build the stand-in program"
+    rm "$tmp/g/librwghost.so"
+    printf 'ghost\t30\t0\t1\t["@B@/prog"]\n' > "$tmp/g/manifest.tsv"
+    tar cf "$tmp/g.tar" -C "$tmp/g" manifest.tsv prog
+    run "$tmp/g.tar" > "$tmp/g.log" 2>&1
+    [ $? = 2 ] || fail "a program with a missing library did not stop the runner (exit 2)"
+    grep -q 'need librwghost.so' "$tmp/g.log" || fail "the missing library is not named: $(cat "$tmp/g.log")"
+else
+    echo "test_runners: no C compiler; the missing-library check is not run" >&2
+fi
+
 # stopped from outside: the two stand-in tests (each writes its pid, then sleeps) stop with it
 printf '%s\t60\t0\t1\t["sh","-c","echo $$ > %s/pid.1; exec sleep 300"]\n%s\t60\t0\t1\t["sh","-c","echo $$ > %s/pid.2; exec sleep 300"]\n' \
     one "$tmp" two "$tmp" | pack "$tmp/c.tar"
