@@ -45,7 +45,8 @@ grep -q '4 tests: 1 ok, 1 skipped, 1 expected failures, 1 failed' "$tmp/out/suit
 grep -q '^=== fails' "$tmp/out/failed.log" || fail "failed.log does not hold the failing test"
 run "$tmp/a.tar" --only 'passes|skips' > "$tmp/b.log" 2>&1 || fail "--only passes|skips failed"
 
-# a packed program that links a library the loader cannot find: refused up front, naming it
+# a packed program that links a library the loader cannot find: named up front, and
+# --unpack-only (whose caller runs the programs next) fails
 if command -v cc > /dev/null; then
     mkdir -p "$tmp/g"
     echo 'int rw_ghost(void) { return 0; }' | cc -shared -fPIC -x c -o "$tmp/g/librwghost.so" - &&
@@ -54,9 +55,11 @@ if command -v cc > /dev/null; then
     rm "$tmp/g/librwghost.so"
     printf 'ghost\t30\t0\t1\t["@B@/prog"]\n' > "$tmp/g/manifest.tsv"
     tar cf "$tmp/g.tar" -C "$tmp/g" manifest.tsv prog
-    run "$tmp/g.tar" > "$tmp/g.log" 2>&1
-    [ $? = 2 ] || fail "a program with a missing library did not stop the runner (exit 2)"
+    run "$tmp/g.tar" --unpack-only > "$tmp/g.log" 2>&1
+    [ $? = 2 ] || fail "a program with a missing library left --unpack-only's status 0"
     grep -q 'need librwghost.so' "$tmp/g.log" || fail "the missing library is not named: $(cat "$tmp/g.log")"
+    run "$tmp/g.tar" > "$tmp/g2.log" 2>&1 && fail "the test whose program cannot load passed"
+    grep -q 'need librwghost.so' "$tmp/g2.log" || fail "the suite run does not name the library"
 else
     echo "test_runners: no C compiler; the missing-library check is not run" >&2
 fi
