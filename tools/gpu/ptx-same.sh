@@ -37,7 +37,8 @@ git rev-parse --verify -q "$BASE^{commit}" > /dev/null || { echo "ptx-same: no r
 tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/base" > /dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add --detach -q "$tmp/base" "$BASE"
-# one line a source: "path-in-tree<TAB>command-for-this-tree<TAB>command-for-the-base"
+# one line a source: path in the tree, the directory its command runs in, the command for this
+# tree and the same command for the base's checkout, tab-separated
 python3 - "$root" "$(cd "$BUILD" && pwd)" "$tmp/base" "$@" > "$tmp/cmds" <<'PY'
 import json, os, re, sys
 root, build, base, only = sys.argv[1], sys.argv[2], sys.argv[3], set(sys.argv[4:])
@@ -56,11 +57,11 @@ for e in json.load(open(os.path.join(build, "compile_commands.json"))):
     # the tree's paths as the build writes them (relative to it), then the base's, absolute
     rel_root = os.path.relpath(root, e["directory"]) + "/"
     def moved(tok):
-        for pre in ("", "-I"):
-            if tok.startswith(pre + rel_root) or tok.startswith(pre + root + "/"):
-                rest = tok[len(pre):]
-                rest = rest[len(rel_root):] if rest.startswith(rel_root) else rest[len(root) + 1:]
-                return pre + os.path.join(base, rest)
+        pre = "-I" if tok.startswith("-I") else ""
+        path = tok[len(pre):]
+        for r in (rel_root, root + "/"):
+            if path.startswith(r):
+                return pre + os.path.join(base, path[len(r):])
         return tok
     base_cmd = " ".join(moved(t) for t in cmd.split(" "))
     print("%s\t%s\t%s\t%s" % (rel, e["directory"], cmd, base_cmd))
