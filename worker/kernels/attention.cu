@@ -99,14 +99,20 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
          * rows (a b256 step: 160.1 -> 140.9 us a layer for 256 x 1k keys on an H200); split:
          * the rows on the M side (atc_block), which measured faster when few CTAs share the
          * GPU (32 x 8k in 2 splits: 178 vs 208 us; a b1 step 11.9 vs 14.3 us). Both give the
-         * same bits (docs/BENCHMARKS.md, fifth session). */
-        const bool one = nsplit == 0 && qt * group <= 8;
-        const size_t sm = nsplit > 0 ? atc_decode_smem<HD, false, 2, KP>()
+         * same bits (docs/BENCHMARKS.md, fifth session). Split tiles of up to 8 rows without
+         * KP take atc_block_p, the q pair packed into the one fragment (PK: the split kernel of
+         * such tiles; with KP atc_block's). */
+        const bool one = qt * group <= 8;
+        constexpr int PK = KP ? 2 : 1;
+        const size_t sm = nsplit > 0 ? (one ? atc_decode_smem<HD, false, PK, KP>()
+                                            : atc_decode_smem<HD, false, 2, KP>())
                           : one      ? atc_decode_smem<HD, true, 1, KP>()
                                      : atc_decode_smem<HD, true, 2, KP>();
-        auto kern = nsplit > 0 ? atc_decode_kernel<HD, false, 2, KP>
-                    : one      ? atc_decode_kernel<HD, true, 1, KP>
-                               : atc_decode_kernel<HD, true, 2, KP>;
+        auto kern =
+            nsplit > 0
+                ? (one ? atc_decode_kernel<HD, false, PK, KP> : atc_decode_kernel<HD, false, 2, KP>)
+            : one ? atc_decode_kernel<HD, true, 1, KP>
+                  : atc_decode_kernel<HD, true, 2, KP>;
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)sm));
         (void)rw_launch_pdl(kern, grid, ATC_DW * 32, sm, st, q, kv.k, kv.v, kv.k_lo, kv.v_lo, tiles,

@@ -208,9 +208,15 @@ __device__ __forceinline__ void atc_load_block(uint8_t *const *dst, const uint16
     }
 }
 
+/* o registers a lane: atc_block_t's NF fragments (T), or atc_block's one 16-row fragment (also
+ * in its packed form atc_block_p, whose row r1 registers stay zero) */
+__host__ __device__ constexpr int atc_nr(int hd, bool t, int nf) {
+    return t ? hd / 4 * nf : hd / 2;
+}
+
 /* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
- * merged here); otherwise atc_block's (NF = 2: the 16 rows of one fragment), which also writes
- * the partials of split launches. */
+ * merged here); otherwise atc_block's, which also writes the partials of split launches: NF = 2
+ * the 16 rows of one fragment, NF = 1 (without KP) at most 8 rows in atc_block_p's packed form. */
 template <int HD, bool T, int NF, bool KP>
 __global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
@@ -227,10 +233,11 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
      * q's overlap instead of adding up (globaltimer stamps of a b1 step on an H200: 2.1 us from
      * the wait to the first copy issued; docs/BENCHMARKS.md, nineteenth session). */
     typedef atc_regs<T, NF> R;
-    static_assert(T || NF == 2, "atc_block's form takes one 16-row fragment");
+    static_assert(T || NF == 2 || (NF == 1 && !KP),
+                  "atc_block's form takes one 16-row fragment, or 8 rows packed without KP");
     constexpr int SBLK = ATC_SB * HD * 2;  /* bytes of K (or V) per softmax block */
     constexpr int SLOT = KP ? 2 * SBLK : SBLK; /* a slot: the block's K or V, then (KP) its lo */
-    constexpr int NR = HD / 4 * NF;        /* o registers per lane */
+    constexpr int NR = atc_nr(HD, T, NF);      /* o registers per lane */
     static_assert(NR * 32 * 4 <= SBLK, "a warp's partial fits the slot it has consumed");
     extern __shared__ __align__(128) uint8_t sm[];
     __shared__ int pbuf[ATC_DW]; /* the slot holding each warp's partial of the round */
@@ -380,7 +387,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
             ids_next = atc_seg_ids(blocks, seg_of(round + 1), plast, bs, lane);
         }
         float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-        float ov[NR]; /* T: [HD / 16][NF][4]; otherwise [HD / 8][4] */
+        float ov[NR]; /* T: [HD / 16][NF][4]; otherwise [HD / 8][4] (atc_regs<false, ...>) */
 #pragma unroll
         for (int i = 0; i < NR; i++)
             ov[i] = 0.0f;
@@ -421,6 +428,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                     atc_block_t<HD, NF, KP>(kd, vd, SBLK, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
                                             *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov),
                                             after_k);
+                else if constexpr (NF == 1)
+                    atc_block_p<HD>(kd, vd, key, qh, ql, qp0, m0, l0,
+                                    *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
                 else
                     atc_block<HD, KP>(kd, vd, SBLK, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
                                       *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
@@ -492,10 +502,10 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
 }
 
 /* The decode kernel's shared memory: the warps' rings (KP: slots of twice the bytes), their
- * (m, l) and the merged o (HD / 4 * NF registers a lane) */
+ * (m, l) and the merged o (atc_nr registers a lane) */
 template <int HD, bool T, int NF, bool KP> static constexpr size_t atc_decode_smem() {
     return (size_t)ATC_DW * atc_ring(T, NF) * ATC_SB * HD * 2 * (KP ? 2 : 1) +
-           (size_t)ATC_DW * 4 * 32 * 4 + (size_t)(HD / 4 * NF) * 32 * 4;
+           (size_t)ATC_DW * 4 * 32 * 4 + (size_t)atc_nr(HD, T, NF) * 32 * 4;
 }
 
 #endif

@@ -364,6 +364,79 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
     }
 }
 
+/* atc_block for tiles of at most 8 rows (one decode token of up to 8 query heads), without KP:
+ * the split decode kernel's form. In atc_block rows 8-15 of the fragment (r1) are padding there,
+ * so half of each QK MMA is spent on rows nobody reads. Here the A fragment carries row r0's qh in
+ * rows 0-7 and its ql in rows 8-15, so one MMA a key step gives both products: qh.K in a lane's
+ * registers 0-1, ql.K in 2-3, for the same keys. Each output element of an MMA is its own row's
+ * dot product over the same k16 steps in the same order whatever the other rows hold (the file
+ * comment), so S = fl(qh.K^T) + fl(ql.K^T) is atc_block's, bit for bit, with half the QK MMAs; the
+ * softmax runs for row r0 alone (NI = 2) and P.V is atc_block's with the padding rows' weights
+ * zero. o's registers 2-3 (row r1) stay zero. With KP the lo sums take qh.K_lo too, which
+ * atc_block keeps. */
+template <int HD, typename H = atc_no_hook>
+__device__ __forceinline__ void
+atc_block_p(const uint8_t *kd, const uint8_t *vd, int key_abs, const uint32_t (&qh)[HD / 16][4],
+            const uint32_t (&ql)[HD / 16][4], int32_t qp0, float &m0, float &l0,
+            float (&o)[HD / 8][4], H after_k = H()) {
+    constexpr int KS = HD / 16, DN = HD / 8;
+    const int lane = threadIdx.x & 31;
+    float acc[4][4]; /* [n][0, 1]: qh.K of row r0; [n][2, 3]: ql.K of row r0 */
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[n][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        /* A fragment registers: (row g, k lo), (row g + 8, k lo), (row g, k hi), (row g + 8, k hi)
+         */
+        const uint32_t a[4] = {qh[ks][0], ql[ks][0], qh[ks][2], ql[ks][2]};
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int kr = 16 * j + (lane & 7) + ((lane & 16) ? 8 : 0);
+            const int kcidx = 2 * ks + ((lane & 8) ? 1 : 0);
+            uint32_t b0, b1, b2, b3;
+            rw_ldsm_x4(b0, b1, b2, b3, kd + atc_swz<HD>(kr, kcidx));
+            rw_mma_bf16_16816(acc[2 * j], a, b0, b1);
+            rw_mma_bf16_16816(acc[2 * j + 1], a, b2, b3);
+        }
+    }
+    after_k();
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        s[n][0] = __fadd_rn(acc[n][0], acc[n][2]);
+        s[n][1] = __fadd_rn(acc[n][1], acc[n][3]);
+        s[n][2] = s[n][3] = 0.0f; /* not read with NI = 2 */
+    }
+    float m1 = -INFINITY, l1 = 0.0f, c0, c1;
+    atc_softmax<2>(s, key_abs, qp0, 0x7fffffff, m0, m1, l0, l1, c0, c1);
+    /* (c0 == 1 leaves o as it is, so testing row r0 alone gives atc_block's bits) */
+    if (__any_sync(0xffffffffu, c0 != 1.0f)) {
+#pragma unroll
+        for (int d = 0; d < DN; d++) {
+            o[d][0] = __fmul_rn(o[d][0], c0);
+            o[d][1] = __fmul_rn(o[d][1], c0);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        /* atc_block's A fragment of P, row r1's registers zero */
+        const uint32_t ph[4] = {rw_pack_bf16x2(s[2 * j][0], s[2 * j][1]), 0u,
+                                rw_pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]), 0u};
+#pragma unroll
+        for (int dn = 0; dn < DN / 2; dn++) {
+            const int vr = 16 * j + (lane & 7) + ((lane & 8) ? 8 : 0);
+            const int vcidx = 2 * dn + ((lane & 16) ? 1 : 0);
+            uint32_t b0, b1, b2, b3;
+            rw_ldsm_x4_trans(b0, b1, b2, b3, vd + atc_swz<HD>(vr, vcidx));
+            rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
+            rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
+        }
+    }
+}
+
 /* The cache offset of key kp0's 16-key group (kp0 % 16 == 0) of one sequence (block table
  * blocks) and KV head g: the group lies inside one KV block (bs % 16 == 0). 0 past plast (a group
  * of zeros, never read from the cache). */
