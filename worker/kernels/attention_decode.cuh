@@ -1,6 +1,7 @@
 /* attention_decode.cuh - the attention kernel of tiles of one MMA fragment (decode steps): key
- * segments spread over the CTA's warps, with the MMAs in either form (atc_block_t below, or the
- * prefill form atc_block). Per-row arithmetic in attention_tile.cuh; launched by attention.cu. */
+ * segments spread over the CTA's warps, with the MMAs in atc_block_t's form (below), the prefill
+ * form atc_block, or its packed form for at most 8 rows (atc_block_p). Per-row arithmetic in
+ * attention_tile.cuh; launched by attention.cu. */
 #ifndef RW_WORKER_KERNELS_ATTENTION_DECODE_CUH
 #define RW_WORKER_KERNELS_ATTENTION_DECODE_CUH
 

@@ -1,7 +1,8 @@
 /* attention_tile.cuh - the per-row arithmetic of the attention kernels (attention.cu), shared by
  * the prefill kernel (attention_prefill.cuh) and the decode kernel (attention_decode.cuh): key
- * staging, the q pair, one softmax block (atc_block; its decode form is atc_block_t), the merge
- * of segments and the stores. CUDA C++, included by attention.cu only.
+ * staging, the q pair, one softmax block (atc_block; its decode forms are atc_block_t and, for
+ * at most 8 rows, atc_block_p), the merge of segments and the stores. CUDA C++, included by
+ * attention.cu only.
  *
  * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
  * of consecutive tokens of one sequence and that tile's rows, cut into 16-row MMA fragments. Keys
@@ -392,8 +393,7 @@ atc_block_p(const uint8_t *kd, const uint8_t *vd, int key_abs, const uint32_t (&
             acc[n][i] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
-        /* A fragment registers: (row g, k lo), (row g + 8, k lo), (row g, k hi), (row g + 8, k hi)
-         */
+        /* A fragment: (row g, k 0-7), (row g + 8, k 0-7), (row g, k 8-15), (row g + 8, k 8-15) */
         const uint32_t a[4] = {qh[ks][0], ql[ks][0], qh[ks][2], ql[ks][2]};
 #pragma unroll
         for (int j = 0; j < 2; j++) {
