@@ -100,10 +100,10 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
          * the rows on the M side (atc_block), which measured faster when few CTAs share the
          * GPU (32 x 8k in 2 splits: 178 vs 208 us; a b1 step 11.9 vs 14.3 us). Both give the
          * same bits (docs/BENCHMARKS.md, fifth session). Split tiles of up to 8 rows without
-         * KP take atc_block_p, the q pair packed into the one fragment (PK: the split kernel of
-         * such tiles; with KP atc_block's): on an H200, kernel 1 x 4k 10.5 -> 9.5 us, 32 x 8k
-         * 156.1 -> 154.0, 8 x 4k 27.1 -> 28.0; engine steps b1 x 1k 1.6% and b8 x 4k 0.8%
-         * faster (thirtieth session). */
+         * KP take atc_block's packed form (PACK: the q pair in the one fragment; PK the split
+         * kernel of such tiles, with KP atc_block's): on an H200 the kernel at 1 x 4k
+         * 10.5 -> 9.5 us, 32 x 8k 156.1 -> 154.0, 8 x 4k 27.1 -> 28.0; engine steps b1 x 1k
+         * 1.6% and b8 x 4k 0.8% faster (thirtieth session). */
         const bool one = qt * group <= 8;
         constexpr int PK = KP ? 2 : 1;
         const size_t sm = nsplit > 0 ? (one ? atc_decode_smem<HD, false, PK, KP>()

@@ -1,6 +1,6 @@
 /* attention_decode.cuh - the attention kernel of tiles of one MMA fragment (decode steps): key
  * segments spread over the CTA's warps, with the MMAs in atc_block_t's form (below), the prefill
- * form atc_block, or its packed form for at most 8 rows (atc_block_p). Per-row arithmetic in
+ * form atc_block, or that form packed for at most 8 rows. Per-row arithmetic in
  * attention_tile.cuh; launched by attention.cu. */
 #ifndef RW_WORKER_KERNELS_ATTENTION_DECODE_CUH
 #define RW_WORKER_KERNELS_ATTENTION_DECODE_CUH
@@ -223,14 +223,14 @@ __device__ __forceinline__ void atc_load_block(uint8_t *const *dst, const uint16
 }
 
 /* o registers a lane: atc_block_t's NF fragments (T), or atc_block's one 16-row fragment (also
- * in its packed form atc_block_p, whose row r1 registers stay zero) */
+ * in its packed form, whose row r1 registers stay zero) */
 __host__ __device__ constexpr int atc_nr(int hd, bool t, int nf) {
     return t ? hd / 4 * nf : hd / 2;
 }
 
 /* T: the MMAs in atc_block_t's form with NF row fragments, for unsplit launches (the segments
  * merged here); otherwise atc_block's, which also writes the partials of split launches: NF = 2
- * the 16 rows of one fragment, NF = 1 (without KP) at most 8 rows in atc_block_p's packed form. */
+ * the 16 rows of one fragment, NF = 1 (without KP) at most 8 rows in its packed form (PACK). */
 template <int HD, bool T, int NF, bool KP>
 __global__ void __launch_bounds__(ATC_DW * 32, 1)
     atc_decode_kernel(const float *__restrict__ q, const uint16_t *__restrict__ kc,
@@ -465,12 +465,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                     atc_block_t<HD, NF, KP>(kd, vd, SBLK, key, qb, qlb, qp0, qp1, m0, m1, l0, l1,
                                             *reinterpret_cast<float(*)[HD / 16][NF][4]>(ov),
                                             after_k);
-                else if constexpr (NF == 1)
-                    atc_block_p<HD>(kd, vd, key, qh, ql, qp0, m0, l0,
-                                    *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
                 else
-                    atc_block<HD, KP>(kd, vd, SBLK, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
-                                      *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
+                    atc_block<HD, KP, NF == 1>(kd, vd, SBLK, key, qh, ql, qp0, qp1, m0, m1, l0, l1,
+                                               *reinterpret_cast<float(*)[HD / 8][4]>(ov), after_k);
                 __syncwarp(); /* the block's slots are refilled next */
                 if constexpr (PAIR) {
                     buf ^= 1;

@@ -1,8 +1,8 @@
 /* attention_tile.cuh - the per-row arithmetic of the attention kernels (attention.cu), shared by
  * the prefill kernel (attention_prefill.cuh) and the decode kernel (attention_decode.cuh): key
  * staging, the q pair, one softmax block (atc_block; its decode forms are atc_block_t and, for
- * at most 8 rows, atc_block_p), the merge of segments and the stores. CUDA C++, included by
- * attention.cu only.
+ * at most 8 rows, atc_block's PACK form), the merge of segments and the stores. CUDA C++, included
+ * by attention.cu only.
  *
  * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
  * of consecutive tokens of one sequence and that tile's rows, cut into 16-row MMA fragments. Keys
@@ -284,13 +284,29 @@ struct atc_no_hook {
  *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
  *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps.
  * KP: the K_lo / V_lo planes lie lo bytes after kd / vd, and the products of the file comment's
- * high-precision sequence are added in its order. */
-template <int HD, bool KP, typename H = atc_no_hook>
+ * high-precision sequence are added in its order.
+ *
+ * PACK (without KP): the form for tiles of at most 8 rows (one decode token of up to 8 query
+ * heads), the split decode kernel's. There rows 8-15 of the fragment (r1) are padding, so half
+ * of each QK MMA went to rows nobody reads. Packed, the A fragment carries row r0's qh in rows
+ * 0-7 and its ql in rows 8-15, and one MMA a key step gives both products: qh.K in a lane's
+ * registers 0-1 of sh, ql.K in 2-3, for the same keys. Each output element of an MMA is its own
+ * row's dot product over the same k16 steps in the same order whatever the other rows hold (the
+ * file comment), so S = fl(qh.K^T) + fl(ql.K^T) is the same bits with half the QK MMAs; the
+ * softmax runs for row r0 alone (NI = 2; m1, l1 untouched) and P.V takes row r1's weights as
+ * zero, so its o registers 2-3 stay zero. (With KP the lo sums take qh.K_lo too: no room.) On
+ * an H200 the split kernel 1 x 4k 10.5 -> 9.5 us, 32 x 8k 156.1 -> 154.0 (thirtieth session).
+ * P.V with the keys on the M side behind it (atc_block_t's, whose B fragment of P^T would then
+ * be the lane's own weights, no shuffles) measured slower in every split shape (1 x 4k 9.5 ->
+ * 12.7 us, 32 x 8k 154.0 -> 166.5), and in the unsplit ring the same as atc_block_t (256 x 512:
+ * 74.5 -> 74.3 us). */
+template <int HD, bool KP, bool PACK = false, typename H = atc_no_hook>
 __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int lo, int key_abs,
                                           const uint32_t (&qh)[HD / 16][4],
                                           const uint32_t (&ql)[HD / 16][4], int32_t qp0,
                                           int32_t qp1, float &m0, float &m1, float &l0, float &l1,
                                           float (&o)[HD / 8][4], H after_k = H()) {
+    static_assert(!(PACK && KP), "the packed form has no room for qh.K_lo");
     constexpr int KS = HD / 16, DN = HD / 8;
     const int lane = threadIdx.x & 31;
     float sh[4][4], sl[4][4];
@@ -301,6 +317,9 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             sh[n][i] = sl[n][i] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
+        /* PACK: A fragment (row g, k 0-7), (row g + 8, k 0-7), (row g, k 8-15), (row g + 8,
+         * k 8-15) of row r0's qh and ql */
+        const uint32_t qp[4] = {qh[ks][0], ql[ks][0], qh[ks][2], ql[ks][2]};
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             /* keys 16j..16j+15 of the block, head-dim chunks 2ks, 2ks+1 */
@@ -308,6 +327,11 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             const int kcidx = 2 * ks + ((lane & 8) ? 1 : 0);
             uint32_t b0, b1, b2, b3;
             rw_ldsm_x4(b0, b1, b2, b3, kd + atc_swz<HD>(kr, kcidx));
+            if constexpr (PACK) { /* sh[n][0, 1]: qh.K of row r0; sh[n][2, 3]: its ql.K */
+                rw_mma_bf16_16816(sh[2 * j], qp, b0, b1);
+                rw_mma_bf16_16816(sh[2 * j + 1], qp, b2, b3);
+                continue;
+            }
             rw_mma_bf16_16816(sh[2 * j], qh[ks], b0, b1);
             rw_mma_bf16_16816(sh[2 * j + 1], qh[ks], b2, b3);
             rw_mma_bf16_16816(sl[2 * j], ql[ks], b0, b1);
@@ -325,16 +349,24 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
     for (int n = 0; n < 4; n++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            s[n][i] = __fadd_rn(sh[n][i], sl[n][i]);
+            s[n][i] = PACK ? (i < 2 ? __fadd_rn(sh[n][i], sh[n][i + 2]) : 0.0f)
+                           : __fadd_rn(sh[n][i], sl[n][i]);
     float c0, c1;
-    atc_softmax<4>(s, key_abs, qp0, qp1, m0, m1, l0, l1, c0, c1);
-    if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+    if constexpr (PACK) { /* row r0 alone; row r1's (m, l) stay as they are and its c is 1 */
+        float pm1 = -INFINITY, pl1 = 0.0f;
+        atc_softmax<2>(s, key_abs, qp0, 0x7fffffff, m0, pm1, l0, pl1, c0, c1);
+    } else {
+        atc_softmax<4>(s, key_abs, qp0, qp1, m0, m1, l0, l1, c0, c1);
+    }
+    if (__any_sync(0xffffffffu, c0 != 1.0f || (!PACK && c1 != 1.0f))) {
 #pragma unroll
         for (int d = 0; d < DN; d++) {
             o[d][0] = __fmul_rn(o[d][0], c0);
             o[d][1] = __fmul_rn(o[d][1], c0);
-            o[d][2] = __fmul_rn(o[d][2], c1);
-            o[d][3] = __fmul_rn(o[d][3], c1);
+            if constexpr (!PACK) {
+                o[d][2] = __fmul_rn(o[d][2], c1);
+                o[d][3] = __fmul_rn(o[d][3], c1);
+            }
         }
     }
     /* o += P.V, keys in k16 steps: A fragment regs (row r0 keys +0..7, row r1 keys +0..7, row r0
@@ -342,10 +374,17 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         uint32_t ph[4], pl[4];
-        atc_split2(s[2 * j][0], s[2 * j][1], ph[0], pl[0]);
-        atc_split2(s[2 * j][2], s[2 * j][3], ph[1], pl[1]);
-        atc_split2(s[2 * j + 1][0], s[2 * j + 1][1], ph[2], pl[2]);
-        atc_split2(s[2 * j + 1][2], s[2 * j + 1][3], ph[3], pl[3]);
+        if constexpr (PACK) { /* row r1's weights zero: its o registers stay zero */
+            ph[0] = rw_pack_bf16x2(s[2 * j][0], s[2 * j][1]);
+            ph[1] = 0u;
+            ph[2] = rw_pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]);
+            ph[3] = 0u;
+        } else {
+            atc_split2(s[2 * j][0], s[2 * j][1], ph[0], pl[0]);
+            atc_split2(s[2 * j][2], s[2 * j][3], ph[1], pl[1]);
+            atc_split2(s[2 * j + 1][0], s[2 * j + 1][1], ph[2], pl[2]);
+            atc_split2(s[2 * j + 1][2], s[2 * j + 1][3], ph[3], pl[3]);
+        }
 #pragma unroll
         for (int dn = 0; dn < DN / 2; dn++) {
             const int vr = 16 * j + (lane & 7) + ((lane & 8) ? 8 : 0);
@@ -361,81 +400,6 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
                 rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
                 rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
             }
-        }
-    }
-}
-
-/* atc_block for tiles of at most 8 rows (one decode token of up to 8 query heads), without KP:
- * the split decode kernel's form. In atc_block rows 8-15 of the fragment (r1) are padding there,
- * so half of each QK MMA is spent on rows nobody reads. Here the A fragment carries row r0's qh in
- * rows 0-7 and its ql in rows 8-15, so one MMA a key step gives both products: qh.K in a lane's
- * registers 0-1, ql.K in 2-3, for the same keys. Each output element of an MMA is its own row's
- * dot product over the same k16 steps in the same order whatever the other rows hold (the file
- * comment), so S = fl(qh.K^T) + fl(ql.K^T) is atc_block's, bit for bit, with half the QK MMAs; the
- * softmax runs for row r0 alone (NI = 2) and P.V is atc_block's with the padding rows' weights
- * zero. o's registers 2-3 (row r1) stay zero. With KP the lo sums take qh.K_lo too, which
- * atc_block keeps. P.V with the keys on the M side instead (atc_block_t's, whose B fragment of
- * P^T would then be the lane's own weights, no shuffles) measured slower in every split shape
- * (an H200: 1 x 4k 9.5 -> 12.7 us, 32 x 8k 154.0 -> 166.5; thirtieth session), and in the
- * unsplit ring the same as atc_block_t (256 x 512: 74.5 -> 74.3 us). */
-template <int HD, typename H = atc_no_hook>
-__device__ __forceinline__ void
-atc_block_p(const uint8_t *kd, const uint8_t *vd, int key_abs, const uint32_t (&qh)[HD / 16][4],
-            const uint32_t (&ql)[HD / 16][4], int32_t qp0, float &m0, float &l0,
-            float (&o)[HD / 8][4], H after_k = H()) {
-    constexpr int KS = HD / 16, DN = HD / 8;
-    const int lane = threadIdx.x & 31;
-    float acc[4][4]; /* [n][0, 1]: qh.K of row r0; [n][2, 3]: ql.K of row r0 */
-#pragma unroll
-    for (int n = 0; n < 4; n++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            acc[n][i] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-        /* A fragment: (row g, k 0-7), (row g + 8, k 0-7), (row g, k 8-15), (row g + 8, k 8-15) */
-        const uint32_t a[4] = {qh[ks][0], ql[ks][0], qh[ks][2], ql[ks][2]};
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int kr = 16 * j + (lane & 7) + ((lane & 16) ? 8 : 0);
-            const int kcidx = 2 * ks + ((lane & 8) ? 1 : 0);
-            uint32_t b0, b1, b2, b3;
-            rw_ldsm_x4(b0, b1, b2, b3, kd + atc_swz<HD>(kr, kcidx));
-            rw_mma_bf16_16816(acc[2 * j], a, b0, b1);
-            rw_mma_bf16_16816(acc[2 * j + 1], a, b2, b3);
-        }
-    }
-    after_k();
-    float s[4][4];
-#pragma unroll
-    for (int n = 0; n < 4; n++) {
-        s[n][0] = __fadd_rn(acc[n][0], acc[n][2]);
-        s[n][1] = __fadd_rn(acc[n][1], acc[n][3]);
-        s[n][2] = s[n][3] = 0.0f; /* not read with NI = 2 */
-    }
-    float m1 = -INFINITY, l1 = 0.0f, c0, c1;
-    atc_softmax<2>(s, key_abs, qp0, 0x7fffffff, m0, m1, l0, l1, c0, c1);
-    /* (c0 == 1 leaves o as it is, so testing row r0 alone gives atc_block's bits) */
-    if (__any_sync(0xffffffffu, c0 != 1.0f)) {
-#pragma unroll
-        for (int d = 0; d < DN; d++) {
-            o[d][0] = __fmul_rn(o[d][0], c0);
-            o[d][1] = __fmul_rn(o[d][1], c0);
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        /* atc_block's A fragment of P, row r1's registers zero */
-        const uint32_t ph[4] = {rw_pack_bf16x2(s[2 * j][0], s[2 * j][1]), 0u,
-                                rw_pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]), 0u};
-#pragma unroll
-        for (int dn = 0; dn < DN / 2; dn++) {
-            const int vr = 16 * j + (lane & 7) + ((lane & 8) ? 8 : 0);
-            const int vcidx = 2 * dn + ((lane & 16) ? 1 : 0);
-            uint32_t b0, b1, b2, b3;
-            rw_ldsm_x4_trans(b0, b1, b2, b3, vd + atc_swz<HD>(vr, vcidx));
-            rw_mma_bf16_16816(o[2 * dn], ph, b0, b1);
-            rw_mma_bf16_16816(o[2 * dn + 1], ph, b2, b3);
         }
     }
 }
