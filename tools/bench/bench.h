@@ -61,6 +61,9 @@ typedef struct rwb_opts {
     double time_limit_s;         /* 0: none */
     /* decode: also time the G1 point with every request returning its routed experts */
     bool routes;
+    /* decode: skip the lines of the worker's forward entry point (G1/G2/G3 forward), which
+     * build their own models at the G1 point and at batch 1 whatever --batches says */
+    bool no_forward;
     /* rollout (R1): prompts x samples, prompt lengths uniform [pmin, pmax], response lengths
      * log-normal (median, sigma) capped; sharing 0 off, 1 on, 2 both; series every dt s */
     int ro_prompts, ro_n, ro_pmin, ro_pmax, ro_median, ro_cap;

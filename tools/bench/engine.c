@@ -616,6 +616,7 @@ void rwb_mode_decode(rwb_ctx *c) {
     }
     /* the worker's forward-level entry point builds its own model: free ours first */
     rwb_engine_release(c);
+    if (c->o.no_forward) return;
     double g1_fwd = 0;
     if (rwb_out_of_time(c)) {
         rwb_emit_skip(c, "decode", "decode_forward_bf16", "time limit reached", NULL);

@@ -65,6 +65,8 @@ static void usage(FILE *f) {
             "  --prefill-reps N     (default 5)\n"
             "  --routed-experts     decode: time the G1 point again with every request returning\n"
             "                       its routed experts (the cost of return_routed_experts)\n"
+            "  --no-forward         decode: skip the forward entry point's lines (G1/G2/G3\n"
+            "                       forward: the G1 point and batch 1 whatever --batches names)\n"
             "  --rollout P,N[,PMIN,PMAX[,MEDIAN,CAP]]  rollout (R1): P prompts x N samples,\n"
             "                       prompt lengths uniform in [PMIN, PMAX], responses log-normal\n"
             "                       with median MEDIAN capped at CAP (default 64,16,256,1024,1500,8192)\n"
@@ -281,6 +283,9 @@ static void print_plan(const rwb_opts *o, const bool *run) {
         }
         if (!strcmp(MODES[i].name, "decode") && o->routes)
             fprintf(stderr, "; the G1 point with routed experts");
+        if (!strcmp(MODES[i].name, "decode"))
+            fprintf(stderr, o->no_forward ? "; no forward lines"
+                                          : "; forward lines at the G1 point and batch 1");
         fprintf(stderr, "\n");
     }
 #ifndef RWB_HAVE_SYNC
@@ -351,6 +356,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--routed-experts")) {
             o->routes = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-forward")) {
+            o->no_forward = true;
             continue;
         }
         if (!strcmp(a, "--list")) {
