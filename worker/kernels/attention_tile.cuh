@@ -352,7 +352,7 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             s[n][i] = PACK ? (i < 2 ? __fadd_rn(sh[n][i], sh[n][i + 2]) : 0.0f)
                            : __fadd_rn(sh[n][i], sl[n][i]);
     float c0, c1;
-    if constexpr (PACK) { /* row r0 alone; row r1's (m, l) stay as they are and its c is 1 */
+    if constexpr (PACK) { /* row r0 alone: the caller's m1, l1 untouched, c1 not used */
         float pm1 = -INFINITY, pl1 = 0.0f;
         atc_softmax<2>(s, key_abs, qp0, 0x7fffffff, m0, pm1, l0, pl1, c0, c1);
     } else {
