@@ -106,20 +106,15 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
          * 1.6% and b8 x 4k 0.8% faster (thirtieth session). */
         const bool one = qt * group <= 8;
         constexpr int PK = KP ? 2 : 1;
-        const size_t sm = nsplit > 0 ? (one ? atc_decode_smem<HD, false, PK, KP>()
-                                            : atc_decode_smem<HD, false, 2, KP>())
-                          : one      ? atc_decode_smem<HD, true, 1, KP>()
-                                     : atc_decode_smem<HD, true, 2, KP>();
-        auto kern =
-            nsplit > 0
-                ? (one ? atc_decode_kernel<HD, false, PK, KP> : atc_decode_kernel<HD, false, 2, KP>)
-            : one ? atc_decode_kernel<HD, true, 1, KP>
-                  : atc_decode_kernel<HD, true, 2, KP>;
-        RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)sm));
-        (void)rw_launch_pdl(kern, grid, ATC_DW * 32, sm, st, q, kv.k, kv.v, kv.k_lo, kv.v_lo, tiles,
-                            pos, bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo, po,
-                            pml, ntok, seg_cap);
+        const atc_decode_launch<HD, KP> f = nsplit > 0 ? (one ? atc_decode_form<HD, false, PK, KP>()
+                                                              : atc_decode_form<HD, false, 2, KP>())
+                                            : one      ? atc_decode_form<HD, true, 1, KP>()
+                                                       : atc_decode_form<HD, true, 2, KP>();
+        RW_CUDA_CHECK(err, cudaFuncSetAttribute(f.kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)f.smem));
+        (void)rw_launch_pdl(f.kern, grid, ATC_DW * 32, f.smem, st, q, kv.k, kv.v, kv.k_lo, kv.v_lo,
+                            tiles, pos, bt, bt_stride, nh, nkv, bs, nsplit, qscale, out_hi, out_lo,
+                            po, pml, ntok, seg_cap);
     } else {
         const size_t sm = atc_smem<HD, KP>();
         RW_CUDA_CHECK(err,

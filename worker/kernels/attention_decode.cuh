@@ -542,4 +542,14 @@ template <int HD, bool T, int NF, bool KP> static constexpr size_t atc_decode_sm
            (size_t)ATC_DW * 4 * 32 * 4 + (size_t)atc_nr(HD, T, NF) * 32 * 4;
 }
 
+/* One form of the decode kernel with the shared memory it needs, named together so that the
+ * launcher's choice of a form gives both */
+template <int HD, bool KP> struct atc_decode_launch {
+    decltype(&atc_decode_kernel<HD, true, 1, KP>) kern;
+    size_t smem;
+};
+template <int HD, bool T, int NF, bool KP> static atc_decode_launch<HD, KP> atc_decode_form() {
+    return {atc_decode_kernel<HD, T, NF, KP>, atc_decode_smem<HD, T, NF, KP>()};
+}
+
 #endif
