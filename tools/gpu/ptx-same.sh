@@ -8,9 +8,11 @@
 # BUILD_DIR (default build-gpu) must be configured with the CUDA backend; its compile commands
 # are reused, with the source root moved to a temporary checkout of REV (default HEAD) for the
 # base side. SOURCE (paths as in the tree, e.g. worker/kernels/sample.cu) limits the comparison
-# to those files; without any, every CUDA source is compiled twice (minutes). Prints "same" or
-# "differs" per file and exits 0 when all are the same, 1 when one differs, 2 on a usage or
-# build error.
+# to those files; without any, every CUDA source is compiled twice (minutes). Prints "same",
+# "reorder" or "differs" per file and exits 0 when none differs, 1 when one does, 2 on a usage or
+# build error. "reorder": the bytes differ, but every function's PTX is the same once comments
+# and the numbers in block labels are set aside (a host-side change that instantiates templates
+# in another order emits the same kernels in another order; ptxas compiles each on its own).
 #
 # What it is for: a refactor of kernel code (a helper named, code moved) whose PTX is the same is
 # the same program, so it needs no GPU run to keep the results of the last one; anything else
@@ -81,6 +83,19 @@ while IFS=$'\t' read -r rel dir cmd base_cmd; do
         { cat "$tmp/log" >&2; echo "ptx-same: $rel does not compile at $BASE" >&2; exit 2; }
     if cmp -s "$out.new.ptx" "$out.base.ptx"; then
         echo "same     $rel"
+    elif python3 - "$out.base.ptx" "$out.new.ptx" <<'PY'; then
+import re, sys
+def functions(path):  # name -> body, without comments, block label numbers normalized
+    text = "\n".join(l for l in open(path).read().splitlines() if not l.lstrip().startswith("//"))
+    parts = re.split(r"\n(?=(?:\.visible |\.weak )?(?:\.entry|\.func) )", text)
+    out = {}
+    for p in parts[1:]:
+        m = re.match(r"(?:\.visible |\.weak )?(?:\.entry|\.func)\s+(?:\([^)]*\)\s*)?([^\s(]+)", p)
+        out[m.group(1)] = re.sub(r"\$L__BB\d+_", "$L__BB_", p.strip())
+    return parts[0].strip(), out
+sys.exit(0 if functions(sys.argv[1]) == functions(sys.argv[2]) else 1)
+PY
+        echo "reorder  $rel (the same functions in another order)"
     else
         echo "differs  $rel ($(diff "$out.base.ptx" "$out.new.ptx" | grep -c '^[<>]') lines)"
         status=1
