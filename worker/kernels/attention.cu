@@ -14,11 +14,8 @@
 #include "cuda_check.h"
 #include "launch.cuh"
 
-/* Merges the segments of every (token, head) in order, with the kernel's merge. The partials are
- * read ATC_CU segments at a time, all loads issued before the merges that use them: read one by
- * one, each segment's loads waited for the previous merge, a memory round trip per segment (an
- * 8k context has 64). The merges are the same, in the same order. */
-#define ATC_CU 8
+/* Merges the segments of every (token, head) in order (atc_merge_cols, the merge a consumer of
+ * the partials does itself: rw_k_gemm_attn). */
 __global__ void atc_combine_kernel(const float *__restrict__ part_o,
                                    const float2 *__restrict__ part_ml,
                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
@@ -30,28 +27,9 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
     rw_pdl_begin_early();
     const int64_t sstride = ntok * nh; /* between one segment's partials and the next's */
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float M = -INFINITY, L = 0.0f, O = 0.0f;
-        for (int s0 = 0; s0 < nseg; s0 += ATC_CU) {
-            float2 ml[ATC_CU];
-            float ov[ATC_CU];
-#pragma unroll
-            for (int u = 0; u < ATC_CU; u++) {
-                ml[u] = make_float2(-INFINITY, 0.0f); /* no keys: the merge skips it */
-                ov[u] = 0.0f;
-                if (s0 + u < nseg) {
-                    const int64_t b = (int64_t)(s0 + u) * sstride + th;
-                    ml[u] = part_ml[b];
-                    ov[u] = part_o[b * hd + d];
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < ATC_CU; u++) {
-                float a, bb;
-                if (!rw_attn_merge_ml(M, L, ml[u].x, ml[u].y, a, bb)) continue;
-                O = __fadd_rn(__fmul_rn(O, a), __fmul_rn(ov[u], bb));
-            }
-        }
-        atc_put_out(out_hi, out_lo, th * hd + d, __fdiv_rn(O, L));
+        float v[1];
+        atc_merge_cols<1>(part_o, part_ml, sstride, th, hd, d, nseg, v);
+        atc_put_out(out_hi, out_lo, th * hd + d, v[0]);
     }
 }
 

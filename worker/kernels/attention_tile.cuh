@@ -1,7 +1,8 @@
 /* attention_tile.cuh - the per-row arithmetic of the attention kernels (attention.cu), shared by
  * the prefill kernel (attention_prefill.cuh) and the decode kernel (attention_decode.cuh): key
  * staging, the q pair, one softmax block (atc_block; its decode forms are atc_block_t and, for
- * at most 8 rows, atc_block's PACK form), the merge of segments and the stores. CUDA C++, included
+ * at most 8 rows, atc_block's PACK form), the merge of segments (attention_merge.cuh's) and the
+ * stores. CUDA C++, included
  * by attention.cu only.
  *
  * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
@@ -43,6 +44,7 @@
 #include <stdint.h>
 
 #include "attention.h"
+#include "attention_merge.cuh"
 #include "device.cuh"
 #include "mma.cuh"
 
@@ -85,34 +87,12 @@ template <int HD, int NT> __host__ __device__ constexpr bool atc_swz_steps_ok() 
 }
 
 
-/* 2^x in one instruction (ex2.approx.ftz: results below 2^-126 flush to zero); exact at 0
- * (1.0) and -inf (+0.0), the two values the masking and merging rules rely on. */
-__device__ __forceinline__ float atc_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* (x0, x1) as the bf16 pair registers hi = (bf16(x0), bf16(x1)), lo = (bf16(x0 - hi0),
  * bf16(x1 - hi1)), round to nearest even (the differences are exact in fp32). */
 __device__ __forceinline__ void atc_split2(float x0, float x1, uint32_t &hi, uint32_t &lo) {
     hi = rw_pack_bf16x2(x0, x1);
     lo = rw_pack_bf16x2(__fsub_rn(x0, __uint_as_float(hi << 16)),
                         __fsub_rn(x1, __uint_as_float(hi & 0xffff0000u)));
-}
-
-/* (M, L, O) <- (M, L, O) merged with a segment's (m, l, o), log2 domain; a segment without keys
- * for the row (l == 0) is skipped. From (-inf, 0, 0) the first merge is an exact copy. No fused
- * multiply-adds, so every caller gets the same bits. */
-__device__ __forceinline__ bool rw_attn_merge_ml(float &M, float &L, float m, float l, float &a,
-                                                 float &b) {
-    if (!(l > 0.0f)) return false;
-    const float mn = fmaxf(M, m);
-    a = atc_exp2(__fsub_rn(M, mn));
-    b = atc_exp2(__fsub_rn(m, mn));
-    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
-    M = mn;
-    return true;
 }
 
 /* The (token, head) index of row r of a tile's KV head g: the rows are the tile's tokens times

@@ -1,0 +1,88 @@
+/* attention_merge.cuh - the merge of key segments (attention.h's batch invariance rests on it):
+ * one segment's (m, l, o) into a running (M, L, O), and a key split's partials merged into a
+ * (token, head)'s output columns. CUDA C++, included by attention_tile.cuh (the kernels' own
+ * merges), attention.cu (the combine kernel) and gemv.cu (o_proj's GEMV, which merges the
+ * partials of its slice itself): one function, so the same bits in each. */
+#ifndef RW_WORKER_KERNELS_ATTENTION_MERGE_CUH
+#define RW_WORKER_KERNELS_ATTENTION_MERGE_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "attention.h"
+
+/* 2^x in one instruction (ex2.approx.ftz: results below 2^-126 flush to zero); exact at 0
+ * (1.0) and -inf (+0.0), the two values the masking and merging rules rely on. */
+__device__ __forceinline__ float atc_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* (M, L, O) <- (M, L, O) merged with a segment's (m, l, o), log2 domain; a segment without keys
+ * for the row (l == 0) is skipped. From (-inf, 0, 0) the first merge is an exact copy. No fused
+ * multiply-adds, so every caller gets the same bits. */
+__device__ __forceinline__ bool rw_attn_merge_ml(float &M, float &L, float m, float l, float &a,
+                                                 float &b) {
+    if (!(l > 0.0f)) return false;
+    const float mn = fmaxf(M, m);
+    a = atc_exp2(__fsub_rn(M, mn));
+    b = atc_exp2(__fsub_rn(m, mn));
+    L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+    M = mn;
+    return true;
+}
+
+/* Output columns d0 .. d0 + NC - 1 of (token, head) th (th = token * nh + head) from a key
+ * split's partials (rw_attn_parts): its nseg segments merged in order, o / l. The partials are
+ * read ATC_CU segments at a time, all loads issued before the merges that use them: read one by
+ * one, each segment's loads would wait for the previous merge, a memory round trip per segment
+ * (an 8k context has 64). Each column's merges are the same whatever NC is (M and L depend only
+ * on the segments' (m, l)); NC = 4 takes d0 % 4 == 0. */
+#define ATC_CU 8
+template <int NC>
+__device__ __forceinline__ void atc_merge_cols(const float *__restrict__ part_o,
+                                               const float2 *__restrict__ part_ml,
+                                               int64_t sstride, int64_t th, int hd, int d0,
+                                               int nseg, float (&out)[NC]) {
+    static_assert(NC == 1 || NC == 4, "one column or four");
+    float M = -INFINITY, L = 0.0f, O[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+        O[c] = 0.0f;
+    for (int s0 = 0; s0 < nseg; s0 += ATC_CU) {
+        float2 ml[ATC_CU];
+        float ov[ATC_CU][NC];
+#pragma unroll
+        for (int u = 0; u < ATC_CU; u++) {
+            ml[u] = make_float2(-INFINITY, 0.0f); /* no keys: the merge skips it */
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+                ov[u][c] = 0.0f;
+            if (s0 + u < nseg) {
+                const int64_t b = (int64_t)(s0 + u) * sstride + th;
+                ml[u] = part_ml[b];
+                if (NC == 4) {
+                    const float4 v = *(const float4 *)(part_o + b * hd + d0);
+                    ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
+                } else {
+                    ov[u][0] = part_o[b * hd + d0];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ATC_CU; u++) {
+            float a, bb;
+            if (!rw_attn_merge_ml(M, L, ml[u].x, ml[u].y, a, bb)) continue;
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+                O[c] = __fadd_rn(__fmul_rn(O[c], a), __fmul_rn(ov[u][c], bb));
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+        out[c] = __fdiv_rn(O[c], L);
+}
+
+#endif
