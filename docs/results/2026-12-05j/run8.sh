@@ -3,7 +3,7 @@
 # kernel). tests_mg.txz: the suite's attention (with the new o_proj-on-partials checks),
 # invariance, transformers and rollout tests. variants.txz: m0 (OPROJ_MERGE_MAX 0: the combine
 # kernel as before), m18 (the tree: tokens x segments <= 18), mall (always at <= 8 tokens);
-# the archive also holds s32 and s64 (run9.sh). Packed on branch oproj-merge (c36c6f9).
+# the archive also holds s32 and s64 (run9.sh). Packed from branch oproj-merge (its kernels as at ca4ab22).
 # Engine steps b8, b2, b1 at 1k, 2k, 4k, three alternating rounds. Then b1 alone at 1k against
 # 64-then-1 (why b1 after a larger batch in one engine reads slower), m0, two rounds.
 source .deps/env.sh
