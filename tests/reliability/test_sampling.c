@@ -5,7 +5,7 @@
  * four prompts give exactly their greedy reference tokens, whatever the seed, top_k or top_p
  * (before, every mass was NaN and every token came out as the last id of the vocabulary, 511).
  * An ordinary temperature still samples (its tokens differ from the greedy ones). The same rule
- * on the CUDA sampler: tests/worker/test_kernels_gpu.c (test_sample_tiny_temperature), and on
+ * on the CUDA sampler: tests/worker/test_sample_gpu.c (test_sample_tiny_temperature), and on
  * both CPU paths: tests/worker/test_sampler.c. */
 #include "reliability_util.h"
 

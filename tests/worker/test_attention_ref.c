@@ -1,4 +1,4 @@
-/* test_attention_ref.c - the power of the budget test_kernels_gpu.c holds the attention kernels
+/* test_attention_ref.c - the power of the budget test_attention_gpu.c holds the attention kernels
  * to on a KV cache of hi + lo pairs (the high-precision mode, worker/kernels/attention.h; cpu
  * suite): RW_TOL_ATTN_KV2 tells the reference from the same reference with the low halves of K,
  * of V, or of both left out, on the decode positions that test uses. A kernel that dropped a

@@ -27,7 +27,7 @@
  * then lo; the key steps of P.V), one MMA per step whichever side of the instruction its row sits
  * on, and the scores are moved into atc_block's register layout before the softmax, which is
  * atc_block's code (KP: the same extra products in the same order): the same bits as the
- * prefill kernel (tests/worker/test_kernels_gpu.c compares
+ * prefill kernel (tests/worker/test_attention_gpu.c compares
  * rows computed both ways byte for byte).
  *
  * Why 2 warps and a ring of 3: the kernel is bound by each warp's chain of dependent instructions,

@@ -14,8 +14,8 @@
  * Every launcher takes an rw_stream (a cudaStream_t), checks its launch (RW_LAUNCH_CHECK) and
  * neither allocates nor synchronizes, so it can be captured into a CUDA graph. A reference has
  * the kernel's inputs, outputs and rounding points (bf16 where the kernel writes bf16) in plain
- * fp32 C; the gpu-suite tests (tests/worker/test_kernels_gpu.c, test_gemm_gpu.c) compare each
- * kernel with it.
+ * fp32 C; the gpu-suite tests (tests/worker/test_<family>_gpu.c; vocab and norm_rope in
+ * test_kernels_gpu.c) compare each kernel with it.
  *
  * Reductions use fixed per-thread orders and fixed trees, never atomics on floats, so results are
  * the same bits on every run (batch invariance: see each family's header). */
