@@ -3,7 +3,7 @@
 # kernel). tests_mg.txz: the suite's attention (with the new o_proj-on-partials checks),
 # invariance, transformers and rollout tests. variants.txz: m0 (OPROJ_MERGE_MAX 0: the combine
 # kernel as before), m18 (the tree: tokens x segments <= 18), mall (always at <= 8 tokens);
-# the archive also holds s32 and s64 (run9.sh). Packed from branch oproj-merge (its kernels as at ca4ab22).
+# the archive also holds s32 and s64 (run9.sh). Packed from branch oproj-merge (306fe40).
 # Engine steps b8, b2, b1 at 1k, 2k, 4k, three alternating rounds. Then b1 alone at 1k against
 # 64-then-1 (why b1 after a larger batch in one engine reads slower), m0, two rounds.
 source .deps/env.sh
@@ -11,7 +11,7 @@ R=${OUT:-out}
 mkdir -p "$R"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader > "$R/r8_gpu.txt"
 s0=$SECONDS
-timeout 150 tools/gpu/run-packed.sh .gpu-pack/tests_mg.txz --only "worker_(kernels|invariance|cuda_vs_transformers|rollout)" > "$R/r8_suite.txt" 2>&1
+timeout 150 tools/gpu/run-packed.sh .gpu-pack/tests_mg.txz --only "worker_(kernels|attention|invariance|cuda_vs_transformers|rollout)" > "$R/r8_suite.txt" 2>&1
 tail -3 "$R/r8_suite.txt"; grep -E "FAIL|differs" "$R/r8_suite.txt" | head
 echo "suite took $((SECONDS - s0)) s"
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
