@@ -9,14 +9,19 @@
 # are reused, with the source root moved to a temporary checkout of REV (default HEAD) for the
 # base side. SOURCE (paths as in the tree, e.g. worker/kernels/sample.cu) limits the comparison
 # to those files; without any, every CUDA source is compiled twice (minutes). Prints "same",
-# "reorder" or "differs" per file and exits 0 when none differs, 1 when one does, 2 on a usage or
-# build error. "reorder": the bytes differ, but every function's PTX is the same once comments
-# and the numbers in block labels are set aside (a host-side change that instantiates templates
-# in another order emits the same kernels in another order; ptxas compiles each on its own).
+# "reorder", "same-sass" or "differs" per file and exits 0 when none differs, 1 when one does, 2
+# on a usage or build error. "reorder": the bytes differ, but every function's PTX is the same
+# once comments and the numbers in block labels are set aside (a host-side change that
+# instantiates templates in another order emits the same kernels in another order; ptxas
+# compiles each on its own). "same-sass": the PTX differs (virtual registers numbered otherwise,
+# say), but ptxas makes the same machine code of it: each kernel's code, attributes (registers,
+# barriers, parameters), shared memory and constant bank sections of the two cubins are the
+# same bytes (compared as ELF sections, tools/gpu/cubin_kernels.py; this machine's toolkit has
+# no disassembler). Under "differs" it names the kernels whose machine code differs.
 #
-# What it is for: a refactor of kernel code (a helper named, code moved) whose PTX is the same is
-# the same program, so it needs no GPU run to keep the results of the last one; anything else
-# does. PTX is compared rather than SASS because this machine's toolkit has no disassembler.
+# What it is for: a refactor of kernel code (a helper named, code moved) whose PTX or machine
+# code is the same is the same program, so it needs no GPU run to keep the results of the last
+# one; anything else does.
 set -euo pipefail
 BASE=HEAD
 while [ $# -gt 0 ]; do
@@ -69,6 +74,17 @@ for e in json.load(open(os.path.join(build, "compile_commands.json"))):
     print("%s\t%s\t%s\t%s" % (rel, e["directory"], cmd, base_cmd))
 PY
 [ -s "$tmp/cmds" ] || { echo "ptx-same: no CUDA source to compare" >&2; exit 2; }
+# same_sass CMD OUT: both sides' PTX (OUT.base.ptx, OUT.new.ptx) assembled for the architecture
+# CMD targets; whether every kernel's sections are the same bytes (OUT.why: those that are not)
+same_sass() {
+    local arch
+    : > "$2.why"
+    arch=$(grep -o -- '-arch=compute_[0-9a-z]*' <<< "$1" | head -1 | sed 's/-arch=compute_/sm_/')
+    [ -n "$arch" ] || return 1
+    ptxas -arch="$arch" "$2.base.ptx" -o "$2.base.cubin" 2> /dev/null || return 1
+    ptxas -arch="$arch" "$2.new.ptx" -o "$2.new.cubin" 2> /dev/null || return 1
+    python3 "$root/tools/gpu/cubin_kernels.py" "$2.base.cubin" "$2.new.cubin" 2> "$2.why"
+}
 status=0
 while IFS=$'\t' read -r rel dir cmd base_cmd; do
     out=$tmp/$(echo "$rel" | tr / _)
@@ -96,8 +112,11 @@ def functions(path):  # name -> body, without comments, block label numbers norm
 sys.exit(0 if functions(sys.argv[1]) == functions(sys.argv[2]) else 1)
 PY
         echo "reorder  $rel (the same functions in another order)"
+    elif same_sass "$cmd" "$out"; then
+        echo "same-sass $rel (other PTX, the same machine code)"
     else
         echo "differs  $rel ($(diff "$out.base.ptx" "$out.new.ptx" | grep -c '^[<>]') lines)"
+        sed 's/^/         /' "$out.why" # the kernels whose machine code differs, if it assembled
         status=1
     fi
 done < "$tmp/cmds"
