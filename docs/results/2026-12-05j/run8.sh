@@ -2,9 +2,10 @@
 # Session 31, call 1: o_proj merging the attention split's partials in its GEMV (no combine
 # kernel). tests_mg.txz: the suite's attention (with the new o_proj-on-partials checks),
 # invariance, transformers and rollout tests. variants.txz: m0 (OPROJ_MERGE_MAX 0: the combine
-# kernel as before), m18 (the tree: tokens x segments <= 18), mall (always at <= 8 tokens);
-# the archive also holds s32 and s64 (run9.sh). Packed from branch oproj-merge (306fe40).
-# Engine steps b8, b2, b1 at 1k, 2k, 4k, three alternating rounds. Then b1 alone at 1k against
+# kernel as before), m18 (the tree: tokens x segments <= 18), c16 (m18 with GV_MERGE_CU 16: the
+# GEMV loads 16 segments' partials at a time), mall (always at <= 8 tokens);
+# the archive also holds s32 and s64 (run9.sh). Packed from branch oproj-merge (2b7a047).
+# Engine steps b8, b2, b1 at 1k, 2k, 4k, two alternating rounds. Then b1 alone at 1k against
 # 64-then-1 (why b1 after a larger batch in one engine reads slower), m0, two rounds.
 source .deps/env.sh
 R=${OUT:-out}
@@ -15,7 +16,7 @@ timeout 150 tools/gpu/run-packed.sh .gpu-pack/tests_mg.txz --only "worker_(kerne
 tail -3 "$R/r8_suite.txt"; grep -E "FAIL|differs" "$R/r8_suite.txt" | head
 echo "suite took $((SECONDS - s0)) s"
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
-RW_VARIANT_TIMEOUT=90 tools/gpu/run-variants.sh --rounds 3 m0 m18 mall -- \
+RW_VARIANT_TIMEOUT=90 tools/gpu/run-variants.sh --rounds 2 m0 m18 c16 mall -- \
     $C decode --batches 8,2,1 --ctxs 1024,2048,4096 --steps 20 --gen 1,16,2 --gen-reps 1 \
     --no-quant --no-forward
 echo "variants done at $((SECONDS - s0)) s"
