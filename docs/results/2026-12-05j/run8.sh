@@ -4,7 +4,7 @@
 # invariance, transformers and rollout tests. variants.txz: m0 (OPROJ_MERGE_MAX 0: the combine
 # kernel as before), m18 (the tree: tokens x segments <= 18), c16 (m18 with GV_MERGE_CU 16: the
 # GEMV loads 16 segments' partials at a time), mall (always at <= 8 tokens);
-# the archive also holds s32 and s64 (run9.sh). Packed from branch oproj-merge (2b7a047).
+# the archive also holds s32 and s64 (run9.sh). Packed from branch oproj-merge (at its GV_MERGE_CU commit).
 # Engine steps b8, b2, b1 at 1k, 2k, 4k, two alternating rounds. Then b1 alone at 1k against
 # 64-then-1 (why b1 after a larger batch in one engine reads slower), m0, two rounds.
 source .deps/env.sh
