@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
             const int nb = nblocks_of(sg);
             for (int j = 0; j < nb; j++) {
                 const uint8_t *kd, *vd;
-                if (PAIR && whole) { /* blocks j + 1 .. nb - 1 may still be in flight */
+                if (whole) { /* blocks j + 1 .. nb - 1 may still be in flight */
                     atc_wait_groups(nb - 1 - j);
                     kd = ring + (size_t)j * 2 * SLOT;
                     vd = kd + SLOT;
