@@ -14,8 +14,7 @@
 #include "cuda_check.h"
 #include "launch.cuh"
 
-/* Merges the segments of every (token, head) in order (atc_merge_cols, the merge a consumer of
- * the partials does itself: rw_k_gemm_attn). */
+/* Merges the segments of every (token, head) in order (atc_merge_cols). */
 __global__ void atc_combine_kernel(const float *__restrict__ part_o,
                                    const float2 *__restrict__ part_ml,
                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,

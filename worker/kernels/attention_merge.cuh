@@ -1,8 +1,8 @@
 /* attention_merge.cuh - the merge of key segments (attention.h's batch invariance rests on it):
  * one segment's (m, l, o) into a running (M, L, O), and a key split's partials merged into a
  * (token, head)'s output columns. CUDA C++, included by attention_tile.cuh (the kernels' own
- * merges), attention.cu (the combine kernel) and gemv.cu (o_proj's GEMV, which merges the
- * partials of its slice itself): one function, so the same bits in each. */
+ * merges) and attention.cu (the combine kernel of a key split): one function, so the same bits
+ * in each. */
 #ifndef RW_WORKER_KERNELS_ATTENTION_MERGE_CUH
 #define RW_WORKER_KERNELS_ATTENTION_MERGE_CUH
 
@@ -35,7 +35,8 @@ __device__ __forceinline__ bool rw_attn_merge_ml(float &M, float &L, float m, fl
 }
 
 /* Output columns d0 .. d0 + NC - 1 of (token, head) th (th = token * nh + head) from a key
- * split's partials (rw_attn_parts): its nseg segments merged in order, o / l. The partials are
+ * split's partials (o [segment][token * nh + head][hd] and the (m, l) pairs [segment][token * nh
+ * + head], segments sstride rows apart): its nseg segments merged in order, o / l. The partials are
  * read ATC_CU segments at a time, all loads issued before the merges that use them: read one by
  * one, each segment's loads would wait for the previous merge, a memory round trip per segment
  * (an 8k context has 64). Each column's merges are the same whatever NC is (M and L depend only
