@@ -14,7 +14,7 @@
 #include "cuda_check.h"
 #include "launch.cuh"
 
-/* Merges the segments of every (token, head) in order (atc_merge_cols). */
+/* Merges the segments of every (token, head) in order (atc_merge_col). */
 __global__ void atc_combine_kernel(const float *__restrict__ part_o,
                                    const float2 *__restrict__ part_ml,
                                    const int32_t *__restrict__ pos, int64_t ntok, int nh, int hd,
@@ -25,11 +25,9 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
      * copies run beside the attention (launch.cuh) */
     rw_pdl_begin_early();
     const int64_t sstride = ntok * nh; /* between one segment's partials and the next's */
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float v[1];
-        atc_merge_cols<1>(part_o, part_ml, sstride, th, hd, d, nseg, v);
-        atc_put_out(out_hi, out_lo, th * hd + d, v[0]);
-    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x)
+        atc_put_out(out_hi, out_lo, th * hd + d,
+                    atc_merge_col(part_o, part_ml, sstride, th, hd, d, nseg));
 }
 
 /* ------------------------------------------------------------------------------------------ */

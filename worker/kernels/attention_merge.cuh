@@ -34,56 +34,38 @@ __device__ __forceinline__ bool rw_attn_merge_ml(float &M, float &L, float m, fl
     return true;
 }
 
-/* Output columns d0 .. d0 + NC - 1 of (token, head) th (th = token * nh + head) from a key
- * split's partials (o [segment][token * nh + head][hd] and the (m, l) pairs [segment][token * nh
- * + head], segments sstride rows apart): its nseg segments merged in order, o / l. The partials are
- * read ATC_CU segments at a time, all loads issued before the merges that use them: read one by
- * one, each segment's loads would wait for the previous merge, a memory round trip per segment
- * (an 8k context has 64). Each column's merges are the same whatever NC is (M and L depend only
- * on the segments' (m, l)); NC = 4 takes d0 % 4 == 0. */
+/* Output column d of (token, head) th (th = token * nh + head) from a key split's partials (o
+ * [segment][token * nh + head][hd] and the (m, l) pairs [segment][token * nh + head], segments
+ * sstride rows apart): its nseg segments merged in order, o / l. The partials are read ATC_CU
+ * segments at a time, all loads issued before the merges that use them: read one by one, each
+ * segment's loads would wait for the previous merge, a memory round trip per segment (an 8k
+ * context has 64). */
 #define ATC_CU 8
-template <int NC>
-__device__ __forceinline__ void atc_merge_cols(const float *__restrict__ part_o,
-                                               const float2 *__restrict__ part_ml,
-                                               int64_t sstride, int64_t th, int hd, int d0,
-                                               int nseg, float (&out)[NC]) {
-    static_assert(NC == 1 || NC == 4, "one column or four");
-    float M = -INFINITY, L = 0.0f, O[NC];
-#pragma unroll
-    for (int c = 0; c < NC; c++)
-        O[c] = 0.0f;
+__device__ __forceinline__ float atc_merge_col(const float *__restrict__ part_o,
+                                               const float2 *__restrict__ part_ml, int64_t sstride,
+                                               int64_t th, int hd, int d, int nseg) {
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
     for (int s0 = 0; s0 < nseg; s0 += ATC_CU) {
         float2 ml[ATC_CU];
-        float ov[ATC_CU][NC];
+        float ov[ATC_CU];
 #pragma unroll
         for (int u = 0; u < ATC_CU; u++) {
             ml[u] = make_float2(-INFINITY, 0.0f); /* no keys: the merge skips it */
-#pragma unroll
-            for (int c = 0; c < NC; c++)
-                ov[u][c] = 0.0f;
+            ov[u] = 0.0f;
             if (s0 + u < nseg) {
                 const int64_t b = (int64_t)(s0 + u) * sstride + th;
                 ml[u] = part_ml[b];
-                if (NC == 4) {
-                    const float4 v = *(const float4 *)(part_o + b * hd + d0);
-                    ov[u][0] = v.x, ov[u][1] = v.y, ov[u][2] = v.z, ov[u][3] = v.w;
-                } else {
-                    ov[u][0] = part_o[b * hd + d0];
-                }
+                ov[u] = part_o[b * hd + d];
             }
         }
 #pragma unroll
         for (int u = 0; u < ATC_CU; u++) {
             float a, bb;
             if (!rw_attn_merge_ml(M, L, ml[u].x, ml[u].y, a, bb)) continue;
-#pragma unroll
-            for (int c = 0; c < NC; c++)
-                O[c] = __fadd_rn(__fmul_rn(O[c], a), __fmul_rn(ov[u][c], bb));
+            O = __fadd_rn(__fmul_rn(O, a), __fmul_rn(ov[u], bb));
         }
     }
-#pragma unroll
-    for (int c = 0; c < NC; c++)
-        out[c] = __fdiv_rn(O[c], L);
+    return __fdiv_rn(O, L);
 }
 
 #endif

@@ -2,8 +2,7 @@
  * the prefill kernel (attention_prefill.cuh) and the decode kernel (attention_decode.cuh): key
  * staging, the q pair, one softmax block (atc_block; its decode forms are atc_block_t and, for
  * at most 8 rows, atc_block's PACK form), the merge of segments (attention_merge.cuh's) and the
- * stores. CUDA C++, included
- * by attention.cu only.
+ * stores. CUDA C++, included by attention.cu only.
  *
  * Rows. For a KV head g, a query row is (token, q head of g's group). A CTA (4 warps) takes a tile
  * of consecutive tokens of one sequence and that tile's rows, cut into 16-row MMA fragments. Keys
