@@ -1,7 +1,7 @@
 """checklib.py - the pass/fail bookkeeping the Python tests of tools/bench share: check() records
 a condition that does not hold and prints what was expected; finish() prints the count and exits
 non-zero when anything failed; run_on_text() runs a tool on a file holding the given text. The
-tests import it from their own directory."""
+tests import it from their own directory (tools/gpu/test_cubin_kernels.py from this one)."""
 import os
 import subprocess
 import sys

@@ -11,13 +11,10 @@ import sys
 import tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "bench"))
+from checklib import check, finish  # noqa: E402 (the bench tests' bookkeeping)
+
 tool = os.path.join(here, "cubin_kernels.py")
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
 
 
 def elf(sections):
@@ -84,7 +81,4 @@ check(r.returncode == 1 and ".text.k2" in r.stderr, f"a kernel only A has: {r.re
 r = run(b"not an elf file at all, padded to be long enough" * 2, elf(base))
 check(r.returncode == 2 and "ELF" in r.stderr, f"no ELF: exit {r.returncode}, {r.stderr!r}")
 
-for f in failures:
-    print("FAIL:", f)
-print("ok" if not failures else "%d failed" % len(failures))
-sys.exit(1 if failures else 0)
+finish("test_cubin_kernels")
