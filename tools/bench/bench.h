@@ -75,6 +75,7 @@ typedef struct rwb_opts {
     int nkattn;
     int ktokens[RWB_MAX_LIST], nktokens;
     int dtokens[RWB_MAX_LIST], ndtokens; /* kernels: the dense GEMMs' token counts */
+    int stokens[RWB_MAX_LIST], nstokens; /* kernels: the small kernels' token counts */
     int kernel_layers;
 } rwb_opts;
 

@@ -46,6 +46,9 @@ typedef struct rwb_fwd_opts {
     /* kernels: token counts of the dense GEMMs alone (q/k/v, o_proj, lm_head; none by default) */
     int dense_tokens[RWB_FWD_MAX_SHAPES];
     int ndense_tokens;
+    /* kernels: token counts of the small per-token kernels (RoPE + KV write, combine + norm) */
+    int small_tokens[RWB_FWD_MAX_SHAPES];
+    int nsmall_tokens;
 } rwb_fwd_opts;
 rwb_fwd_opts rwb_fwd_opts_default(void);
 
@@ -71,6 +74,10 @@ double rwb_prefill_attn_flops(const rw_config *cfg, int nprompt, int plen);
  * layers; one line each with its time, bytes and FLOPs. CUDA builds; the model's attention bf16. */
 #define RWB_DENSE_MAX_LAYERS 64
 rw_status rwb_fwd_dense(struct rw_model *m, int64_t M, uint64_t seed, FILE *out, rw_err *err);
+/* The small per-token kernels alone at M tokens (kernels_small.c): rw_k_qk_rope_kv and
+ * rw_k_combine_rmsnorm on the model's shapes; one line each with its time and the bytes it must
+ * move. CUDA builds. */
+rw_status rwb_fwd_small(struct rw_model *m, int64_t M, uint64_t seed, FILE *out, rw_err *err);
 /* Median seconds of one call of fn(ctx, rep) on stream `st` (a cudaStream_t) over 5 groups of
  * repetitions of about 20 ms each, after 2 warm-up calls (kernels.c). */
 typedef rw_status (*rwb_kern_fn)(void *ctx, int rep, rw_err *err);

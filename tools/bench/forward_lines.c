@@ -253,13 +253,14 @@ static bool g6_point(bool prefill, int seqs, int kv) {
     return prefill || (seqs == 256 && kv == 1024) || (seqs == 32 && kv == 8192);
 }
 
-/* One kernel result of rwb_fwd_kernels as an rw-bench line: decode attention and the experts
- * against the HBM copy bandwidth of this run (bytes they must read), prefill attention in
- * TFLOP/s (its ceiling is the peer's, tools/peer/torch_kernels.py). */
+/* One kernel result of rwb_fwd_kernels as an rw-bench line: decode attention, the experts and
+ * the small kernels against the HBM copy bandwidth of this run (bytes they must move), prefill
+ * attention in TFLOP/s (its ceiling is the peer's, tools/peer/torch_kernels.py). */
 static void kernel_line(rwb_ctx *c, const json_t *o, double copy_gbs) {
     const char *w = json_string_value(json_object_get(o, "what"));
     char what[96];
     const bool attn = !strncmp(w, "attention", 9), prefill = !strcmp(w, "attention_prefill");
+    const bool experts = !strncmp(w, "experts", 7); /* else a small kernel: no target */
     if (attn)
         snprintf(what, sizeof what, "%s_%dx%d", w, (int)jnum(o, "seqs"), (int)jnum(o, "kv"));
     else
@@ -275,7 +276,7 @@ static void kernel_line(rwb_ctx *c, const json_t *o, double copy_gbs) {
         rwb_line_rate(j, jnum(o, "gbs"), "GB/s", copy_gbs,
                       "HBM device-to-device copy (read + write), same run");
     json_object_set(j, "raw", (json_t *)o);
-    if (!attn || g6_point(prefill, (int)jnum(o, "seqs"), (int)jnum(o, "kv")))
+    if (experts || (attn && g6_point(prefill, (int)jnum(o, "seqs"), (int)jnum(o, "kv"))))
         rwb_line_target(j, attn ? "G6/rw" : "G7/rw",
                         "rw side; the ratio to torch comes from tools/peer/torch_kernels.py", -1);
     else
@@ -302,6 +303,8 @@ void rwb_mode_kernels(rwb_ctx *c) {
     /* the dense GEMMs (default: the token counts the GEMM tests use) */
     memcpy(bo.dense_tokens, c->o.dtokens, sizeof c->o.dtokens);
     bo.ndense_tokens = c->o.ndtokens;
+    memcpy(bo.small_tokens, c->o.stokens, sizeof c->o.stokens);
+    bo.nsmall_tokens = c->o.nstokens;
     rw_status st;
     json_t *arr = capture_all(rwb_fwd_kernels, &bo, &st, &err);
     if (!arr) {

@@ -13,7 +13,7 @@
  *   engine passes them (a hi + lo activation pair) and, for reference, bf16 alone. Repetitions
  *   rotate over the layers of a small model so the touched expert weights do not stay in L2.
  *
- * - the dense GEMMs: kernels_dense.c.
+ * - the dense GEMMs: kernels_dense.c; the small per-token kernels: kernels_small.c.
  *
  * Timing (rwb_time_kernel): CUDA events around groups of repetitions after a warm-up; the median
  * of 5 groups. */
@@ -333,6 +333,10 @@ rw_status rwb_fwd_kernels(const rwb_fwd_opts *o, FILE *out, rw_err *err) {
     for (int i = 0; i < o->ndense_tokens; i++) {
         fprintf(stderr, "rw-bench: kernels: dense GEMMs at %d tokens\n", o->dense_tokens[i]);
         RW_CHECKGOTO(rwb_fwd_dense(m, o->dense_tokens[i], o->seed + 7, out, err), st, done);
+    }
+    for (int i = 0; i < o->nsmall_tokens; i++) {
+        fprintf(stderr, "rw-bench: kernels: small kernels at %d tokens\n", o->small_tokens[i]);
+        RW_CHECKGOTO(rwb_fwd_small(m, o->small_tokens[i], o->seed + 9, out, err), st, done);
     }
     st = RW_OK;
 done:

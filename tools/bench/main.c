@@ -20,78 +20,84 @@
 #endif
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: rw-bench MODE[,MODE...] [options]\n"
-            "\n"
-            "modes (each measures its own ceiling in the same run):\n"
-            "  ceilings  HBM copy, pinned H2D, raw NCCL broadcast GPU0->GPU1, bf16 GEMM 8192^3\n"
-            "  sync      S1 S2 S5: full-model update over NCCL vs raw ncclBroadcast, per bucket size\n"
-            "  pack      S3: pack scatter vs device-to-device copy of the same bytes\n"
-            "  disk      S4: update from a safetensors checkpoint (page cache warm) vs pinned H2D\n"
-            "  prefill   G4: 8 x 2k-token prompts, GEMM TFLOP/s vs cuBLASLt 8192^3 and model shapes\n"
-            "  decode    G1 G2 G3 + generate (rw side of G5): tok/s vs the memory floor\n"
-            "  tokenizer encode tokens/s on 1 MB of text vs the reference tokenizers (CPU)\n"
-            "  kernels   rw side of G6 / G7: attention and the expert layer alone (only when\n"
-            "            named; tools/peer/torch_kernels.py times torch on the same shapes),\n"
-            "            and the dense GEMMs (--dense-tokens) against cuBLASLt\n"
-            "  rollout   R1: an RL-shaped rollout (64 prompts x 16 samples; --rollout), sum of\n"
-            "            per-step floors / wall time, sharing on and off (only when named)\n"
-            "  all       ceilings,sync,pack,disk,prefill,decode,tokenizer\n"
-            "\n"
-            "options:\n"
-            "  --config FILE        model config.json (default %s)\n"
-            "  --gpu N --gpu2 N     primary (trainer) and worker GPU for sync (default 0, 1)\n"
-            "  --reps N --warmup N  timed repetitions and warm-up runs (default 5, 2)\n"
-            "  --full               full sweeps: buckets 64 MiB..2 GiB, batch 1..512, context 128..4k\n"
-            "  --no-quant           skip the mxfp8-last-8-bf16 variants (S2, G3)\n"
-            "  --precision P        models of the generation modes: standard (default) or high\n"
-            "  --seed N             random weights and prompts (default 1)\n"
-            "  --buckets LIST       sync bucket sizes in MiB (default 64,512,1024,2048)\n"
-            "  --pack-layers N      layers of experts per pack rep (default 1)\n"
-            "  --disk-dir DIR       an existing checkpoint for disk (default: write one)\n"
-            "  --scratch DIR        where disk writes its checkpoint (default $TMPDIR or /tmp)/rw-bench\n"
-            "  --disk-layers N      layers of the written checkpoint (default 4; 0 = all)\n"
-            "  --ckpt-tool PATH     rw-ckpt executable (default: the one of this build)\n"
-            "  --batches LIST       decode batch sizes (default 1,16,64,256)\n"
-            "  --ctxs LIST          decode context lengths (default 128,1024)\n"
-            "  --steps N            timed decode steps per point (default 20)\n"
-            "  --gen B,P,N          generate: batch, prompt length, new tokens (default 64,128,128)\n"
-            "  --gen-reps N         generate repetitions (default 3)\n"
-            "  --setup-timeout S    bound on the prefill that fills a decode batch (default 90)\n"
-            "  --time-limit S       after S seconds, skip what is left (skipped lines; default:\n"
-            "                       $RW_BENCH_TIME_LIMIT, else none)\n"
-            "  --prefill NP,PLEN    prompts and their length (default 8,2048)\n"
-            "  --prefill-max-tokens N  engine token budget per step for prefill (default NP*PLEN)\n"
-            "  --prefill-reps N     (default 5)\n"
-            "  --routed-experts     decode: time the G1 point again with every request returning\n"
-            "                       its routed experts (the cost of return_routed_experts)\n"
-            "  --no-forward         decode: skip the forward entry point's lines (G1/G2/G3\n"
-            "                       forward: the G1 point and batch 1 whatever --batches names)\n"
-            "  --rollout P,N[,PMIN,PMAX[,MEDIAN,CAP]]  rollout (R1): P prompts x N samples,\n"
-            "                       prompt lengths uniform in [PMIN, PMAX], responses log-normal\n"
-            "                       with median MEDIAN capped at CAP (default 64,16,256,1024,1500,8192)\n"
-            "  --rollout-sigma S    log-normal sigma of the response lengths (default 0.8)\n"
-            "  --rollout-sharing on|off|both  prefix sharing of the rollout runs (default both)\n"
-            "  --rollout-max-running N  engine batch size for the rollout (default 512)\n"
-            "  --rollout-max-batch-tokens N  engine token budget per step (default 8192)\n"
-            "  --rollout-dt S       time-series interval in seconds (default 0.5)\n"
-            "  --kernel-attention LIST  kernels: attention shapes, dSxK (S decode queries at\n"
-            "                       position K - 1) or pSxK (S causal prompts of K tokens)\n"
-            "                       (default d256x1024,d32x8192,d1x1024,p8x2048; d1x1024 is\n"
-            "                       the batch-1 point, no G6 target)\n"
-            "  --expert-tokens LIST kernels: expert-layer token counts (default\n"
-            "                       1,16,64,256,2048,16384)\n"
-            "  --dense-tokens LIST  kernels: token counts of the dense GEMMs (q/k/v, o_proj,\n"
-            "                       lm_head; default 1,7,64,256,2048)\n"
-            "  --kernel-layers N    kernels: layers whose expert weights the repetitions rotate\n"
-            "                       over, so they do not stay in L2 (default 4)\n"
-            "  --print-routing T    print the kernels' routing of T tokens (--seed) as JSON and exit\n"
-            "  --list               print the plan and exit (no device needed)\n"
-            "  --print-prompts      print the generate prompts (--gen B,P,N; --seed) as JSON and exit\n"
-            "\n"
-            "stdout: one JSON object per measurement; stderr: progress. Exit 1 when any\n"
-            "measurement reported an error (its line has an \"error\" field).\n",
-            RWB_DEFAULT_CONFIG);
+    fprintf(
+        f,
+        "usage: rw-bench MODE[,MODE...] [options]\n"
+        "\n"
+        "modes (each measures its own ceiling in the same run):\n"
+        "  ceilings  HBM copy, pinned H2D, raw NCCL broadcast GPU0->GPU1, bf16 GEMM 8192^3\n"
+        "  sync      S1 S2 S5: full-model update over NCCL vs raw ncclBroadcast, per bucket size\n"
+        "  pack      S3: pack scatter vs device-to-device copy of the same bytes\n"
+        "  disk      S4: update from a safetensors checkpoint (page cache warm) vs pinned H2D\n"
+        "  prefill   G4: 8 x 2k-token prompts, GEMM TFLOP/s vs cuBLASLt 8192^3 and model shapes\n"
+        "  decode    G1 G2 G3 + generate (rw side of G5): tok/s vs the memory floor\n"
+        "  tokenizer encode tokens/s on 1 MB of text vs the reference tokenizers (CPU)\n"
+        "  kernels   rw side of G6 / G7: attention and the expert layer alone (only when\n"
+        "            named; tools/peer/torch_kernels.py times torch on the same shapes),\n"
+        "            the dense GEMMs (--dense-tokens) against cuBLASLt, and the small\n"
+        "            per-token kernels (--small-tokens) against the copy rate\n"
+        "  rollout   R1: an RL-shaped rollout (64 prompts x 16 samples; --rollout), sum of\n"
+        "            per-step floors / wall time, sharing on and off (only when named)\n"
+        "  all       ceilings,sync,pack,disk,prefill,decode,tokenizer\n"
+        "\n"
+        "options:\n"
+        "  --config FILE        model config.json (default %s)\n"
+        "  --gpu N --gpu2 N     primary (trainer) and worker GPU for sync (default 0, 1)\n"
+        "  --reps N --warmup N  timed repetitions and warm-up runs (default 5, 2)\n"
+        "  --full               full sweeps: buckets 64 MiB..2 GiB, batch 1..512, context 128..4k\n"
+        "  --no-quant           skip the mxfp8-last-8-bf16 variants (S2, G3)\n"
+        "  --precision P        models of the generation modes: standard (default) or high\n"
+        "  --seed N             random weights and prompts (default 1)\n"
+        "  --buckets LIST       sync bucket sizes in MiB (default 64,512,1024,2048)\n"
+        "  --pack-layers N      layers of experts per pack rep (default 1)\n"
+        "  --disk-dir DIR       an existing checkpoint for disk (default: write one)\n"
+        "  --scratch DIR        where disk writes its checkpoint (default $TMPDIR or "
+        "/tmp)/rw-bench\n"
+        "  --disk-layers N      layers of the written checkpoint (default 4; 0 = all)\n"
+        "  --ckpt-tool PATH     rw-ckpt executable (default: the one of this build)\n"
+        "  --batches LIST       decode batch sizes (default 1,16,64,256)\n"
+        "  --ctxs LIST          decode context lengths (default 128,1024)\n"
+        "  --steps N            timed decode steps per point (default 20)\n"
+        "  --gen B,P,N          generate: batch, prompt length, new tokens (default 64,128,128)\n"
+        "  --gen-reps N         generate repetitions (default 3)\n"
+        "  --setup-timeout S    bound on the prefill that fills a decode batch (default 90)\n"
+        "  --time-limit S       after S seconds, skip what is left (skipped lines; default:\n"
+        "                       $RW_BENCH_TIME_LIMIT, else none)\n"
+        "  --prefill NP,PLEN    prompts and their length (default 8,2048)\n"
+        "  --prefill-max-tokens N  engine token budget per step for prefill (default NP*PLEN)\n"
+        "  --prefill-reps N     (default 5)\n"
+        "  --routed-experts     decode: time the G1 point again with every request returning\n"
+        "                       its routed experts (the cost of return_routed_experts)\n"
+        "  --no-forward         decode: skip the forward entry point's lines (G1/G2/G3\n"
+        "                       forward: the G1 point and batch 1 whatever --batches names)\n"
+        "  --rollout P,N[,PMIN,PMAX[,MEDIAN,CAP]]  rollout (R1): P prompts x N samples,\n"
+        "                       prompt lengths uniform in [PMIN, PMAX], responses log-normal\n"
+        "                       with median MEDIAN capped at CAP (default "
+        "64,16,256,1024,1500,8192)\n"
+        "  --rollout-sigma S    log-normal sigma of the response lengths (default 0.8)\n"
+        "  --rollout-sharing on|off|both  prefix sharing of the rollout runs (default both)\n"
+        "  --rollout-max-running N  engine batch size for the rollout (default 512)\n"
+        "  --rollout-max-batch-tokens N  engine token budget per step (default 8192)\n"
+        "  --rollout-dt S       time-series interval in seconds (default 0.5)\n"
+        "  --kernel-attention LIST  kernels: attention shapes, dSxK (S decode queries at\n"
+        "                       position K - 1) or pSxK (S causal prompts of K tokens)\n"
+        "                       (default d256x1024,d32x8192,d1x1024,p8x2048; d1x1024 is\n"
+        "                       the batch-1 point, no G6 target)\n"
+        "  --expert-tokens LIST kernels: expert-layer token counts (default\n"
+        "                       1,16,64,256,2048,16384)\n"
+        "  --dense-tokens LIST  kernels: token counts of the dense GEMMs (q/k/v, o_proj,\n"
+        "                       lm_head; default 1,7,64,256,2048)\n"
+        "  --small-tokens LIST  kernels: token counts of the q/k norm + RoPE + KV write and\n"
+        "                       the combine + norm kernels (default 1,7,64,256,2048)\n"
+        "  --kernel-layers N    kernels: layers whose expert weights the repetitions rotate\n"
+        "                       over, so they do not stay in L2 (default 4)\n"
+        "  --print-routing T    print the kernels' routing of T tokens (--seed) as JSON and exit\n"
+        "  --list               print the plan and exit (no device needed)\n"
+        "  --print-prompts      print the generate prompts (--gen B,P,N; --seed) as JSON and exit\n"
+        "\n"
+        "stdout: one JSON object per measurement; stderr: progress. Exit 1 when any\n"
+        "measurement reported an error (its line has an \"error\" field).\n",
+        RWB_DEFAULT_CONFIG);
 }
 
 static void defaults(rwb_opts *o) {
@@ -138,6 +144,8 @@ static void defaults(rwb_opts *o) {
     static const int dt[] = {1, 7, 64, 256, 2048}; /* the token counts of the GEMM tests */
     o->ndtokens = 5;
     memcpy(o->dtokens, dt, sizeof dt);
+    o->nstokens = 5;
+    memcpy(o->stokens, dt, sizeof dt);
     o->kernel_layers = 4;
 }
 
@@ -280,6 +288,9 @@ static void print_plan(const rwb_opts *o, const bool *run) {
             for (int k = 0; k < o->nktokens; k++) fprintf(stderr, " %d", o->ktokens[k]);
             fprintf(stderr, " (weights of %d layers); dense GEMMs at tokens:", o->kernel_layers);
             for (int k = 0; k < o->ndtokens; k++) fprintf(stderr, " %d", o->dtokens[k]);
+            fprintf(stderr, "; small kernels at tokens:");
+            for (int k = 0; k < o->nstokens; k++)
+                fprintf(stderr, " %d", o->stokens[k]);
         }
         if (!strcmp(MODES[i].name, "decode") && o->routes)
             fprintf(stderr, "; the G1 point with routed experts");
@@ -473,6 +484,8 @@ int main(int argc, char **argv) {
             if (!int_list(val, 1L << 20, o->ktokens, &o->nktokens)) goto bad;
         } else if (!strcmp(a, "--dense-tokens")) {
             if (!int_list(val, 1L << 20, o->dtokens, &o->ndtokens)) goto bad;
+        } else if (!strcmp(a, "--small-tokens")) {
+            if (!int_list(val, 1L << 20, o->stokens, &o->nstokens)) goto bad;
         } else if (!strcmp(a, "--prefill")) {
             if (parse_list(val, 1, 1L << 20, lv, 2) != 2) goto bad;
             o->nprompt = (int)lv[0];
