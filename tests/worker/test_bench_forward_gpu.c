@@ -42,8 +42,9 @@ static void test_breakdown(void **state) {
 }
 
 /* rw-bench kernels (G6/G7's rw side) on the fixture: one line per attention shape, two per
- * expert token count (the hi + lo pair and bf16 alone) and three per dense token count (q/k/v,
- * o_proj, lm_head), each with a positive time. */
+ * expert token count (the hi + lo pair and bf16 alone), three per dense token count (q/k/v,
+ * o_proj, lm_head) and two per small-kernel token count (RoPE + KV write, combine + norm), each
+ * with a positive time. */
 static void test_kernels(void **state) {
     rw_reference *fx = *state;
     rwb_fwd_opts o = rwb_fwd_opts_default();
@@ -58,6 +59,9 @@ static void test_kernels(void **state) {
     o.dense_tokens[0] = 1;
     o.dense_tokens[1] = 300;
     o.ndense_tokens = 2;
+    o.small_tokens[0] = 1;
+    o.small_tokens[1] = 300;
+    o.nsmall_tokens = 2;
     char *buf = run_captured(&o, rwb_fwd_kernels, NULL);
     int lines = 0;
     for (const char *p = buf; (p = strstr(p, "\"bench\": \"kernel\"")); p++) {
@@ -66,12 +70,14 @@ static void test_kernels(void **state) {
         assert_true(strtod(sec + 11, NULL) > 0);
         lines++;
     }
-    assert_int_equal(lines, 2 + 2 * 2 + 3 * 2);
+    assert_int_equal(lines, 2 + 2 * 2 + 3 * 2 + 2 * 2);
     assert_non_null(strstr(buf, "\"what\": \"attention_decode\""));
     assert_non_null(strstr(buf, "\"what\": \"attention_prefill\""));
     assert_non_null(strstr(buf, "\"what\": \"experts_bf16_input\", \"tokens\": 300"));
     assert_non_null(strstr(buf, "\"what\": \"dense_qkv\", \"tokens\": 1,"));
     assert_non_null(strstr(buf, "\"what\": \"dense_lm_head\", \"tokens\": 300,"));
+    assert_non_null(strstr(buf, "\"what\": \"qk_rope_kv\", \"tokens\": 300,"));
+    assert_non_null(strstr(buf, "\"what\": \"combine_rmsnorm\", \"tokens\": 1,"));
     free(buf);
 }
 
