@@ -318,6 +318,12 @@ static void test_rope_kv(void **state) {
         rope_case(21, 8, 2, 128, pairs);
         rope_case(1, 32, 4, 128, pairs); /* a decode token of the 30B-A3B shape */
         rope_case(40, 4, 2, 32, pairs);  /* the fixture's heads */
+        /* other widths: the rotation prepared before the launch wait (64, 96, 256: every
+         * ROPE_PRE slot used at 256) and the wider heads' loop (512) */
+        rope_case(7, 4, 2, 64, pairs);
+        rope_case(9, 2, 1, 256, pairs);
+        rope_case(6, 3, 1, 96, pairs);
+        rope_case(3, 2, 1, 512, pairs);
     }
 }
 

@@ -9,7 +9,7 @@ mkdir -p "$R"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$R/r4_gpu.txt"
 s0=$SECONDS
 RW_PACK_DIR=/tmp/rw-rreg timeout 50 tools/gpu/run-packed.sh .gpu-pack/tests_rreg.txz \
-    --only "worker_(kernels|invariance)_gpu" > "$R/r4_suite_rreg.txt" 2>&1
+    --only "worker_(kernels|invariance|bench_forward)_gpu" > "$R/r4_suite_rreg.txt" 2>&1
 tail -1 "$R/r4_suite_rreg.txt"; grep -E "FAIL" "$R/r4_suite_rreg.txt" | head
 mkdir -p /tmp/rv && tar xJf .gpu-pack/variants.txz -C /tmp/rv rw-base rw-rreg
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
