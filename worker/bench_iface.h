@@ -26,6 +26,8 @@ void rw_cuda_be_set_graphs(rw_model *m, bool on);
  * high-precision mode, else NULL): each holds `elems` bf16 values (every layer, the scratch block
  * included). */
 void rw_cuda_be_kv_buffers(rw_model *m, rw_kv *kv, rw_kv_planes *all, size_t *elems);
+/* The RoPE frequencies the forward pass passes to rw_k_qk_rope_kv: device fp32 [head_dim / 2]. */
+const float *rw_cuda_be_inv_freq(rw_model *m);
 
 /* The attention split (rw_k_attention's nsplit) the forward pass uses for ntok tokens in ntiles
  * tiles whose longest context is max_ctx (a decode batch, ntok == ntiles, as its graph picks it),

@@ -134,6 +134,10 @@ void rw_cuda_be_set_graphs(rw_model *m, bool on) {
     be->use_graphs = on;
 }
 
+const float *rw_cuda_be_inv_freq(rw_model *m) {
+    return ((cuda_be *)m->be)->inv_freq;
+}
+
 void rw_cuda_be_set_hook(rw_model *m, rw_cuda_fwd_hook *h) {
     ((cuda_be *)m->be)->hook = h;
 }

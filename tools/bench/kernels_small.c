@@ -8,7 +8,6 @@
  * The inputs stay put between repetitions, as the previous kernel's output would: at small M they
  * sit in L2 as they do in a step. Each token writes its K and V into a block of its own, as a
  * decode batch of M sequences does. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,8 +27,10 @@ typedef struct small_run {
     const rw_config *c;
     const rw_layer_weights *l0;
     int64_t M;
-    /* rope: q | k | v rows of the fused GEMM's output, the positions, slots and frequencies */
-    float *qkv, *qf, *inv;
+    /* rope: q | k | v rows of the fused GEMM's output, the backend's frequencies, the positions
+     * and slots */
+    float *qkv, *qf;
+    const float *inv;
     int32_t *pos, *slot;
     rw_kv_planes kv;
     /* combine: the residual x, the expert rows y [M k, H], each token's rows and weights */
@@ -45,8 +46,8 @@ static rw_status rope_call(void *ctx, int rep, rw_err *err) {
     const int64_t hd = c->head_dim, ld = (int64_t)(c->num_heads + 2 * c->num_kv_heads) * hd;
     const float *q = r->qkv, *k = q + (int64_t)c->num_heads * hd,
                 *v = k + (int64_t)c->num_kv_heads * hd;
-    return rw_k_qk_rope_kv(q, k, v, ld, ld, r->l0->q_norm.data, r->l0->k_norm.data, r->pos,
-                           r->slot, r->M, c->num_heads, c->num_kv_heads, (int)hd, SMALL_BS, r->inv,
+    return rw_k_qk_rope_kv(q, k, v, ld, ld, r->l0->q_norm.data, r->l0->k_norm.data, r->pos, r->slot,
+                           r->M, c->num_heads, c->num_kv_heads, (int)hd, SMALL_BS, r->inv,
                            (float)c->rms_eps, r->qf, r->kv, (rw_stream)r->st, err);
 }
 
@@ -66,17 +67,17 @@ static void small_line(FILE *out, const char *what, int64_t M, double sec, doubl
             what, (long long)M, sec, bytes, bytes / sec / 1e9);
 }
 
-/* Host data for the launches: positions spread over a 1k context, one KV block a token, the
- * frequencies as the backend makes them, and each token's top-k rows a permutation's (the
- * rows the sort would give, here token-major, so each row is read once). */
+/* Host data for the launches: positions spread over a 1k context, one KV block a token, and
+ * each token's top-k rows a permutation's (the rows the sort would give, here token-major, so
+ * each row is read once). */
 static rw_status small_host(small_run *r, uint64_t seed, rw_err *err) {
     const rw_config *c = r->c;
-    const int64_t M = r->M, K = c->top_k, half = c->head_dim / 2;
+    const int64_t M = r->M, K = c->top_k;
     rw_status st = RW_OK;
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)M), *slot = malloc(sizeof(int32_t) * (size_t)M);
     int32_t *rinv = malloc(sizeof(int32_t) * (size_t)(M * K));
-    float *wts = malloc(sizeof(float) * (size_t)(M * K)), *inv = malloc(sizeof(float) * (size_t)half);
-    if (!pos || !slot || !rinv || !wts || !inv) {
+    float *wts = malloc(sizeof(float) * (size_t)(M * K));
+    if (!pos || !slot || !rinv || !wts) {
         RW_ERR(err, RW_E_OOM, "bench small: host arrays for %lld tokens", (long long)M);
         st = RW_E_OOM;
         goto done;
@@ -89,19 +90,23 @@ static rw_status small_host(small_run *r, uint64_t seed, rw_err *err) {
             wts[t * K + j] = 1.0f / (float)K;
         }
     }
-    for (int64_t i = 0; i < half; i++)
-        inv[i] = (float)(1.0 / pow(c->rope_theta, 2.0 * (double)i / (double)c->head_dim));
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(r->pos, pos, sizeof(int32_t) * (size_t)M, cudaMemcpyHostToDevice), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(r->slot, slot, sizeof(int32_t) * (size_t)M, cudaMemcpyHostToDevice), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(r->rinv, rinv, sizeof(int32_t) * (size_t)(M * K), cudaMemcpyHostToDevice), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(r->wts, wts, sizeof(float) * (size_t)(M * K), cudaMemcpyHostToDevice), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMemcpy(r->inv, inv, sizeof(float) * (size_t)half, cudaMemcpyHostToDevice), st, done);
+    RW_CUDA_CHECKGOTO(err,
+                      cudaMemcpy(r->pos, pos, sizeof(int32_t) * (size_t)M, cudaMemcpyHostToDevice),
+                      st, done);
+    RW_CUDA_CHECKGOTO(
+        err, cudaMemcpy(r->slot, slot, sizeof(int32_t) * (size_t)M, cudaMemcpyHostToDevice), st,
+        done);
+    RW_CUDA_CHECKGOTO(
+        err, cudaMemcpy(r->rinv, rinv, sizeof(int32_t) * (size_t)(M * K), cudaMemcpyHostToDevice),
+        st, done);
+    RW_CUDA_CHECKGOTO(
+        err, cudaMemcpy(r->wts, wts, sizeof(float) * (size_t)(M * K), cudaMemcpyHostToDevice), st,
+        done);
 done:
     free(pos);
     free(slot);
     free(rinv);
     free(wts);
-    free(inv);
     return st;
 }
 
@@ -113,13 +118,13 @@ rw_status rwb_fwd_small(struct rw_model *m, int64_t M, uint64_t seed, FILE *out,
     r.c = c;
     r.M = M;
     r.l0 = rw_wset_layer(m->ws, 0);
+    r.inv = rw_cuda_be_inv_freq(m);
     const int64_t H = c->hidden_size, K = c->top_k, hd = c->head_dim;
     const int64_t nq = (int64_t)c->num_heads * hd, nkv = (int64_t)c->num_kv_heads * hd;
     const size_t qkv_b = 4 * (size_t)(M * (nq + 2 * nkv)), kv_b = 2 * (size_t)(M * SMALL_BS * nkv);
     rw_status st = RW_OK;
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&r.qkv, qkv_b), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&r.qf, 4 * (size_t)(M * nq)), st, done);
-    RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&r.inv, 4 * (size_t)(hd / 2)), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&r.pos, 4 * (size_t)M), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&r.slot, 4 * (size_t)M), st, done);
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&r.kv.k, kv_b), st, done);
@@ -137,14 +142,15 @@ rw_status rwb_fwd_small(struct rw_model *m, int64_t M, uint64_t seed, FILE *out,
     double sec = 0;
     /* rope: q, k and v read in fp32, q written in fp32, K and V written in bf16 */
     RW_CHECKGOTO(rwb_time_kernel(rope_call, &r, r.st, &sec, err), st, done);
-    small_line(out, "qk_rope_kv", M, sec, 4.0 * (double)(M * (nq + 2 * nkv)) + 4.0 * (double)(M * nq) + 4.0 * (double)(M * nkv));
+    small_line(out, "qk_rope_kv", M, sec,
+               4.0 * (double)(M * (nq + 2 * nkv)) + 4.0 * (double)(M * nq) +
+                   4.0 * (double)(M * nkv));
     /* combine + norm: x read and written, the k expert rows read, the bf16 pair written */
     RW_CHECKGOTO(rwb_time_kernel(combine_call, &r, r.st, &sec, err), st, done);
     small_line(out, "combine_rmsnorm", M, sec, (8.0 + 4.0 * (double)K + 4.0) * (double)(M * H));
 done:
     cudaFree(r.qkv);
     cudaFree(r.qf);
-    cudaFree(r.inv);
     cudaFree(r.pos);
     cudaFree(r.slot);
     cudaFree(r.kv.k);
