@@ -472,9 +472,7 @@ rw_status rw_cpu_backend_init(rw_model *m, rw_err *err) {
         if (hd > 1024) RW_FAIL(err, RW_E_UNSUPPORTED, "head_dim %lld > 1024", (long long)hd);
         RW_FAIL(err, RW_E_OOM, "cpu backend buffers");
     }
-    /* inv_freq[i] = theta^(-2i/hd), as transformers' default rope computes it in fp32 */
-    for (int64_t i = 0; i < hd / 2; i++)
-        be->inv_freq[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)hd));
+    rw_rope_inv_freq(c, be->inv_freq);
     m->be = be;
     m->ops = &cpu_ops;
     return RW_OK;

@@ -19,7 +19,6 @@
  * added in slice order (kernels/gemm.h), the experts per token in slot order, attention in fixed
  * key segments merged in order (kernels/attention.h), norms and router per row. So continuous
  * batching reproduces a request's run alone, and seeded sampling with it. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "cuda_be.h"
@@ -88,8 +87,7 @@ rw_status rw_cuda_backend_init(rw_model *m, rw_err *err) {
         st = RW_ERR(err, RW_E_OOM, "inv_freq");
         goto fail;
     }
-    for (int64_t i = 0; i < hd / 2; i++)
-        inv[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)hd));
+    rw_rope_inv_freq(c, inv);
     RW_CUDA_CHECKGOTO(err, cudaMalloc((void **)&be->wdeq, wdeq), st, fail);
     if (c->quant.method != RW_QMETHOD_NONE) {
         /* the side stream's buffers: a second [q | k v] and the o_proj [H, qd] (cuda_be.h) */

@@ -141,6 +141,10 @@ rw_status rw_model_rand_apply(rw_model *m, uint64_t seed, float std, rw_rand_gen
 /* ops->load_random generating on the host (the CPU backend's). */
 rw_status rw_model_load_random_host(rw_model *m, uint64_t seed, float std, rw_err *err);
 
+/* RoPE's frequencies out[i] = theta^(-2i/hd), i < hd / 2, rounded once to fp32 as transformers'
+ * default rope computes them: what both backends use, so their angles agree bit for bit. */
+void rw_rope_inv_freq(const rw_config *c, float *out);
+
 rw_status rw_cpu_backend_init(rw_model *m, rw_err *err);
 rw_status rw_cuda_backend_init(rw_model *m, rw_err *err);
 

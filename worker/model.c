@@ -151,6 +151,12 @@ rw_status rw_model_load_random(rw_model *m, uint64_t seed, float std, rw_err *er
     return check_complete(m, "random weights", err);
 }
 
+void rw_rope_inv_freq(const rw_config *c, float *out) {
+    const int64_t hd = c->head_dim;
+    for (int64_t i = 0; i < hd / 2; i++)
+        out[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)hd));
+}
+
 rw_status rw_fwd_batch_check(const rw_model *m, const rw_fwd_batch *b, int64_t nblocks, int bs,
                              int64_t *max_ctx, int *max_blocks, rw_err *err) {
     if (!b || b->ntok < 1 || b->nseq < 1 || !b->tokens || !b->seq)
