@@ -13,7 +13,12 @@ tail -1 "$R/r1_suite.txt"; grep -E "FAIL|TIMEOUT" "$R/r1_suite.txt" | head
 [ -f "$R/failed.log" ] && tail -c 3000 "$R/failed.log"
 echo "suite took $((SECONDS - s0)) s"
 bash docs/results/2026-12-06a/run2.sh
-if [ "$mem" -gt 100000 ] && [ $((SECONDS - s0)) -lt 450 ]; then
+if [ $((SECONDS - s0)) -lt 470 ]; then # bn32's gemm and invariance tests (tests_bn32.txz)
+    RW_PACK_DIR=/tmp/rw-bn32 timeout 60 tools/gpu/run-packed.sh .gpu-pack/tests_bn32.txz \
+        --only "worker_(gemm|invariance)_gpu" > "$R/r3_suite_bn32.txt" 2>&1
+    tail -1 "$R/r3_suite_bn32.txt"; grep -E "FAIL" "$R/r3_suite_bn32.txt" | head
+fi
+if [ "$mem" -gt 100000 ] && [ $((SECONDS - s0)) -lt 440 ]; then
     B=/tmp/rw-packed/tools/bench/rw-bench
     C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
     for bs in 1 256,1; do
