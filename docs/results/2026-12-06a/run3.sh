@@ -33,3 +33,5 @@ for l in sys.stdin:
     o = json.loads(l); print(o['batch'], round(o['ctx_mean']), round(o['median_s'] * 1e3, 3), 'ms')"
 fi
 echo "run3 took $((SECONDS - s0)) s"
+# the device tool returns at most 8 files: everything as one archive
+(cd "$R" && tar czf /tmp/r3_all.tgz . && find . -type f -delete && mv /tmp/r3_all.tgz .)
