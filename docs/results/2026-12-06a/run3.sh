@@ -9,6 +9,10 @@ R=${OUT:-out}
 mkdir -p "$R"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader > "$R/r3_gpu.txt"
 s0=$SECONDS
+# the device tool returns at most 8 files: everything as one archive, also when the call's time
+# limit stops the script
+archive() { (cd "$R" && tar czf /tmp/r3_all.tgz . && find . -type f -delete && mv /tmp/r3_all.tgz .); }
+trap 'archive; exit 143' TERM
 RUN2_LIMIT=200 bash docs/results/2026-12-06a/run2.sh
 echo "variants took $((SECONDS - s0)) s"
 timeout 90 tools/gpu/run-packed.sh .gpu-pack/tests_main33.txz \
@@ -21,5 +25,4 @@ if [ $((SECONDS - s0)) -lt 440 ]; then
     tail -1 "$R/r3_suite_bn32.txt"; grep -E "FAIL" "$R/r3_suite_bn32.txt" | head
 fi
 echo "run3 took $((SECONDS - s0)) s"
-# the device tool returns at most 8 files: everything as one archive
-(cd "$R" && tar czf /tmp/r3_all.tgz . && find . -type f -delete && mv /tmp/r3_all.tgz .)
+archive
