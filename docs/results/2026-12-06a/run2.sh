@@ -34,8 +34,8 @@ for line in open(sys.argv[1]):
 PY
 echo "dense done at $((SECONDS - s0)) s"
 for round in 1 2 3; do
+    [ $((SECONDS - s0)) -ge ${RUN2_LIMIT:-240} ] && break # whole rounds only
     for v in $V; do
-        [ $((SECONDS - s0)) -ge ${RUN2_LIMIT:-240} ] && break 2
         echo "=== $v $round" >> "$R/r2_steps.jsonl"
         timeout 60 /tmp/rv/rw-$v $C decode --batches ${RUN2_BATCHES:-8,1} --ctxs 1024 --steps 20 --gen 4,300,8 \
             --gen-reps 1 --no-quant --no-forward >> "$R/r2_steps.jsonl" 2>> "$R/r2_err.txt"

@@ -13,7 +13,7 @@ s0=$SECONDS
 # limit stops the script
 archive() { (cd "$R" && tar czf /tmp/r3_all.tgz . && find . -type f -delete && mv /tmp/r3_all.tgz .); }
 trap 'archive; exit 143' TERM
-RUN2_LIMIT=110 RUN2_BATCHES=1 bash docs/results/2026-12-06a/run2.sh
+RUN2_LIMIT=100 RUN2_BATCHES=1 bash docs/results/2026-12-06a/run2.sh
 echo "variants took $((SECONDS - s0)) s"
 timeout 90 tools/gpu/run-packed.sh .gpu-pack/tests_main33.txz \
     --only "worker_(kernels|bench_forward)_gpu|moe_experts_gpu" > "$R/r1_suite.txt" 2>&1
