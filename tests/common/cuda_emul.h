@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h" /* rw_rope_inv_freq */
 #include "kernels/norm_rope.h"
 #include "kernels/router.h"
 #include "rw_moe.h"
@@ -155,8 +156,7 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
         st = RW_ERR(err, RW_E_OOM, "emulation: scratch for %d tokens", n);
         goto done;
     }
-    for (int64_t i = 0; i < hd / 2; i++)
-        inv[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)hd));
+    rw_rope_inv_freq(c, inv); /* the frequencies both backends use */
     for (int t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= V) {
             st = RW_ERR(err, RW_E_RANGE, "emulation: token %d", tokens[t]);
