@@ -6,7 +6,8 @@ measured in turns in the same call can be read against each other.
     tools/bench/variant_lines.py out/variants.txt [--what REGEX]
 
 The value is ms_per_step where the line has one (decode), else the median in ms; ratio is the
-line's ratio to its same-run ceiling, and vs_bf16 is printed where the line carries it (G3)."""
+line's ratio to its same-run ceiling, vs_bf16 is printed where the line carries it (G3), and a
+generate line's outputs digest after a #: variants that keep the bits show the same one."""
 import argparse
 import json
 import re
@@ -52,6 +53,8 @@ def cell(j):
         s += f" r{j['ratio']:.3f}"
     if j.get("vs_bf16") is not None:
         s += f" x{j['vs_bf16']:.3f}"
+    if j.get("outputs_digest"):
+        s += f" #{j['outputs_digest']}"
     return s
 
 
