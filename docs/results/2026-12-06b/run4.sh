@@ -26,7 +26,7 @@ diag() { # batches
         --no-quant --no-forward >> "$R/r4_diag.jsonl" 2>> "$R/r4_err.txt"
 }
 if [ "$mem" -gt 100000 ]; then
-    diag 1; diag 256,1; diag 1; diag 256,1
+    diag 1; diag 256,1; diag 1; diag 256,1 # (b256 x 1k needs an H200's memory)
     python3 - "$R/r4_diag.jsonl" <<'PY' | tee "$R/r4_diag.txt"
 import json, sys
 v = None
