@@ -45,6 +45,17 @@ namespace cg = cooperative_groups;
  * q/k/v and o_proj): 4 stages 10.4 and 9.9, the whole 512-column slice at once (8) 11.9 and 10.7 */
 #define GV_RING 4
 #define GV_STAGE (GV_BN * 128) /* one stage: 64 rows of 128 bytes */
+/* Outputs a CTA sums: the tile's M x 64 spread over the S CTAs of its cluster GV_THREADS at a
+ * time, so ceil(M 64 / (S GV_THREADS)) GV_THREADS of them, each with S partials; at most
+ * 1024 (S 2 and M 8: 2 x 256; S 8: 8 x 128) */
+#define GV_RED 1024
+static __host__ __device__ __forceinline__ int gv_red_cap(int M, int S) {
+    return (M * GV_BN + S * GV_THREADS - 1) / (S * GV_THREADS) * GV_THREADS;
+}
+/* output e's place in its summing CTA's runs (that CTA: (e / GV_THREADS) % S) */
+static __device__ __forceinline__ int gv_red_at(int e, int S) {
+    return (e / (S * GV_THREADS)) * GV_THREADS + e % GV_THREADS;
+}
 /* the most dynamic shared memory a launch takes (the model's slices: 4 stages and 8 tokens' x
  * pair of 512 columns, 50 KB); larger slices of many tokens take gemm.cu's tiles */
 #define GV_SMEM_MAX (70 * 1024)
@@ -80,7 +91,8 @@ __global__ void __launch_bounds__(GV_THREADS, 3)
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *const ring = rw_smem_align1024(smem_raw);
     __shared__ __align__(8) uint64_t full[GV_RING];
-    __shared__ float part[8 * GV_BN]; /* this slice's partial tile, [token][row] */
+    /* the partials of the outputs this CTA sums, [slice][output], written by every slice's CTA */
+    __shared__ float part[GV_RED];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, cq = lane & 3;
     const int slice = (int)(blockIdx.x % g.S), n0 = (int)(blockIdx.x / g.S) * GV_BN;
     const int kbeg = slice * g.span, kend = kbeg + g.span < g.K ? kbeg + g.span : g.K;
@@ -98,6 +110,9 @@ __global__ void __launch_bounds__(GV_THREADS, 3)
         for (int j = 0; j < nkb && j < slots; j++)
             issue(j);
     }
+    /* a CTA writes another's shared memory only once that one has started: each says so here
+     * (no ordering asked) and waits for the others' word before its first remote store */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     /* the weight copies are out; x is the previous kernel's output */
     rw_pdl_begin();
 
@@ -142,22 +157,36 @@ __global__ void __launch_bounds__(GV_THREADS, 3)
         }
     }
 
-    /* acc[i]: weight row warp * 16 + gq + 8 (i / 2), token 2 cq + i % 2 */
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        part[(2 * cq + (i & 1)) * GV_BN + warp * 16 + gq + 8 * (i >> 1)] = acc[i];
+    /* acc[i]: weight row warp * 16 + gq + 8 (i / 2), token 2 cq + i % 2. Output e = token * 64 +
+     * row is summed by the cluster's CTA (e / GV_THREADS) % S, at gv_red_at(e) of the run each
+     * slice writes there: every slice stores its partial straight into that CTA's
+     * shared memory, so after one cluster barrier the sums read local memory only and no CTA
+     * reads another's (which also makes a second barrier before leaving unneeded). Pulling the
+     * partials through the cluster instead took 1.7-2.0 us from the last slice's end to the
+     * kernel's (globaltimer stamps, docs/BENCHMARKS.md, thirty-fourth session). */
     cg::cluster_group cl = cg::this_cluster();
-    cl.sync(); /* every slice's partial is in its CTA's shared memory */
+    const int cap = gv_red_cap(g.M, g.S);
+    /* every CTA of the cluster has started */
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int m = 2 * cq + (i & 1);
+        if (m >= g.M) continue;
+        const int e = m * GV_BN + warp * 16 + gq + 8 * (i >> 1);
+        const int owner = (e / GV_THREADS) % g.S;
+        *cl.map_shared_rank(part + slice * cap + gv_red_at(e, g.S), owner) = acc[i];
+    }
+    cl.sync(); /* every slice's partials are in the CTAs that sum them */
     /* the M x 64 outputs of the tile, spread over the cluster's CTAs; each adds the S partials
-     * in slice order */
+     * in slice order, ((p0 + p1) + p2) + ... */
     for (int e = slice * GV_THREADS + tid; e < g.M * GV_BN; e += g.S * GV_THREADS) {
         const int m = e / GV_BN, n = n0 + e % GV_BN;
-        float v = *cl.map_shared_rank(part + e, 0);
+        const int at = gv_red_at(e, g.S);
+        float v = part[at];
         for (int s = 1; s < g.S; s++)
-            v += *cl.map_shared_rank(part + e, s);
+            v += part[s * cap + at];
         if (n < g.N) g.Y[(int64_t)m * g.N + n] = v;
     }
-    cl.sync(); /* no CTA leaves while another still reads its partial */
 }
 
 rw_status rw_gemv_launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
