@@ -162,8 +162,9 @@ __global__ void __launch_bounds__(GV_THREADS, 3)
      * slice writes there: every slice stores its partial straight into that CTA's
      * shared memory, so after one cluster barrier the sums read local memory only and no CTA
      * reads another's (which also makes a second barrier before leaving unneeded). Pulling the
-     * partials through the cluster instead took 1.7-2.0 us from the last slice's end to the
-     * kernel's (globaltimer stamps, docs/BENCHMARKS.md, thirty-fourth session). */
+     * partials through the cluster instead took 2.0 us from the last slice's end to the
+     * kernel's, this 1.5 (globaltimer stamps, medians); on an H100 a b1 x 1k engine step
+     * 3.383-3.394 -> 3.353-3.356 ms (docs/BENCHMARKS.md, thirty-fifth session). */
     cg::cluster_group cl = cg::this_cluster();
     const int cap = gv_red_cap(g.M, g.S);
     /* every CTA of the cluster has started */
