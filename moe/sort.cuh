@@ -164,11 +164,13 @@ __device__ __forceinline__ void rw_moe_sort_cta(const int32_t *ids, int64_t A, i
  * routed them, from its registers: lane j < k holds assignment j's expert e (the other lanes
  * pass anything). With distinct experts the stable sort is the order of the ids, each expert's
  * count one: assignment j goes to row rank(j) (the valid ids below it), off[x] counts the valid
- * ids below x, and each valid id has one tile. Returns false, having written nothing, when two
- * valid ids are equal (a top-k never picks one expert twice; the caller then runs
- * rw_moe_sort_cta on the ids it wrote). sh: 32 ints of shared scratch. Measured on an H200: the
- * one-token step's routing CTA sorted in 2.1 us with rw_moe_sort_cta (globaltimer stamps,
- * docs/BENCHMARKS.md, nineteenth session). */
+ * ids below x, and each valid id has one tile. The picks become a set of E bits in sh (a word a
+ * lane: E <= 1024), so every count is a popcount of one word plus the words' prefix, one warp
+ * scan, with no loop over the picks for each x (which took the routing CTA 2.1-2.3 us a
+ * one-token layer on an H100, globaltimer stamps, docs/BENCHMARKS.md, thirty-fifth session).
+ * Returns false, having written nothing but sh, when two valid ids are equal (fewer bits than
+ * valid picks; a top-k never picks one expert twice; the caller then runs rw_moe_sort_cta on
+ * the ids it wrote). sh: 32 ints of shared scratch. */
 __device__ __forceinline__ bool rw_moe_sort_one_token_warp(int32_t e, int k, int E, int32_t *off,
                                                            int2 *tiles, int32_t *ntiles,
                                                            int32_t *perm, int32_t *inv,
@@ -176,15 +178,26 @@ __device__ __forceinline__ bool rw_moe_sort_one_token_warp(int32_t e, int k, int
     const int lane = threadIdx.x & 31;
     const bool valid = lane < k && e >= 0 && e < E;
     const unsigned vb = __ballot_sync(0xffffffffu, valid);
-    /* every lane takes part in the match: called inside the && only for valid lanes, it left
-     * the warp's other lanes out of a full-mask match and hung the warp (nineteenth session) */
-    const unsigned same = moe_same_key(e, valid, E, false);
-    if (__any_sync(0xffffffffu, valid && __popc(same) > 1)) return false;
-    sh[lane] = valid ? e : 0x7fffffff; /* an invalid id counts below no x <= E */
+    unsigned *const bits = (unsigned *)sh; /* bit e % 32 of word e / 32: expert e was picked */
+    bits[lane] = 0u;
     __syncwarp();
-    int32_t rank = 0;
-    for (int i = 0; i < k; i++)
-        rank += sh[i] < e;
+    if (valid) atomicOr(&bits[e >> 5], 1u << (e & 31));
+    __syncwarp();
+    const unsigned word = bits[lane];
+    int incl = __popc(word); /* picks in words 0..lane */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += t;
+    }
+    const int base = incl - __popc(word); /* picks below expert 32 lane */
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    __syncwarp(); /* every lane has read its word: sh is the caller's again */
+    if (total != __popc(vb)) return false;
+    const int we = valid ? e >> 5 : 0;
+    const int rb = __shfl_sync(0xffffffffu, base, we);
+    const unsigned rw = __shfl_sync(0xffffffffu, word, we);
+    const int32_t rank = rb + __popc(rw & ((1u << (e & 31)) - 1u));
     if (lane < k) {
         inv[lane] = valid ? rank : -1;
         if (valid) {
@@ -192,14 +205,13 @@ __device__ __forceinline__ bool rw_moe_sort_one_token_warp(int32_t e, int k, int
             tiles[rank] = make_int2(e, rank);
         }
     }
-    for (int x = lane; x <= E; x += 32) {
-        int32_t c = 0;
-        for (int i = 0; i < k; i++)
-            c += sh[i] < x;
-        off[x] = c;
+    for (int x0 = 0; x0 <= E; x0 += 32) { /* word x0 / 32 of the set; past the last, all of it */
+        const int t = x0 >> 5;
+        const int b = t < 32 ? __shfl_sync(0xffffffffu, base, t) : total;
+        const unsigned w = t < 32 ? __shfl_sync(0xffffffffu, word, t) : 0u;
+        if (x0 + lane <= E) off[x0 + lane] = b + __popc(w & ((1u << lane) - 1u));
     }
     if (lane == 0) *ntiles = __popc(vb);
-    __syncwarp(); /* sh is the caller's again */
     return true;
 }
 
