@@ -317,6 +317,11 @@ static void test_router(void **state) {
     router_case(20, 520, 256, 16, 24); /* 32 */
     router_case(8, 520, 256, 32, 26);  /* a one-group sort of 256 assignments: 8 placement warps */
     router_case(5, 60, 512, 4, 28);    /* a one-group sort over a partial expert tile */
+    /* the one-token sort (a bit set of the picks, one word a lane) at other expert counts: two
+     * words, seventeen with 32 picks, and all 32 with the offset past the last word */
+    router_case(1, 60, 512, 4, 38);
+    router_case(1, 520, 256, 32, 40);
+    router_case(1, 1024, 256, 8, 42);
     router_norm_case(1, 128, 2048, 8, 30); /* the 30B shape's batch-1 step */
     router_norm_case(8, 128, 2048, 8, 32); /* a whole token group */
     router_norm_case(3, 60, 1000, 4, 34);  /* rows not a multiple of the CTA's threads */
