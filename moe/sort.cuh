@@ -166,8 +166,9 @@ __device__ __forceinline__ void rw_moe_sort_cta(const int32_t *ids, int64_t A, i
  * count one: assignment j goes to row rank(j) (the valid ids below it), off[x] counts the valid
  * ids below x, and each valid id has one tile. The picks become a set of E bits in sh (a word a
  * lane: E <= 1024), so every count is a popcount of one word plus the words' prefix, one warp
- * scan, with no loop over the picks for each x (which took the routing CTA 2.1-2.3 us a
- * one-token layer on an H100, globaltimer stamps, docs/BENCHMARKS.md, thirty-fifth session).
+ * scan, with no loop over the picks for each x (the routing CTA sorted in 2.1-2.3 us a layer
+ * so; on an H100, same run, b1 x 4k engine steps 3.591-3.625 -> 3.575-3.592 ms and b1 x 1k
+ * medians 3.371 -> 3.326: docs/BENCHMARKS.md, thirty-fifth session).
  * Returns false, having written nothing but sh, when two valid ids are equal (fewer bits than
  * valid picks; a top-k never picks one expert twice; the caller then runs rw_moe_sort_cta on
  * the ids it wrote). sh: 32 ints of shared scratch. */
