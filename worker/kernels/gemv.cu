@@ -45,13 +45,24 @@ namespace cg = cooperative_groups;
  * q/k/v and o_proj): 4 stages 10.4 and 9.9, the whole 512-column slice at once (8) 11.9 and 10.7 */
 #define GV_RING 4
 #define GV_STAGE (GV_BN * 128) /* one stage: 64 rows of 128 bytes */
+/* the launches this form takes: 1 <= M <= GV_M_MAX tokens, 2 <= S <= GV_S_MAX slices (the
+ * portable cluster size) */
+#define GV_M_MAX 8
+#define GV_S_MAX 8
 /* Outputs a CTA sums: the tile's M x 64 spread over the S CTAs of its cluster GV_THREADS at a
  * time, so ceil(M 64 / (S GV_THREADS)) GV_THREADS of them, each with S partials; at most
  * 1024 (S 2 and M 8: 2 x 256; S 8: 8 x 128) */
 #define GV_RED 1024
-static __host__ __device__ __forceinline__ int gv_red_cap(int M, int S) {
+static __host__ __device__ constexpr int gv_red_cap(int M, int S) {
     return (M * GV_BN + S * GV_THREADS - 1) / (S * GV_THREADS) * GV_THREADS;
 }
+/* whether every launch's S runs fit GV_RED (cap grows with M, so M = GV_M_MAX bounds it) */
+static constexpr bool gv_red_fits() {
+    for (int S = 2; S <= GV_S_MAX; S++)
+        if (S * gv_red_cap(GV_M_MAX, S) > GV_RED) return false;
+    return true;
+}
+static_assert(gv_red_fits(), "gemv: the slices' partials past the summing CTA's runs");
 /* output e's place in its summing CTA's runs (that CTA: (e / GV_THREADS) % S) */
 static __device__ __forceinline__ int gv_red_at(int e, int S) {
     return (e / (S * GV_THREADS)) * GV_THREADS + e % GV_THREADS;
@@ -195,7 +206,7 @@ rw_status rw_gemv_launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t
                          int64_t span, rw_stream s, bool *done, rw_err *err) {
     *done = false;
 #if RW_WGMMA
-    if (M < 1 || M > 8 || S < 2 || S > 8) return RW_OK;
+    if (M < 1 || M > GV_M_MAX || S < 2 || S > GV_S_MAX) return RW_OK;
     if (span > 8192) return RW_OK; /* x's rows of a slice in shared memory */
     const gv_layout L = gv_layout_of((int)M, (int)span, x_lo != NULL);
     if (L.bytes > GV_SMEM_MAX) return RW_OK;
