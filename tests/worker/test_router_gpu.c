@@ -271,13 +271,16 @@ static void router_norm_case(int64_t n, int64_t E, int64_t H, int k, uint64_t se
 }
 
 /* Router logits: decode-sized and prefill-sized batches, the fixture's shape; a token's logits
- * are the same bits alone as in a batch. */
-static void router_case(int64_t n, int64_t E, int64_t H, int k, uint64_t seed) {
+ * are the same bits alone as in a batch. dup > 0: expert e's weights are expert e % dup's, so
+ * equal logits tie in the picks (the tie goes to the lower id in every routing form). */
+static void router_case_dup(int64_t n, int64_t E, int64_t H, int k, uint64_t seed, int64_t dup) {
     float *x = malloc(4 * n * H), *y = malloc(4 * n * E), *gy = malloc(4 * n * E);
     float *one = malloc(4 * E);
     uint16_t *w = malloc(2 * E * H);
     rw_test_fill_f32(x, (size_t)(n * H), seed, 1.0f);
     rw_test_fill_bf16(w, (size_t)(E * H), seed + 1, 0.05f);
+    for (int64_t e = dup; dup > 0 && e < E; e++)
+        memcpy(w + e * H, w + (e % dup) * H, 2 * (size_t)H);
     rw_k_router_ref(x, w, n, E, H, y);
     float *dx = rw_tdev_put(x, 4 * n * H), *dy;
     uint16_t *dw = rw_tdev_put(w, 2 * E * H);
@@ -305,6 +308,75 @@ static void router_case(int64_t n, int64_t E, int64_t H, int k, uint64_t seed) {
     free(w);
 }
 
+static void router_case(int64_t n, int64_t E, int64_t H, int k, uint64_t seed) {
+    router_case_dup(n, E, H, k, seed, 0);
+}
+
+/* A one-token step whose input is NaN (every probability NaN): the picks of the routing CTA
+ * that sorts them (the cluster form for E <= 128) are rw_k_router_topk's bit for bit, and the
+ * sort places none of them. */
+static void router_nan_case(int64_t E, int64_t H, int k) {
+    float *x = malloc(4 * H);
+    uint16_t *w = malloc(2 * E * H);
+    rw_test_fill_f32(x, (size_t)H, 50, 1.0f);
+    rw_test_fill_bf16(w, (size_t)(E * H), 51, 0.05f);
+    x[H / 3] = NAN;
+    float *dx = rw_tdev_put(x, 4 * H), *dy, *dwt, *dwt2;
+    uint16_t *dw = rw_tdev_put(w, 2 * E * H);
+    int32_t *did, *did2, *dcnt, *doff, *dtiles, *dnt, *dperm, *dinv;
+    const int64_t nc = rw_k_router_counters(1);
+    RW_TCK(cudaMalloc((void **)&dy, 4 * E));
+    RW_TCK(cudaMalloc((void **)&dwt, 4 * k));
+    RW_TCK(cudaMalloc((void **)&dwt2, 4 * k));
+    RW_TCK(cudaMalloc((void **)&did, 4 * k));
+    RW_TCK(cudaMalloc((void **)&did2, 4 * k));
+    RW_TCK(cudaMalloc((void **)&dcnt, 4 * nc));
+    RW_TCK(cudaMalloc((void **)&doff, 4 * (E + 1)));
+    RW_TCK(cudaMalloc((void **)&dtiles, 8 * (k + E)));
+    RW_TCK(cudaMalloc((void **)&dnt, 4));
+    RW_TCK(cudaMalloc((void **)&dperm, 4 * k));
+    RW_TCK(cudaMalloc((void **)&dinv, 4 * k));
+    RW_TCK(cudaMemset(dcnt, 0, 4 * nc));
+    rw_err err = {0};
+    const rw_moe_sort_dest sd = {doff, dtiles, dnt, dperm, dinv, 16};
+    RW_ASSERT_OK(
+        rw_k_router_topk_sort(dx, dw, 1, E, H, k, true, dy, did, dwt, dcnt, nc, &sd, NULL, &err),
+        &err);
+    RW_ASSERT_OK(rw_k_router_topk(dx, dw, 1, E, H, k, true, dy, did2, dwt2, dcnt, nc, NULL, &err),
+                 &err);
+    int32_t ids[32], ids2[32], inv[32], nt = -1;
+    float wt[32], wt2[32];
+    rw_tdev_get(ids, did, 4 * k);
+    rw_tdev_get(ids2, did2, 4 * k);
+    rw_tdev_get(wt, dwt, 4 * k);
+    rw_tdev_get(wt2, dwt2, 4 * k);
+    rw_tdev_get(inv, dinv, 4 * k);
+    rw_tdev_get(&nt, dnt, 4);
+    rw_assert_bytes_equal(ids, ids2, 4 * k, "router NaN: ids, routing CTA vs rw_k_router_topk");
+    rw_assert_bytes_equal(wt, wt2, 4 * k, "router NaN: weights, routing CTA vs rw_k_router_topk");
+    for (int j = 0; j < k; j++) {
+        if (ids[j] >= 0 && ids[j] < E) fail_msg("router NaN: pick %d is expert %d", j, ids[j]);
+        assert_int_equal(inv[j], -1);
+    }
+    assert_int_equal(nt, 0);
+    assert_counters_zero(dcnt, nc, "router NaN");
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+    cudaFree(dwt);
+    cudaFree(dwt2);
+    cudaFree(did);
+    cudaFree(did2);
+    cudaFree(dcnt);
+    cudaFree(doff);
+    cudaFree(dtiles);
+    cudaFree(dnt);
+    cudaFree(dperm);
+    cudaFree(dinv);
+    free(x);
+    free(w);
+}
+
 static void test_router(void **state) {
     (void)state;
     router_case(77, 128, 2048, 8, 14);
@@ -322,6 +394,14 @@ static void test_router(void **state) {
     router_case(1, 60, 512, 4, 38);
     router_case(1, 520, 256, 32, 40);
     router_case(1, 1024, 256, 8, 42);
+    /* ties among the picks (duplicated expert weights), the one-token forms included; and a
+     * NaN input */
+    router_case_dup(1, 128, 2048, 8, 44, 37);
+    router_case_dup(1, 128, 2048, 8, 46, 2);
+    router_case_dup(1, 60, 512, 4, 48, 7);
+    router_case_dup(8, 128, 2048, 8, 49, 5);
+    router_nan_case(128, 2048, 8);
+    router_nan_case(60, 512, 4);
     router_norm_case(1, 128, 2048, 8, 30); /* the 30B shape's batch-1 step */
     router_norm_case(8, 128, 2048, 8, 32); /* a whole token group */
     router_norm_case(3, 60, 1000, 4, 34);  /* rows not a multiple of the CTA's threads */

@@ -95,6 +95,23 @@ __host__ __device__ constexpr int64_t rt_norm_stride(int64_t H) {
  * the one-token sort (moe/sort.cuh) and the metadata read before the attention's wait, same run
  * on an H200: b1 step 3.210-3.218 -> 3.090-3.118 ms (docs/BENCHMARKS.md, twentieth session). */
 #define RT_CL_E 128 /* 8 CTAs of 16 experts: the portable cluster size */
+
+/* Part p of np of the NORM form's sums (to nm.x) and normed rows (to nm.hi / nm.lo) for the nt
+ * tokens from t0, a float4 of a row in turn, from this CTA's shared memory; every CTA of the
+ * group has read nm.x before any calls it. */
+static __device__ __forceinline__ void rt_norm_out(const rt_norm &nm, const float *xsum,
+                                                   const float *xs, int nt, int64_t t0, int64_t H,
+                                                   int p, int np) {
+    const int64_t HS = rt_norm_stride(H);
+    for (int t = 0; t < nt; t++)
+        for (int64_t i = 4 * ((int64_t)threadIdx.x * np + p); i < H; i += 4 * RT_KS * 32 * np) {
+            const int64_t g = (t0 + t) * H + i;
+            *(float4 *)(nm.x + g) = *(const float4 *)(xsum + t * HS + i);
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                rw_k_store_split(xs[t * HS + i + c], nm.hi, nm.lo, g + c);
+        }
+}
 template <bool ROUTE, int EPL, int MT, int NT, int BATCH, int ER = 16, bool SORT = false,
           bool NORM = false, bool CL = false>
 __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
@@ -245,7 +262,16 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
     if constexpr (CL) {
         cg::cluster_group cl = cg::this_cluster();
         cl.sync(); /* every CTA's logits are in the first CTA's lg, and every CTA has read nm.x */
-        if (cl.block_rank() != 0) return;
+        /* the sums and normed rows out from the other CTAs (each norms the rows in its shared
+         * memory with the same code, so the same bytes) while the first one routes: about 0.6 us
+         * of stores off the routing CTA's path a layer. On an H100, same run, b1 x 1k engine
+         * steps 3.299-3.310 -> 3.278-3.293 ms, b1 x 4k 3.604-3.611 -> 3.583-3.596
+         * (docs/BENCHMARKS.md, thirty-sixth session). */
+        const int nb = (int)cl.num_blocks(), rk = (int)cl.block_rank();
+        if constexpr (NORM)
+            if (nb == 1 || rk > 0)
+                rt_norm_out(nm, xsum, xs, nt, t0, H, nb > 1 ? rk - 1 : 0, nb > 1 ? nb - 1 : 1);
+        if (rk != 0) return;
     }
     if (!ROUTE) return;
     if constexpr (!CL) {
@@ -259,16 +285,9 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
         if (!last) return;
         __threadfence(); /* the other CTAs' logits after their counts */
     }
-    if constexpr (NORM) /* every CTA has read nm.x (before its count or the cluster's barrier):
-                         * the sums and rows out */
-        for (int t = 0; t < nt; t++)
-            for (int64_t i = 4 * threadIdx.x; i < H; i += 4 * RT_KS * 32) {
-                const int64_t g = (t0 + t) * H + i;
-                *(float4 *)(nm.x + g) = *(const float4 *)(xsum + t * HS + i);
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    rw_k_store_split(xs[t * HS + i + c], nm.hi, nm.lo, g + c);
-            }
+    if constexpr (NORM && !CL) /* every CTA has read nm.x (before its count): the sums and
+                                * rows out */
+        rt_norm_out(nm, xsum, xs, nt, t0, H, 0, 1);
     int32_t pick = -1; /* a one-token step: warp 0's lane j holds pick j */
     for (int t = warp; t < nt; t += RT_KS)
         pick = CL ? rw_moe_route_warp<EPL, true>(lg + t * E, (int)E, k, renorm, ids + t * k,
