@@ -11,7 +11,10 @@
 #include "launch.cuh"
 #include "mma.cuh"
 #include "mx_fragments.cuh"
+#include "stamps.cuh"
 #include "tma.cuh"
+
+RW_STAMPS_UNIT(eg, "w13", "w2")
 
 /* Warps of a CTA: 4 along the 128 weight rows (32 each) times MOE_WN(TN) along the TN tokens.
  * Wide (prefill) tiles split their tokens over 2 warp columns: 8 warps per SM instead of 4 hide the
@@ -88,7 +91,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * after the wait. On an H200, same run: engine steps of 1 token 3.405-3.419 -> 3.336-3.369
      * ms, of 8 tokens 8.764-8.774 -> 8.641-8.681 ms (docs/BENCHMARKS.md, eighteenth session). */
     constexpr bool EARLY = !W13 && !moe_tma(TN, FMT, WG);
-    if constexpr (!EARLY) rw_pdl_begin();
+    RW_STAMP(t_entry);
+    RW_STAMP_DECL(t_wait);
+    if constexpr (!EARLY) {
+        rw_pdl_begin();
+        RW_STAMP_SET(t_wait);
+    }
     constexpr int MOE_THREADS = MOE_THREADS_FOR(TN, FMT, WG);
     constexpr int NTW = TN / MOE_WN(TN); /* tokens per warp */
     /* wgmma: NWG warpgroups, each BM / NWG weight rows in m64 blocks by all TN tokens */
@@ -284,6 +292,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         for (int s = 0; s < AHEAD; s++)
             if (s < nkb) load_stage(s, s, true, false);
         rw_pdl_begin();
+        RW_STAMP_SET(t_wait);
     }
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
@@ -513,6 +522,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
                 }
             }
     }
+    RW_STAMP_PUT(eg, W13 ? 0 : 1, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
+                 t_entry, t_wait, 0);
 }
 
 /* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,
@@ -570,6 +581,7 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
                     (long long)g.E, (long long)g.M, (long long)g.K);
     }
     dim3 grid((unsigned)grid_x, (unsigned)(g.M / BM));
+    RW_STAMPS_REGISTER(eg);
     (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG, BM>, grid,
                         MOE_THREADS_FOR(TN, FMT, WG), sm, (cudaStream_t)s, g, tw);
     return RW_LAUNCH_CHECK(s, W13 ? "moe w13 gemm" : "moe w2 gemm", err);

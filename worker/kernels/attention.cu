@@ -8,6 +8,12 @@
 #include <stdint.h>
 
 #include "attention.h"
+#include "stamps.cuh"
+
+/* the stamps build's ring of this unit (stamps.cuh), which the decode kernel of
+ * attention_decode.cuh stamps into too */
+RW_STAMPS_UNIT(at, "attn", "acomb")
+
 #include "attention_decode.cuh"
 #include "attention_prefill.cuh"
 #include "attention_tile.cuh"
@@ -23,11 +29,14 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
     const int nseg = pos[th / nh] / ATC_SEG + 1; /* uploaded before the forward pass */
     /* o_proj's GEMV, next, reads only its weights before its wait: scheduled now, its weight
      * copies run beside the attention (launch.cuh) */
+    RW_STAMP(t_entry);
     rw_pdl_begin_early();
+    RW_STAMP(t_wait);
     const int64_t sstride = ntok * nh; /* between one segment's partials and the next's */
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
         atc_put_out(out_hi, out_lo, th * hd + d,
                     atc_merge_col(part_o, part_ml, sstride, th, hd, d, nseg));
+    RW_STAMP_PUT(at, 1, blockIdx.x, t_entry, t_wait, 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -66,6 +75,7 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
     dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)(nsplit > 0 ? nsplit : 1));
     const float qscale = (float)(1.4426950408889634 / sqrt((double)HD));
     cudaStream_t st = (cudaStream_t)s;
+    RW_STAMPS_REGISTER(at);
     /* tiles of one fragment (decode) spread key segments over the warps; larger tiles spread
      * their row fragments; the smem attributes are the kernels' fixed needs, so captured graphs
      * stay launchable whatever is launched in between */

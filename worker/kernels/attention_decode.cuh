@@ -380,7 +380,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
             oacc[i * 32 + lane] = 0.0f;
 
     if constexpr (!PAIR) read_bases();
+    RW_STAMP(t_entry);
     rw_pdl_begin();
+    RW_STAMP(t_wait);
     if constexpr (PAIR) {
         const int sg0 = seg_of(0);
         if (whole) {
@@ -526,13 +528,19 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         if (!PAIR && sg >= 0) load_next();
     }
     rw_cp_async_wait<0>();
-    if (nsplit != 0) return;
+    if (nsplit != 0) {
+        RW_STAMP_PUT(at, 0, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), t_entry,
+                     t_wait, 0);
+        return;
+    }
     for (int i = i0; i < i1; i++) {
         const int k = R::slot(i), r = R::row(k);
         if (r >= nrows) continue;
         atc_put_out(out_hi, out_lo, atc_row_th(tl, g, group, nh, r) * HD + R::dim(i),
                     __fdiv_rn(oacc[i * 32 + lane], atc_pick(Lt, k)));
     }
+    RW_STAMP_PUT(at, 0, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), t_entry,
+                 t_wait, 0);
 }
 
 /* The decode kernel's shared memory: the warps' rings (KP: slots of twice the bytes), their

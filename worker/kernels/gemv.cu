@@ -35,9 +35,12 @@
 #include "gemv.cuh"
 #include "launch.cuh"
 #include "mma.cuh"
+#include "stamps.cuh"
 #include "tma.cuh"
 
 namespace cg = cooperative_groups;
+
+RW_STAMPS_UNIT(gv, "gemv")
 
 #define GV_BN 64               /* weight rows a CTA: 4 warps of 16 */
 #define GV_THREADS 128
@@ -125,7 +128,9 @@ __global__ void __launch_bounds__(GV_THREADS, 3)
      * (no ordering asked) and waits for the others' word before its first remote store */
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     /* the weight copies are out; x is the previous kernel's output */
+    RW_STAMP(t_entry);
     rw_pdl_begin();
+    RW_STAMP(t_wait);
 
     /* x's M rows of the slice (and x_lo's) into shared memory, 16 bytes a thread, zeros past
      * the slice (what gemm.cu's zero-filled tile holds there) */
@@ -199,6 +204,7 @@ __global__ void __launch_bounds__(GV_THREADS, 3)
             v += part[s * cap + at];
         if (n < g.N) g.Y[(int64_t)m * g.N + n] = v;
     }
+    RW_STAMP_PUT(gv, 0, blockIdx.x, t_entry, t_wait, 0);
 }
 
 rw_status rw_gemv_launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t *x,
@@ -215,6 +221,7 @@ rw_status rw_gemv_launch(const uint16_t *W, int64_t N, int64_t K, const uint16_t
     const gv_args g = {x, x_lo, Y, (int)N, (int)K, (int)M, S, (int)span, L.slots};
     const int64_t ctas = (N + GV_BN - 1) / GV_BN * S;
     auto kern = x_lo ? gemv_kernel<true> : gemv_kernel<false>;
+    RW_STAMPS_REGISTER(gv);
     /* the most any launch takes, so captured graphs stay launchable */
     RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             GV_SMEM_MAX));

@@ -7,6 +7,9 @@
 #include "launch.cuh"
 #include "norm_rope.h"
 #include "norm_row.cuh"
+#include "stamps.cuh"
+
+RW_STAMPS_UNIT(nr, "norm", "cnorm", "rope")
 
 /* A normed row's element i of row t: the bf16 pair, and the fp32 value where wanted. */
 static __device__ __forceinline__ void norm_put(int64_t t, int64_t H, uint16_t *out_hi,
@@ -22,7 +25,9 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
                                    const int32_t *rows) {
     float v[PER], yv[PER], wv[PER];
     norm_weights<PER>(wv, w, H);
+    RW_STAMP(t_entry);
     rw_pdl_begin();
+    RW_STAMP(t_wait);
     __shared__ float sh[33];
     const int64_t t = blockIdx.x;
     const int64_t src = rows ? rows[t] : t;
@@ -44,6 +49,7 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
         }
     norm_row<PER>(v, wv, H, eps, sh,
                   [&](int64_t i, float o) { norm_put(t, H, out_hi, out_lo, out_f32, i, o); });
+    RW_STAMP_PUT(nr, 0, blockIdx.x, t_entry, t_wait, 0);
 }
 
 /* The combine of the experts' rows into x, then the norm: every slot's row of y is loaded before
@@ -69,7 +75,9 @@ __global__ void combine_rmsnorm_kernel(float *__restrict__ x, const float *__res
         rows[threadIdx.x] = threadIdx.x < k ? __ldcg(inv + t * k + threadIdx.x) : -1;
         ws[threadIdx.x] = threadIdx.x < k ? __ldcg(wts + t * k + threadIdx.x) : 0.0f;
     }
+    RW_STAMP(t_entry);
     rw_pdl_begin();
+    RW_STAMP(t_wait);
     __syncthreads();
     float *xt = x + t * H;
 #pragma unroll
@@ -97,6 +105,7 @@ __global__ void combine_rmsnorm_kernel(float *__restrict__ x, const float *__res
     }
     norm_row<PER>(v, wv, H, eps, sh,
                   [&](int64_t i, float o) { norm_put(t, H, out_hi, out_lo, out_f32, i, o); });
+    RW_STAMP_PUT(nr, 1, blockIdx.x, t_entry, t_wait, 0);
 }
 
 /* Both norms: every row, or the rows `rows` (out_f32 NULL then). */
@@ -110,6 +119,7 @@ static rw_status norm_launch(float *x, const float *y, const uint16_t *w, int64_
     auto kern = H <= NORM_THREADS * 8    ? add_rmsnorm_kernel<8>
                 : H <= NORM_THREADS * 16 ? add_rmsnorm_kernel<16>
                                          : add_rmsnorm_kernel<NORM_MAXPER>;
+    RW_STAMPS_REGISTER(nr);
     (void)rw_launch_pdl(kern, dim3((unsigned)n), NORM_THREADS, 0, (cudaStream_t)s, x, y, w, H, eps,
                         out_hi, out_lo, out_f32, rows);
     return LAUNCH_CHECK(s, what);
@@ -131,6 +141,7 @@ extern "C" rw_status rw_k_combine_rmsnorm(float *x, const float *y, const int32_
     if (H > RW_K_COMBINE_MAX_H || k < 1 || k > RW_K_COMBINE_MAX_K)
         RW_FAIL(err, RW_E_UNSUPPORTED, "combine_rmsnorm: H = %lld (at most %d), k = %d (1..%d)",
                 (long long)H, RW_K_COMBINE_MAX_H, k, RW_K_COMBINE_MAX_K);
+    RW_STAMPS_REGISTER(nr);
     (void)rw_launch_pdl(
         combine_rmsnorm_kernel<RW_K_COMBINE_MAX_H / NORM_THREADS, RW_K_COMBINE_MAX_K>,
         dim3((unsigned)n), NORM_THREADS, 0, (cudaStream_t)s, x, y, inv, wts, k, w, H, eps, out_hi,
@@ -199,7 +210,9 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
             pwb[j] = b2f(nwt[i + half]);
         }
     }
+    RW_STAMP(t_entry);
     rw_pdl_begin();
+    RW_STAMP(t_wait);
     extern __shared__ float hbuf[]; /* [warps][hd] */
     if (!in) return;                /* whole warps; the kernel has no block-wide barrier */
     float *buf = hbuf + (int64_t)w * hd;
@@ -256,6 +269,7 @@ __global__ void __launch_bounds__(ROPE_WARPS * 32)
         for (int i = lane; i < hd; i += 32)
             rw_k_store_split(vs[i], vcache, vcache_lo, kvat + i);
     }
+    RW_STAMP_PUT(nr, 2, blockIdx.x, t_entry, t_wait, 0); /* (if thread 0's warp had a head) */
 }
 
 extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float *v, int64_t ldq,
@@ -268,6 +282,7 @@ extern "C" rw_status rw_k_qk_rope_kv(const float *q, const float *k, const float
     if (!kv.k_lo != !kv.v_lo)
         RW_FAIL(err, RW_E_INVALID_ARG, "rope: the low halves of K without those of V, or back");
     const int64_t warps = n * (nh + nkv);
+    RW_STAMPS_REGISTER(nr);
     (void)rw_launch_pdl(qk_rope_kv_kernel, dim3((unsigned)((warps + ROPE_WARPS - 1) / ROPE_WARPS)),
                         ROPE_WARPS * 32, sizeof(float) * ROPE_WARPS * hd, (cudaStream_t)s, q, k, v,
                         ldq, ldkv, qn, kn, pos, slot, n, nh, nkv, hd, bs, inv_freq, eps, q_out,

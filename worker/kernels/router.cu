@@ -12,6 +12,7 @@
 #include "route.cuh"
 #include "router.h"
 #include "sort.cuh"
+#include "stamps.cuh"
 
 /* Router logits on tensor cores: y [n, E] = x [n, H] fp32 . w [E, H]^T, bf16 weights.
  *
@@ -33,6 +34,10 @@
  * 2q, 2q+1, 2q+8, 2q+9 of two k16 steps: a permutation of H that A and B share (both index k by
  * lane % 4), so the sum is the same dot product with wide loads instead of 4-byte ones. */
 namespace cg = cooperative_groups;
+
+/* the stamps build (stamps.cuh): every CTA as "router", mid = its logits written; the CTA that
+ * routes as "route" instead, its end after the routing and the sort */
+RW_STAMPS_UNIT(rt, "router", "route")
 
 #define RT_KS 8     /* warps a CTA: slices of H */
 #define RT_CHUNK 32 /* columns of H a chunk: two k16 steps */
@@ -164,7 +169,9 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
     load_w(cbeg);
     float nwv[NORM ? RT_NORM_PER : 1];
     if constexpr (NORM) norm_weights<RT_NORM_PER>(nwv, nm.w, H);
+    RW_STAMP(t_entry);
     rw_pdl_begin();
+    RW_STAMP(t_wait);
     const int nt = (int)(n - t0 < NT * 8 ? n - t0 : NT * 8);
     const int64_t HS = rt_norm_stride(H);
     float *const xsum = (float *)rt_dyn, *const xs = xsum + nt * HS;
@@ -259,6 +266,7 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
             if constexpr (CL) *cg::this_cluster().map_shared_rank(lg + c * E + e0 + r, 0) = v;
         }
     }
+    RW_STAMP(t_logits);
     if constexpr (CL) {
         cg::cluster_group cl = cg::this_cluster();
         cl.sync(); /* every CTA's logits are in the first CTA's lg, and every CTA has read nm.x */
@@ -271,9 +279,15 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
         if constexpr (NORM)
             if (nb == 1 || rk > 0)
                 rt_norm_out(nm, xsum, xs, nt, t0, H, nb > 1 ? rk - 1 : 0, nb > 1 ? nb - 1 : 1);
-        if (rk != 0) return;
+        if (rk != 0) {
+            RW_STAMP_PUT(rt, 0, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+            return;
+        }
     }
-    if (!ROUTE) return;
+    if (!ROUTE) {
+        RW_STAMP_PUT(rt, 0, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+        return;
+    }
     if constexpr (!CL) {
         __threadfence(); /* this CTA's logits before its count */
         __syncthreads();
@@ -282,7 +296,10 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
             if (last) cnt[blockIdx.x] = 0; /* every CTA of the group has counted */
         }
         __syncthreads();
-        if (!last) return;
+        if (!last) {
+            RW_STAMP_PUT(rt, 0, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+            return;
+        }
         __threadfence(); /* the other CTAs' logits after their counts */
     }
     if constexpr (NORM && !CL) /* every CTA has read nm.x (before its count): the sums and
@@ -304,12 +321,16 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
                 if (threadIdx.x == 0) sorted1 = ok;
             }
             __syncthreads();
-            if (sorted1) return;
+            if (sorted1) {
+                RW_STAMP_PUT(rt, 1, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+                return;
+            }
         }
         __syncthreads(); /* every warp's ids, written above, before the sort reads them */
         rw_moe_sort_cta(ids, n * k, (int)E, sd.tn, sd.off, sd.tiles, sd.ntiles, sd.perm, sd.inv,
                         swc, seoff);
     }
+    RW_STAMP_PUT(rt, 1, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
 }
 
 static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_err *err) {
@@ -365,6 +386,7 @@ extern "C" rw_status rw_k_router(const float *x, const uint16_t *w, int64_t n, i
     if (n <= 0) return RW_OK;
     RW_CHECK(router_check(x, w, H, err));
     const rt_shape sh = router_shape(n);
+    RW_STAMPS_REGISTER(rt);
     (void)rw_launch_pdl(router_pick<false, 4>(sh), router_grid(sh, n, E), RT_KS * 32, 0,
                         (cudaStream_t)s, x, w, n, E, H, y, 0, false, (int32_t *)NULL, (float *)NULL,
                         (int32_t *)NULL, rt_sort{}, rt_norm{});
@@ -409,6 +431,7 @@ static rw_status router_topk(const float *x, const uint16_t *w, int64_t n, int64
     if (nm) /* the instance's fixed need, not this launch's: a captured graph stays launchable */
         RW_CUDA_CHECK(err, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 (int)RT_NORM_SMEM));
+    RW_STAMPS_REGISTER(rt);
     (void)rw_launch_pdl_cluster(kern, grid, RT_KS * 32, smem, (cudaStream_t)s, clf ? grid.x : 1u, x,
                                 w, n, E, H, y, k, renorm, ids, wts, cnt, sd, nm ? *nm : rt_norm{});
     return LAUNCH_CHECK(s, "router");
