@@ -134,9 +134,12 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     uint8_t *const smem = WG ? rw_smem_align1024(smem_raw) : smem_raw;
     const int tile = blockIdx.x;
     /* through L2 (ld.global.cg): before the wait (EARLY) no stale line of an earlier layer's sort
-     * may come from L1 */
-    if (tile >= __ldcg(g.ntiles)) return;
+     * may come from L1. The tile's entry is loaded with the count, not after its test: the
+     * launch's grid is at most the tile list's capacity (experts.cu), so the entry is in bounds
+     * whatever the count (AFIRST, below). */
+    const int ntl = __ldcg(g.ntiles);
     const int2 td = __ldcg(g.tiles + tile);
+    if (tile >= ntl) return;
     const int e = td.x, r0 = td.y;
     const int rend = __ldcg(g.off + e + 1);
     const int64_t m0 = (int64_t)blockIdx.y * BM;
@@ -178,19 +181,23 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     static_assert(TN * 8 % MOE_THREADS == 0, "moe gemm: whole B chunks per thread");
     const __nv_bfloat16 *bsrc[BCH], *bsrc_lo[SPLIT ? BCH : 1];
     uint32_t bdst[BCH], bsz[BCH];
+    /* (set up after the first weight loads are out where AFIRST, below: w13 reads its rows
+     * through perm, a memory round trip after the expert's row count) */
+    auto setup_b = [&]() {
 #pragma unroll
-    for (int j = 0; j < BCH; j++) {
-        const int q = tid + j * MOE_THREADS, r = q >> 3, c = q & 7, sr = r0 + r;
-        int64_t src = 0;
-        bsz[j] = 0;
-        if (sr < rend) {
-            src = W13 ? (int64_t)(g.perm[sr] / g.k) * g.H : (int64_t)sr * g.P;
-            bsz[j] = 16;
+        for (int j = 0; j < BCH; j++) {
+            const int q = tid + j * MOE_THREADS, r = q >> 3, c = q & 7, sr = r0 + r;
+            int64_t src = 0;
+            bsz[j] = 0;
+            if (sr < rend) {
+                src = W13 ? (int64_t)(g.perm[sr] / g.k) * g.H : (int64_t)sr * g.P;
+                bsz[j] = 16;
+            }
+            bsrc[j] = g.xin + src + c * 8;
+            if (SPLIT) bsrc_lo[j] = g.xin_lo + src + c * 8; /* the same rows of the low halves */
+            bdst[j] = rw_swz128(r, c);
         }
-        bsrc[j] = g.xin + src + c * 8;
-        if (SPLIT) bsrc_lo[j] = g.xin_lo + src + c * 8; /* the same rows of the low halves */
-        bdst[j] = rw_swz128(r, c);
-    }
+    };
     /* A, quantized: the stage's 128 x 64 e4m3 tile is 512 chunks of 16 bytes, QR per thread;
      * chunk q = tid + MOE_THREADS i is chunk q % 4 of weight row q / 4, at byte q * 16 of the
      * stage, and the thread dequantizes the chunks it copied (below). Per such row: its e4m3
@@ -287,16 +294,27 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         for (int64_t q = tid; q < g.scale_cols * 32; q += MOE_THREADS)
             rw_cp_async16(ssc + q * 16, src + q * 16, 16);
     }
-    if constexpr (EARLY) { /* the weights first, then the wait; the first group holds them all */
+    /* AFIRST: the first stages' weights are issued before the token rows' addresses are worked
+     * out (EARLY: before the wait as well); the first commit group holds them all. With the
+     * tile's entry loaded beside the count (above), a one-token w13 pass issues its weights one
+     * memory round trip after its wait instead of three (count, entry, row count, perm): on an
+     * H100, same run, b1 x 1k engine steps 3.295-3.307 -> 3.279-3.294 ms, b1 x 4k
+     * 3.603-3.625 -> 3.521-3.572, b8 and b256 level (docs/BENCHMARKS.md, thirty-sixth
+     * session). */
+    constexpr bool AFIRST = !TMA;
+    if constexpr (AFIRST) {
 #pragma unroll
         for (int s = 0; s < AHEAD; s++)
             if (s < nkb) load_stage(s, s, true, false);
+    }
+    setup_b();
+    if constexpr (EARLY) {
         rw_pdl_begin();
         RW_STAMP_SET(t_wait);
     }
 #pragma unroll
     for (int s = 0; s < AHEAD; s++) {
-        if (s < nkb) load_stage(s, s, !EARLY, true);
+        if (s < nkb) load_stage(s, s, !AFIRST, true);
         rw_cp_async_commit();
     }
     /* RS: whether the tile's scales all take the fast conversion, once the first commit group
