@@ -14,7 +14,8 @@
  * tools/bench/stamps.py turns those lines into launches, the gaps between them and a layer's
  * timeline. Nothing is printed from a kernel: printf in the kernels slowed the launches it
  * stamped (docs/BENCHMARKS.md, thirty-fifth session). The stamps themselves cost a little (an
- * atomic and a 40-byte store a CTA: a b1 x 1k step 3.35 -> 3.55-3.59 ms on an H100), so a
+ * atomic and a 40-byte store a CTA: on an H100 a b1 x 1k step of 3.30 ms takes 3.47 in this
+ * build, thirty-sixth session), so a
  * stamped build says where a step's time goes and in what order, not how long an ordinary
  * build takes; rw-bench's lines of a stamps build are not measurements of record.
  *
