@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 36, call 4 (an H200: G1's b256 x 1k does not fit 80 GB): the target rows G1 / G2 / G3
-# and G6's decode points beside torch SDPA on main b44d9fa (tests_af.txz: the tree of call 5's
+# and G6's decode points beside torch SDPA on main b44d9fa (tests_main.txz; the code of call 5's
 # afirst, which landed as b44d9fa with comments changed), the commands of the
 # thirtieth session's call 3; then three b1 x 1k engine runs of 20 steps alone (the b1 line of
 # the target command runs after the b256 point in the same engine).
@@ -8,7 +8,7 @@ source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader > "$R/r4_gpu.txt"
-tools/gpu/run-packed.sh .gpu-pack/tests_af.txz --unpack-only > /dev/null 2>&1 || echo "unpack failed"
+tools/gpu/run-packed.sh .gpu-pack/tests_main.txz --unpack-only > /dev/null 2>&1 || echo "unpack failed"
 B=/tmp/rw-packed/tools/bench/rw-bench
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 s0=$SECONDS
