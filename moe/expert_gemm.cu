@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     constexpr bool EARLY = !W13 && !moe_tma(TN, FMT, WG);
     RW_STAMP(t_entry);
     RW_STAMP_DECL(t_wait);
+    RW_STAMP_DECL(t_first);
     if constexpr (!EARLY) {
         rw_pdl_begin();
         RW_STAMP_SET(t_wait);
@@ -339,6 +340,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
         __syncthreads();
         const int st = kb % MOE_STAGES;
         if constexpr (TMA) rw_mbar_wait(&full[st], (uint32_t)(kb / MOE_STAGES) & 1u);
+        if (kb == 0) RW_STAMP_SET(t_first); /* the stamps build's mid: the first stage is in */
         uint8_t *sa = smem + st * STAGE;
         uint8_t *sb = sa + (FMT == FMT_BF16 ? A_BYTES : A8_BYTES);
         /* the next loads go out now, before a quantized stage's dequantization. The stage they
@@ -541,7 +543,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
             }
     }
     RW_STAMP_PUT(eg, W13 ? 0 : 1, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
-                 t_entry, t_wait, 0);
+                 t_entry, t_wait, t_first);
 }
 
 /* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,
