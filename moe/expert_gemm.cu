@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     /* AFIRST: the first stages' weights are issued before the token rows' addresses are worked
      * out (EARLY: before the wait as well); the first commit group holds them all. With the
      * tile's entry loaded beside the count (above), a one-token w13 pass issues its weights one
-     * memory round trip after its wait instead of three (count, entry, row count, perm): on an
+     * memory round trip after its wait instead of four (count, entry, row count, perm): on an
      * H100, same run, b1 x 1k engine steps 3.295-3.307 -> 3.279-3.294 ms, b1 x 4k
      * 3.603-3.625 -> 3.521-3.572, b8 and b256 level (docs/BENCHMARKS.md, thirty-sixth
      * session). */
