@@ -42,14 +42,24 @@ static __device__ __forceinline__ unsigned long long rw_stamp_now() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+/* Once a process (each unit's first launch asks): what this build is, so that no one reads its
+ * times as an ordinary build's. */
+inline void rw_stamps_notice(void) { /* inline: one flag for the whole program */
+    static bool said = false;
+    if (!said) {
+        said = true;
+        fprintf(stderr, "rw: stamps build (-Dstamps=true): the kernels record their CTAs' times, "
+                        "printed at exit as RW_STAMP lines; its timings are not an ordinary "
+                        "build's\n");
+    }
+}
 /* the unit's ring, its record function, and its printing at exit (registered once) */
 #define RW_STAMPS_UNIT(tag, ...)                                                                   \
     __device__ rw_stamp_rec tag##_stamp_ring[RW_STAMPS_RING];                                      \
     __device__ unsigned tag##_stamp_n;                                                             \
-    static __device__ __forceinline__ void tag##_stamp_put(unsigned kind, unsigned cta,            \
-                                                           unsigned long long e,                   \
-                                                           unsigned long long w,                   \
-                                                           unsigned long long m) {                 \
+    static __device__ __forceinline__ void tag##_stamp_put(                                        \
+        unsigned kind, unsigned cta, unsigned long long e, unsigned long long w,                   \
+        unsigned long long m) {                                                                    \
         const unsigned i = atomicAdd(&tag##_stamp_n, 1u) & (RW_STAMPS_RING - 1);                   \
         tag##_stamp_ring[i] =                                                                      \
             rw_stamp_rec{((unsigned long long)kind << 32) | cta, e, w, m, rw_stamp_now()};         \
@@ -81,6 +91,7 @@ static __device__ __forceinline__ unsigned long long rw_stamp_now() {
         static bool done = false;                                                                  \
         if (!done) {                                                                               \
             done = true;                                                                           \
+            rw_stamps_notice();                                                                    \
             atexit(tag##_stamp_dump);                                                              \
         }                                                                                          \
     }
