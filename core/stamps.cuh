@@ -15,18 +15,22 @@
  * timeline. Nothing is printed from a kernel: printf in the kernels slowed the launches it
  * stamped (docs/BENCHMARKS.md, thirty-fifth session). The stamps themselves cost a little (an
  * atomic and a 40-byte store a CTA: on an H100 a b1 x 1k step of 3.30 ms takes 3.47 in this
- * build, thirty-sixth session), so a
- * stamped build says where a step's time goes and in what order, not how long an ordinary
- * build takes; rw-bench's lines of a stamps build are not measurements of record.
+ * build, thirty-sixth session), so a stamped build says where a step's time goes and in what
+ * order, not how long an ordinary build takes; rw-bench's lines of a stamps build are not
+ * measurements of record (the build says so on stderr).
  *
  * In a unit:
  *   RW_STAMPS_UNIT(tag, "name0", "name1", ...)  once, at file scope: the ring and its kernel names
  *   RW_STAMP(v)             in a kernel: declares v = now (RW_STAMP_DECL(v) = 0, then
  *                           RW_STAMP_SET(v) where the time is taken in an inner scope)
  *   RW_STAMP_PUT(tag, kind, cta, entry, wait, mid)  thread 0 writes the CTA's record, end = now
+ *                           (cta: RW_STAMP_CTA, the CTA's linear index, or the kernel's own)
  *   RW_STAMPS_REGISTER(tag) in the host launcher, before the launch: the ring printed at exit */
 #ifndef RW_CORE_STAMPS_CUH
 #define RW_CORE_STAMPS_CUH
+
+/* a CTA's linear index in its grid (only ever an argument of RW_STAMP_PUT) */
+#define RW_STAMP_CTA (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))
 
 #ifdef RW_STAMPS
 #include <cuda_runtime.h>

@@ -542,8 +542,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
                 }
             }
     }
-    RW_STAMP_PUT(eg, W13 ? 0 : 1, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
-                 t_entry, t_wait, t_first);
+    RW_STAMP_PUT(eg, W13 ? 0 : 1, RW_STAMP_CTA, t_entry, t_wait, t_first);
 }
 
 /* Dynamic shared memory of one moe_gemm_kernel instance (the layout in the kernel). The largest,

@@ -529,8 +529,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     }
     rw_cp_async_wait<0>();
     if (nsplit != 0) {
-        RW_STAMP_PUT(at, 0, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), t_entry,
-                     t_wait, 0);
+        RW_STAMP_PUT(at, 0, RW_STAMP_CTA, t_entry, t_wait, 0);
         return;
     }
     for (int i = i0; i < i1; i++) {
@@ -539,8 +538,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         atc_put_out(out_hi, out_lo, atc_row_th(tl, g, group, nh, r) * HD + R::dim(i),
                     __fdiv_rn(oacc[i * 32 + lane], atc_pick(Lt, k)));
     }
-    RW_STAMP_PUT(at, 0, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), t_entry,
-                 t_wait, 0);
+    RW_STAMP_PUT(at, 0, RW_STAMP_CTA, t_entry, t_wait, 0);
 }
 
 /* The decode kernel's shared memory: the warps' rings (KP: slots of twice the bytes), their

@@ -280,12 +280,12 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
             if (nb == 1 || rk > 0)
                 rt_norm_out(nm, xsum, xs, nt, t0, H, nb > 1 ? rk - 1 : 0, nb > 1 ? nb - 1 : 1);
         if (rk != 0) {
-            RW_STAMP_PUT(rt, 0, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+            RW_STAMP_PUT(rt, 0, RW_STAMP_CTA, t_entry, t_wait, t_logits);
             return;
         }
     }
     if (!ROUTE) {
-        RW_STAMP_PUT(rt, 0, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+        RW_STAMP_PUT(rt, 0, RW_STAMP_CTA, t_entry, t_wait, t_logits);
         return;
     }
     if constexpr (!CL) {
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
         }
         __syncthreads();
         if (!last) {
-            RW_STAMP_PUT(rt, 0, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+            RW_STAMP_PUT(rt, 0, RW_STAMP_CTA, t_entry, t_wait, t_logits);
             return;
         }
         __threadfence(); /* the other CTAs' logits after their counts */
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
             }
             __syncthreads();
             if (sorted1) {
-                RW_STAMP_PUT(rt, 1, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+                RW_STAMP_PUT(rt, 1, RW_STAMP_CTA, t_entry, t_wait, t_logits);
                 return;
             }
         }
@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(RT_KS * 32, BATCH *(MT + NT) > 8 ? 1 : 2)
         rw_moe_sort_cta(ids, n * k, (int)E, sd.tn, sd.off, sd.tiles, sd.ntiles, sd.perm, sd.inv,
                         swc, seoff);
     }
-    RW_STAMP_PUT(rt, 1, blockIdx.x + gridDim.x * blockIdx.y, t_entry, t_wait, t_logits);
+    RW_STAMP_PUT(rt, 1, RW_STAMP_CTA, t_entry, t_wait, t_logits);
 }
 
 static rw_status router_check(const float *x, const uint16_t *w, int64_t H, rw_err *err) {
