@@ -32,6 +32,13 @@
 /* a CTA's linear index in its grid (only ever an argument of RW_STAMP_PUT) */
 #define RW_STAMP_CTA (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))
 
+/* the GPU's clock, ns (%globaltimer): the stamps' time, and any kernel's in every build */
+static __device__ __forceinline__ unsigned long long rw_stamp_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 #ifdef RW_STAMPS
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -41,11 +48,6 @@
 struct rw_stamp_rec {
     unsigned long long kind_cta, entry, wait, mid, end;
 };
-static __device__ __forceinline__ unsigned long long rw_stamp_now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 /* Once a process (each unit's first launch asks): what this build is, so that no one reads its
  * times as an ordinary build's. */
 inline void rw_stamps_notice(void) { /* inline: one flag for the whole program */

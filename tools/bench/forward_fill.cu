@@ -7,6 +7,7 @@
 
 #include "forward.h"
 #include "rand.h"
+#include "stamps.cuh"
 
 __global__ void fill_e4m3_kernel(uint8_t *p, int64_t n, uint64_t seed) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -27,11 +28,9 @@ __global__ void fill_f32_rand_kernel(float *p, int64_t n, uint64_t seed) {
         p[i] = 2.0f * rw_rand_unit_at(seed, (uint64_t)i) - 1.0f;
 }
 __global__ void spin_kernel(uint64_t ns) {
-    uint64_t t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
+    const uint64_t t0 = rw_stamp_now();
+    while (rw_stamp_now() - t0 < ns) {
+    }
 }
 
 extern "C" rw_status rwb_k_fill_e4m3(uint8_t *p, int64_t n, uint64_t seed, rw_stream s,
