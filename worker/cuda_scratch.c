@@ -79,6 +79,10 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     DALLOC(be->attn_part, be->attn_part_bytes);
     be->moe_ws_bytes = rw_moe_experts_cuda_workspace(E, d->P, H, T, (int)K);
     DALLOC(be->moe_ws, be->moe_ws_bytes);
+    /* zeros once: the expert passes read their tile's entry beside the tile count, also in CTAs
+     * past the count (moe/expert_gemm.cu), so entries no sort has written yet are read (and not
+     * used); zeroed, those reads see defined values (a memory checker's initcheck stays quiet) */
+    RW_CUDA_CHECK(err, cudaMemsetAsync(be->moe_ws, 0, be->moe_ws_bytes, be->st));
     /* the dense GEMMs' K-split workspace for the largest of them: q/k/v fused and apart, o_proj,
      * lm_head */
     const int64_t gemm_nk[][3] = {
