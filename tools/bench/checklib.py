@@ -21,11 +21,13 @@ def finish(name):
     sys.exit(1 if failures else 0)
 
 
-def run_on_text(tool, text, suffix=".csv"):
-    """The tool (a Python script) run on a temporary file holding text: its CompletedProcess."""
+def run_on_text(tool, text, suffix=".csv", args=()):
+    """The tool (a Python script) run on a temporary file holding text, then args: its
+    CompletedProcess."""
     with tempfile.NamedTemporaryFile("w", suffix=suffix, delete=False) as f:
         f.write(text)
     try:
-        return subprocess.run([sys.executable, tool, f.name], capture_output=True, text=True)
+        return subprocess.run([sys.executable, tool, f.name, *args], capture_output=True,
+                              text=True)
     finally:
         os.unlink(f.name)

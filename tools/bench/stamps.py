@@ -9,7 +9,10 @@ prints them at exit to stderr, one line a record:
 
 Other lines are ignored, so the program's whole stderr can be given. Records of one kernel name
 are one launch while their wait returns lie within --split us of each other (the CTAs of a launch
-pass their wait together; the next launch of the same kernel is a layer later). Then:
+pass their wait together; the next launch of the same kernel is a layer later). A launch of more
+CTAs than the GPU holds at once passes its wait in waves: --split NAME=US (repeatable) sets the
+rule for that kernel alone, wide enough to take its waves as one launch (the expert passes at
+b256: --split w13=100 --split w2=100). Then:
 
   launches     the launches found, by kernel: their count, CTAs a launch, and the medians of
                wait (first wait return to last CTA end) and, where recorded, mid (first wait
@@ -22,6 +25,7 @@ pass their wait together; the next launch of the same kernel is a layer later). 
                return, and its gap from the launch before.
 
     stamps.py FILE [--around NAME] [--pick N] [--before B] [--after A] [--split US]
+              [--split NAME=US ...]
 """
 import argparse
 import collections
@@ -42,12 +46,13 @@ def read(f):
 
 
 def launches(recs, split_ns):
+    """split_ns: kernel name -> ns between wait returns that start a new launch"""
     out = []
     for name, rows in recs.items():
         rows.sort(key=lambda r: r[2])
         cur = []
         for r in rows + [None]:
-            if cur and (r is None or r[2] - cur[-1][2] > split_ns):
+            if cur and (r is None or r[2] - cur[-1][2] > split_ns(name)):
                 waits = [x[2] for x in cur]
                 ends = [x[4] for x in cur]
                 mids = [x[3] for x in cur if x[3]]
@@ -74,15 +79,27 @@ def main():
                     help="which launch of --around, counted from the last (default: the middle)")
     ap.add_argument("--before", type=int, default=9, help="launches shown before it")
     ap.add_argument("--after", type=int, default=3, help="launches shown after it")
-    ap.add_argument("--split", type=float, default=3.0,
-                    help="us between wait returns that start a new launch of a kernel")
+    ap.add_argument("--split", action="append", default=[],
+                    help="us between wait returns that start a new launch of a kernel (default "
+                    "3), or NAME=US for kernel NAME alone; repeatable")
     a = ap.parse_args()
+    split_all, split_by = 3.0, {}
+    for v in a.split:
+        name, eq, val = v.rpartition("=")
+        try:
+            us_ = float(val)
+        except ValueError:
+            sys.exit(f"stamps: --split {v}: not a number of us (US or NAME=US)")
+        if eq:
+            split_by[name] = us_
+        else:
+            split_all = us_
     with open(a.file, errors="replace") as f:
         recs = read(f)
     if not recs:
         sys.exit(f"stamps: no RW_STAMP lines in {a.file} (a build configured with -Dstamps=true "
                  "prints them to stderr at exit)")
-    L = launches(recs, a.split * 1e3)
+    L = launches(recs, lambda k: split_by.get(k, split_all) * 1e3)
     print(f"{sum(len(v) for v in recs.values())} records, {len(L)} launches")
     print("launches by kernel: count, CTAs a launch (median), wait to last end and wait to mid "
           "(us, medians)")

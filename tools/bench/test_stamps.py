@@ -55,6 +55,19 @@ try:
     check(r.returncode != 0 and "no launch of C" in r.stderr, f"unknown kernel: {r.stderr}")
 finally:
     os.unlink(f.name)
+# a launch passing its wait in two waves 5 us apart: two launches by the default rule, one with
+# --split W=10 (and the other kernels' rule unchanged); a malformed --split refused
+waves = rec("W", 0, 0, 1000, 0, 4000) + rec("W", 1, 0, 1100, 0, 4100) + \
+    rec("W", 2, 4000, 6100, 0, 9000) + rec("V", 0, 9000, 9500, 0, 9900) + \
+    rec("V", 1, 9000, 13500, 0, 13900)
+for args, want in (([], {"W": "2", "V": "2"}), (["--split", "W=10"], {"W": "1", "V": "2"}),
+                   (["--split", "10"], {"W": "1", "V": "1"})):
+    r = run_on_text(tool, waves, suffix=".txt", args=args)
+    rows = {l.split()[0]: l.split()[1] for l in r.stdout.splitlines()
+            if l.startswith("  ") and "wait-end" in l}
+    check(r.returncode == 0 and rows == want, f"--split {args}: launches {rows}, want {want}")
+r = run_on_text(tool, waves, suffix=".txt", args=["--split", "W=x"])
+check(r.returncode != 0 and "not a number" in r.stderr, f"--split W=x: {r.stderr}")
 r = run_on_text(tool, "nothing here\n", suffix=".txt")
 check(r.returncode != 0 and "no RW_STAMP lines" in r.stderr, f"a file without stamps: {r.stderr}")
 finish("test_stamps")
