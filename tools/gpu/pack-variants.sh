@@ -9,7 +9,8 @@
 # rw-bench copied, the patch taken back out), "-" for the working tree as it is, or DEFINE=VALUE
 # for the working tree compiled with a preprocessor value: the header or source line
 # "#define DEFINE ..." is rewritten to VALUE for the build and restored after it (the file that
-# holds it is found with git grep; it must hold it once). BUILD_DIR is a build configured for the
+# holds it is found with git grep; it must hold it once). Several values join with commas,
+# A=1,B=0 (so a VALUE holds no comma). BUILD_DIR is a build configured for the
 # GPU (meson setup BUILD_DIR -Dcuda=enabled -Dgpu_arch=90a); a variant that only touches a few
 # files rebuilds only what depends on them (meson does not see header changes in .cu files:
 # SPEC files that change a .cuh touch the .cu files that include it). The archive is
@@ -66,16 +67,24 @@ for v in "$@"; do
         mapfile -t changed < <(git apply --numstat "$spec" | cut -f3)
         touch_users "${changed[@]}"
     elif [[ "$spec" == *=* ]]; then
-        def=${spec%%=*}
-        val=${spec#*=}
-        mapfile -t hits < <(git grep -l -E "^#define $def( |$)" -- '*.h' '*.cuh' '*.cu' '*.c')
-        [ ${#hits[@]} -eq 1 ] || { echo "pack-variants: '#define $def' is in ${#hits[@]} files (needs 1)" >&2; exit 2; }
-        f=${hits[0]}
-        cp "$f" "$stage/orig"
-        undo="cp '$stage/orig' '$f'; touch '$f'"
-        changed=("$f")
-        sed -i -E "s|^#define $def( .*)?$|#define $def $val|" "$f"
-        touch_users "$f"
+        IFS=, read -r -a defs <<< "$spec"
+        for d in "${defs[@]}"; do
+            def=${d%%=*}
+            val=${d#*=}
+            case "$d" in [A-Za-z_]*=*) ;; *) echo "pack-variants: '$d' (in '$spec') is no DEFINE=VALUE" >&2; exit 2 ;; esac
+            mapfile -t hits < <(git grep -l -E "^#define $def( |$)" -- '*.h' '*.cuh' '*.cu' '*.c')
+            [ ${#hits[@]} -eq 1 ] || { echo "pack-variants: '#define $def' is in ${#hits[@]} files (needs 1)" >&2; exit 2; }
+            f=${hits[0]}
+            # each file saved once, before its first rewrite; the undo restores the values made
+            # so far, so a later bad DEFINE leaves the tree as it was
+            if ! printf '%s\n' "${changed[@]}" | grep -qxF "$f"; then
+                cp "$f" "$stage/orig.${#changed[@]}"
+                undo="cp '$stage/orig.${#changed[@]}' '$f'; touch '$f'; $undo"
+                changed+=("$f")
+            fi
+            sed -i -E "s|^#define $def( .*)?$|#define $def $val|" "$f"
+        done
+        touch_users "${changed[@]}"
     else
         echo "pack-variants: '$spec' is no patch file, '-' or DEFINE=VALUE" >&2
         exit 2

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_runners.sh - the GPU machine's runners on stand-ins, without a GPU: run-packed.sh's verdicts
-# (pass, skip, fail, expected failure) and their summary; and that run-packed.sh and
+# (pass, skip, fail, expected failure) and their summary; that run-packed.sh and
 # run-variants.sh, stopped by a signal (an outer timeout), stop the tests or the benchmark they
-# were running, which would otherwise go on holding the GPU. Exits 0 when every check holds.
+# were running, which would otherwise go on holding the GPU; and pack-variants.sh's DEFINE=VALUE
+# variants on a stand-in tree. Exits 0 when every check holds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -84,4 +85,34 @@ rm -f "$tmp/pid.v"
 OUT=$tmp/out timeout 120 "$here/run-variants.sh" --rounds 1 --archive "$tmp/v.txz" hang -- x \
     > "$tmp/v2.log" 2>&1 &
 stop_started $! benchmark "$tmp/pid.v"
+# pack-variants.sh on a stand-in tree (its own git repository, a header of two values, a build
+# that compiles a program printing them): a variant of one DEFINE=VALUE and one of two joined
+# with a comma are each built with their values alone, the tree is as it was afterwards, and a
+# DEFINE no file holds is refused with the tree left intact
+if command -v cc > /dev/null && command -v ninja > /dev/null && command -v git > /dev/null &&
+    command -v xz > /dev/null && command -v strip > /dev/null; then
+    r=$tmp/repo
+    mkdir -p "$r/tools/gpu" "$r/core" "$r/build" "$tmp/pv"
+    cp "$here/pack-variants.sh" "$r/tools/gpu/"
+    printf '#define RW_KNOB_A 1\n#define RW_KNOB_B 2\n' > "$r/core/knobs.h"
+    printf '#include <stdio.h>\n#include "knobs.h"\nint main(void) { printf("%%d %%d\\n", RW_KNOB_A, RW_KNOB_B); return 0; }\n' \
+        > "$r/prog.c"
+    printf 'rule cc\n  command = cc -I%s/core -o $out %s/prog.c\nbuild tools/bench/rw-bench: cc %s/prog.c %s/core/knobs.h\n' \
+        "$r" "$r" "$r" "$r" > "$r/build/build.ninja"
+    (cd "$r" && git init -q && git add tools core prog.c &&
+        git -c user.name=t -c user.email=t@t commit -qm t) || fail "cannot make the stand-in tree"
+    (cd "$r" && bash tools/gpu/pack-variants.sh build base=- a=RW_KNOB_A=5 ab=RW_KNOB_A=7,RW_KNOB_B=9) \
+        > "$tmp/pv.log" 2>&1 || fail "pack-variants failed: $(cat "$tmp/pv.log")"
+    xz -dc "$r/.gpu-pack/variants.txz" | tar xf - -C "$tmp/pv" || fail "pack-variants' archive does not unpack"
+    got="$("$tmp/pv/rw-base") / $("$tmp/pv/rw-a") / $("$tmp/pv/rw-ab")"
+    [ "$got" = "1 2 / 5 2 / 7 9" ] || fail "pack-variants' builds print '$got', not '1 2 / 5 2 / 7 9'"
+    (cd "$r" && git diff --quiet) || fail "pack-variants left the stand-in tree changed"
+    (cd "$r" && bash tools/gpu/pack-variants.sh build bad=RW_KNOB_A=3,RW_NO_SUCH=1) > "$tmp/pv2.log" 2>&1
+    st=$?
+    [ $st = 2 ] || fail "a DEFINE no file holds left pack-variants' status $st: $(cat "$tmp/pv2.log")"
+    grep -q "'#define RW_NO_SUCH' is in 0 files" "$tmp/pv2.log" || fail "the refusal: $(cat "$tmp/pv2.log")"
+    (cd "$r" && git diff --quiet) || fail "a refused DEFINE left the stand-in tree changed"
+else
+    echo "test_runners: no cc, ninja, git, xz or strip; the pack-variants check is not run" >&2
+fi
 echo "test_runners: ok"
