@@ -14,16 +14,18 @@ mkdir -p "$R"
 gpu=$(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader)
 echo "$gpu" | tee "$R/r2_gpu.txt"
 s0=$SECONDS
+B=${RW_CALL_BUDGET:-520} # seconds this script may take in all
+VT=$((B * 3 / 5))
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "${mem:-0}" -ge 100000 ]; then P="--batches 1,256 --ctxs 1024"; else P="--batches 256 --ctxs 512"; fi
-OUT=$R/v RW_VARIANT_TIMEOUT=80 timeout 300 tools/gpu/run-variants.sh --rounds 2 main one one8 tma -- $C \
+OUT=$R/v RW_VARIANT_TIMEOUT=80 timeout $VT tools/gpu/run-variants.sh --rounds 2 main one one8 tma -- $C \
     decode $P --steps 10 --gen 1,16,2 --gen-reps 1 --no-forward
 python3 tools/bench/variant_lines.py "$R/v/variants.txt" --what "decode_bf16|decode_mxfp8"
 mv "$R/v/variants.txt" "$R/r2_variants.txt"; rm -rf "$R/v"
 echo "variants done at $((SECONDS - s0)) s"
 for t in one tma main; do
-    left=$((520 - (SECONDS - s0)))
+    left=$((B - (SECONDS - s0)))
     [ $left -lt 30 ] && { echo "no time left for tests_$t"; continue; }
     only="moe_experts_gpu|worker_cuda_vs_transformers_gpu"
     [ $t = tma ] && only="moe_experts_gpu"
