@@ -19,7 +19,7 @@ VT=$((B * 3 / 5))
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "${mem:-0}" -ge 100000 ]; then P="--batches 1,256 --ctxs 1024"; else P="--batches 256 --ctxs 512"; fi
-OUT=$R/v RW_VARIANT_TIMEOUT=80 timeout $VT tools/gpu/run-variants.sh --rounds 2 main one one8 tma -- $C \
+OUT=$R/v RW_VARIANT_TIMEOUT=80 timeout $VT tools/gpu/run-variants.sh --rounds 2 ${RW_VARIANTS:-main one one8 tma} -- $C \
     decode $P --steps 10 --gen 1,16,2 --gen-reps 1 --no-forward
 python3 tools/bench/variant_lines.py "$R/v/variants.txt" --what "decode_bf16|decode_mxfp8"
 mv "$R/v/variants.txt" "$R/r2_variants.txt"; rm -rf "$R/v"
