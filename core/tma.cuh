@@ -45,10 +45,9 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 rw_tma_encoder(void) {
  * are whole 128-byte rows already, and asking for 256-byte promotion made a batch-1 step 0.5 to
  * 1.2% slower on an H200 (two sessions, two runs each; nothing at batch 8 or 256;
  * docs/BENCHMARKS.md, twenty-third and twenty-fourth sessions). */
-static inline bool rw_tma_map_nd(CUtensorMap *map, CUtensorMapDataType type,
-                                 CUtensorMapSwizzle swizzle, const void *base, int rank,
-                                 const uint64_t *dims, const uint64_t *stride,
-                                 const uint32_t *box) {
+static inline bool rw_tma_map_bf16_nd(CUtensorMap *map, const void *base, int rank,
+                                      const uint64_t *dims, const uint64_t *stride,
+                                      const uint32_t *box) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = rw_tma_encoder();
     if (!enc || !base || rank < 2 || rank > 5 || (uintptr_t)base % 16) return false;
     cuuint64_t d[5], st[4];
@@ -59,24 +58,9 @@ static inline bool rw_tma_map_nd(CUtensorMap *map, CUtensorMapDataType type,
         e[i] = 1;
         if (i) st[i - 1] = stride[i - 1];
     }
-    return enc(map, type, (cuuint32_t)rank, (void *)base, d, st, b, e,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-static inline bool rw_tma_map_bf16_nd(CUtensorMap *map, const void *base, int rank,
-                                      const uint64_t *dims, const uint64_t *stride,
-                                      const uint32_t *box) {
-    return rw_tma_map_nd(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_SWIZZLE_128B, base,
-                         rank, dims, stride, box);
-}
-/* The same for bytes (e4m3 codes): dims[0] bytes (64: one 64-byte row), written with the 64-byte
- * swizzle: 16-byte chunk c of row r lands at chunk c ^ ((r / 2) % 4) of its row, destination
- * 512-byte aligned. */
-static inline bool rw_tma_map_u8_nd(CUtensorMap *map, const void *base, int rank,
-                                    const uint64_t *dims, const uint64_t *stride,
-                                    const uint32_t *box) {
-    return rw_tma_map_nd(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_SWIZZLE_64B, base, rank,
-                         dims, stride, box);
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank, (void *)base, d, st, b, e,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 /* The tensor map of a bf16 matrix [rows, cols] (row-major, rows 16-byte aligned: cols % 8 == 0)

@@ -58,16 +58,8 @@ __device__ __forceinline__ int64_t unshuffle(int64_t n) {
  * address arithmetic competed with the MMAs (16,384 routed tokens: 7.13 -> 6.96 ms on an H200).
  * The narrow decode tiles are bound by latency, not issue, and measured slower with it (one
  * token: 32.5 -> 35.8 us; 256 tokens: unchanged). */
-/* MOE_MX_TMA: the mxfp8 register-fragment tiles load their e4m3 stages with one tensor copy
- * each too (the weights as [E][M][K / 64][64] bytes, the 64-byte swizzle the fragments read) */
-#define MOE_MX_TMA 0
 __host__ __device__ constexpr bool moe_tma(int tn, int fmt, bool wg) {
-    return wg && ((fmt == FMT_BF16 && tn == 128) || (MOE_MX_TMA && fmt == FMT_MX));
-}
-/* Whether a tile's tensor copies replace its early weight loads (the bf16 prefill tiles): the
- * mxfp8 tiles issue theirs early as the cp.async tiles do */
-__host__ __device__ constexpr bool moe_tma_late(int tn, int fmt, bool wg) {
-    return moe_tma(tn, fmt, wg) && fmt == FMT_BF16;
+    return wg && fmt == FMT_BF16 && tn == 128;
 }
 /* Whether a tile converts its weights straight into wgmma's A registers, with no bf16 tile in
  * shared memory (the kernel's RS, below): the quantized tiles on wgmma. */
@@ -98,7 +90,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * of it passed its own wait (launch.cuh); the activations, the w13 pass's output, are loaded
      * after the wait. On an H200, same run: engine steps of 1 token 3.405-3.419 -> 3.336-3.369
      * ms, of 8 tokens 8.764-8.774 -> 8.641-8.681 ms (docs/BENCHMARKS.md, eighteenth session). */
-    constexpr bool EARLY = !W13 && !moe_tma_late(TN, FMT, WG);
+    constexpr bool EARLY = !W13 && !moe_tma(TN, FMT, WG);
     RW_STAMP(t_entry);
     RW_STAMP_DECL(t_wait);
     RW_STAMP_DECL(t_first);
@@ -254,13 +246,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
             /* B alone: the EARLY prologue issued this stage's weights before the wait */
         } else if constexpr (TMA) {
             if (tid == 0) {
-                if constexpr (FMT == FMT_BF16) {
-                    rw_mbar_expect_tx(&full[st], A_BYTES);
-                    rw_tma_load_4d(sa, &tw, &full[st], 0, (int)m0, kb, e);
-                } else {
-                    rw_mbar_expect_tx(&full[st], A8_BYTES);
-                    rw_tma_load_4d(sa, &tw, &full[st], 0, kb, (int)m0, e);
-                }
+                rw_mbar_expect_tx(&full[st], A_BYTES);
+                rw_tma_load_4d(sa, &tw, &full[st], 0, (int)m0, kb, e);
             }
         } else if (FMT == FMT_BF16) {
             /* [K/64, M, 64]: rows m0.. of block kb are BM x 128 bytes contiguous. Thread tid copies
@@ -315,7 +302,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * H100, same run, b1 x 1k engine steps 3.295-3.307 -> 3.279-3.294 ms, b1 x 4k
      * 3.603-3.625 -> 3.521-3.572, b8 and b256 level (docs/BENCHMARKS.md, thirty-sixth
      * session). */
-    constexpr bool AFIRST = !moe_tma_late(TN, FMT, WG);
+    constexpr bool AFIRST = !TMA;
     if constexpr (AFIRST) {
 #pragma unroll
         for (int s = 0; s < AHEAD; s++)
@@ -602,17 +589,7 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_max));
     /* the weights as [E][K / 64][M][64] for the tensor copies of 128-row boxes */
     CUtensorMap tw = {};
-    if (moe_tma(TN, FMT, WG) && FMT == FMT_MX) {
-        /* e4m3 [E][M][K]: 64-byte rows of K block kb at n K + 64 kb */
-        const uint64_t dims[4] = {64, (uint64_t)(g.K / 64), (uint64_t)g.M, (uint64_t)g.E};
-        const uint64_t stride[3] = {64, (uint64_t)g.K, (uint64_t)g.w_expert};
-        const uint32_t box[4] = {64, 1, BM, 1};
-        if (!rw_tma_map_u8_nd(&tw, g.w, 4, dims, stride, box))
-            RW_FAIL(err, RW_E_UNSUPPORTED,
-                    "moe gemm: the driver cannot encode the tensor map of %lld experts of %lld x "
-                    "%lld e4m3 weights",
-                    (long long)g.E, (long long)g.M, (long long)g.K);
-    } else if (moe_tma(TN, FMT, WG)) {
+    if (moe_tma(TN, FMT, WG)) {
         const uint64_t dims[4] = {64, (uint64_t)g.M, (uint64_t)(g.K / 64), (uint64_t)g.E};
         const uint64_t stride[3] = {128, (uint64_t)g.M * 128, (uint64_t)g.w_expert};
         const uint32_t box[4] = {64, MOE_BM, 1, 1};

@@ -30,9 +30,6 @@ static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_te
 }
 
 #define FUSE_MIN_TOK 64
-/* Whether the quantized (mxfp8, fp8-block) expert layers take the gate/up input as the hi + lo
- * pair, as the bf16 layers do (1), or as its hi half alone (0; measurement only) */
-#define RW_MOE_QUANT_PAIR 1
 
 /* The model on the metadata already on the device. */
 rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int qt, int64_t nlog,
@@ -196,13 +193,12 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         float *const eo = fuse && l + 1 < c->num_layers ? NULL : moe_out;
         /* silu(g)*u into the down projection: one bf16, or a pair in the high-precision mode */
         const bool act_pair = m->precision == RW_PRECISION_HIGH;
-        const uint16_t *moe_lo = RW_MOE_QUANT_PAIR || lw->moe_fmt == RW_WFMT_BF16 ? be->h_lo : NULL;
         if (rsort)
-            RW_CHECK(rw_moe_experts_cuda_presorted(lw, d, H, be->h, moe_lo, act_pair, ntok, ids,
+            RW_CHECK(rw_moe_experts_cuda_presorted(lw, d, H, be->h, be->h_lo, act_pair, ntok, ids,
                                                    wts, K, eo, be->moe_ws, be->moe_ws_bytes, s,
                                                    err));
         else
-            RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, moe_lo, act_pair, ntok, ids, wts, K, eo,
+            RW_CHECK(rw_moe_experts_cuda(lw, d, H, be->h, be->h_lo, act_pair, ntok, ids, wts, K, eo,
                                          be->moe_ws, be->moe_ws_bytes, s, err));
         rw_cuda_mark(be, RW_PHASE_EXPERTS);
         if (tp) {
