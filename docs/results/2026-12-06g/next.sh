@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # For the next call (not run this session): the two-warpgroup mxfp8 tiles on per-stage full /
-# empty barriers (decouple.patch, branch mx-decouple; builds, 70-71 registers, no spills) against
+# empty barriers (decouple.patch, branch mx-decouple; builds, 71-77 registers, no spills) against
 # main. Prepare on the CPU machine, from main with decouple.patch applying cleanly:
 #   tools/gpu/pack-variants.sh BUILD main=- dec=$(pwd)/docs/results/2026-12-06g/decouple.patch
 #   git apply docs/results/2026-12-06g/decouple.patch && touch moe/*.cu && ninja -C BUILD &&
