@@ -16,8 +16,10 @@ s0=$SECONDS
 B=${RW_CALL_BUDGET:-560}
 timeout 200 tools/gpu/run-packed.sh .gpu-pack/tests_twg.txz \
     --only "moe_experts_gpu|worker_invariance_gpu|worker_cuda_vs_transformers_gpu" > "$R/c2_tests.txt" 2>&1
+rc=$?
 tail -5 "$R/c2_tests.txt"; grep -h "quantized weights" /tmp/rw-packed/logs/*.log 2>/dev/null | sort -u
 [ -f "$R/failed.log" ] && { tail -c 3000 "$R/failed.log"; echo "tests failed: no timing"; exit 1; }
+[ $rc -ne 0 ] && { tail -c 2000 /tmp/rw-packed/logs/*.log 2>/dev/null | tail -40; echo "tests exit $rc (124: a hang): no timing"; exit 1; }
 echo "tests done at $((SECONDS - s0)) s"
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
