@@ -102,6 +102,23 @@ __device__ __forceinline__ void rw_mbar_expect_tx(uint64_t *bar, uint32_t bytes)
                  : "memory");
 #endif
 }
+/* One plain arrival on *bar (an empty barrier's release: the arriving warp is done with the
+ * stage it guards). */
+__device__ __forceinline__ void rw_mbar_arrive(uint64_t *bar) {
+#if RW_WGMMA_DEVICE
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(rw_smem_u32(bar)) : "memory");
+#endif
+}
+/* An arrival on *bar that fires once every cp.async this thread issued before it has landed
+ * (.noinc: the barrier's count includes it). A full barrier of a cp.async stage: each copying
+ * thread arrives once a phase, after its copies of that stage; the phase completes when all of
+ * them have landed, and a thread that waits on it sees their bytes. */
+__device__ __forceinline__ void rw_cp_async_mbar_arrive(uint64_t *bar) {
+#if RW_WGMMA_DEVICE
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(rw_smem_u32(bar))
+                 : "memory");
+#endif
+}
 /* Waits until the phase of *bar with parity `parity` (0 for its first phase, then 1, 0, ...)
  * has completed; the copies completing on it are then visible to this thread and to wgmma. */
 __device__ __forceinline__ void rw_mbar_wait(uint64_t *bar, uint32_t parity) {

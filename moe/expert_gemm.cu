@@ -127,6 +127,21 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * but slower: core/mma.cuh). The loads then run STAGES - 1 ahead: the stage they overwrite
      * was last read before the barrier. Other warpgroups on the SM fill the wait. */
     constexpr bool RS = moe_rs(FMT, WG);
+    /* DEC: the two-warpgroup register-fragment tiles (mxfp8, 32 tokens) pass no CTA barrier in
+     * the K loop. Each stage has a full barrier, on which every thread's copies of the stage
+     * arrive as they land (cp.async's arrive-on), and an empty one, on which each warp arrives
+     * once its MMAs of the stage have retired; a thread waits on the stage's full barrier before
+     * reading it and on its empty barrier before copying into it again. With one CTA barrier a
+     * block both warpgroups converted, then both waited for their MMAs, at once (Nsight Compute
+     * on an H100: a fifth of the stall samples on that barrier and that wait, issue slots 47%
+     * busy; docs/BENCHMARKS.md, thirty-ninth session); now one may convert block kb + 1 while
+     * the other waits for block kb. The loads into a stage wait for both warpgroups (the token
+     * tile is shared), so the two stay within a block of each other. The bits are those of the
+     * barrier form: each row's k16 steps in the same order. On an H100, same run, three rounds:
+     * mxfp8-last-8 b256 x 1k steps 30.054-30.056 -> 29.89-29.94 ms. The bf16 32-token tiles
+     * (A from shared memory, each warp releasing a stage once the group that read it retired)
+     * measured 0.3% slower so and keep the barrier (docs/BENCHMARKS.md, fortieth session). */
+    constexpr bool DEC = RS && NWG == 2;
     constexpr bool PIPE = WG && !RS && MOE_STAGES >= MOE_PIPE_STAGES;
     constexpr int AHEAD = PIPE ? MOE_STAGES - 2 : MOE_STAGES - 1;
     constexpr bool TMA = moe_tma(TN, FMT, WG);
@@ -160,12 +175,16 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * scale_cols * 512 bytes (rw_moe_scale_swizzle with m / 128 fixed), loaded with the first
      * stage so the K loop never waits on a global load for its scales */
     uint8_t *ssc = deq + NDEQ * BM * 128;
-    __shared__ __align__(8) uint64_t full[TMA ? MOE_STAGES : 1];
-    if constexpr (TMA) {
+    __shared__ __align__(8) uint64_t full[TMA || DEC ? MOE_STAGES : 1];
+    __shared__ __align__(8) uint64_t empty[DEC ? MOE_STAGES : 1];
+    if constexpr (TMA || DEC) {
         if (tid == 0) {
 #pragma unroll
-            for (int st = 0; st < MOE_STAGES; st++)
-                rw_mbar_init(&full[st], 1);
+            for (int st = 0; st < MOE_STAGES; st++) {
+                /* TMA: one arrival with the copy's bytes; DEC: every thread's copies */
+                rw_mbar_init(&full[st], TMA ? 1 : MOE_THREADS);
+                if constexpr (DEC) rw_mbar_init(&empty[st], MOE_THREADS / 32);
+            }
             rw_mbar_init_fence();
         }
         __syncthreads();
@@ -317,6 +336,8 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     for (int s = 0; s < AHEAD; s++) {
         if (s < nkb) load_stage(s, s, !AFIRST, true);
         rw_cp_async_commit();
+        if constexpr (DEC)
+            if (s < nkb) rw_cp_async_mbar_arrive(&full[s]);
     }
     /* RS: whether the tile's scales all take the fast conversion, once the first commit group
      * (the scales and stage 0) has landed: a CTA-wide answer, so the K loop branches uniformly */
@@ -333,12 +354,19 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
 #pragma unroll
             for (int i = 0; i < RSF; i++)
                 rs_f[i] = rs_srow[i][kb >> 1];
-        rw_cp_async_wait<AHEAD - 1>();
-        /* wgmma reads through the async proxy: each thread's copies are made visible to it
-         * before the barrier that publishes them */
-        if constexpr (WG) rw_fence_proxy_async();
-        __syncthreads();
         const int st = kb % MOE_STAGES;
+        if constexpr (DEC) {
+            /* every thread's copies of the stage have landed; wgmma reads them through the
+             * async proxy */
+            rw_mbar_wait(&full[st], (uint32_t)(kb / MOE_STAGES) & 1u);
+            rw_fence_proxy_async();
+        } else {
+            rw_cp_async_wait<AHEAD - 1>();
+            /* wgmma reads through the async proxy: each thread's copies are made visible to
+             * it before the barrier that publishes them */
+            if constexpr (WG) rw_fence_proxy_async();
+            __syncthreads();
+        }
         if constexpr (TMA) rw_mbar_wait(&full[st], (uint32_t)(kb / MOE_STAGES) & 1u);
         if (kb == 0) RW_STAMP_SET(t_first); /* the stamps build's mid: the first stage is in */
         uint8_t *sa = smem + st * STAGE;
@@ -348,7 +376,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
          * PIPE), which have retired: without PIPE each block waits for its group, with PIPE the
          * wait after block kb - 1 leaves only that block's group in flight. A quantized stage's
          * e4m3 tile was read by its dequantization, before the barrier above. */
-        {
+        if constexpr (!DEC) {
             const int nk = kb + AHEAD;
             if (nk < nkb) load_stage(nk % MOE_STAGES, nk);
             rw_cp_async_commit();
@@ -433,8 +461,35 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
                                              rw_wgmma_desc_at(dsb, B_BYTES + ks * 32));
                 }
             rw_wgmma_commit();
+            if constexpr (DEC) {
+                /* the next loads, under this block's MMAs: into the stage of block kb - 1,
+                 * once every warp has retired that block's MMAs */
+                const int nk = kb + AHEAD, ns = nk % MOE_STAGES;
+                if (nk < nkb) {
+                    if (nk >= MOE_STAGES)
+                        rw_mbar_wait(&empty[ns], (uint32_t)(nk / MOE_STAGES - 1) & 1u);
+                    load_stage(ns, nk);
+                    rw_cp_async_mbar_arrive(&full[ns]);
+                }
+            }
             rw_wgmma_wait<0>();
             rw_wgmma_pin(&acc[0][0][0], AM * TN / 2);
+            if constexpr (DEC) {
+                /* the fragments stay live up to the wait: the group reads them asynchronously,
+                 * and without this the copies' address work above could be given their
+                 * registers (core/mma.cuh) */
+#pragma unroll
+                for (int mt = 0; mt < AM; mt++)
+#pragma unroll
+                    for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            asm volatile("" : "+r"(af[mt][ks][j])::"memory");
+                /* this warp is done with the stage: its fragments were read before its MMAs,
+                 * which have retired */
+                __syncwarp();
+                if (lane == 0) rw_mbar_arrive(&empty[st]);
+            }
         } else if constexpr (WG) {
             /* warpgroup warp / 4: its AM m64 blocks of weight rows by all TN tokens. Per
              * accumulator the k16 steps in order, hi then lo, as below. The group is retired
