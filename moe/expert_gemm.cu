@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * the other waits for block kb. The loads into a stage wait for both warpgroups (the token
      * tile is shared), so the two stay within a block of each other. The bits are those of the
      * barrier form: each row's k16 steps in the same order. On an H100, same run, three rounds:
-     * mxfp8-last-8 b256 x 1k steps 30.054-30.056 -> 29.89-29.94 ms. The bf16 32-token tiles
+     * mxfp8-last-8 b256 x 1k steps 30.054-30.056 -> 29.89-29.93 ms. The bf16 32-token tiles
      * (A from shared memory, each warp releasing a stage once the group that read it retired)
      * measured 0.3% slower so and keep the barrier (docs/BENCHMARKS.md, fortieth session). */
     constexpr bool DEC = RS && NWG == 2;
