@@ -23,7 +23,9 @@ mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 if [ "${mem:-0}" -ge 100000 ]; then P="--batches 1,256 --ctxs 1024"; else P="--batches 256 --ctxs 512"; fi
 V="main trim"
 [ $rc -ne 0 ] && V="main"
-OUT=$R/v RW_VARIANT_TIMEOUT=90 timeout 200 tools/gpu/run-variants.sh --rounds 3 $V -- $C \
+VT=$((B - (SECONDS - s0) - 15)); [ $VT -gt 200 ] && VT=200
+NR=3; [ $B -lt 300 ] && NR=2
+OUT=$R/v RW_VARIANT_TIMEOUT=90 timeout $VT tools/gpu/run-variants.sh --rounds $NR $V -- $C \
     decode $P --steps 10 --gen 1,16,2 --gen-reps 1 --no-forward
 python3 tools/bench/variant_lines.py "$R/v/variants.txt" --what "decode_bf16|decode_mxfp8"
 mv "$R/v/variants.txt" "$R/c3_variants.txt"; rm -rf "$R/v"
