@@ -32,7 +32,9 @@ REGEX=$1
 { [ "$B" = 1 ] || [ "$B" = 256 ]; } || { echo "kernel-profile: --batch is 1 or 256" >&2; exit 2; }
 { [ "$QUANT" = 0 ] || [ "$B" = 256 ]; } || { echo "kernel-profile: --quant needs batch 256" >&2; exit 2; }
 BUILD=${RW_BUILD_DIR:-build-gpu}
+# the output folder is made if missing and taken as an absolute path before the cd below
 DIR=${OUT:-.}
+mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd)
 cd "$(dirname "$0")/../.."
 command -v ncu > /dev/null || { echo "kernel-profile: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
 [ -x "$BUILD/tools/bench/rw-bench" ] || { echo "kernel-profile: no $BUILD/tools/bench/rw-bench (build it first)" >&2; exit 1; }

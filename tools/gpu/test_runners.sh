@@ -3,7 +3,8 @@
 # (pass, skip, fail, expected failure) and their summary; that run-packed.sh and
 # run-variants.sh, stopped by a signal (an outer timeout), stop the tests or the benchmark they
 # were running, which would otherwise go on holding the GPU; and pack-variants.sh's DEFINE=VALUE
-# variants on a stand-in tree. Exits 0 when every check holds.
+# variants on a stand-in tree; kernel-profile.sh's output folder on a stand-in ncu. Exits 0 when
+# every check holds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -115,4 +116,26 @@ if command -v cc > /dev/null && command -v ninja > /dev/null && command -v git >
 else
     echo "test_runners: no cc, ninja, git, xz or strip; the pack-variants check is not run" >&2
 fi
+# kernel-profile.sh on a stand-in ncu (it writes the report it is asked for and prints a one-line
+# SASS page): an OUT folder that does not exist yet, given relative to the caller's directory,
+# receives the profile and the SASS table
+kb=$tmp/kp
+mkdir -p "$kb/bin" "$kb/build/tools/bench" "$kb/cwd"
+printf '#!/bin/sh
+exit 0\n' > "$kb/build/tools/bench/rw-bench"
+cat > "$kb/bin/ncu" << 'NCU'
+#!/usr/bin/env bash
+case " $* " in
+*" -o "*) while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done; : > "$out.ncu-rep" ;;
+*"--page details"*) echo "Duration 1 us" ;;
+*"--page source"*)
+    printf '"Kernel Name","k"\n"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"\n'
+    printf '"0x10","IMAD R1, R2, R3, R4","5","100"\n' ;;
+esac
+NCU
+chmod +x "$kb/bin/ncu" "$kb/build/tools/bench/rw-bench"
+(cd "$kb/cwd" && PATH=$kb/bin:$PATH OUT=new/out RW_BUILD_DIR=$kb/build "$here/kernel-profile.sh" k) \
+    > "$tmp/kp.log" 2>&1 || fail "kernel-profile on the stand-in ncu failed: $(cat "$tmp/kp.log")"
+grep -q "IMAD" "$kb/cwd/new/out/profile_sass.txt" 2> /dev/null ||
+    fail "kernel-profile did not write its table under the caller's OUT: $(cat "$tmp/kp.log")"
 echo "test_runners: ok"
