@@ -178,6 +178,14 @@ __device__ __forceinline__ void rw_wgmma_pin(float *d, int n) {
     for (int i = 0; i < n; i++)
         asm volatile("" : "+f"(d[i])::"memory");
 }
+/* The same for n A-fragment registers of rw_wgmma_bf16_rs: kept live, in place, up to this point
+ * (a wait that retired the group reading them), so the compiler gives them to nothing else
+ * while the group may still read them. */
+__device__ __forceinline__ void rw_wgmma_pin_frag(uint32_t *a, int n) {
+#pragma unroll
+    for (int i = 0; i < n; i++)
+        asm volatile("" : "+r"(a[i])::"memory");
+}
 
 /* d[0 .. N/2) += A (64 x 16, descriptor a) . B (16 x N, descriptor b), bf16 in, fp32 accumulate
  * (D = A.B + D: the predicate p, scale-d, is true); N = 16, 32, 64, 96, 128 or 256. Asynchronous:

@@ -478,13 +478,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
                 /* the fragments stay live up to the wait: the group reads them asynchronously,
                  * and without this the copies' address work above could be given their
                  * registers (core/mma.cuh) */
-#pragma unroll
-                for (int mt = 0; mt < AM; mt++)
-#pragma unroll
-                    for (int ks = 0; ks < 4; ks++)
-#pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            asm volatile("" : "+r"(af[mt][ks][j])::"memory");
+                rw_wgmma_pin_frag(&af[0][0][0], AM * 4 * 4);
                 /* this warp is done with the stage: its fragments were read before its MMAs,
                  * which have retired */
                 __syncwarp();

@@ -121,8 +121,7 @@ fi
 # receives the profile and the SASS table
 kb=$tmp/kp
 mkdir -p "$kb/bin" "$kb/build/tools/bench" "$kb/cwd"
-printf '#!/bin/sh
-exit 0\n' > "$kb/build/tools/bench/rw-bench"
+printf '#!/bin/sh\nexit 0\n' > "$kb/build/tools/bench/rw-bench"
 cat > "$kb/bin/ncu" << 'NCU'
 #!/usr/bin/env bash
 case " $* " in
