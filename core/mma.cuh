@@ -28,6 +28,19 @@ __device__ __forceinline__ void rw_cp_async16(void *dst, const void *src, int sr
 __device__ __forceinline__ void rw_cp_async16_sa(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
+/* rw_cp_async16_sa that also asks L2 to fetch the whole aligned PF bytes around src (128 or 256;
+ * 0: no hint), for a stream that reads a row a narrow piece at a time: the row's next pieces are
+ * then L2 hits instead of DRAM accesses of their own. */
+template <int PF>
+__device__ __forceinline__ void rw_cp_async16_sa_pf(uint32_t dst, const void *src) {
+    static_assert(PF == 0 || PF == 128 || PF == 256, "rw_cp_async16_sa_pf: 0, 128 or 256 bytes");
+    if constexpr (PF == 256)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    else if constexpr (PF == 128)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    else
+        rw_cp_async16_sa(dst, src);
+}
 /* Same, to a shared-state-space address, reading the first src_bytes (0 or 16) of src. */
 __device__ __forceinline__ void rw_cp_async16_zfill_sa(uint32_t dst, const void *src,
                                                        uint32_t src_bytes) {

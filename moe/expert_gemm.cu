@@ -40,6 +40,10 @@ RW_STAMPS_UNIT(eg, "w13", "w2")
 #define MOE_DEEP_STAGES 8
 /* The stages of the two-warpgroup mxfp8 tiles of a multi-wave decode grid (launch_pass) */
 #define MOE_MX_WG_STAGES 5
+/* The L2 fetch a quantized tile's weight copy asks for (rw_cp_async16_sa_pf): a stage reads 64
+ * bytes of each of its 128 rows, the rows K bytes apart ([M, K], not K-blocked: docs/LAYOUT.md),
+ * so without a hint each row's next blocks come from DRAM in pieces of their own. */
+#define MOE_QUANT_L2_PF 0
 /* The least stages of a pipelined wgmma tile (the kernel's PIPE): one stage's group in flight and
  * two stages of loads ahead of it. */
 #define MOE_PIPE_STAGES 4
@@ -288,7 +292,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
                 (RS ? (tid >> 2) * 64 + (((tid & 3) ^ ((tid >> 3) & 3)) << 4) : tid * 16);
 #pragma unroll
             for (int i = 0; i < QR; i++)
-                rw_cp_async16_sa(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
+                rw_cp_async16_sa_pf<MOE_QUANT_L2_PF>(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
         }
         if (!b) return;
         const uint32_t bs = rw_smem_u32(sb);

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Forty-first session, call 1: the fortieth session's next.sh as prepared.
-# On main with the decoupled mxfp8 tiles: trim.patch (each block's stage and phase parity carried
-# from block to block instead of kb % STAGES and kb / STAGES) and the two-warpgroup mxfp8 tiles'
-# stage count, which the seventeenth session chose for the barrier form (st4: four stages, room
-# for three CTAs an SM; st6: six), against main. First trim's tests (tests_trim.txz), then the
-# variants in turns (mxfp8-last-8 b256 x 1k, bf16 beside it; x 512 on an H100, b1,256 x 1k on an
-# H200), then main's mxfp8 w13 tile: its SASS (cuobjdump) and, with the time left, Nsight
-# Compute. Prepare on the CPU machine, from main (trim.patch applying cleanly):
-#   git apply docs/results/2026-12-06h/trim.patch && touch moe/*.cu && ninja -C BUILD &&
-#     tools/gpu/pack-tests.sh BUILD .gpu-pack/tests_trim.txz; git checkout moe/expert_gemm.cu
-#   tools/gpu/pack-variants.sh BUILD main=- trim=$(pwd)/docs/results/2026-12-06h/trim.patch \
-#     st4=MOE_MX_WG_STAGES=4 st6=MOE_MX_WG_STAGES=6
+# Forty-first session, call 1: the fortieth session's next.sh with other variants. First
+# trim.patch's tests (tests_trim.txz: main + docs/results/2026-12-06h/trim.patch), then in turns
+# (mxfp8-last-8 b256 x 1k, bf16 beside it; x 512 on an H100, b1,256 x 1k on an H200):
+#   main   main's tree (MOE_QUANT_L2_PF 0: the quantized tiles' weight copies without an L2 hint)
+#   pf128  the weight copies ask L2 for the whole 128-byte line (cp.async ... .L2::128B)
+#   pf256  ... for the aligned 256 bytes (.L2::256B): a stage reads 64 bytes of each of 128 rows
+#          K bytes apart (the mxfp8 layout is not K-blocked), so each row's next blocks hit L2
+#   trim   trim.patch: the stage and phase parity carried from block to block
+# then main's mxfp8 w13 tile: its SASS (cuobjdump) and, with the time left, Nsight Compute.
+# Prepare on the CPU machine, with the MOE_QUANT_L2_PF knob in the tree at 0:
+#   tools/gpu/pack-variants.sh BUILD main=- pf128=MOE_QUANT_L2_PF=128 pf256=MOE_QUANT_L2_PF=256 \
+#     trim=$(pwd)/docs/results/2026-12-06h/trim.patch
 # Carry .deps and .gpu-pack; RW_CALL_BUDGET (seconds, default 480) bounds the script.
 source .deps/env.sh
 R=${OUT:-out}
@@ -27,8 +27,8 @@ echo "tests (exit $rc) done at $((SECONDS - s0)) s"
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "${mem:-0}" -ge 100000 ]; then P="--batches 1,256 --ctxs 1024"; else P="--batches 256 --ctxs 512"; fi
-V="main trim st4 st6"
-[ $rc -ne 0 ] && V="main st4 st6"
+V="main pf128 pf256 trim"
+[ $rc -ne 0 ] && V="main pf128 pf256"
 VT=$((B - (SECONDS - s0) - 90)); [ $VT -gt 330 ] && VT=330
 OUT=$R/v RW_VARIANT_TIMEOUT=90 timeout $VT tools/gpu/run-variants.sh --rounds 3 $V -- $C \
     decode $P --steps 10 --gen 1,16,2 --gen-reps 1 --no-forward
