@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Forty-first session, call 1: the fortieth session's next.sh with other variants. First
-# trim.patch's tests (tests_trim.txz: main + docs/results/2026-12-06h/trim.patch), then in turns
+# Forty-first session, call 1: the fortieth session's next.sh with other variants. First the
+# candidate's tests (tests_cand.txz: main + docs/results/2026-12-06h/trim.patch with
+# MOE_QUANT_L2_PF 256), then in turns
 # (mxfp8-last-8 b256 x 1k, bf16 beside it; x 512 on an H100, b1,256 x 1k on an H200):
 #   main   main's tree (MOE_QUANT_L2_PF 0: the quantized tiles' weight copies without an L2 hint)
 #   pf128  the weight copies ask L2 for the whole 128-byte line (cp.async ... .L2::128B)
@@ -18,7 +19,7 @@ mkdir -p "$R"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$R/n_gpu.txt"
 s0=$SECONDS
 B=${RW_CALL_BUDGET:-480}
-timeout 150 tools/gpu/run-packed.sh .gpu-pack/tests_trim.txz \
+timeout 150 tools/gpu/run-packed.sh .gpu-pack/tests_cand.txz \
     --only "moe_experts_gpu|worker_invariance_gpu|worker_cuda_vs_transformers_gpu" > "$R/n_tests.txt" 2>&1
 rc=$?
 tail -5 "$R/n_tests.txt"; grep -h "quantized weights" /tmp/rw-packed/logs/*.log 2>/dev/null | sort -u
@@ -28,7 +29,6 @@ C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "${mem:-0}" -ge 100000 ]; then P="--batches 1,256 --ctxs 1024"; else P="--batches 256 --ctxs 512"; fi
 V="main pf128 pf256 trim"
-[ $rc -ne 0 ] && V="main pf128 pf256"
 VT=$((B - (SECONDS - s0) - 90)); [ $VT -gt 330 ] && VT=330
 OUT=$R/v RW_VARIANT_TIMEOUT=90 timeout $VT tools/gpu/run-variants.sh --rounds 3 $V -- $C \
     decode $P --steps 10 --gen 1,16,2 --gen-reps 1 --no-forward
