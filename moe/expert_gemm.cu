@@ -43,7 +43,10 @@ RW_STAMPS_UNIT(eg, "w13", "w2")
 /* The L2 fetch a quantized tile's weight copy asks for (rw_cp_async16_sa_pf): a stage reads 64
  * bytes of each of its 128 rows, the rows K bytes apart ([M, K], not K-blocked: docs/LAYOUT.md),
  * so without a hint each row's next blocks come from DRAM in pieces of their own. */
-#define MOE_QUANT_L2_PF 0
+#define MOE_QUANT_L2_PF 256
+/* Bytes ahead of the block being loaded from which a quantized tile also asks L2, through one
+ * bulk prefetch a row every four blocks, for a further 256 bytes of each row (0: none) */
+#define MOE_QUANT_L2_AHEAD 0
 /* The least stages of a pipelined wgmma tile (the kernel's PIPE): one stage's group in flight and
  * two stages of loads ahead of it. */
 #define MOE_PIPE_STAGES 4
@@ -293,6 +296,15 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
 #pragma unroll
             for (int i = 0; i < QR; i++)
                 rw_cp_async16_sa_pf<MOE_QUANT_L2_PF>(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
+            if constexpr (MOE_QUANT_L2_AHEAD > 0) {
+                /* the thread that copies a row's first chunk asks for the row's 256 bytes at
+                 * block pk, once every four blocks, while the row lasts */
+                const int pk = kb + MOE_QUANT_L2_AHEAD / 64;
+                if ((tid & 3) == 0 && (kb & 3) == 0 && pk + 4 <= nkb)
+#pragma unroll
+                    for (int i = 0; i < QR; i++)
+                        rw_prefetch_l2_bulk(asrc[i] + pk * 64, 256);
+            }
         }
         if (!b) return;
         const uint32_t bs = rw_smem_u32(sb);
