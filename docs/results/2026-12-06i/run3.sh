@@ -25,8 +25,11 @@ C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "${mem:-0}" -ge 100000 ]; then P="--batches 1,256 --ctxs 1024"; else P="--batches 256 --ctxs 512"; fi
 VT=$((B - (SECONDS - s0) - 20)); [ $VT -gt 400 ] && VT=400
-RN=3; [ $VT -lt 260 ] && RN=2 # a round of the five is about 80 s on an H100
-OUT=$R/v RW_VARIANT_TIMEOUT=90 timeout $VT tools/gpu/run-variants.sh --rounds $RN main a512 a1024 st4 st6 -- $C \
+# RW_V: the variants to time (all five by default); a variant-round is about 16 s on an H100
+V=${RW_V:-main a512 a1024 st4 st6}
+nv=$(echo $V | wc -w)
+RN=3; [ $VT -lt $((nv * 16 * 3 + 20)) ] && RN=2
+OUT=$R/v RW_VARIANT_TIMEOUT=90 timeout $VT tools/gpu/run-variants.sh --rounds $RN $V -- $C \
     decode $P --steps 10 --gen 1,16,2 --gen-reps 1 --no-forward
 python3 tools/bench/variant_lines.py "$R/v/variants.txt" --what "decode_bf16|decode_mxfp8"
 mv "$R/v/variants.txt" "$R/n_variants.txt"; rm -rf "$R/v"
