@@ -5,9 +5,11 @@
 #   1. main's GPU tests (tests_main.txz: main at 7d9ba06, the 256-byte L2 fetch)
 #   2. (H200) rw-bench decode --batches 1,256 --ctxs 1024: G1, G2 and G3 (mxfp8-last-8 against
 #      bf16, both at b256 x 1k) from main's rw-bench
-#   3. the builds of variants.txz in turns (main a512 a1024 st4 st6: run3.sh's header), two or
-#      three rounds as the budget allows, mxfp8-last-8 b256 x 1k with bf16 b256 x 512 beside it
-# Archives as in run3.sh's header (.gpu-pack/tests_main.txz, .gpu-pack/variants.txz); rebuild
+#   3. the builds of variants.txz in turns (main a512 a1024 st4 st6: run3.sh's header; a512st4:
+#      a512 with st4), two or three rounds as the budget allows, mxfp8-last-8 b256 x 1k with
+#      bf16 b256 x 512 beside it
+# Archives as in run3.sh's header, variants.txz with a512st4=MOE_QUANT_L2_AHEAD=512,MOE_MX_WG_STAGES=4
+# added (.gpu-pack/tests_main.txz, .gpu-pack/variants.txz); rebuild
 # them from main if the checkout's .gpu-pack is gone. Carry .deps and .gpu-pack;
 # RW_CALL_BUDGET (seconds, default 480) bounds the script.
 source .deps/env.sh
@@ -35,7 +37,7 @@ for l in sys.stdin:
     echo "target rows done at $((SECONDS - s0)) s"
 fi
 VT=$((B - (SECONDS - s0) - 20)); [ $VT -gt 400 ] && VT=400
-V=${RW_V:-main a512 a1024 st4 st6}
+V=${RW_V:-main a512 a1024 st4 st6 a512st4}
 nv=$(echo $V | wc -w)
 RN=3; [ $VT -lt $((nv * 16 * 3 + 20)) ] && RN=2 # a variant-round is about 16 s on an H100
 OUT=$R/v RW_VARIANT_TIMEOUT=90 timeout $VT tools/gpu/run-variants.sh --rounds $RN $V -- $C \
