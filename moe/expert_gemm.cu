@@ -42,10 +42,13 @@ RW_STAMPS_UNIT(eg, "w13", "w2")
 #define MOE_MX_WG_STAGES 5
 /* The L2 fetch a quantized tile's weight copy asks for (rw_cp_async16_sa_pf): a stage reads 64
  * bytes of each of its 128 rows, the rows K bytes apart ([M, K], not K-blocked: docs/LAYOUT.md),
- * so without a hint each row's next blocks come from DRAM in pieces of their own. */
+ * so without a hint each row's next blocks come from DRAM in pieces of their own. With 256 bytes
+ * a row's first copy brings its next three blocks into L2: mxfp8-last-8 b256 x 1k 29.95-30.01 ->
+ * 27.55-27.67 ms on an H100 (128 bytes: 27.82-27.92; docs/BENCHMARKS.md, forty-first session). */
 #define MOE_QUANT_L2_PF 256
 /* Bytes ahead of the block being loaded from which a quantized tile also asks L2, through one
- * bulk prefetch a row every four blocks, for a further 256 bytes of each row (0: none) */
+ * bulk prefetch a row every four blocks, for a further 256 bytes of each row (0: none; a knob
+ * for measuring, not yet timed) */
 #define MOE_QUANT_L2_AHEAD 0
 /* The least stages of a pipelined wgmma tile (the kernel's PIPE): one stage's group in flight and
  * two stages of loads ahead of it. */
