@@ -133,13 +133,6 @@ __device__ __forceinline__ void rw_mbar_wait(uint64_t *bar, uint32_t parity) {
                  : "memory");
 #endif
 }
-/* Asks L2 to fetch `bytes` (a multiple of 16) of global memory from src (16-byte aligned),
- * through the tensor-copy unit: one instruction for a run of lines, nothing waits on it. */
-__device__ __forceinline__ void rw_prefetch_l2_bulk(const void *src, uint32_t bytes) {
-#if RW_WGMMA_DEVICE
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}
 /* Copies the box of `map` at column c0, row c1 to shared memory at dst (1024-byte aligned for
  * the swizzle), completing its bytes on *bar. One thread issues it. */
 __device__ __forceinline__ void rw_tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar,

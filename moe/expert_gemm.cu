@@ -46,10 +46,6 @@ RW_STAMPS_UNIT(eg, "w13", "w2")
  * a row's first copy brings its next three blocks into L2: mxfp8-last-8 b256 x 1k 29.95-30.01 ->
  * 27.55-27.67 ms on an H100 (128 bytes: 27.82-27.92; docs/BENCHMARKS.md, forty-first session). */
 #define MOE_QUANT_L2_PF 256
-/* Bytes ahead of the block being loaded from which a quantized tile also asks L2, through one
- * bulk prefetch a row every four blocks, for a further 256 bytes of each row (0: none; a knob
- * for measuring, not yet timed) */
-#define MOE_QUANT_L2_AHEAD 0
 /* The least stages of a pipelined wgmma tile (the kernel's PIPE): one stage's group in flight and
  * two stages of loads ahead of it. */
 #define MOE_PIPE_STAGES 4
@@ -137,19 +133,19 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
      * but slower: core/mma.cuh). The loads then run STAGES - 1 ahead: the stage they overwrite
      * was last read before the barrier. Other warpgroups on the SM fill the wait. */
     constexpr bool RS = moe_rs(FMT, WG);
-    /* DEC: the two-warpgroup register-fragment tiles (mxfp8, 32 tokens) pass no CTA barrier in
-     * the K loop. Each stage has a full barrier, on which every thread's copies of the stage
-     * arrive as they land (cp.async's arrive-on), and an empty one, on which each warp arrives
-     * once its MMAs of the stage have retired; a thread waits on the stage's full barrier before
-     * reading it and on its empty barrier before copying into it again. With one CTA barrier a
-     * block both warpgroups converted, then both waited for their MMAs, at once (Nsight Compute
-     * on an H100: a fifth of the stall samples on that barrier and that wait, issue slots 47%
-     * busy; docs/BENCHMARKS.md, thirty-ninth session); now one may convert block kb + 1 while
-     * the other waits for block kb. The loads into a stage wait for both warpgroups (the token
-     * tile is shared), so the two stay within a block of each other. The bits are those of the
-     * barrier form: each row's k16 steps in the same order. On an H100, same run, three rounds:
-     * mxfp8-last-8 b256 x 1k steps 30.054-30.056 -> 29.89-29.93 ms. The bf16 32-token tiles
-     * (A from shared memory, each warp releasing a stage once the group that read it retired)
+    /* DEC: the two-warpgroup register-fragment tiles (mxfp8 at 32 tokens, and both quantized
+     * formats at 128) pass no CTA barrier in the K loop. Each stage has a full barrier, on which
+     * every thread's copies of the stage arrive as they land (cp.async's arrive-on), and an empty
+     * one, on which each warp arrives once its MMAs of the stage have retired; a thread waits on
+     * the stage's full barrier before reading it and on its empty barrier before copying into it
+     * again. With one CTA barrier a block both warpgroups converted, then both waited for their
+     * MMAs, at once (Nsight Compute on an H100: a fifth of the stall samples on that barrier and
+     * that wait, issue slots 47% busy; docs/BENCHMARKS.md, thirty-ninth session); now one may
+     * convert block kb + 1 while the other waits for block kb. The loads into a stage wait for both
+     * warpgroups (the token tile is shared), so the two stay within a block of each other. The bits
+     * are those of the barrier form: each row's k16 steps in the same order. On an H100, same run,
+     * three rounds: mxfp8-last-8 b256 x 1k steps 30.054-30.056 -> 29.89-29.93 ms. The bf16 32-token
+     * tiles (A from shared memory, each warp releasing a stage once the group that read it retired)
      * measured 0.3% slower so and keep the barrier (docs/BENCHMARKS.md, fortieth session). */
     constexpr bool DEC = RS && NWG == 2;
     constexpr bool PIPE = WG && !RS && MOE_STAGES >= MOE_PIPE_STAGES;
@@ -299,15 +295,6 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
 #pragma unroll
             for (int i = 0; i < QR; i++)
                 rw_cp_async16_sa_pf<MOE_QUANT_L2_PF>(dst + i * MOE_THREADS * 16, asrc[i] + kb * 64);
-            if constexpr (MOE_QUANT_L2_AHEAD > 0) {
-                /* the thread that copies a row's first chunk asks for the row's 256 bytes at
-                 * block pk, once every four blocks, while the row lasts */
-                const int pk = kb + MOE_QUANT_L2_AHEAD / 64;
-                if ((tid & 3) == 0 && (kb & 3) == 0 && pk + 4 <= nkb)
-#pragma unroll
-                    for (int i = 0; i < QR; i++)
-                        rw_prefetch_l2_bulk(asrc[i] + pk * 64, 256);
-            }
         }
         if (!b) return;
         const uint32_t bs = rw_smem_u32(sb);
