@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Forty-second session, call 4 (an H200 asked for: bf16 at b256 x 1k does not fit 80 GB): the
+# target rows G1, G2 and G3 from main's rw-bench (variants.txz's rw-main: main at 36e736f with
+# the MOE_MX_WG_MINB knob at 1, the same kernels), as the target command runs them:
+#   rw-bench decode --batches 1,256 --ctxs 1024 --steps 10 (engine and forward lines, bf16 and
+#   mxfp8-last-8)
+# run3.sh was not run: the forty-first session's profile of main's w13 tile (its SPLIT form, the
+# one the engine runs) shows shared memory, not registers, holding it to two CTAs an SM, so
+# occ4's and inflight3's register bounds would not add a CTA (occ4 is st4, measured level, with
+# fewer registers).
+source .deps/env.sh
+R=${OUT:-out}
+mkdir -p "$R"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$R/n_gpu.txt"
+s0=$SECONDS
+mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+[ "${mem:-0}" -ge 100000 ] || { echo "not an H200: the b256 x 1k bf16 line does not fit"; exit 3; }
+mkdir -p /tmp/rw-variants && tar xf .gpu-pack/variants.txz -C /tmp/rw-variants
+C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
+timeout ${RW_CALL_BUDGET:-300} /tmp/rw-variants/rw-main $C decode --batches 1,256 --ctxs 1024 \
+    --steps 10 --gen 1,16,2 --gen-reps 1 > "$R/n_g123.jsonl" 2> "$R/n_g123.err"
+echo "rw-bench exit $?"
+grep -h '"decode_bf16\|"decode_mxfp8\|decode_forward' "$R/n_g123.jsonl" | python3 -c "
+import json,sys
+for l in sys.stdin:
+    o=json.loads(l)
+    print(o['what'], o.get('batch'), o.get('ctx'), round(o.get('median_s',0)*1e3,3), 'ms', o.get('ratio'), o.get('hbm_gbps'), o.get('target_id'), o.get('met'))"
+tail -3 "$R/n_g123.err"
+echo "all took $((SECONDS - s0)) s"
