@@ -4,6 +4,8 @@
 # the MOE_MX_WG_MINB knob at 1, the same kernels), as the target command runs them:
 #   rw-bench decode --batches 1,256 --ctxs 1024 --steps 10 (engine and forward lines, bf16 and
 #   mxfp8-last-8)
+# then, with the time left, Nsight Compute of main's mxfp8 w13 tile on the H200 (its profile so
+# far is an H100's, where the bytes come a third slower for the same clocks)
 # run3.sh was not run: the forty-first session's profile of main's w13 tile (its SPLIT form, the
 # one the engine runs) shows shared memory, not registers, holding it to two CTAs an SM, so
 # occ4's and inflight3's register bounds would not add a CTA (occ4 is st4, measured level, with
@@ -26,4 +28,15 @@ for l in sys.stdin:
     o=json.loads(l)
     print(o['what'], o.get('batch'), o.get('ctx'), round(o.get('median_s',0)*1e3,3), 'ms', o.get('ratio'), o.get('hbm_gbps'), o.get('target_id'), o.get('met'))"
 tail -3 "$R/n_g123.err"
+left=$((${RW_CALL_BUDGET:-300} + 20 - (SECONDS - s0)))
+if [ $left -ge 70 ]; then
+    mkdir -p /tmp/pb/tools/bench && cp /tmp/rw-variants/rw-main /tmp/pb/tools/bench/rw-bench
+    OUT=$R/p RW_BUILD_DIR=/tmp/pb timeout $((left - 10)) tools/gpu/kernel-profile.sh --quant --count 1 \
+        'moe_gemm_kernel<.int.32, .int.1, .bool.1, .bool.1' > "$R/n_profile_log.txt" 2>&1
+    cp "$R/p/profile.txt" "$R/n_profile_main.txt" 2>/dev/null
+    cp "$R/p/profile_sass.txt" "$R/n_profile_sass_main.txt" 2>/dev/null
+    rm -rf "$R/p"
+    grep -E "Duration|DRAM Throughput|Issue Slots Busy|Eligible Warps|L2 Hit|SM Frequency" "$R/n_profile_main.txt" | head
+    tail -3 "$R/n_profile_log.txt"
+fi
 echo "all took $((SECONDS - s0)) s"
