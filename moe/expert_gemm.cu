@@ -40,10 +40,6 @@ RW_STAMPS_UNIT(eg, "w13", "w2")
 #define MOE_DEEP_STAGES 8
 /* The stages of the two-warpgroup mxfp8 tiles of a multi-wave decode grid (launch_pass) */
 #define MOE_MX_WG_STAGES 5
-/* The CTAs an SM that the register budget of those tiles must leave room for (1: no bound) */
-#define MOE_MX_WG_MINB 1
-#define MOE_MINB_FOR(TN, FMT, WG, STG)                                                             \
-    (MOE_TWG(TN, FMT, WG) && (FMT) == FMT_MX && (STG) == MOE_MX_WG_STAGES ? MOE_MX_WG_MINB : 1)
 /* The L2 fetch a quantized tile's weight copy asks for (rw_cp_async16_sa_pf): a stage reads 64
  * bytes of each of its 128 rows, the rows K bytes apart ([M, K], not K-blocked: docs/LAYOUT.md),
  * so without a hint each row's next blocks come from DRAM in pieces of their own. With 256 bytes
@@ -92,8 +88,7 @@ __host__ __device__ constexpr bool moe_rs(int fmt, bool wg) {
  * needs. */
 template <int TN, int FMT, bool W13, bool SPLIT, int MOE_STAGES = MOE_STAGES_FOR(TN),
           bool WG = false, int BM = MOE_BM>
-__global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG),
-                                  MOE_MINB_FOR(TN, FMT, WG, MOE_STAGES))
+__global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     moe_gemm_kernel(gemm_args g, const __grid_constant__ CUtensorMap tw) {
     /* EARLY: the down projection (w2) issues its first stages' weight loads before its PDL wait.
      * What it reads before the wait is constant in a forward pass (the weights and their scales)
