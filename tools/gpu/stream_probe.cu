@@ -1,0 +1,268 @@
+/* stream_probe.cu - how fast can a decode expert tile's weight stream read the quantized expert
+ * layout, with no arithmetic? The mxfp8 and fp8-block experts keep each weight row whole along K
+ * ([E][M][K] bytes, docs/LAYOUT.md): a tile of 128 rows reads 64 bytes of each row a stage, rows
+ * K bytes apart, and asks L2 for the 256 bytes around each copy (moe/expert_gemm.cu). The bf16
+ * experts are K-blocked ([E][K/64][M][64 elements]): a stage is one contiguous run. This probe
+ * runs the same CTA grid, stages and shared memory a CTA as the mxfp8 two-warpgroup tile, but
+ * only copies: each thread adds up the words it copied, and the grid's sum is checked against
+ * the host's sum of the buffer (each byte read once, wherever it lies). One JSON line a case,
+ * beside a device-to-device copy of the same bytes timed in the same run (read + write bytes
+ * over its time, as rw-bench counts its ceiling):
+ *   rows64 pfN   the tile's pattern: 128 rows x 64 bytes a stage, L2 prefetch size N (0/128/256)
+ *   rows128 pf256  128 rows x 128 bytes a stage (whole lines a row)
+ *   blocked      the same bytes read as if K-blocked: 8 KB contiguous a stage
+ * If rows64 pf256 reads at about the rate the tile reaches and blocked well above it, the
+ * row-whole pattern, not the tile's arithmetic, is what holds the tile back.
+ *
+ * Build and run on the GPU machine (not part of the meson build):
+ *   nvcc -O3 -arch=sm_90a -o /tmp/stream_probe tools/gpu/stream_probe.cu && /tmp/stream_probe
+ *   options: --experts E --rows M --k K (bytes a row; default two shapes: Qwen3-30B-A3B's w13,
+ *   128 x 1536 x 2048, and w2, 128 x 2048 x 768), --smem-kb S (shared memory a CTA, default 91:
+ *   the split w13 tile's, two CTAs an SM), --stages N (default 5), --reps N (default 20) */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "stream_probe: %s: %s\n", #x, cudaGetErrorString(e_));                 \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+constexpr int THREADS = 256;
+constexpr int BM = 128;
+
+template <int PF> __device__ __forceinline__ void copy16(uint32_t dst, const void *src) {
+    if constexpr (PF == 256)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    else if constexpr (PF == 128)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void wait_groups() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* One CTA: rows [m0, m0 + 128) of expert e over all of K, ROWB bytes of each row a stage
+ * (BLOCKED: the stage's bytes as one contiguous run of the K-blocked layout instead). */
+template <int ROWB, int PF, bool BLOCKED, int STAGES>
+__global__ void __launch_bounds__(THREADS)
+    probe(const uint8_t *w, int64_t M, int64_t K, unsigned long long *sum) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    constexpr int STAGE = BM * ROWB;
+    constexpr int CH = STAGE / 16 / THREADS; /* 16-byte chunks a thread a stage */
+    constexpr int CPR = ROWB / 16;           /* chunks a row */
+    const int64_t tiles_m = M / BM;
+    const int64_t e = blockIdx.x / tiles_m, m0 = (blockIdx.x % tiles_m) * BM;
+    const int nkb = (int)(K / ROWB);
+    const int tid = threadIdx.x;
+    const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(smem);
+    auto src_of = [&](int kb, int i) -> const uint8_t * {
+        const int q = tid + i * THREADS;
+        if (BLOCKED) return w + ((e * nkb + kb) * M + m0) * ROWB + (int64_t)q * 16;
+        return w + (e * M + m0 + q / CPR) * K + (int64_t)kb * ROWB + (q % CPR) * 16;
+    };
+    auto load = [&](int kb) {
+        const uint32_t d = s0 + (kb % STAGES) * STAGE;
+#pragma unroll
+        for (int i = 0; i < CH; i++)
+            copy16<PF>(d + (tid + i * THREADS) * 16, src_of(kb, i));
+    };
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nkb) load(s);
+        commit();
+    }
+    unsigned long long acc = 0;
+    for (int kb = 0; kb < nkb; kb++) {
+        wait_groups<STAGES - 2>();
+        __syncthreads();
+        const uint8_t *st = smem + (kb % STAGES) * STAGE;
+#pragma unroll
+        for (int i = 0; i < CH; i++) {
+            const uint4 v = *(const uint4 *)(st + (tid + i * THREADS) * 16);
+            acc += (unsigned long long)v.x + v.y + v.z + v.w;
+        }
+        __syncthreads(); /* the stage is read before the loads below refill the oldest one */
+        const int nk = kb + STAGES - 1;
+        if (nk < nkb) load(nk);
+        commit();
+    }
+    atomicAdd(sum, acc);
+}
+
+struct Shape {
+    int64_t E, M, K;
+};
+
+static double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+template <int ROWB, int PF, bool BLOCKED, int STAGES>
+static void run_case(const char *name, const Shape &sh, const uint8_t *dw, size_t smem,
+                     unsigned long long want, double copy_gbps, int reps, int sms) {
+    auto k = probe<ROWB, PF, BLOCKED, STAGES>;
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, THREADS, smem));
+    unsigned long long *dsum;
+    CK(cudaMalloc(&dsum, sizeof *dsum));
+    const unsigned grid = (unsigned)(sh.E * (sh.M / BM));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    bool ok = true;
+    for (int r = 0; r < reps + 2; r++) {
+        CK(cudaMemset(dsum, 0, sizeof *dsum));
+        CK(cudaEventRecord(a));
+        k<<<grid, THREADS, smem>>>(dw, sh.M, sh.K, dsum);
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        CK(cudaGetLastError());
+        unsigned long long got = 0;
+        CK(cudaMemcpy(&got, dsum, sizeof got, cudaMemcpyDeviceToHost));
+        ok = ok && got == want;
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, a, b));
+        if (r >= 2) ms.push_back(t);
+    }
+    const double t = median(ms), bytes = (double)sh.E * sh.M * sh.K;
+    const double gbps = bytes / (t * 1e-3) / 1e9;
+    printf("{\"what\": \"stream_probe\", \"case\": \"%s\", \"E\": %lld, \"M\": %lld, \"K\": %lld, "
+           "\"stages\": %d, \"smem_kb\": %.1f, \"ctas_per_sm\": %d, \"sms\": %d, "
+           "\"median_ms\": %.4f, \"read_gbps\": %.1f, \"copy_gbps\": %.1f, \"ratio\": %.3f, "
+           "\"sum_ok\": %s}\n",
+           name, (long long)sh.E, (long long)sh.M, (long long)sh.K, STAGES, smem / 1024.0, per_sm,
+           sms, t, gbps, copy_gbps, gbps / copy_gbps, ok ? "true" : "false");
+    fflush(stdout);
+    CK(cudaFree(dsum));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    if (!ok) {
+        fprintf(stderr, "stream_probe: %s read a sum other than the buffer's\n", name);
+        exit(1);
+    }
+}
+
+/* read + write bytes over the median time of copying the buffer's bytes, GB/s */
+static double copy_rate(const uint8_t *src, size_t n, int reps) {
+    uint8_t *dst;
+    CK(cudaMalloc(&dst, n));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int r = 0; r < reps + 2; r++) {
+        CK(cudaEventRecord(a));
+        CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, a, b));
+        if (r >= 2) ms.push_back(t);
+    }
+    CK(cudaFree(dst));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return 2.0 * n / (median(ms) * 1e-3) / 1e9;
+}
+
+template <int STAGES> static void run_shape(const Shape &sh, size_t smem_kb, int reps, int sms) {
+    const size_t n = (size_t)sh.E * sh.M * sh.K;
+    std::vector<uint32_t> h(n / 4);
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ n;
+    unsigned long long want = 0;
+    for (auto &v : h) { /* xorshift64: a different word at every offset */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = (uint32_t)(x >> 16);
+        want += v;
+    }
+    uint8_t *dw;
+    CK(cudaMalloc(&dw, n));
+    CK(cudaMemcpy(dw, h.data(), n, cudaMemcpyHostToDevice));
+    const double copy = copy_rate(dw, n, reps);
+    const size_t smem = std::max<size_t>(smem_kb * 1024, (size_t)STAGES * BM * 128);
+    run_case<64, 0, false, STAGES>("rows64 pf0", sh, dw, smem, want, copy, reps, sms);
+    run_case<64, 128, false, STAGES>("rows64 pf128", sh, dw, smem, want, copy, reps, sms);
+    run_case<64, 256, false, STAGES>("rows64 pf256", sh, dw, smem, want, copy, reps, sms);
+    run_case<128, 256, false, STAGES>("rows128 pf256", sh, dw, smem, want, copy, reps, sms);
+    run_case<64, 0, true, STAGES>("blocked", sh, dw, smem, want, copy, reps, sms);
+    CK(cudaFree(dw));
+}
+
+int main(int argc, char **argv) {
+    std::vector<Shape> shapes;
+    Shape one = {128, 0, 0};
+    int stages = 5, reps = 20;
+    size_t smem_kb = 91;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (i + 1 >= argc) {
+            fprintf(stderr, "stream_probe: %s needs a value\n", o);
+            return 2;
+        }
+        const long long v = atoll(argv[++i]);
+        if (v <= 0) {
+            fprintf(stderr, "stream_probe: %s must be a positive number, not %s\n", o, argv[i]);
+            return 2;
+        }
+        if (!strcmp(o, "--experts"))
+            one.E = v;
+        else if (!strcmp(o, "--rows"))
+            one.M = v;
+        else if (!strcmp(o, "--k"))
+            one.K = v;
+        else if (!strcmp(o, "--smem-kb"))
+            smem_kb = (size_t)v;
+        else if (!strcmp(o, "--stages"))
+            stages = (int)v;
+        else if (!strcmp(o, "--reps"))
+            reps = (int)v;
+        else {
+            fprintf(stderr, "stream_probe: unknown option %s\n", o);
+            return 2;
+        }
+    }
+    if (one.M || one.K) {
+        if (!one.M || !one.K || one.M % BM || one.K % 128) {
+            fprintf(stderr, "stream_probe: --rows and --k go together, each a multiple of 128\n");
+            return 2;
+        }
+        shapes.push_back(one);
+    } else {
+        shapes.push_back({128, 1536, 2048}); /* w13: gate and up rows, hidden-size K */
+        shapes.push_back({128, 2048, 768});  /* w2: hidden rows, intermediate K */
+    }
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    for (const Shape &sh : shapes) {
+        if (stages == 4)
+            run_shape<4>(sh, smem_kb, reps, sms);
+        else if (stages == 5)
+            run_shape<5>(sh, smem_kb, reps, sms);
+        else if (stages == 6)
+            run_shape<6>(sh, smem_kb, reps, sms);
+        else {
+            fprintf(stderr, "stream_probe: --stages takes 4, 5 or 6\n");
+            return 2;
+        }
+    }
+    return 0;
+}
