@@ -14,7 +14,7 @@
  * If rows64 pf256 reads at about the rate the tile reaches and blocked well above it, the
  * row-whole pattern, not the tile's arithmetic, is what holds the tile back.
  *
- * Build and run on the GPU machine (not part of the meson build):
+ * Built with a GPU build (BUILD/tools/gpu/stream_probe), or alone for one:
  *   nvcc -O3 -arch=sm_90a -o /tmp/stream_probe tools/gpu/stream_probe.cu && /tmp/stream_probe
  *   options: --experts E --rows M --k K (bytes a row; default two shapes: Qwen3-30B-A3B's w13,
  *   128 x 1536 x 2048, and w2, 128 x 2048 x 768), --smem-kb S (shared memory a CTA, default 91:
@@ -249,6 +249,10 @@ int main(int argc, char **argv) {
         shapes.push_back({128, 1536, 2048}); /* w13: gate and up rows, hidden-size K */
         shapes.push_back({128, 2048, 768});  /* w2: hidden rows, intermediate K */
     }
+    if (stages < 4 || stages > 6) {
+        fprintf(stderr, "stream_probe: --stages takes 4, 5 or 6\n");
+        return 2;
+    }
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -257,12 +261,8 @@ int main(int argc, char **argv) {
             run_shape<4>(sh, smem_kb, reps, sms);
         else if (stages == 5)
             run_shape<5>(sh, smem_kb, reps, sms);
-        else if (stages == 6)
+        else
             run_shape<6>(sh, smem_kb, reps, sms);
-        else {
-            fprintf(stderr, "stream_probe: --stages takes 4, 5 or 6\n");
-            return 2;
-        }
     }
     return 0;
 }

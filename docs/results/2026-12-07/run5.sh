@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Forty-second session, call 5 (the session's last device time; any card): does the row-whole
-# mxfp8 layout's access pattern itself cap the decode expert tile's weight stream?
-# tools/gpu/stream_probe.cu (built here: nvcc -O3 -arch=sm_90a -o .gpu-pack/stream_probe
-# tools/gpu/stream_probe.cu) copies the w13 and w2 panels of Qwen3-30B-A3B's expert shapes the
-# way the tile does, with no arithmetic: rows64 pf0 / pf128 / pf256, rows128 pf256, and the same
-# bytes read K-blocked, beside a device-to-device copy in the same run. First with the split w13
-# tile's shared memory (91 KB a CTA, two CTAs an SM, five stages), then four stages at 73 KB
-# (three CTAs an SM). Then, on an H200, the target rows G1 / G2 / G3 as in run4.sh.
+# Prepared in the forty-second session for the next call (any card; the session's device time
+# ran out before it could start): does the row-whole mxfp8 layout's access pattern itself cap
+# the decode expert tile's weight stream? tools/gpu/stream_probe.cu (a GPU build's
+# tools/gpu/stream_probe, copied to .gpu-pack) copies the w13 and w2 panels of Qwen3-30B-A3B's
+# expert shapes the way the tile does, with no arithmetic: rows64 pf0 / pf128 / pf256, rows128
+# pf256, and the same bytes read K-blocked, beside a device-to-device copy in the same run.
+# First with the split w13 tile's shared memory (91 KB a CTA, two CTAs an SM, five stages),
+# then four stages at 73 KB (three CTAs an SM). Then, on an H200, the target rows G1 / G2 / G3
+# as in run4.sh (rw-main of .gpu-pack/variants.txz; rebuild it from main with
+# tools/gpu/pack-variants.sh BUILD main=- if the archive is gone).
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
