@@ -4,21 +4,24 @@
  * K bytes apart, and asks L2 for the 256 bytes around each copy (moe/expert_gemm.cu). The bf16
  * experts are K-blocked ([E][K/64][M][64 elements]): a stage is one contiguous run. This probe
  * runs the same CTA grid, stages and shared memory a CTA as the mxfp8 two-warpgroup tile, but
- * only copies: each thread adds up the words it copied, and the grid's sum is checked against
- * the host's sum of the buffer (each byte read once, wherever it lies). One JSON line a case,
- * beside a device-to-device copy of the same bytes timed in the same run (read + write bytes
- * over its time, as rw-bench counts its ceiling):
- *   rows64 pfN   the tile's pattern: 128 rows x 64 bytes a stage, L2 prefetch size N (0/128/256)
+ * only copies, with the tile's own copy instruction (rw_cp_async16_sa_pf, core/mma.cuh): each
+ * thread adds up the words it copied, and the grid's sum is checked against the host's sum of
+ * the buffer (each byte read once, wherever it lies). One JSON line a case, beside a
+ * device-to-device copy of the same bytes timed in the same run (read + write bytes over its
+ * time, as rw-bench counts its ceiling):
+ *   rows64 pfN     the tile's pattern: 128 rows x 64 bytes a stage, L2 prefetch size N
+ *                  (0 / 128 / 256)
  *   rows128 pf256  128 rows x 128 bytes a stage (whole lines a row)
- *   blocked      the same bytes read as if K-blocked: 8 KB contiguous a stage
+ *   blocked        the same bytes read as if K-blocked: 8 KB contiguous a stage
  * If rows64 pf256 reads at about the rate the tile reaches and blocked well above it, the
  * row-whole pattern, not the tile's arithmetic, is what holds the tile back.
  *
- * Built with a GPU build (BUILD/tools/gpu/stream_probe), or alone for one:
- *   nvcc -O3 -arch=sm_90a -o /tmp/stream_probe tools/gpu/stream_probe.cu && /tmp/stream_probe
- *   options: --experts E --rows M --k K (bytes a row; default two shapes: Qwen3-30B-A3B's w13,
- *   128 x 1536 x 2048, and w2, 128 x 2048 x 768), --smem-kb S (shared memory a CTA, default 91:
- *   the split w13 tile's, two CTAs an SM), --stages N (default 5), --reps N (default 20) */
+ * Built with a GPU build (BUILD/tools/gpu/stream_probe), or alone:
+ *   nvcc -O3 -arch=sm_90a -Icore -o /tmp/stream_probe tools/gpu/stream_probe.cu
+ * Options: --experts E --rows M --k K (bytes a row; default two shapes: Qwen3-30B-A3B's w13,
+ * 128 x 1536 x 2048, and w2, 128 x 2048 x 768), --smem-kb S (shared memory a CTA, default 91:
+ * the split w13 tile's, two CTAs an SM), --stages N (4, 5 or 6; default 5), --reps N
+ * (default 20). */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +30,8 @@
 
 #include <algorithm>
 #include <vector>
+
+#include "mma.cuh"
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -39,21 +44,6 @@
 
 constexpr int THREADS = 256;
 constexpr int BM = 128;
-
-template <int PF> __device__ __forceinline__ void copy16(uint32_t dst, const void *src) {
-    if constexpr (PF == 256)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-    else if constexpr (PF == 128)
-        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-    else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void wait_groups() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 /* One CTA: rows [m0, m0 + 128) of expert e over all of K, ROWB bytes of each row a stage
  * (BLOCKED: the stage's bytes as one contiguous run of the K-blocked layout instead). */
@@ -68,7 +58,7 @@ __global__ void __launch_bounds__(THREADS)
     const int64_t e = blockIdx.x / tiles_m, m0 = (blockIdx.x % tiles_m) * BM;
     const int nkb = (int)(K / ROWB);
     const int tid = threadIdx.x;
-    const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t s0 = rw_smem_u32(smem);
     auto src_of = [&](int kb, int i) -> const uint8_t * {
         const int q = tid + i * THREADS;
         if (BLOCKED) return w + ((e * nkb + kb) * M + m0) * ROWB + (int64_t)q * 16;
@@ -78,15 +68,15 @@ __global__ void __launch_bounds__(THREADS)
         const uint32_t d = s0 + (kb % STAGES) * STAGE;
 #pragma unroll
         for (int i = 0; i < CH; i++)
-            copy16<PF>(d + (tid + i * THREADS) * 16, src_of(kb, i));
+            rw_cp_async16_sa_pf<PF>(d + (tid + i * THREADS) * 16, src_of(kb, i));
     };
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nkb) load(s);
-        commit();
+        rw_cp_async_commit();
     }
     unsigned long long acc = 0;
     for (int kb = 0; kb < nkb; kb++) {
-        wait_groups<STAGES - 2>();
+        rw_cp_async_wait<STAGES - 2>();
         __syncthreads();
         const uint8_t *st = smem + (kb % STAGES) * STAGE;
 #pragma unroll
@@ -97,7 +87,7 @@ __global__ void __launch_bounds__(THREADS)
         __syncthreads(); /* the stage is read before the loads below refill the oldest one */
         const int nk = kb + STAGES - 1;
         if (nk < nkb) load(nk);
-        commit();
+        rw_cp_async_commit();
     }
     atomicAdd(sum, acc);
 }
