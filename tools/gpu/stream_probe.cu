@@ -8,7 +8,7 @@
  * thread adds up the words it copied, and the grid's sum is checked against the host's sum of
  * the buffer (each byte read once, wherever it lies). One JSON line a case, beside a
  * device-to-device copy of the same bytes timed in the same run (read + write bytes over its
- * time, as rw-bench counts its ceiling):
+ * time, as rw-bench counts its ceiling, once its rate has settled: tools/bench/settle.h):
  *   rows64 pfN     the tile's pattern: 128 rows x 64 bytes a stage, L2 prefetch size N
  *                  (0 / 128 / 256)
  *   rows128 pf256  128 rows x 128 bytes a stage (whole lines a row)
@@ -17,7 +17,7 @@
  * row-whole pattern, not the tile's arithmetic, is what holds the tile back.
  *
  * Built with a GPU build (BUILD/tools/gpu/stream_probe), or alone:
- *   nvcc -O3 -arch=sm_90a -Icore -o /tmp/stream_probe tools/gpu/stream_probe.cu
+ *   nvcc -O3 -arch=sm_90a -Icore -Itools/bench -o /tmp/stream_probe tools/gpu/stream_probe.cu
  * Options: --experts E --rows M --k K (bytes a row; default two shapes: Qwen3-30B-A3B's w13,
  * 128 x 1536 x 2048, and w2, 128 x 2048 x 768), --smem-kb S (shared memory a CTA, default 91:
  * the split w13 tile's, two CTAs an SM), --stages N (4, 5 or 6; default 5), --reps N
@@ -29,9 +29,11 @@
 #include <string.h>
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "mma.cuh"
+#include "settle.h"
 
 #define CK(x)                                                                                      \
     do {                                                                                           \
@@ -101,9 +103,38 @@ static double median(std::vector<float> v) {
     return v[v.size() / 2];
 }
 
+/* the two events every measurement is timed between */
+struct Timer {
+    cudaEvent_t a, b;
+};
+/* milliseconds of one run of f (work issued on the default stream) */
+template <class F> static float timed_ms(const Timer &tm, F &&f) {
+    CK(cudaEventRecord(tm.a));
+    f();
+    CK(cudaEventRecord(tm.b));
+    CK(cudaEventSynchronize(tm.b));
+    CK(cudaGetLastError());
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, tm.a, tm.b));
+    return t;
+}
+
+/* what every case of one shape shares: its buffer, the host's sum of it, the same run's copy
+ * rate, the shared memory a CTA */
+struct Run {
+    Shape sh;
+    const uint8_t *dw;
+    unsigned long long want;
+    double copy_gbps, copy_settle_s;
+    size_t smem;
+    int reps, sms;
+    Timer tm;
+};
+
 template <int ROWB, int PF, bool BLOCKED, int STAGES>
-static void run_case(const char *name, const Shape &sh, const uint8_t *dw, size_t smem,
-                     unsigned long long want, double copy_gbps, int reps, int sms) {
+static void run_case(const char *name, const Run &run) {
+    const Shape &sh = run.sh;
+    const size_t smem = run.smem;
     auto k = probe<ROWB, PF, BLOCKED, STAGES>;
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
@@ -111,67 +142,62 @@ static void run_case(const char *name, const Shape &sh, const uint8_t *dw, size_
     unsigned long long *dsum;
     CK(cudaMalloc(&dsum, sizeof *dsum));
     const unsigned grid = (unsigned)(sh.E * (sh.M / BM));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
     std::vector<float> ms;
     bool ok = true;
-    for (int r = 0; r < reps + 2; r++) {
+    for (int r = 0; r < run.reps + 2; r++) {
         CK(cudaMemset(dsum, 0, sizeof *dsum));
-        CK(cudaEventRecord(a));
-        k<<<grid, THREADS, smem>>>(dw, sh.M, sh.K, dsum);
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        CK(cudaGetLastError());
+        const float t =
+            timed_ms(run.tm, [&] { k<<<grid, THREADS, smem>>>(run.dw, sh.M, sh.K, dsum); });
         unsigned long long got = 0;
         CK(cudaMemcpy(&got, dsum, sizeof got, cudaMemcpyDeviceToHost));
-        ok = ok && got == want;
-        float t = 0;
-        CK(cudaEventElapsedTime(&t, a, b));
+        ok = ok && got == run.want;
         if (r >= 2) ms.push_back(t);
     }
     const double t = median(ms), bytes = (double)sh.E * sh.M * sh.K;
     const double gbps = bytes / (t * 1e-3) / 1e9;
     printf("{\"what\": \"stream_probe\", \"case\": \"%s\", \"E\": %lld, \"M\": %lld, \"K\": %lld, "
            "\"stages\": %d, \"smem_kb\": %.1f, \"ctas_per_sm\": %d, \"sms\": %d, "
-           "\"median_ms\": %.4f, \"read_gbps\": %.1f, \"copy_gbps\": %.1f, \"ratio\": %.3f, "
-           "\"sum_ok\": %s}\n",
+           "\"median_ms\": %.4f, \"read_gbps\": %.1f, \"copy_gbps\": %.1f, "
+           "\"copy_settle_s\": %.3f, \"ratio\": %.3f, \"sum_ok\": %s}\n",
            name, (long long)sh.E, (long long)sh.M, (long long)sh.K, STAGES, smem / 1024.0, per_sm,
-           sms, t, gbps, copy_gbps, gbps / copy_gbps, ok ? "true" : "false");
+           run.sms, t, gbps, run.copy_gbps, run.copy_settle_s, gbps / run.copy_gbps,
+           ok ? "true" : "false");
     fflush(stdout);
     CK(cudaFree(dsum));
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
     if (!ok) {
         fprintf(stderr, "stream_probe: %s read a sum other than the buffer's\n", name);
         exit(1);
     }
 }
 
-/* read + write bytes over the median time of copying the buffer's bytes, GB/s */
-static double copy_rate(const uint8_t *src, size_t n, int reps) {
+/* read + write bytes over the median time of copying the buffer's bytes, GB/s, timed once the
+ * copy's rate has settled (settle.h: memory freed shortly before is cleared in the background and
+ * slows a copy meanwhile, as the probe's previous shape's buffers are); *settle_s: how long that
+ * took */
+static double copy_rate(const uint8_t *src, size_t n, int reps, const Timer &tm, double *settle_s) {
     uint8_t *dst;
     CK(cudaMalloc(&dst, n));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int r = 0; r < reps + 2; r++) {
-        CK(cudaEventRecord(a));
-        CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float t = 0;
-        CK(cudaEventElapsedTime(&t, a, b));
-        if (r >= 2) ms.push_back(t);
+    auto copy = [&] { CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice)); };
+    auto now = [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    };
+    rwb_settle se;
+    rwb_settle_init(&se);
+    for (;;) {
+        const float t = timed_ms(tm, copy);
+        if (rwb_settle_add(&se, now(), t > 0 ? 2.0 * n / (t * 1e-3) : 0.0)) break;
     }
+    *settle_s = se.waited;
+    std::vector<float> ms;
+    for (int r = 0; r < reps; r++)
+        ms.push_back(timed_ms(tm, copy));
     CK(cudaFree(dst));
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
     return 2.0 * n / (median(ms) * 1e-3) / 1e9;
 }
 
-template <int STAGES> static void run_shape(const Shape &sh, size_t smem_kb, int reps, int sms) {
+template <int STAGES>
+static void run_shape(const Shape &sh, size_t smem_kb, int reps, int sms, const Timer &tm) {
     const size_t n = (size_t)sh.E * sh.M * sh.K;
     std::vector<uint32_t> h(n / 4);
     uint64_t x = 0x9e3779b97f4a7c15ull ^ n;
@@ -186,13 +212,14 @@ template <int STAGES> static void run_shape(const Shape &sh, size_t smem_kb, int
     uint8_t *dw;
     CK(cudaMalloc(&dw, n));
     CK(cudaMemcpy(dw, h.data(), n, cudaMemcpyHostToDevice));
-    const double copy = copy_rate(dw, n, reps);
-    const size_t smem = std::max<size_t>(smem_kb * 1024, (size_t)STAGES * BM * 128);
-    run_case<64, 0, false, STAGES>("rows64 pf0", sh, dw, smem, want, copy, reps, sms);
-    run_case<64, 128, false, STAGES>("rows64 pf128", sh, dw, smem, want, copy, reps, sms);
-    run_case<64, 256, false, STAGES>("rows64 pf256", sh, dw, smem, want, copy, reps, sms);
-    run_case<128, 256, false, STAGES>("rows128 pf256", sh, dw, smem, want, copy, reps, sms);
-    run_case<64, 0, true, STAGES>("blocked", sh, dw, smem, want, copy, reps, sms);
+    Run run = {sh, dw, want, 0.0, 0.0, 0, reps, sms, tm};
+    run.copy_gbps = copy_rate(dw, n, reps, tm, &run.copy_settle_s);
+    run.smem = std::max<size_t>(smem_kb * 1024, (size_t)STAGES * BM * 128);
+    run_case<64, 0, false, STAGES>("rows64 pf0", run);
+    run_case<64, 128, false, STAGES>("rows64 pf128", run);
+    run_case<64, 256, false, STAGES>("rows64 pf256", run);
+    run_case<128, 256, false, STAGES>("rows128 pf256", run);
+    run_case<64, 0, true, STAGES>("blocked", run);
     CK(cudaFree(dw));
 }
 
@@ -246,13 +273,16 @@ int main(int argc, char **argv) {
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    Timer tm;
+    CK(cudaEventCreate(&tm.a));
+    CK(cudaEventCreate(&tm.b));
     for (const Shape &sh : shapes) {
         if (stages == 4)
-            run_shape<4>(sh, smem_kb, reps, sms);
+            run_shape<4>(sh, smem_kb, reps, sms, tm);
         else if (stages == 5)
-            run_shape<5>(sh, smem_kb, reps, sms);
+            run_shape<5>(sh, smem_kb, reps, sms, tm);
         else
-            run_shape<6>(sh, smem_kb, reps, sms);
+            run_shape<6>(sh, smem_kb, reps, sms, tm);
     }
     return 0;
 }
