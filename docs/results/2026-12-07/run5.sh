@@ -49,11 +49,7 @@ if [ "${mem:-0}" -ge 100000 ]; then
     timeout 200 /tmp/rw-variants/rw-main $C decode --batches 1,256 --ctxs 1024 \
         --steps 10 --gen 1,16,2 --gen-reps 1 > "$R/n_g123.jsonl" 2> "$R/n_g123.err"
     echo "rw-bench exit $?"
-    grep -h '"decode_bf16\|"decode_mxfp8\|decode_forward' "$R/n_g123.jsonl" | python3 -c "
-import json,sys
-for l in sys.stdin:
-    o=json.loads(l)
-    print(o['what'], o.get('batch'), o.get('ctx'), round(o.get('median_s',0)*1e3,3), 'ms', o.get('ratio'), o.get('hbm_gbps'), o.get('target_id'), o.get('met'))"
+    python3 tools/bench/report.py "$R/n_g123.jsonl" 2>/dev/null | grep -E '^\| G[123] '
     tail -3 "$R/n_g123.err"
     echo "target rows done at $((SECONDS - s0)) s"
     P="--batches 1,256 --ctxs 1024"
