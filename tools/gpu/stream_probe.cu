@@ -8,7 +8,8 @@
  * thread adds up the words it copied, and the grid's sum is checked against the host's sum of
  * the buffer (each byte read once, wherever it lies). One JSON line a case, beside a
  * device-to-device copy of the same bytes timed in the same run (read + write bytes over its
- * time, as rw-bench counts its ceiling, once its rate has settled: tools/bench/settle.h):
+ * time, as rw-bench counts its ceiling, once its rate has settled: tools/bench/settle.h), and
+ * the same as a line of text on stderr:
  *   rows64 pfN     the tile's pattern: 128 rows x 64 bytes a stage, L2 prefetch size N
  *                  (0 / 128 / 256)
  *   rows128 pf256  128 rows x 128 bytes a stage (whole lines a row)
@@ -18,10 +19,10 @@
  *
  * Built with a GPU build (BUILD/tools/gpu/stream_probe), or alone:
  *   nvcc -O3 -arch=sm_90a -Icore -Itools/bench -o /tmp/stream_probe tools/gpu/stream_probe.cu
- * Options: --experts E --rows M --k K (bytes a row; default two shapes: Qwen3-30B-A3B's w13,
- * 128 x 1536 x 2048, and w2, 128 x 2048 x 768), --smem-kb S (shared memory a CTA, default 91:
- * the split w13 tile's, two CTAs an SM), --stages N (4, 5 or 6; default 5), --reps N
- * (default 20). */
+ * Options: --experts E (default 128) --rows M --k K (bytes a row; default two shapes:
+ * Qwen3-30B-A3B's w13, 1536 x 2048, and w2, 2048 x 768), --smem-kb S (shared memory a CTA, default
+ * 91: the split w13 tile's, two CTAs an SM), --stages N (4, 5 or 6; default 5), --reps N (default
+ * 20). */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -163,6 +164,12 @@ static void run_case(const char *name, const Run &run) {
            run.sms, t, gbps, run.copy_gbps, run.copy_settle_s, gbps / run.copy_gbps,
            ok ? "true" : "false");
     fflush(stdout);
+    /* the same, to read as it runs */
+    fprintf(stderr,
+            "%-14s %lld x %lld x %lld, %d stages, %d CTAs an SM: %.4f ms, %.1f GB/s, %.3f x "
+            "copy (%.1f GB/s)\n",
+            name, (long long)sh.E, (long long)sh.M, (long long)sh.K, STAGES, per_sm, t, gbps,
+            gbps / run.copy_gbps, run.copy_gbps);
     CK(cudaFree(dsum));
     if (!ok) {
         fprintf(stderr, "stream_probe: %s read a sum other than the buffer's\n", name);
@@ -263,8 +270,8 @@ int main(int argc, char **argv) {
         }
         shapes.push_back(one);
     } else {
-        shapes.push_back({128, 1536, 2048}); /* w13: gate and up rows, hidden-size K */
-        shapes.push_back({128, 2048, 768});  /* w2: hidden rows, intermediate K */
+        shapes.push_back({one.E, 1536, 2048}); /* w13: gate and up rows, hidden-size K */
+        shapes.push_back({one.E, 2048, 768});  /* w2: hidden rows, intermediate K */
     }
     if (stages < 4 || stages > 6) {
         fprintf(stderr, "stream_probe: --stages takes 4, 5 or 6\n");

@@ -29,13 +29,6 @@ if [ $left -ge 120 ]; then
     timeout 60 .gpu-pack/stream_probe > "$R/n_probe.jsonl" 2> "$R/n_probe.err"; echo "probe exit $?"
     timeout 40 .gpu-pack/stream_probe --stages 4 --smem-kb 73 > "$R/n_probe_st4.jsonl" 2>> "$R/n_probe.err"
     echo "probe st4 exit $?"; cat "$R/n_probe.err"
-    python3 -c "
-import json,sys
-for f in sys.argv[1:]:
-    for l in open(f):
-        o=json.loads(l)
-        print(o['case'].ljust(14), o['M'], o['K'], 'st', o['stages'], 'cta/sm', o['ctas_per_sm'], o['median_ms'], 'ms', o['read_gbps'], 'GB/s', 'copy', o['copy_gbps'], 'ratio', o['ratio'], 'sum', o['sum_ok'])
-" "$R/n_probe.jsonl" "$R/n_probe_st4.jsonl"
     echo "probe done at $((SECONDS - s0)) s"
 fi
 rc=1

@@ -24,11 +24,5 @@ if [ "${mem:-0}" -ge 100000 ]; then
 else
     timeout $((B - 10)) .gpu-pack/stream_probe > "$R/n_probe.jsonl" 2> "$R/n_probe.err"
     echo "probe exit $?"; cat "$R/n_probe.err"
-    python3 -c "
-import json,sys
-for l in open(sys.argv[1]):
-    o=json.loads(l)
-    print(o['case'].ljust(14), o['M'], o['K'], 'st', o['stages'], 'cta/sm', o['ctas_per_sm'], o['median_ms'], 'ms', o['read_gbps'], 'GB/s', 'copy', o['copy_gbps'], 'ratio', o['ratio'], 'sum', o['sum_ok'])
-" "$R/n_probe.jsonl"
 fi
 echo "all took $((SECONDS - s0)) s"
