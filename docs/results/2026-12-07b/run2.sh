@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Forty-third session, for a call with little device time left (failed starts took most of it):
-# run1.sh's parts reordered so the most wanted comes first. On an H200 the target rows G1 / G2 /
-# G3 (not measured there since the thirtieth session) come first; then the stream probe,
-# narrow16's GPU tests, and main and narrow16 in turns with what time is left. Same archives
-# as run1.sh (.gpu-pack: stream_probe, tests_narrow16.txz, variants.txz).
+# ../2026-12-07/run5.sh's parts reordered so the most wanted comes first. On an H200 the target
+# rows G1 / G2 / G3 (not measured there since the thirtieth session) come first; then the stream
+# probe, narrow16's GPU tests, and main and narrow16 in turns with what time is left. Same
+# archives as run5.sh (.gpu-pack: stream_probe, tests_narrow16.txz, variants.txz; its header
+# says how to build them).
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"

@@ -4,7 +4,7 @@
 #   H200: G1 and G3 at b256 x 1k, engine lines only (rw-main of variants.txz; G3's 1.25 x bf16
 #         half has not been measured since the thirtieth session, and bf16 at b256 x 1k does
 #         not fit an 80 GB card)
-#   H100: the stream probe at the split w13 tile's two CTAs an SM (run1.sh's first part)
+#   H100: the stream probe at the split w13 tile's two CTAs an SM (run2.sh's probe part)
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
