@@ -41,6 +41,36 @@ __device__ __forceinline__ void rw_cp_async16_sa_pf(uint32_t dst, const void *sr
     else
         rw_cp_async16_sa(dst, src);
 }
+/* L2 eviction policies (createpolicy) for the hinted copies and stores below: evict_first for a
+ * stream read once, so that its lines leave L2 before lines that will be read again; evict_last
+ * for lines that will be read again soon (by the next kernel). */
+__device__ __forceinline__ uint64_t rw_l2_evict_first(void) {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint64_t rw_l2_evict_last(void) {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+/* rw_cp_async16_sa with an L2 eviction policy (rw_l2_evict_first, ...). */
+__device__ __forceinline__ void rw_cp_async16_sa_pol(uint32_t dst, const void *src, uint64_t pol) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst),
+                 "l"(src), "l"(pol));
+}
+/* A float2 store to global memory with an L2 eviction policy. */
+__device__ __forceinline__ void rw_st_f32x2_pol(float *p, float a, float b, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(p), "f"(a), "f"(b),
+                 "l"(pol)
+                 : "memory");
+}
+/* Drops the 128-byte L2 line at p (128-byte aligned) without writing it back: its bytes are
+ * undefined afterwards. For scratch read for the last time, so that a line still in L2 costs no
+ * DRAM write. */
+__device__ __forceinline__ void rw_l2_discard128(const void *p) {
+    asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(p) : "memory");
+}
 /* Same, to a shared-state-space address, reading the first src_bytes (0 or 16) of src. */
 __device__ __forceinline__ void rw_cp_async16_zfill_sa(uint32_t dst, const void *src,
                                                        uint32_t src_bytes) {

@@ -209,8 +209,8 @@ __device__ __forceinline__ void atc_wait_groups(int n) {
 }
 
 /* Stages the 32-key block j of segment sg, whose block ids the warp holds in sid (atc_seg_ids),
- * from NC caches into dst[0..NC): one warp, this lane. */
-template <int HD, int NC>
+ * from NC caches into dst[0..NC): one warp, this lane (EF: evict_first copies). */
+template <int HD, int NC, bool EF = false>
 __device__ __forceinline__ void atc_load_block(uint8_t *const *dst, const uint16_t *const *src,
                                                int sg, int j, int32_t sid, int plast, int nkv,
                                                int g, int bs, int lane) {
@@ -218,7 +218,7 @@ __device__ __forceinline__ void atc_load_block(uint8_t *const *dst, const uint16
     for (int gi = 0; gi < ATC_SB / 16; gi++) {
         const int kp0 = sg * ATC_SEG + j * ATC_SB + 16 * gi;
         const int64_t base = atc_seg_base(sid, j * (ATC_SB / 16) + gi, kp0, nkv, g, bs, HD);
-        atc_load_group<HD, 32, NC>(dst, src, 16 * gi, kp0, base, plast, lane);
+        atc_load_group<HD, 32, NC, EF>(dst, src, 16 * gi, kp0, base, plast, lane);
     }
 }
 
@@ -313,7 +313,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         constexpr int NP = KP ? 4 : 2;
         uint8_t *const d[4] = {kd, kd + SLOT, kd + SBLK, kd + SLOT + SBLK};
         const uint16_t *const c[4] = {kc, vc, kcl, vcl};
-        atc_load_block<HD, NP>(d, c, sg, j, sid, plast, nkv, g, bs, lane);
+        /* split launches (the forms without T) read each key once, beside the partials the
+         * combine reads next (RW_ATTN_L2) */
+        atc_load_block<HD, NP, !T && RW_ATTN_L2 >= 2>(d, c, sg, j, sid, plast, nkv, g, bs, lane);
     };
     /* Otherwise the ring: the warp's items are K, V of each block of its segments in order, item
      * i in slot i % NS, each one cp.async group, so before an item is read NS - 1 groups may
