@@ -36,16 +36,14 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
         atc_put_out(out_hi, out_lo, th * hd + d,
                     atc_merge_col(part_o, part_ml, sstride, th, hd, d, nseg));
-    if constexpr (RW_ATTN_L2 >= 1) {
-        /* Warp w has read column lines w of this (token, head)'s partial rows (hd a multiple of
-         * 32, the rows 128-byte aligned with part_o) and nothing reads them again before the
-         * next split writes them: dropped from L2, they are never written back to DRAM. */
-        const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
-        if (32 * w < hd && ((uintptr_t)part_o & 127u) == 0) {
-            __syncwarp();
-            for (int s = lane; s < nseg; s += 32)
-                rw_l2_discard128(part_o + ((int64_t)s * sstride + th) * hd + 32 * w);
-        }
+    /* Warp w has read column lines w of this (token, head)'s partial rows (hd a multiple of 32,
+     * the rows 128-byte aligned with part_o) and nothing reads them before the next split writes
+     * them: dropped from L2, they are never written back to DRAM (attention_tile.cuh). */
+    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+    if (32 * w < hd && ((uintptr_t)part_o & 127u) == 0) {
+        __syncwarp();
+        for (int s = lane; s < nseg; s += 32)
+            rw_l2_discard128(part_o + ((int64_t)s * sstride + th) * hd + 32 * w);
     }
     RW_STAMP_PUT(at, 1, blockIdx.x, t_entry, t_wait, 0);
 }

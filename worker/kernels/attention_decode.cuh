@@ -313,9 +313,9 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         constexpr int NP = KP ? 4 : 2;
         uint8_t *const d[4] = {kd, kd + SLOT, kd + SBLK, kd + SLOT + SBLK};
         const uint16_t *const c[4] = {kc, vc, kcl, vcl};
-        /* split launches (the forms without T) read each key once, beside the partials the
-         * combine reads next (RW_ATTN_L2) */
-        atc_load_block<HD, NP, !T && RW_ATTN_L2 >= 2>(d, c, sg, j, sid, plast, nkv, g, bs, lane);
+        /* split launches (the forms without T): the keys evict_first, so the partials the
+         * combine reads next stay in L2 (attention_tile.cuh) */
+        atc_load_block<HD, NP, !T>(d, c, sg, j, sid, plast, nkv, g, bs, lane);
     };
     /* Otherwise the ring: the warp's items are K, V of each block of its segments in order, item
      * i in slot i % NS, each one cp.async group, so before an item is read NS - 1 groups may

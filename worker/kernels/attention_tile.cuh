@@ -148,11 +148,13 @@ __device__ __forceinline__ void atc_load_q(const float *__restrict__ q,
     }
 }
 
-/* How the key split's partials use L2 (an experiment's knob; results are the same bits at every
- * level): 0 no hints; 1 the combine drops each partial o line it has read (rw_l2_discard128), so
- * a line still in L2 is never written back; 2 also the split kernels' K and V copies evict_first;
- * 3 also the partial o stores evict_last. */
-#define RW_ATTN_L2 0
+/* The key split's partials in L2. A split launch streams its keys once and writes partials
+ * that the combine, the next kernel, reads once: the keys' copies are evict_first and the partial
+ * o stores evict_last, so the partials wait in L2 while the keys pass through, and the combine
+ * drops each line after reading it (rw_l2_discard128), so it is never written back. Cache hints
+ * only: the same bits. At 32 x 8k on an H100 (Nsight Compute) the split kernel wrote 34.9 -> 10.8
+ * MB and the combine read 32.5 -> 4.6 MB from DRAM; the pair 210 -> 199-200 us, b8 x 8k engine
+ * steps 2.3% faster (docs/BENCHMARKS.md, forty-fourth session). */
 
 /* Writes a warp's segment partial (m, l, o of rows r0, r1) for segment sg to part_o / part_ml
  * ([segment][token][head] (x hd)), the combine kernel's input. */
@@ -171,11 +173,8 @@ __device__ __forceinline__ void atc_write_part(float *__restrict__ part_o,
 #pragma unroll
         for (int d = 0; d < HD / 8; d++) {
             const int col = d * 8 + 2 * (lane & 3);
-            if constexpr (RW_ATTN_L2 >= 3)
-                rw_st_f32x2_pol(part_o + base * HD + col, o[d][2 * rr], o[d][2 * rr + 1],
-                                rw_l2_evict_last());
-            else
-                *(float2 *)(part_o + base * HD + col) = make_float2(o[d][2 * rr], o[d][2 * rr + 1]);
+            rw_st_f32x2_pol(part_o + base * HD + col, o[d][2 * rr], o[d][2 * rr + 1],
+                            rw_l2_evict_last());
         }
         if ((lane & 3) == 0) part_ml[base] = rr ? make_float2(m1, l1) : make_float2(m0, l0);
     }
@@ -432,7 +431,7 @@ __device__ __forceinline__ int64_t atc_seg_base(int32_t ids, int gi, int kp0, in
 
 /* Stages one 16-key group (keys kp0.., cache offset base) from NC caches into rows r0.. of
  * dst[0..NC) (swizzled as atc_swz): NT threads, this one number t; keys past plast are written as
- * zeros without a read. EF: the whole groups' copies evict_first (RW_ATTN_L2). */
+ * zeros without a read. EF: the whole groups' copies evict_first (the key split's, above). */
 template <int HD, int NT, int NC, bool EF = false>
 __device__ __forceinline__ void atc_load_group(uint8_t *const *dst, const uint16_t *const *src,
                                                int r0, int kp0, int64_t base, int plast, int t) {
