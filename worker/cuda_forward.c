@@ -30,9 +30,6 @@ static rw_status dense(cuda_be *be, rw_wfmt fmt, const rw_tensor *w, const rw_te
 }
 
 #define FUSE_MIN_TOK 64
-/* Whether the fused combine drops the expert rows it read from L2 (rw_k_combine_rmsnorm's
- * drop_y) at FUSE_MIN_TOK tokens and more: the rows are dead after it */
-#define RW_MOE_Y_DROP 0
 
 /* The model on the metadata already on the device. */
 rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, int qt, int64_t nlog,
@@ -86,8 +83,8 @@ rw_status rw_cuda_run_model(rw_model *m, rw_kv *kv, int64_t ntok, int ntiles, in
         if (fuse && l > 0)
             RW_CHECK(rw_k_combine_rmsnorm(be->x, ey, einv,
                                           be->wts + (size_t)(l - 1) * (size_t)be->cap_tok * K, K,
-                                          lw->input_norm.data, ntok, H, eps, be->h, be->h_lo, NULL,
-                                          RW_MOE_Y_DROP && ntok >= FUSE_MIN_TOK, s, err));
+                                          lw->input_norm.data, ntok, H, eps, be->h, be->h_lo,
+                                          NULL, s, err));
         else
             RW_CHECK(rw_k_add_rmsnorm(be->x, l && tp ? be->y : NULL, lw->input_norm.data, ntok,
                                       H, eps, be->h, be->h_lo, NULL, s, err));

@@ -5,7 +5,6 @@
 
 #include "device.cuh"
 #include "launch.cuh"
-#include "mma.cuh" /* rw_l2_discard128 */
 #include "norm_rope.h"
 #include "norm_row.cuh"
 #include "stamps.cuh"
@@ -59,11 +58,11 @@ __global__ void add_rmsnorm_kernel(float *x, const float *y, const uint16_t *w, 
  * norm apart), and each element's sum is the combine's (fmaf over the slots in order from 0, then
  * one add to x). KMAX: the slots a CTA keeps, k <= KMAX. */
 template <int PER, int KMAX>
-__global__ void
-combine_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ y,
-                       const int32_t *__restrict__ inv, const float *__restrict__ wts, int k,
-                       const uint16_t *__restrict__ w, int64_t H, float eps, uint16_t *out_hi,
-                       uint16_t *out_lo, float *out_f32, bool drop_y) {
+__global__ void combine_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ y,
+                                       const int32_t *__restrict__ inv,
+                                       const float *__restrict__ wts, int k,
+                                       const uint16_t *__restrict__ w, int64_t H, float eps,
+                                       uint16_t *out_hi, uint16_t *out_lo, float *out_f32) {
     float v[PER], wv[PER], yv[KMAX][PER];
     norm_weights<PER>(wv, w, H);
     __shared__ float sh[33];
@@ -104,19 +103,6 @@ combine_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ y,
             xt[threadIdx.x + (int64_t)j * NORM_THREADS] = v[j];
         }
     }
-    if (drop_y) {
-        /* the warp's lines of y, all read above: line (q, j) holds its 32 columns of element j
-         * of row rows[q]; dropped, they are never written back (rw_k_combine_rmsnorm) */
-        const int lane = threadIdx.x & 31;
-        const int64_t c0 = threadIdx.x - lane;
-        __syncwarp();
-        for (int i = lane; i < KMAX * PER; i += 32) {
-            const int q = i / PER, j = i % PER;
-            const int64_t c = c0 + (int64_t)j * NORM_THREADS;
-            if (q < k && rows[q] >= 0 && c + 32 <= H)
-                rw_l2_discard128(y + (int64_t)rows[q] * H + c);
-        }
-    }
     norm_row<PER>(v, wv, H, eps, sh,
                   [&](int64_t i, float o) { norm_put(t, H, out_hi, out_lo, out_f32, i, o); });
     RW_STAMP_PUT(nr, 1, blockIdx.x, t_entry, t_wait, 0);
@@ -147,8 +133,9 @@ extern "C" rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *
 
 extern "C" rw_status rw_k_combine_rmsnorm(float *x, const float *y, const int32_t *inv,
                                           const float *wts, int k, const uint16_t *w, int64_t n,
-                                          int64_t H, float eps, uint16_t *out_hi, uint16_t *out_lo,
-                                          float *out_f32, bool drop_y, rw_stream s, rw_err *err) {
+                                          int64_t H, float eps, uint16_t *out_hi,
+                                          uint16_t *out_lo, float *out_f32, rw_stream s,
+                                          rw_err *err) {
     if (n <= 0) return RW_OK;
     static_assert(RW_K_COMBINE_MAX_H % NORM_THREADS == 0, "combine_rmsnorm: whole rows a CTA");
     if (H > RW_K_COMBINE_MAX_H || k < 1 || k > RW_K_COMBINE_MAX_K)
@@ -158,7 +145,7 @@ extern "C" rw_status rw_k_combine_rmsnorm(float *x, const float *y, const int32_
     (void)rw_launch_pdl(
         combine_rmsnorm_kernel<RW_K_COMBINE_MAX_H / NORM_THREADS, RW_K_COMBINE_MAX_K>,
         dim3((unsigned)n), NORM_THREADS, 0, (cudaStream_t)s, x, y, inv, wts, k, w, H, eps, out_hi,
-        out_lo, out_f32, drop_y && H % 32 == 0 && (uintptr_t)y % 128 == 0);
+        out_lo, out_f32);
     return LAUNCH_CHECK(s, "combine_rmsnorm");
 }
 

@@ -26,10 +26,7 @@ rw_status rw_k_add_rmsnorm(float *x, const float *y, const uint16_t *w, int64_t 
 /* The experts' combine of the previous layer fused into this norm: x[t] += sum_j wts[t k + j] *
  * y[inv[t k + j]] (j in order, one fmaf each from 0, rows inv < 0 skipped: the combine of
  * rw_moe_experts_cuda, the same bits), then rw_k_add_rmsnorm(x, NULL, ...). y [rows, H] fp32,
- * inv and wts [n, k]. H <= RW_K_COMBINE_MAX_H, k <= RW_K_COMBINE_MAX_K. drop_y: y is dead after
- * the call and no row of it is named twice in inv (the experts' rows are): each 128-byte line of
- * y read here (H a multiple of 32, y 128-byte aligned) is then dropped from L2 without a write
- * back, and y's bytes are undefined after the call. Results are the same either way. */
+ * inv and wts [n, k]. H <= RW_K_COMBINE_MAX_H, k <= RW_K_COMBINE_MAX_K. */
 #define RW_K_COMBINE_MAX_H 2048
 #define RW_K_COMBINE_MAX_K 8
 void rw_k_combine_rmsnorm_ref(float *x, const float *y, const int32_t *inv, const float *wts, int k,
@@ -37,8 +34,8 @@ void rw_k_combine_rmsnorm_ref(float *x, const float *y, const int32_t *inv, cons
                               uint16_t *out_hi, uint16_t *out_lo, float *out_f32);
 rw_status rw_k_combine_rmsnorm(float *x, const float *y, const int32_t *inv, const float *wts,
                                int k, const uint16_t *w, int64_t n, int64_t H, float eps,
-                               uint16_t *out_hi, uint16_t *out_lo, float *out_f32, bool drop_y,
-                               rw_stream s, rw_err *err);
+                               uint16_t *out_hi, uint16_t *out_lo, float *out_f32, rw_stream s,
+                               rw_err *err);
 
 /* out_hi / out_lo [n, H]: row i = rmsnorm(x[rows[i]] (+ y[rows[i]] when y != NULL, written back
  * to x)). Rows must be distinct. */
