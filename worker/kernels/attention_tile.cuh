@@ -165,6 +165,7 @@ __device__ __forceinline__ void atc_write_part(float *__restrict__ part_o,
                                                int r1, int sg, int64_t ntok, float m0, float m1,
                                                float l0, float l1, const float (&o)[HD / 8][4]) {
     const int lane = threadIdx.x & 31;
+    const uint64_t keep = rw_l2_evict_last();
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         const int r = rr ? r1 : r0;
@@ -173,8 +174,7 @@ __device__ __forceinline__ void atc_write_part(float *__restrict__ part_o,
 #pragma unroll
         for (int d = 0; d < HD / 8; d++) {
             const int col = d * 8 + 2 * (lane & 3);
-            rw_st_f32x2_pol(part_o + base * HD + col, o[d][2 * rr], o[d][2 * rr + 1],
-                            rw_l2_evict_last());
+            rw_st_f32x2_pol(part_o + base * HD + col, o[d][2 * rr], o[d][2 * rr + 1], keep);
         }
         if ((lane & 3) == 0) part_ml[base] = rr ? make_float2(m1, l1) : make_float2(m0, l0);
     }
@@ -452,6 +452,7 @@ __device__ __forceinline__ void atc_load_group(uint8_t *const *dst, const uint16
             const int c0 = cc ^ atc_swz_term<HD>(rl);
             const uint16_t *sp[NC];
             uint32_t sa[NC];
+            const uint64_t once = EF ? rw_l2_evict_first() : 0;
 #pragma unroll
             for (int h = 0; h < NC; h++) {
                 sp[h] = src[h] + base + rl * HD + cc * 8;
@@ -463,7 +464,7 @@ __device__ __forceinline__ void atc_load_group(uint8_t *const *dst, const uint16
 #pragma unroll
                 for (int h = 0; h < NC; h++)
                     if constexpr (EF)
-                        rw_cp_async16_sa_pol(sa[h] + off, sp[h] + k * RS * HD, rw_l2_evict_first());
+                        rw_cp_async16_sa_pol(sa[h] + off, sp[h] + k * RS * HD, once);
                     else
                         rw_cp_async16_sa(sa[h] + off, sp[h] + k * RS * HD);
             }
