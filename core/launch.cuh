@@ -32,6 +32,11 @@
  * H200, same run; docs/BENCHMARKS.md, twenty-first session). The successor's wait still returns
  * only after this kernel, and so everything before it, has completed; what it may read before
  * that wait no longer includes what kernels two back wrote.
+ * A kernel may also take its predecessor's results as they come, through flags of its own, and
+ * wait only at its end (rw_pdl_trigger first, rw_pdl_wait last): the combine of a key split,
+ * whose CTAs merge a (token, head) as soon as the split CTAs it needs have counted themselves done
+ * (worker/kernels/attention.cu). Its wait at the end keeps the rule that a kernel completes only
+ * after everything before it has.
  * Nothing computed changes, only when CTAs are scheduled. RW_PDL=0 in the environment launches
  * ordinarily (read once per process). Captured into a CUDA graph, the attribute becomes a
  * programmatic edge with the same meaning. */
@@ -55,6 +60,18 @@ __device__ __forceinline__ void rw_pdl_begin(void) {
 __device__ __forceinline__ void rw_pdl_begin_early(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+/* The two steps apart, for a kernel that reads its predecessor's results through flags of its
+ * own (above): rw_pdl_trigger as its first statement, rw_pdl_wait as its last. */
+__device__ __forceinline__ void rw_pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void rw_pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }

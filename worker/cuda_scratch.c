@@ -77,6 +77,9 @@ rw_status rw_cuda_ensure(rw_model *m, int64_t ntok, int64_t nlog, int nseq, int 
     be->attn_part_bytes = rw_k_attention_part_bytes(T < SPLIT_MAX_TOK ? T : SPLIT_MAX_TOK,
                                                     d->nh_local, (int)hd, SPLIT_SEGS);
     DALLOC(be->attn_part, be->attn_part_bytes);
+    /* zeros once: the combine's ready counters at its start (attention.h), which every launch
+     * leaves zero */
+    RW_CUDA_CHECK(err, cudaMemsetAsync(be->attn_part, 0, be->attn_part_bytes, be->st));
     be->moe_ws_bytes = rw_moe_experts_cuda_workspace(E, d->P, H, T, (int)K);
     DALLOC(be->moe_ws, be->moe_ws_bytes);
     /* zeros once: the expert passes read their tile's entry beside the tile count, also in CTAs

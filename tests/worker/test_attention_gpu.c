@@ -78,13 +78,23 @@ static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q,
     for (int64_t t = 0; t < ntok; t++)
         maxp = pos[t] > maxp ? pos[t] : maxp;
     d.part_bytes = rw_k_attention_part_bytes(ntok, nh, hd, maxp / RW_ATTN_SEG + 1);
-    if (nsplit) RW_TCK(cudaMalloc(&d.part, d.part_bytes));
+    if (nsplit) {
+        RW_TCK(cudaMalloc(&d.part, d.part_bytes));
+        RW_TCK(cudaMemset(d.part, 0, d.part_bytes)); /* the ready counters (attention.h) */
+    }
     rw_err err = {0};
     RW_ASSERT_OK(rw_k_attention(d.q, dkv, d.tiles, ntiles, qt, d.pos, d.bt, stride, ntok, nh, nkv,
                                 hd, bs, nsplit, d.part, d.part_bytes, d.hi, d.lo, NULL, &err),
                  &err);
     rw_tdev_get(go, d.hi, 2 * qe);
     rw_tdev_get(gol, d.lo, 2 * qe);
+    if (nsplit) { /* the launch left the combine's ready counters zero (attention.h) */
+        unsigned rd[256];
+        const int n = ntok * nh < 256 ? (int)(ntok * nh) : 256;
+        rw_tdev_get(rd, d.part, sizeof rd[0] * (size_t)n);
+        for (int i = 0; i < n; i++)
+            if (rd[i] != 0) fail_msg("attention %s: ready counter %d is %u", label, i, rd[i]);
+    }
     /* outputs are averages of O(1) values, computed in fp32 in another order: absolute 1e-5 */
     char what[128];
     snprintf(what, sizeof what, "attention %s nh %d nkv %d hd %d split %d%s", label, nh, nkv, hd,
@@ -183,6 +193,14 @@ static void attention_decode_long_case(int nh, int nkv, int hd, int nsplit, bool
     attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]), pairs);
 }
 
+/* A batch wide enough for the combine's ready counters (attention.h: at least 16 tokens) at
+ * mixed lengths, so that a combine CTA merges its row while other rows' split CTAs still run. */
+static void attention_decode_wide_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
+    static const int32_t pos[] = {0,    15, 16,   127, 128, 300,  639, 700,  1023, 1024,
+                                  1055, 40, 2047, 100, 511, 3000, 255, 1500, 9,    777};
+    attention_decode_at(nh, nkv, hd, nsplit, pos, (int)(sizeof pos / sizeof pos[0]), pairs);
+}
+
 /* Every kernel form (prefill tiles; decode tiles of one and two row fragments, unsplit and
  * split) on a bf16 cache and on a cache of pairs (the high-precision mode). */
 static void test_attention(void **state) {
@@ -203,6 +221,9 @@ static void test_attention(void **state) {
         attention_decode_long_case(32, 4, 128, 0, pairs);
         attention_decode_long_case(32, 4, 128, 3, pairs);
         attention_decode_long_case(8, 8, 64, 0, pairs);
+        attention_decode_wide_case(32, 4, 128, 0, pairs);
+        attention_decode_wide_case(32, 4, 128, 3, pairs);
+        attention_decode_wide_case(4, 2, 32, 16, pairs);
     }
 }
 
@@ -242,6 +263,7 @@ static void invariance_case(int nh, int nkv, int hd, bool pairs) {
     const size_t pb = rw_k_attention_part_bytes(N + OTHER, nh, hd, (P0 + N) / RW_ATTN_SEG + 1);
     void *part;
     RW_TCK(cudaMalloc(&part, pb));
+    RW_TCK(cudaMemset(part, 0, pb)); /* the ready counters (attention.h) */
     rw_attn_tile *dt;
     RW_TCK(cudaMalloc((void **)&dt, sizeof(rw_attn_tile) * (N + OTHER)));
     uint16_t *first = malloc(4 * row * N), *got = malloc(4 * row * N);
@@ -291,6 +313,12 @@ static void invariance_case(int nh, int nkv, int hd, bool pairs) {
                 rw_assert_bytes_equal(got + row * N, first + row * N, 2 * row * rows, what);
             }
         }
+    /* every launch left the combine's ready counters zero for the next */
+    unsigned *rd = malloc(4 * RW_ATTN_READY);
+    rw_tdev_get(rd, part, 4 * RW_ATTN_READY);
+    for (int i = 0; i < RW_ATTN_READY; i++)
+        if (rd[i] != 0) fail_msg("attention: ready counter %d is %u after the launches", i, rd[i]);
+    free(rd);
     cudaFree(dq);
     cudaFree(dpos);
     cudaFree(dbt);

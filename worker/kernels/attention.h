@@ -39,6 +39,12 @@ extern "C" {
  *   partial to `part`, then a combine kernel merges them per (token, head). `part` must hold
  *   rw_k_attention_part_bytes(ntok, nh, hd, segments) with segments >= pos / RW_ATTN_SEG + 1 for
  *   every token (part_bytes says how much it holds; segments past it are not written). */
+/* `part` begins with RW_ATTN_READY counters, one a (token, head) of a split launch of decode
+ * tiles, which let the combine merge a (token, head) as soon as its split CTAs are done; they
+ * must be zero before the buffer's first use (cudaMemset it when allocated) and every launch
+ * leaves them zero. Launches of fewer than 16 tokens, of more than RW_ATTN_READY (token, head)
+ * rows, or of larger tiles combine after the whole split instead. */
+#define RW_ATTN_READY 16384
 #define RW_ATTN_QT 64
 #define RW_ATTN_SEG 128
 typedef struct rw_attn_tile {

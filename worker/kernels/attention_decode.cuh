@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                       int bt_stride, int nh, int nkv, int bs, int nsplit, float qscale,
                       uint16_t *__restrict__ out_hi, uint16_t *__restrict__ out_lo,
                       float *__restrict__ part_o, float2 *__restrict__ part_ml, int64_t ntok,
-                      int seg_cap) {
+                      int seg_cap, unsigned *__restrict__ ready) {
     /* Before the PDL wait: the step's tiles, positions and block table, which the host uploads
      * before the forward pass (launch.cuh), and the block table lookups of the first keys. After
      * it: the first keys' copies are issued before q is read, so their memory round trip and
@@ -531,6 +531,13 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     }
     rw_cp_async_wait<0>();
     if (nsplit != 0) {
+        /* the combine's ready counters (attention.cu): this CTA's partials are written, so it
+         * counts itself done on each row of its tile, partials first made visible to the GPU */
+        if (ready) {
+            __threadfence();
+            __syncthreads();
+            if (tid < nrows) atomicAdd(ready + atc_row_th(tl, g, group, nh, tid), 1u);
+        }
         RW_STAMP_PUT(at, 0, RW_STAMP_CTA, t_entry, t_wait, 0);
         return;
     }

@@ -39,7 +39,9 @@ __device__ __forceinline__ bool rw_attn_merge_ml(float &M, float &L, float m, fl
  * sstride rows apart): its nseg segments merged in order, o / l. The partials are read ATC_CU
  * segments at a time, all loads issued before the merges that use them: read one by one, each
  * segment's loads would wait for the previous merge, a memory round trip per segment (an 8k
- * context has 64). */
+ * context has 64): 8 at a time measured faster than 16 or 32 (forty-fifth session). The loads go
+ * through L2 (ld.global.cg): the split kernel that writes them may still be running (the ready
+ * counters of attention.cu). */
 #define ATC_CU 8
 __device__ __forceinline__ float atc_merge_col(const float *__restrict__ part_o,
                                                const float2 *__restrict__ part_ml, int64_t sstride,
@@ -54,8 +56,8 @@ __device__ __forceinline__ float atc_merge_col(const float *__restrict__ part_o,
             ov[u] = 0.0f;
             if (s0 + u < nseg) {
                 const int64_t b = (int64_t)(s0 + u) * sstride + th;
-                ml[u] = part_ml[b];
-                ov[u] = part_o[b * hd + d];
+                ml[u] = __ldcg(part_ml + b);
+                ov[u] = __ldcg(part_o + b * hd + d);
             }
         }
 #pragma unroll
