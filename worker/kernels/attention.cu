@@ -29,7 +29,7 @@ RW_STAMPS_UNIT(at, "attn", "acomb")
  * the split kernel's CTAs each count themselves done on the rows of their tile once their
  * partials are written (atc_decode_kernel), and the CTA merges when all nsplit have, while the
  * split still runs elsewhere; then it sets its counter back to zero. Why: at 32 x 8k the combine
- * of the whole split took 8-11 us after its last CTA ended (stamps build, H100, forty-fifth
+ * of the whole split ended 7-11 us after its last CTA (stamps build, H100, forty-fifth
  * session). Without ready it waits for the whole split. Either way the same merges in the same
  * order. */
 __global__ void atc_combine_kernel(const float *__restrict__ part_o,
@@ -86,8 +86,7 @@ __global__ void atc_combine_kernel(const float *__restrict__ part_o,
 /* the ready counters at the start of `part`, 256-byte aligned like the partials after them */
 #define ATC_READY_BYTES ((size_t)RW_ATTN_READY * 4)
 #define ATC_READY_MIN 16
-/* ------------------------------------------------------------------------------------------ */
-/* ------------------------------------------------------------------------------------------ */
+
 extern "C" size_t rw_k_attention_part_bytes(int64_t ntok, int nh, int hd, int segments) {
     if (segments < 1 || ntok < 1) return 0;
     return ATC_READY_BYTES + (size_t)segments * (size_t)ntok * (size_t)nh * ((size_t)hd * 4 + 8) +

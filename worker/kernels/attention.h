@@ -42,8 +42,10 @@ extern "C" {
 /* `part` begins with RW_ATTN_READY counters, one a (token, head) of a split launch of decode
  * tiles, which let the combine merge a (token, head) as soon as its split CTAs are done; they
  * must be zero before the buffer's first use (cudaMemset it when allocated) and every launch
- * leaves them zero. Launches of fewer than 16 tokens, of more than RW_ATTN_READY (token, head)
- * rows, or of larger tiles combine after the whole split instead. */
+ * leaves them zero (each token in exactly one tile, as a batch's tiles are: a token no split
+ * CTA counts would stop its combine CTA with a fault after seconds). Launches of fewer than 16
+ * tokens, of more than RW_ATTN_READY (token, head) rows, or of larger tiles combine after the
+ * whole split instead. */
 #define RW_ATTN_READY 16384
 #define RW_ATTN_QT 64
 #define RW_ATTN_SEG 128
