@@ -47,34 +47,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* First statement of every kernel launched with rw_launch_pdl. */
-__device__ __forceinline__ void rw_pdl_begin(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-/* rw_pdl_begin's two steps the other way round, for the kernels the contract above names: the
- * next kernel may be scheduled before this one's wait. */
-__device__ __forceinline__ void rw_pdl_begin_early(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-/* The two steps apart, for a kernel that reads its predecessor's results through flags of its
- * own (above): rw_pdl_trigger as its first statement, rw_pdl_wait as its last. */
-__device__ __forceinline__ void rw_pdl_trigger(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
+/* The two steps of a programmatic launch, each one instruction: the wait (for the kernel ahead
+ * to complete, its writes visible) and the trigger (the next kernel may be scheduled). Alone,
+ * for a kernel that reads its predecessor's results through flags of its own (above):
+ * rw_pdl_trigger as its first statement, rw_pdl_wait as its last. */
 __device__ __forceinline__ void rw_pdl_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void rw_pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/* First statement of every kernel launched with rw_launch_pdl. */
+__device__ __forceinline__ void rw_pdl_begin(void) {
+    rw_pdl_wait();
+    rw_pdl_trigger();
+}
+
+/* rw_pdl_begin's two steps the other way round, for the kernels the contract above names: the
+ * next kernel may be scheduled before this one's wait. */
+__device__ __forceinline__ void rw_pdl_begin_early(void) {
+    rw_pdl_trigger();
+    rw_pdl_wait();
+}
+
 /* Whether launches use PDL: yes unless RW_PDL=0. */
 static inline bool rw_pdl_enabled(void) {
     static int on = -1;

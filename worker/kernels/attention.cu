@@ -106,6 +106,7 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
                             size_t part_bytes, uint16_t *out_hi, uint16_t *out_lo, rw_stream s,
                             rw_err *err) {
     const int group = nh / nkv;
+    const bool decode = qt * group <= 16; /* tiles of one fragment (attention_decode.cuh) */
     float *po = NULL;
     float2 *pml = NULL;
     int seg_cap = 0;
@@ -124,10 +125,9 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
      * the whole split measured faster: engine steps b1 x 1k and 8k 0.4-0.8% slower with the
      * counters, b8 level; from 16 tokens the kernel pair faster (H100, forty-fifth session:
      * 32 x 8k 199.5 -> 195.0 us, 16 x 4k 58 -> 56.5). */
-    unsigned *ready =
-        nsplit > 0 && qt * group <= 16 && ntok >= ATC_READY_MIN && ntok * nh <= RW_ATTN_READY
-            ? (unsigned *)part
-            : NULL;
+    unsigned *ready = nsplit > 0 && decode && ntok >= ATC_READY_MIN && ntok * nh <= RW_ATTN_READY
+                          ? (unsigned *)part
+                          : NULL;
     dim3 grid((unsigned)ntiles, (unsigned)nkv, (unsigned)(nsplit > 0 ? nsplit : 1));
     const float qscale = (float)(1.4426950408889634 / sqrt((double)HD));
     cudaStream_t st = (cudaStream_t)s;
@@ -135,7 +135,7 @@ static rw_status atc_launch(const float *q, rw_kv_planes kv, const rw_attn_tile 
     /* tiles of one fragment (decode) spread key segments over the warps; larger tiles spread
      * their row fragments; the smem attributes are the kernels' fixed needs, so captured graphs
      * stay launchable whatever is launched in between */
-    if (qt * group <= 16) {
+    if (decode) {
         /* unsplit: the keys on the MMA's M side (atc_block_t), in one row fragment for up to 8
          * rows (a b256 step: 160.1 -> 140.9 us a layer for 256 x 1k keys on an H200); split:
          * the rows on the M side (atc_block), which measured faster when few CTAs share the
