@@ -260,44 +260,15 @@ struct atc_no_hook {
     __device__ __forceinline__ void operator()() const {}
 };
 
-/* One softmax block of ATC_SB keys for a warp's 16 rows: kd / vd point at the block's first key
- * row in shared memory (ATC_SB rows, swizzled as atc_swz), key_abs is its first position. Updates
- * the rows' segment state (m, l, o). The per-row arithmetic (atc_block_t is its decode form, the
- * softmax step is atc_softmax):
- *   S = fl(qh.K^T) + fl(ql.K^T), each product accumulated over the head dimension in k16 steps in
- *     order (two accumulators, so the tensor cores get independent chains);
- *   keys past the row's position -> -inf (a block with no such key for any row skips the test:
- *     masking a key at or before the position changes nothing);
- *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
- *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
- *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps.
- * KP: the K_lo / V_lo planes lie lo bytes after kd / vd, and the products of the file comment's
- * high-precision sequence are added in its order.
- *
- * PACK (without KP): the form for tiles of at most 8 rows (one decode token of up to 8 query
- * heads), the split decode kernel's. There rows 8-15 of the fragment (r1) are padding, so half
- * of each QK MMA went to rows nobody reads. Packed, the A fragment carries row r0's qh in rows
- * 0-7 and its ql in rows 8-15, and one MMA a key step gives both products: qh.K in a lane's
- * registers 0-1 of sh, ql.K in 2-3, for the same keys. Each output element of an MMA is its own
- * row's dot product over the same k16 steps in the same order whatever the other rows hold (the
- * file comment), so S = fl(qh.K^T) + fl(ql.K^T) is the same bits with half the QK MMAs; the
- * softmax runs for row r0 alone (NI = 2; m1, l1 untouched) and P.V takes row r1's weights as
- * zero, so its o registers 2-3 stay zero. (With KP the lo sums take qh.K_lo too: no room.) On
- * an H200 the split kernel 1 x 4k 10.5 -> 9.5 us, 32 x 8k 156.1 -> 154.0 (thirtieth session).
- * P.V with the keys on the M side behind it (atc_block_t's, whose B fragment of P^T would then
- * be the lane's own weights, no shuffles) measured slower in every split shape (1 x 4k 9.5 ->
- * 12.7 us, 32 x 8k 154.0 -> 166.5), and in the unsplit ring the same as atc_block_t (256 x 512:
- * 74.5 -> 74.3 us). */
-template <int HD, bool KP, bool PACK = false, typename H = atc_no_hook>
-__device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int lo, int key_abs,
-                                          const uint32_t (&qh)[HD / 16][4],
-                                          const uint32_t (&ql)[HD / 16][4], int32_t qp0,
-                                          int32_t qp1, float &m0, float &m1, float &l0, float &l1,
-                                          float (&o)[HD / 8][4], H after_k = H()) {
+/* atc_block's q'.K^T products: sh = qh.K^T, sl = ql.K^T (KP: + qh.K_lo^T), in k16 steps in
+ * order; PACK: row r0's qh and ql in one A fragment (atc_block's comment). */
+template <int HD, bool KP, bool PACK>
+__device__ __forceinline__ void atc_qk(const uint8_t *kd, int lo, const uint32_t (&qh)[HD / 16][4],
+                                       const uint32_t (&ql)[HD / 16][4], float (&sh)[4][4],
+                                       float (&sl)[4][4]) {
     static_assert(!(PACK && KP), "the packed form has no room for qh.K_lo");
-    constexpr int KS = HD / 16, DN = HD / 8;
+    constexpr int KS = HD / 16;
     const int lane = threadIdx.x & 31;
-    float sh[4][4], sl[4][4];
 #pragma unroll
     for (int n = 0; n < 4; n++)
 #pragma unroll
@@ -331,14 +302,28 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             }
         }
     }
-    after_k();
-    float s[4][4];
+}
+
+/* S = fl(qh.K^T) + fl(ql.K^T) from atc_qk's sums (PACK: row r0's, rows r1 zero) */
+template <bool PACK>
+__device__ __forceinline__ void atc_sum_scores(const float (&sh)[4][4], const float (&sl)[4][4],
+                                               float (&s)[4][4]) {
 #pragma unroll
     for (int n = 0; n < 4; n++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
             s[n][i] = PACK ? (i < 2 ? __fadd_rn(sh[n][i], sh[n][i + 2]) : 0.0f)
                            : __fadd_rn(sh[n][i], sl[n][i]);
+}
+
+/* The rest of atc_block from the scores S of its keys (key_abs on): the softmax step, o = o*c,
+ * o += bf16(p).V (KP: with the lo planes, lo bytes after vd). */
+template <int HD, bool KP, bool PACK>
+__device__ __forceinline__ void
+atc_softmax_pv(const uint8_t *vd, int lo, int key_abs, float (&s)[4][4], int32_t qp0, int32_t qp1,
+               float &m0, float &m1, float &l0, float &l1, float (&o)[HD / 8][4]) {
+    constexpr int DN = HD / 8;
+    const int lane = threadIdx.x & 31;
     float c0, c1;
     if constexpr (PACK) { /* row r0 alone: the caller's m1, l1 untouched, c1 not used */
         float pm1 = -INFINITY, pl1 = 0.0f;
@@ -390,6 +375,47 @@ __device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, 
             }
         }
     }
+}
+
+/* One softmax block of ATC_SB keys for a warp's 16 rows: kd / vd point at the block's first key
+ * row in shared memory (ATC_SB rows, swizzled as atc_swz), key_abs is its first position. Updates
+ * the rows' segment state (m, l, o). The per-row arithmetic (atc_block_t is its decode form, the
+ * softmax step is atc_softmax):
+ *   S = fl(qh.K^T) + fl(ql.K^T), each product accumulated over the head dimension in k16 steps in
+ *     order (two accumulators, so the tensor cores get independent chains);
+ *   keys past the row's position -> -inf (a block with no such key for any row skips the test:
+ *     masking a key at or before the position changes nothing);
+ *   mn = max(m, max of the row's S); c = 2^(m - mn), p = 2^(S - mn) (mn = -inf: 0, 0);
+ *   l = l*c + sum(p) (each lane's 8 values in order, then the quad: xor 1, xor 2);
+ *   o = o*c (skipped when every row's c is 1: exact) + bf16(p).V in key k16 steps.
+ * KP: the K_lo / V_lo planes lie lo bytes after kd / vd, and the products of the file comment's
+ * high-precision sequence are added in its order.
+ *
+ * PACK (without KP): the form for tiles of at most 8 rows (one decode token of up to 8 query
+ * heads), the split decode kernel's. There rows 8-15 of the fragment (r1) are padding, so half
+ * of each QK MMA went to rows nobody reads. Packed, the A fragment carries row r0's qh in rows
+ * 0-7 and its ql in rows 8-15, and one MMA a key step gives both products: qh.K in a lane's
+ * registers 0-1 of sh, ql.K in 2-3, for the same keys. Each output element of an MMA is its own
+ * row's dot product over the same k16 steps in the same order whatever the other rows hold (the
+ * file comment), so S = fl(qh.K^T) + fl(ql.K^T) is the same bits with half the QK MMAs; the
+ * softmax runs for row r0 alone (NI = 2; m1, l1 untouched) and P.V takes row r1's weights as
+ * zero, so its o registers 2-3 stay zero. (With KP the lo sums take qh.K_lo too: no room.) On
+ * an H200 the split kernel 1 x 4k 10.5 -> 9.5 us, 32 x 8k 156.1 -> 154.0 (thirtieth session).
+ * P.V with the keys on the M side behind it (atc_block_t's, whose B fragment of P^T would then
+ * be the lane's own weights, no shuffles) measured slower in every split shape (1 x 4k 9.5 ->
+ * 12.7 us, 32 x 8k 154.0 -> 166.5), and in the unsplit ring the same as atc_block_t (256 x 512:
+ * 74.5 -> 74.3 us). */
+template <int HD, bool KP, bool PACK = false, typename H = atc_no_hook>
+__device__ __forceinline__ void atc_block(const uint8_t *kd, const uint8_t *vd, int lo, int key_abs,
+                                          const uint32_t (&qh)[HD / 16][4],
+                                          const uint32_t (&ql)[HD / 16][4], int32_t qp0,
+                                          int32_t qp1, float &m0, float &m1, float &l0, float &l1,
+                                          float (&o)[HD / 8][4], H after_k = H()) {
+    float sh[4][4], sl[4][4], s[4][4];
+    atc_qk<HD, KP, PACK>(kd, lo, qh, ql, sh, sl);
+    after_k();
+    atc_sum_scores<PACK>(sh, sl, s);
+    atc_softmax_pv<HD, KP, PACK>(vd, lo, key_abs, s, qp0, qp1, m0, m1, l0, l1, o);
 }
 
 /* The cache offset of key kp0's 16-key group (kp0 % 16 == 0) of one sequence (block table
