@@ -319,11 +319,10 @@ __device__ __forceinline__ void atc_sum_scores(const float (&sh)[4][4], const fl
 /* The rest of atc_block from the scores S of its keys (key_abs on): the softmax step, o = o*c,
  * o += bf16(p).V (KP: with the lo planes, lo bytes after vd). */
 template <int HD, bool KP, bool PACK>
-__device__ __forceinline__ void
-atc_softmax_pv(const uint8_t *vd, int lo, int key_abs, float (&s)[4][4], int32_t qp0, int32_t qp1,
-               float &m0, float &m1, float &l0, float &l1, float (&o)[HD / 8][4]) {
+__device__ __forceinline__ void atc_softmax_scale(int key_abs, float (&s)[4][4], int32_t qp0,
+                                                  int32_t qp1, float &m0, float &m1, float &l0,
+                                                  float &l1, float (&o)[HD / 8][4]) {
     constexpr int DN = HD / 8;
-    const int lane = threadIdx.x & 31;
     float c0, c1;
     if constexpr (PACK) { /* row r0 alone: the caller's m1, l1 untouched, c1 not used */
         float pm1 = -INFINITY, pl1 = 0.0f;
@@ -342,6 +341,12 @@ atc_softmax_pv(const uint8_t *vd, int lo, int key_abs, float (&s)[4][4], int32_t
             }
         }
     }
+}
+template <int HD, bool KP, bool PACK>
+__device__ __forceinline__ void atc_pv(const uint8_t *vd, int lo, float (&s)[4][4],
+                                       float (&o)[HD / 8][4]) {
+    constexpr int DN = HD / 8;
+    const int lane = threadIdx.x & 31;
     /* o += P.V, keys in k16 steps: A fragment regs (row r0 keys +0..7, row r1 keys +0..7, row r0
      * keys +8..15, row r1 keys +8..15) = s[2j][0,1], s[2j][2,3], s[2j+1][0,1], s[2j+1][2,3] */
 #pragma unroll
@@ -375,6 +380,14 @@ atc_softmax_pv(const uint8_t *vd, int lo, int key_abs, float (&s)[4][4], int32_t
             }
         }
     }
+}
+
+template <int HD, bool KP, bool PACK>
+__device__ __forceinline__ void
+atc_softmax_pv(const uint8_t *vd, int lo, int key_abs, float (&s)[4][4], int32_t qp0, int32_t qp1,
+               float &m0, float &m1, float &l0, float &l1, float (&o)[HD / 8][4]) {
+    atc_softmax_scale<HD, KP, PACK>(key_abs, s, qp0, qp1, m0, m1, l0, l1, o);
+    atc_pv<HD, KP, PACK>(vd, lo, s, o);
 }
 
 /* One softmax block of ATC_SB keys for a warp's 16 rows: kd / vd point at the block's first key
