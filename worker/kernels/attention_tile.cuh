@@ -316,8 +316,10 @@ __device__ __forceinline__ void atc_sum_scores(const float (&sh)[4][4], const fl
                            : __fadd_rn(sh[n][i], sl[n][i]);
 }
 
-/* The rest of atc_block from the scores S of its keys (key_abs on): the softmax step, o = o*c,
- * o += bf16(p).V (KP: with the lo planes, lo bytes after vd). */
+/* The rest of atc_block from the scores S of its keys (key_abs on), in two steps:
+ * atc_softmax_scale (the softmax step, S becomes P, then o = o*c) and atc_pv (o += bf16(p).V;
+ * KP: with the lo planes, lo bytes after vd); atc_softmax_pv is both. A kernel may issue another
+ * block's q'.K^T products between the two: they read neither this block's P nor o. */
 template <int HD, bool KP, bool PACK>
 __device__ __forceinline__ void atc_softmax_scale(int key_abs, float (&s)[4][4], int32_t qp0,
                                                   int32_t qp1, float &m0, float &m1, float &l0,
