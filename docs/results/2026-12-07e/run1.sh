@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Forty-sixth session, call 1: main of f11813e (the ready counters, the L2 partials).
-# . On an H200 the target rows G1 / G2 / G3 (decode b1 and b256 x 1k, bf16 and
-# mxfp8-last-8), then on either card G6's decode shapes beside torch SDPA.
+# Forty-sixth session, call 1: main of f11813e (the ready counters, the L2 partials). On an
+# H200 the target rows G1 / G2 / G3 (decode b1 and b256 x 1k, bf16 and mxfp8-last-8), then on
+# either card G6's decode shapes beside torch SDPA.
 # Archive: .gpu-pack/variants.txz with rw-main built from f11813e.
 source .deps/env.sh
 R=${OUT:-out}
