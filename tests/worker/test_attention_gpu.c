@@ -48,6 +48,16 @@ static void fill_kv(uint16_t *hi, uint16_t *lo, size_t n, uint64_t seed) {
     free(f);
 }
 
+/* Fails unless the first n of the combine's ready counters (the start of a split launch's
+ * scratch) are zero, as every launch leaves them (attention.h). */
+static void assert_ready_zero(const void *part, int n, const char *what) {
+    unsigned *rd = malloc(sizeof *rd * (size_t)n);
+    rw_tdev_get(rd, part, sizeof *rd * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (rd[i] != 0) fail_msg("attention %s: ready counter %d is %u", what, i, rd[i]);
+    free(rd);
+}
+
 /* Runs the kernel on `tiles` (qt = their largest count) and compares with the reference. The
  * cache is kv (host arrays; with low halves: the high-precision mode). */
 static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q, size_t qe,
@@ -88,13 +98,7 @@ static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q,
                  &err);
     rw_tdev_get(go, d.hi, 2 * qe);
     rw_tdev_get(gol, d.lo, 2 * qe);
-    if (nsplit) { /* the launch left the combine's ready counters zero (attention.h) */
-        unsigned rd[256];
-        const int n = ntok * nh < 256 ? (int)(ntok * nh) : 256;
-        rw_tdev_get(rd, d.part, sizeof rd[0] * (size_t)n);
-        for (int i = 0; i < n; i++)
-            if (rd[i] != 0) fail_msg("attention %s: ready counter %d is %u", label, i, rd[i]);
-    }
+    if (nsplit) assert_ready_zero(d.part, ntok * nh < 256 ? (int)(ntok * nh) : 256, label);
     /* outputs are averages of O(1) values, computed in fp32 in another order: absolute 1e-5 */
     char what[128];
     snprintf(what, sizeof what, "attention %s nh %d nkv %d hd %d split %d%s", label, nh, nkv, hd,
@@ -313,12 +317,7 @@ static void invariance_case(int nh, int nkv, int hd, bool pairs) {
                 rw_assert_bytes_equal(got + row * N, first + row * N, 2 * row * rows, what);
             }
         }
-    /* every launch left the combine's ready counters zero for the next */
-    unsigned *rd = malloc(4 * RW_ATTN_READY);
-    rw_tdev_get(rd, part, 4 * RW_ATTN_READY);
-    for (int i = 0; i < RW_ATTN_READY; i++)
-        if (rd[i] != 0) fail_msg("attention: ready counter %d is %u after the launches", i, rd[i]);
-    free(rd);
+    assert_ready_zero(part, RW_ATTN_READY, "invariance launches"); /* all of them, for the next */
     cudaFree(dq);
     cudaFree(dpos);
     cudaFree(dbt);
