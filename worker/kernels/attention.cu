@@ -194,6 +194,9 @@ extern "C" rw_status rw_k_attention(const float *q, rw_kv_planes kv, const rw_at
     if (!kv.k_lo != !kv.v_lo)
         RW_FAIL(err, RW_E_INVALID_ARG,
                 "attention: the low halves of the K cache without those of V, or back");
+    /* the prefill kernel stores two adjacent columns at a time */
+    if (((uintptr_t)out_hi | (uintptr_t)out_lo) & 3u)
+        RW_FAIL(err, RW_E_INVALID_ARG, "attention: output arrays not 4-byte aligned");
     const bool kp = kv.k_lo != NULL;
 #define ATC_LAUNCH(HD)                                                                             \
     (kp ? atc_launch<HD, true>(q, kv, tiles, ntiles, qt, pos, bt, bt_stride, ntok, nh, nkv, bs,    \

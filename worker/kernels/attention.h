@@ -17,8 +17,8 @@ extern "C" {
  * largest count for a head layout. Token t of the batch has position pos[t] and attends keys
  * 0..pos[t] of its sequence, whose KV block table is bt[seq * bt_stride ...]; every KV slot up to
  * the largest position of a tile must be written (the step writes its tokens' KV first).
- * q [ntok, nh, hd] fp32 -> out_hi / out_lo [ntok, nh, hd] (a hi + lo pair); softmax scale
- * 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
+ * q [ntok, nh, hd] fp32 -> out_hi / out_lo [ntok, nh, hd] (a hi + lo pair, each 4-byte
+ * aligned); softmax scale 1/sqrt(hd). bs % 16 == 0, hd in {32, 64, 128}, nh / nkv <= 16.
  *
  * Numerics: q travels to the tensor cores as a hi + lo bf16 pair (about 16 significant bits), the
  * softmax weights as one bf16 each, products accumulate in fp32: within 2^-9 max|v| of an fp32

@@ -1,6 +1,17 @@
 /* attention_prefill.cuh - the attention kernel of tiles larger than one MMA fragment (prefill
  * chunks): the tile's 16-row fragments spread over 4 warps, keys staged for the CTA in 64-key
- * blocks. Per-row arithmetic in attention_tile.cuh; launched by attention.cu. */
+ * blocks. Per-row arithmetic in attention_tile.cuh; launched by attention.cu.
+ *
+ * Work outside the softmax blocks. Nsight Compute of an 8 x 2k prefill (H100) put only a third
+ * of the kernel's instructions in the softmax blocks: a fifth went to the final stores (each
+ * element's row index recomputed, two 2-byte stores, a branch), a sixth to the segment merges
+ * (a branch an element) and an eighth to the key copies. So the merged o sits in shared memory
+ * as a float4 a lane and n8 fragment, the merge selects instead of branching, the stores write
+ * two columns at a time from each row's index computed once, the copies take their block ids
+ * from a lane of the warp read a segment ahead, and the two softmax blocks of a staged block
+ * are unrolled. The same arithmetic in the same order (the GPU suite compares the rows byte for
+ * byte with the decode kernels'); the kernel 8 x 2k 2.42-2.46 -> 1.94-1.95 ms, 1 x 8k 3.95-4.00
+ * -> 3.36 ms (docs/BENCHMARKS.md, forty-seventh session). */
 #ifndef RW_WORKER_KERNELS_ATTENTION_PREFILL_CUH
 #define RW_WORKER_KERNELS_ATTENTION_PREFILL_CUH
 
@@ -23,7 +34,9 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     constexpr int DN = HD / 8;                 /* output n8 fragments */
     extern __shared__ __align__(128) uint8_t sm[];
     uint8_t *stage = sm;                        /* 2 stages of NP blocks */
-    float *oacc = (float *)(sm + 2 * NP * BLK); /* [4 warps][HD/2][32] merged o */
+    /* [4 warps][HD / 8][32 lanes] merged o, a float4 a lane and n8 fragment (its o[d][0..3]),
+     * so a segment's merge and the final stores read and write it 16 bytes at a time */
+    float4 *oacc = (float4 *)(sm + 2 * NP * BLK);
 
     const rw_attn_tile tl = tiles[blockIdx.x];
     const int g = blockIdx.y, split = blockIdx.z;
@@ -52,21 +65,42 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
         const int b = sg * BPS + (idx % BPS);
         return (sg < nseg && b < nblk) ? b : -1;
     };
-    auto load = [&](int buf, int b) {
+    /* The block ids of the segment being staged (ids, its 16-key groups one a lane: atc_seg_ids)
+     * and of the CTA's next segment (ids_next), read when the copies enter a segment: the top
+     * stall of the kernel had been a copy's address waiting for its block table load. */
+    auto seg_ids = [&](int k) -> int32_t { /* the CTA's k-th segment's ids */
+                                           const int sg = sfirst + k * sstep;
+                                           return atc_seg_ids(blocks, sg < nseg ? sg : -1, plast,
+                                                              bs, lane);
+    };
+    int kseg = 0;
+    int32_t ids = seg_ids(0), ids_next = seg_ids(1);
+    /* stages the idx-th block of this CTA (b = block_of(idx) >= 0) into buffer buf */
+    auto load = [&](int buf, int idx, int b) {
+        if (idx / BPS != kseg) { /* the next segment: idx / BPS == kseg + 1 */
+            kseg++;
+            ids = ids_next;
+            ids_next = seg_ids(kseg + 1);
+        }
         uint8_t *kd = stage + (size_t)buf * NP * BLK;
         /* the first NP planes: K, V (KP: then K_lo, V_lo) */
         uint8_t *const d[4] = {kd, kd + BLK, kd + 2 * BLK, kd + 3 * BLK};
         const uint16_t *const c[4] = {kc, vc, kcl, vcl};
-        atc_load_keys<HD, ATC_THREADS, NP>(d, c, blocks, b * ATC_KB, ATC_KB, plast, nkv, g, bs,
-                                           tid);
+#pragma unroll
+        for (int gi = 0; gi < ATC_KB / 16; gi++) {
+            const int kp0 = b * ATC_KB + 16 * gi;
+            const int64_t base =
+                atc_seg_base(ids, (idx % BPS) * (ATC_KB / 16) + gi, kp0, nkv, g, bs, HD);
+            atc_load_group<HD, ATC_THREADS, NP>(d, c, 16 * gi, kp0, base, plast, tid);
+        }
     };
 
     /* merged result (nsplit 0) */
     float Mt0 = -INFINITY, Mt1 = -INFINITY, Lt0 = 0.0f, Lt1 = 0.0f;
-    float *oa = oacc + (size_t)warp * (HD / 2) * 32;
+    float4 *oa = oacc + (size_t)warp * DN * 32 + lane;
     if (nsplit == 0 && active)
-        for (int i = 0; i < HD / 2; i++)
-            oa[i * 32 + lane] = 0.0f;
+        for (int d = 0; d < DN; d++)
+            oa[d * 32] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
     /* per-segment state */
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
@@ -78,18 +112,18 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
             o[d][i] = 0.0f;
 
     int cur = block_of(0);
-    if (cur >= 0) load(0, cur);
+    if (cur >= 0) load(0, 0, cur);
     rw_cp_async_commit();
     for (int idx = 0; cur >= 0; idx++) {
         const int nxt = block_of(idx + 1);
-        if (nxt >= 0) load((idx + 1) & 1, nxt);
+        if (nxt >= 0) load((idx + 1) & 1, idx + 1, nxt);
         rw_cp_async_commit();
         rw_cp_async_wait<1>();
         __syncthreads();
         const uint8_t *kd = stage + (size_t)(idx & 1) * NP * BLK;
         const uint8_t *vd = kd + BLK;
         if (active) {
-#pragma unroll 1
+#pragma unroll
             for (int sub = 0; sub < ATC_KB / ATC_SB; sub++)
                 atc_block<HD, KP>(kd + sub * ATC_SB * HD * 2, vd + sub * ATC_SB * HD * 2, 2 * BLK,
                                   cur * ATC_KB + sub * ATC_SB, qh, ql, qp0, qp1, m0, m1, l0, l1, o);
@@ -103,15 +137,20 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
                 float a0 = 0.0f, b0 = 0.0f, a1 = 0.0f, b1 = 0.0f;
                 const bool u0 = rw_attn_merge_ml(Mt0, Lt0, m0, l0, a0, b0);
                 const bool u1 = rw_attn_merge_ml(Mt1, Lt1, m1, l1, a1, b1);
+                /* O = O*a + o*b for the rows merged (u), by selects rather than a branch an
+                 * element: the same values */
+                if (u0 || u1) {
 #pragma unroll
-                for (int d = 0; d < DN; d++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const bool hi = i & 2;
-                        if (hi ? !u1 : !u0) continue;
-                        float &O = oa[(d * 4 + i) * 32 + lane];
-                        O = __fadd_rn(__fmul_rn(O, hi ? a1 : a0), __fmul_rn(o[d][i], hi ? b1 : b0));
+                    for (int d = 0; d < DN; d++) {
+                        float4 O = oa[d * 32];
+                        const float x = __fadd_rn(__fmul_rn(O.x, a0), __fmul_rn(o[d][0], b0));
+                        const float y = __fadd_rn(__fmul_rn(O.y, a0), __fmul_rn(o[d][1], b0));
+                        const float z = __fadd_rn(__fmul_rn(O.z, a1), __fmul_rn(o[d][2], b1));
+                        const float w = __fadd_rn(__fmul_rn(O.w, a1), __fmul_rn(o[d][3], b1));
+                        O = make_float4(u0 ? x : O.x, u0 ? y : O.y, u1 ? z : O.z, u1 ? w : O.w);
+                        oa[d * 32] = O;
                     }
+                }
             } else if (sg < seg_cap) {
                 atc_write_part<HD>(part_o, part_ml, tl, g, group, nh, nrows, r0, r1, sg, ntok, m0,
                                    m1, l0, l1, o);
@@ -129,13 +168,21 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     }
     rw_cp_async_wait<0>();
     if (nsplit != 0 || !active) return;
-    for (int i = 0; i < HD / 2; i++)
-        atc_store_out<HD>(out_hi, out_lo, tl, g, group, nh, nrows, r0, r1, i, oa[i * 32 + lane],
-                          Lt0, Lt1);
+    /* out = o / l, each lane two adjacent columns of rows r0 and r1 an n8 fragment */
+    const int64_t at0 = r0 < nrows ? atc_row_th(tl, g, group, nh, r0) * HD : -1;
+    const int64_t at1 = r1 < nrows ? atc_row_th(tl, g, group, nh, r1) * HD : -1;
+    for (int d = 0; d < DN; d++) {
+        const float4 O = oa[d * 32];
+        const int col = d * 8 + 2 * (lane & 3);
+        if (at0 >= 0)
+            atc_put_out2(out_hi, out_lo, at0 + col, __fdiv_rn(O.x, Lt0), __fdiv_rn(O.y, Lt0));
+        if (at1 >= 0)
+            atc_put_out2(out_hi, out_lo, at1 + col, __fdiv_rn(O.z, Lt1), __fdiv_rn(O.w, Lt1));
+    }
 }
 
 template <int HD, bool KP> static constexpr size_t atc_smem() {
-    return (size_t)2 * (KP ? 4 : 2) * ATC_KB * HD * 2 + (size_t)4 * (HD / 2) * 32 * 4;
+    return (size_t)2 * (KP ? 4 : 2) * ATC_KB * HD * 2 + (size_t)4 * (HD / 8) * 32 * sizeof(float4);
 }
 
 #endif

@@ -109,6 +109,17 @@ __device__ __forceinline__ void atc_put_out(uint16_t *__restrict__ out_hi,
     if (out_lo) out_lo[at] = rw_bf16_split_lo(v, hv);
 }
 
+/* Two adjacent output elements (at even): atc_put_out's values, a 4-byte store each half. */
+__device__ __forceinline__ void atc_put_out2(uint16_t *__restrict__ out_hi,
+                                             uint16_t *__restrict__ out_lo, int64_t at, float v0,
+                                             float v1) {
+    const uint16_t h0 = rw_f32_to_bf16(v0), h1 = rw_f32_to_bf16(v1);
+    *(uint32_t *)(out_hi + at) = (uint32_t)h0 | (uint32_t)h1 << 16;
+    if (out_lo)
+        *(uint32_t *)(out_lo + at) =
+            (uint32_t)rw_bf16_split_lo(v0, h0) | (uint32_t)rw_bf16_split_lo(v1, h1) << 16;
+}
+
 /* A warp's q fragments for rows r0 = base + lane / 4 and r1 = r0 + 8 of the tile (zeros past
  * nrows), head-dim columns 16 ks + 2 (lane % 4) + {0, 1} (+ 8): q' = q * qscale as a bf16 pair
  * (qh, ql), and the rows' positions (INT_MAX past nrows: padding rows mask nothing, so they never
@@ -178,22 +189,6 @@ __device__ __forceinline__ void atc_write_part(float *__restrict__ part_o,
         }
         if ((lane & 3) == 0) part_ml[base] = rr ? make_float2(m1, l1) : make_float2(m0, l0);
     }
-}
-
-/* out = o / l of the element at fragment register i (0..HD/2-1, = 4 * n8 fragment + c) of this
- * lane, rows r0 / r1, as a hi + lo pair. */
-template <int HD>
-__device__ __forceinline__ void atc_store_out(uint16_t *__restrict__ out_hi,
-                                              uint16_t *__restrict__ out_lo, const rw_attn_tile &tl,
-                                              int g, int group, int nh, int nrows, int r0, int r1,
-                                              int i, float o, float L0, float L1) {
-    const int lane = threadIdx.x & 31;
-    const int rr = (i & 2) ? 1 : 0;
-    const int r = rr ? r1 : r0;
-    if (r >= nrows) return;
-    atc_put_out(out_hi, out_lo,
-                atc_row_th(tl, g, group, nh, r) * HD + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1),
-                __fdiv_rn(o, rr ? L1 : L0));
 }
 
 /* The softmax step of a key block for rows r0 (i < 2) and, with NI = 4, r1 (i >= 2) of the
@@ -521,20 +516,6 @@ __device__ __forceinline__ void atc_load_group(uint8_t *const *dst, const uint16
 #pragma unroll
         for (int h = 0; h < NC; h++)
             rw_cp_async16(dst[h] + d, src[h] + at, ok ? 16 : 0);
-    }
-}
-
-/* Stages keys [key0, key0 + nkeys) of one sequence and KV head from NC caches (K and V) into
- * dst[0..NC) (rows 0.., swizzled as atc_swz): NT threads, this one number t. Keys come in
- * 16-position groups, so the block table is read once per group. */
-template <int HD, int NT, int NC>
-__device__ __forceinline__ void atc_load_keys(uint8_t *const *dst, const uint16_t *const *src,
-                                              const int32_t *__restrict__ blocks, int key0,
-                                              int nkeys, int plast, int nkv, int g, int bs, int t) {
-    for (int gi = 0; gi < nkeys / 16; gi++) {
-        const int kp0 = key0 + 16 * gi;
-        atc_load_group<HD, NT, NC>(dst, src, 16 * gi, kp0,
-                                   atc_group_base(blocks, kp0, plast, nkv, g, bs, HD), plast, t);
     }
 }
 
