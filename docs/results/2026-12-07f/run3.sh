@@ -2,11 +2,12 @@
 # Forty-seventh session: the prefill attention kernel's instructions outside its softmax blocks
 # cut, same bits intended: epi (epi.patch: the merged o as a float4 a lane and fragment, the
 # segment merge by selects, the final stores two columns at a time with each row's index once)
-# and all (all.patch: epi plus the copies' block ids read a segment ahead, atc_seg_ids). On any
-# card, each part where what is left of RW_CALL_BUDGET seconds allows: main, epi, all in turns
-# on the kernel alone; all's attention, invariance, kernels and CUDA-vs-transformers tests; an
-# 8 x 2k prefill of main and all (G4's line); Nsight Compute of all's kernel.
-# Archives: .gpu-pack/variants.txz (main = 9bbf8c4, epi, all), .gpu-pack/tests_all.txz.
+# and all (all.patch: epi plus the copies' block ids read a segment ahead, atc_seg_ids), allu
+# (allu.patch: all with the two softmax blocks' loop unrolled, 2026-12-07e/unroll.patch). On any
+# card, each part where what is left of RW_CALL_BUDGET seconds allows: main, epi, all, allu in
+# turns on the kernel alone; allu's attention, invariance, kernels and CUDA-vs-transformers tests;
+# an 8 x 2k prefill of main and allu (G4's line); Nsight Compute of all's kernel.
+# Archives: .gpu-pack/variants.txz (main = 9bbf8c4, epi, all, allu), .gpu-pack/tests_allu.txz.
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
@@ -15,14 +16,14 @@ s0=$SECONDS
 B=${RW_CALL_BUDGET:-400}
 left() { echo $((B - (SECONDS - s0))); }
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
-RW_VARIANT_TIMEOUT=40 timeout 120 tools/gpu/run-variants.sh --rounds 3 main epi all -- $C kernels \
+RW_VARIANT_TIMEOUT=40 timeout 120 tools/gpu/run-variants.sh --rounds 2 main epi all allu -- $C kernels \
     --kernel-attention p8x2048,p1x8192 --expert-tokens 1 --dense-tokens 1 > /dev/null 2>&1
 mv "$R/variants.txt" "$R/h_kernels.txt"
 python3 tools/bench/variant_lines.py "$R/h_kernels.txt" --what 'attention'
 echo "kernels at $((SECONDS - s0)) s"
 if [ "$(left)" -ge 60 ]; then
     t=$(left); [ $t -gt 150 ] && t=150
-    timeout $t tools/gpu/run-packed.sh .gpu-pack/tests_all.txz \
+    timeout $t tools/gpu/run-packed.sh .gpu-pack/tests_allu.txz \
         --only 'attention|invariance|kernels_gpu|transformers' > "$R/h_tests.txt" 2>&1
     echo "tests exit $? at $((SECONDS - s0)) s"; tail -n 12 "$R/h_tests.txt"
     [ -f "$R/failed.log" ] && tail -n 40 "$R/failed.log"
@@ -30,7 +31,7 @@ if [ "$(left)" -ge 60 ]; then
 fi
 if [ "$(left)" -ge 90 ]; then
     RW_VARIANT_TIMEOUT=$((($(left) - 15) / 2)) timeout $(($(left) - 10)) \
-        tools/gpu/run-variants.sh --rounds 1 main all -- $C prefill --prefill-reps 2 --no-quant \
+        tools/gpu/run-variants.sh --rounds 1 main allu -- $C prefill --prefill-reps 2 --no-quant \
         > /dev/null 2>&1
     mv "$R/variants.txt" "$R/h_prefill.txt"
     python3 tools/bench/variant_lines.py "$R/h_prefill.txt" --what 'prefill'
