@@ -68,10 +68,10 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     /* The block ids of the segment being staged (ids, its 16-key groups one a lane: atc_seg_ids)
      * and of the CTA's next segment (ids_next), read when the copies enter a segment: the top
      * stall of the kernel had been a copy's address waiting for its block table load. */
-    auto seg_ids = [&](int k) -> int32_t { /* the CTA's k-th segment's ids */
-                                           const int sg = sfirst + k * sstep;
-                                           return atc_seg_ids(blocks, sg < nseg ? sg : -1, plast,
-                                                              bs, lane);
+    /* the ids of the CTA's k-th segment */
+    auto seg_ids = [&](int k) -> int32_t {
+        const int sg = sfirst + k * sstep;
+        return atc_seg_ids(blocks, sg < nseg ? sg : -1, plast, bs, lane);
     };
     int kseg = 0;
     int32_t ids = seg_ids(0), ids_next = seg_ids(1);
