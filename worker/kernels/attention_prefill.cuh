@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(ATC_THREADS, 2)
     };
     /* The block ids of the segment being staged (ids, its 16-key groups one a lane: atc_seg_ids)
      * and of the CTA's next segment (ids_next), read when the copies enter a segment: the top
-     * stall of the kernel had been a copy's address waiting for its block table load. */
-    /* the ids of the CTA's k-th segment */
+     * stall of the kernel had been a copy's address waiting for its block table load.
+     * seg_ids(k): the ids of the CTA's k-th segment. */
     auto seg_ids = [&](int k) -> int32_t {
         const int sg = sfirst + k * sstep;
         return atc_seg_ids(blocks, sg < nseg ? sg : -1, plast, bs, lane);
