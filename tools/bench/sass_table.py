@@ -9,8 +9,9 @@ landed on it. For each kernel it prints:
 - the instructions executed (warp level) and the stall samples in all;
 - per opcode (the mnemonic before its first '.', predicate dropped): its share of the executed
   instructions and of the stall samples, largest first;
-- the instructions grouped by how often each executed: a loop body's instructions share one
-  count, so the groups read as "this many instructions an iteration, this many iterations";
+- the instructions grouped by how often each executed, with their share of the instructions and
+  of the stall samples: a loop body's instructions share one count, so the groups read as "this
+  many instructions an iteration, this many iterations, this much of the waiting";
 - the TOP instructions with the most stall samples: what the warps waited on.
 
     sass_table.py FILE.csv [--kernel N] [--top K] [--ops K] [--groups K]
@@ -82,12 +83,15 @@ def table(name, lines, top, ops, groups):
     for op, n in by_instr.most_common(ops):
         print(f"  {op:<12} {100.0 * n / max(instr, 1):7.1f}   {100.0 * by_stall[op] / max(stalls, 1):7.1f}")
     count = collections.Counter()
+    group_stall = collections.Counter()
     for l in lines:
         if l[3]:
             count[l[3]] += 1
-    print("  executions  lines  instr %   (lines that executed equally often)")
+            group_stall[l[3]] += l[2]
+    print("  executions  lines  instr %   stall %   (lines that executed equally often)")
     for ex, n in sorted(count.items(), key=lambda kv: -kv[0] * kv[1])[:groups]:
-        print(f"  {ex:>10,}  {n:5d}  {100.0 * ex * n / max(instr, 1):7.1f}")
+        print(f"  {ex:>10,}  {n:5d}  {100.0 * ex * n / max(instr, 1):7.1f}"
+              f"   {100.0 * group_stall[ex] / max(stalls, 1):7.1f}")
     print("  most stall samples:")
     for addr, sass, st, ex in sorted(lines, key=lambda l: -l[2])[:top]:
         if st == 0:

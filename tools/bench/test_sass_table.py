@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test_sass_table.py - sass_table.py on a synthetic ncu SASS-page CSV (testdata/ncu_sass.csv,
 numbers made up for the test): two kernels among other output, counts with thousands separators,
-a predicated instruction, the opcode shares, the groups of equally executed lines, the lines
+a predicated instruction, the opcode shares, the groups of equally executed lines (their shares of
+the instructions and of the stall samples), the lines
 with the most stall samples, --kernel, and clear errors on a file without rows or a kernel it
 does not hold."""
 import os
@@ -33,9 +34,10 @@ check(ops.get("WARPGROUP") == ["16.1", "50.0"], f"WARPGROUP: {ops.get('WARPGROUP
 i = out.index("  opcode        instr %   stall %")
 check(out[i + 1].split()[0] == "HADD2", f"largest share first: {out[i + 1]}")
 groups = [l.split() for l in out if l.startswith("  ") and l.split()[0].replace(",", "").isdigit()
-          and len(l.split()) == 3]
-check(groups[:2] == [["1,000", "4", "64.5"], ["2,000", "1", "32.3"]],
-      f"lines executed 1,000 times: 4, 64.5% of the instructions; then the 2,000 group: {groups[:2]}")
+          and len(l.split()) == 4]
+check(groups[:2] == [["1,000", "4", "64.5", "93.3"], ["2,000", "1", "32.3", "4.2"]],
+      "lines executed 1,000 times: 4, 64.5% of the instructions, 112 of 120 stall samples; "
+      f"then the 2,000 group: {groups[:2]}")
 check(out[-3] == "  most stall samples:", f"stall list heading: {out[-3:]}")
 check("WARPGROUP.DEPBAR.LE" in out[-2] and out[-2].split()[1] == "60"
       and "LDS.128" in out[-1] and out[-1].split()[1] == "40", f"--top 2, most first: {out[-2:]}")
