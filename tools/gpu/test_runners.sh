@@ -124,6 +124,7 @@ mkdir -p "$kb/bin" "$kb/build/tools/bench" "$kb/cwd"
 printf '#!/bin/sh\nexit 0\n' > "$kb/build/tools/bench/rw-bench"
 cat > "$kb/bin/ncu" << 'NCU'
 #!/usr/bin/env bash
+echo "$*" >> "${NCU_ARGS_LOG:-/dev/null}"
 case " $* " in
 *" -o "*) while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done; : > "$out.ncu-rep" ;;
 *"--page details"*) echo "Duration 1 us" ;;
@@ -137,4 +138,18 @@ chmod +x "$kb/bin/ncu" "$kb/build/tools/bench/rw-bench"
     > "$tmp/kp.log" 2>&1 || fail "kernel-profile on the stand-in ncu failed: $(cat "$tmp/kp.log")"
 grep -q "IMAD" "$kb/cwd/new/out/profile_sass.txt" 2> /dev/null ||
     fail "kernel-profile did not write its table under the caller's OUT: $(cat "$tmp/kp.log")"
+# --kernels: the kernel benches of an rw-bench named by RW_BENCH relative to the caller, the
+# launches skipped as asked, the arguments passed as words
+mkdir -p "$kb/cwd/v"
+cp "$kb/build/tools/bench/rw-bench" "$kb/cwd/v/rw-x"
+(cd "$kb/cwd" && PATH=$kb/bin:$PATH OUT=k NCU_ARGS_LOG=$kb/args RW_BENCH=v/rw-x \
+    "$here/kernel-profile.sh" --kernels '--kernel-attention p8x2048 --warmup 0' --skip 2 --count 1 \
+    atc_kernel) > "$tmp/kp2.log" 2>&1 || fail "kernel-profile --kernels failed: $(cat "$tmp/kp2.log")"
+grep -q -- "--launch-skip 2 --launch-count 1 .* $kb/cwd/v/rw-x kernels --kernel-attention p8x2048 --warmup 0" \
+    "$kb/args" || fail "kernel-profile --kernels ran ncu as: $(cat "$kb/args")"
+grep -q "IMAD" "$kb/cwd/k/profile_sass.txt" 2> /dev/null ||
+    fail "kernel-profile --kernels wrote no table: $(cat "$tmp/kp2.log")"
+(cd "$kb/cwd" && PATH=$kb/bin:$PATH "$here/kernel-profile.sh" --kernels x --skip two k) \
+    > "$tmp/kp3.log" 2>&1 && fail "kernel-profile took --skip two"
+grep -q "count of launches" "$tmp/kp3.log" || fail "the --skip refusal: $(cat "$tmp/kp3.log")"
 echo "test_runners: ok"
