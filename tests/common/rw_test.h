@@ -50,6 +50,17 @@ static inline void rw_test_require_gpu(int ndev) {
             fail_msg("%s -> %s: %s (%s)", #expr, rw_status_str(s__), (errp)->msg, (errp)->where);  \
     } while (0)
 
+/* Fails unless a call returned `want` and (needle given) its error message names `needle`: a
+ * refusal that says what was wrong. */
+static inline void rw_assert_status(rw_status got, rw_status want, const rw_err *err,
+                                    const char *needle, const char *what) {
+    if (got != want)
+        fail_msg("%s: %s, expected %s (%s)", what, rw_status_str(got), rw_status_str(want),
+                 err->msg);
+    if (needle && !strstr(err->msg, needle))
+        fail_msg("%s: message '%s' does not name '%s'", what, err->msg, needle);
+}
+
 /* Byte-exact comparison naming the first differing offset. */
 static inline void rw_assert_bytes_equal(const void *a, const void *b, size_t n, const char *what) {
     const uint8_t *x = a, *y = b;

@@ -347,14 +347,6 @@ static void test_attention_invariance(void **state) {
 }
 
 /* Arguments the launcher refuses, each with an error naming what was wrong, before any launch. */
-static void expect_refused(rw_status got, rw_status want, const rw_err *err, const char *needle) {
-    if (got != want)
-        fail_msg("attention: %s, expected %s (%s)", rw_status_str(got), rw_status_str(want),
-                 err->msg);
-    if (!strstr(err->msg, needle))
-        fail_msg("attention: message '%s' does not name '%s'", err->msg, needle);
-}
-
 static void test_attention_bad_args(void **state) {
     (void)state;
     uint16_t *out = rw_tdev_alloc(2 * 64);
@@ -362,18 +354,18 @@ static void test_attention_bad_args(void **state) {
     const rw_kv_planes kv = {out, out, NULL, NULL};
     rw_err err = {0};
     /* the outputs must be 4-byte aligned (the prefill kernel stores column pairs) */
-    expect_refused(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 2, 64, 16, 0, NULL, 0,
-                                  out + 1, out, NULL, &err),
-                   RW_E_INVALID_ARG, &err, "aligned");
-    expect_refused(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 2, 64, 16, 0, NULL, 0,
-                                  out, out + 1, NULL, &err),
-                   RW_E_INVALID_ARG, &err, "aligned");
-    expect_refused(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 3, 64, 16, 0, NULL, 0,
-                                  out, out, NULL, &err),
-                   RW_E_UNSUPPORTED, &err, "kv heads");
-    expect_refused(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 2, 96, 16, 0, NULL, 0,
-                                  out, out, NULL, &err),
-                   RW_E_UNSUPPORTED, &err, "head_dim 96");
+    rw_assert_status(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 2, 64, 16, 0, NULL,
+                                    0, out + 1, out, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "aligned", "attention");
+    rw_assert_status(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 2, 64, 16, 0, NULL,
+                                    0, out, out + 1, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "aligned", "attention");
+    rw_assert_status(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 3, 64, 16, 0, NULL,
+                                    0, out, out, NULL, &err),
+                     RW_E_UNSUPPORTED, &err, "kv heads", "attention");
+    rw_assert_status(rw_k_attention(NULL, kv, tiles, 1, 1, NULL, NULL, 1, 1, 8, 2, 96, 16, 0, NULL,
+                                    0, out, out, NULL, &err),
+                     RW_E_UNSUPPORTED, &err, "head_dim 96", "attention");
     cudaFree(out);
 }
 

@@ -338,54 +338,47 @@ static void test_counters_left_zero(void **state) {
 }
 
 /* (d) bad arguments */
-static void expect(rw_status got, rw_status want, const rw_err *err, const char *needle,
-                   const char *what) {
-    if (got != want)
-        fail_msg("%s: %s, expected %s (%s)", what, rw_status_str(got), rw_status_str(want),
-                 err->msg);
-    if (needle && !strstr(err->msg, needle))
-        fail_msg("%s: message '%s' does not name '%s'", what, err->msg, needle);
-}
-
 static void test_bad_args(void **state) {
     (void)state;
     uint16_t *dW = rw_tdev_alloc(2 * 64 * 64), *dx = rw_tdev_alloc(2 * 64 * 64);
     float *dY = rw_tdev_alloc(4 * 64 * 64);
     rw_err err = {0};
-    expect(rw_k_gemm(NULL, 0, 0, NULL, NULL, 0, NULL, NULL, 0, NULL, &err), RW_OK, &err, NULL,
-           "M = 0");
-    expect(rw_k_gemm(dW, 64, 64, dx, NULL, -1, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "-1", "M = -1");
-    expect(rw_k_gemm(dW, 0, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "N = 0", "N = 0");
-    expect(rw_k_gemm(dW, 64, 0, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "K = 0", "K = 0");
-    expect(rw_k_gemm(dW, 64, 12, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_UNSUPPORTED, &err,
-           "K = 12", "K = 12");
-    expect(rw_k_gemm(NULL, 64, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "NULL", "W NULL");
-    expect(rw_k_gemm(dW, 64, 64, NULL, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "NULL", "x NULL");
-    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, NULL, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "NULL", "Y NULL");
-    expect(rw_k_gemm(dW + 1, 64, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "aligned", "W misaligned");
-    expect(rw_k_gemm(dW, 64, 64, dx + 4, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "aligned", "x misaligned");
-    expect(rw_k_gemm(dW, 64, 64, dx, dx + 1, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "aligned", "x_lo misaligned");
-    expect(rw_k_gemm(dW, 64, 64, dx, NULL, 4, (float *)((char *)dY + 2), NULL, 0, NULL, &err),
-           RW_E_INVALID_ARG, &err, "aligned", "Y misaligned");
+    rw_assert_status(rw_k_gemm(NULL, 0, 0, NULL, NULL, 0, NULL, NULL, 0, NULL, &err), RW_OK, &err,
+                     NULL, "M = 0");
+    rw_assert_status(rw_k_gemm(dW, 64, 64, dx, NULL, -1, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG,
+                     &err, "-1", "M = -1");
+    rw_assert_status(rw_k_gemm(dW, 0, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG,
+                     &err, "N = 0", "N = 0");
+    rw_assert_status(rw_k_gemm(dW, 64, 0, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG,
+                     &err, "K = 0", "K = 0");
+    rw_assert_status(rw_k_gemm(dW, 64, 12, dx, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_UNSUPPORTED,
+                     &err, "K = 12", "K = 12");
+    rw_assert_status(rw_k_gemm(NULL, 64, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "NULL", "W NULL");
+    rw_assert_status(rw_k_gemm(dW, 64, 64, NULL, NULL, 4, dY, NULL, 0, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "NULL", "x NULL");
+    rw_assert_status(rw_k_gemm(dW, 64, 64, dx, NULL, 4, NULL, NULL, 0, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "NULL", "Y NULL");
+    rw_assert_status(rw_k_gemm(dW + 1, 64, 64, dx, NULL, 4, dY, NULL, 0, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "aligned", "W misaligned");
+    rw_assert_status(rw_k_gemm(dW, 64, 64, dx + 4, NULL, 4, dY, NULL, 0, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "aligned", "x misaligned");
+    rw_assert_status(rw_k_gemm(dW, 64, 64, dx, dx + 1, 4, dY, NULL, 0, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "aligned", "x_lo misaligned");
+    rw_assert_status(
+        rw_k_gemm(dW, 64, 64, dx, NULL, 4, (float *)((char *)dY + 2), NULL, 0, NULL, &err),
+        RW_E_INVALID_ARG, &err, "aligned", "Y misaligned");
     /* a float offset of Y (a column slice of a wider output) is fine */
-    expect(rw_k_gemm(dW, 32, 64, dx, NULL, 4, dY + 1, NULL, 0, NULL, &err), RW_OK, &err, NULL,
-           "Y at a 4-byte offset");
+    rw_assert_status(rw_k_gemm(dW, 32, 64, dx, NULL, 4, dY + 1, NULL, 0, NULL, &err), RW_OK, &err,
+                     NULL, "Y at a 4-byte offset");
     /* a shape whose K is split, without a workspace or with too small a one */
     uint16_t *dW2 = rw_tdev_alloc(2 * 64 * 4096), *dx2 = rw_tdev_alloc(2 * 4 * 4096);
     const size_t need = rw_k_gemm_ws_bytes(64, 4096, 4);
-    expect(rw_k_gemm(dW2, 64, 4096, dx2, NULL, 4, dY, NULL, 0, NULL, &err), RW_E_INVALID_ARG, &err,
-           "workspace", "split K without a workspace");
-    expect(rw_k_gemm(dW2, 64, 4096, dx2, NULL, 4, dY, ws_for(64, 4096, 4), need - 4, NULL, &err),
-           RW_E_INVALID_ARG, &err, "workspace", "split K with a short workspace");
+    rw_assert_status(rw_k_gemm(dW2, 64, 4096, dx2, NULL, 4, dY, NULL, 0, NULL, &err),
+                     RW_E_INVALID_ARG, &err, "workspace", "split K without a workspace");
+    rw_assert_status(
+        rw_k_gemm(dW2, 64, 4096, dx2, NULL, 4, dY, ws_for(64, 4096, 4), need - 4, NULL, &err),
+        RW_E_INVALID_ARG, &err, "workspace", "split K with a short workspace");
     RW_TCK(cudaDeviceSynchronize());
     cudaFree(dW);
     cudaFree(dx);
