@@ -66,18 +66,16 @@ rm -f "$DIR/profile.ncu-rep"
 if [ -n "$KARGS" ]; then
     # the kernel benches: profiled from the start, the first SKIP matching launches passed over
     # (KARGS split into words on purpose)
-    # shellcheck disable=SC2086
-    ncu --kernel-name-base demangled -k "regex:$REGEX" --launch-skip "$SKIP" \
-        --launch-count "$COUNT" --set full --import-source no -f -o "$DIR/profile" \
-        "$BENCH" kernels $KARGS > "$DIR/profile_run.log" 2>&1 ||
-        { tail -20 "$DIR/profile_run.log" >&2; echo "kernel-profile: rw-bench failed a line (above)" >&2; }
+    mode=(--launch-skip "$SKIP")
+    # shellcheck disable=SC2206
+    run=("$BENCH" kernels $KARGS)
 else
-    ncu --profile-from-start off --kernel-name-base demangled -k "regex:$REGEX" \
-        --launch-count "$COUNT" --set full --import-source no -f -o "$DIR/profile" \
-        "$BENCH" decode --batches "$B" --ctxs 1024 "${quant[@]}" --gen 1,16,2 \
-        --gen-reps 1 --steps 2 > "$DIR/profile_run.log" 2>&1 ||
-        { tail -20 "$DIR/profile_run.log" >&2; echo "kernel-profile: rw-bench failed a line (above)" >&2; }
+    mode=(--profile-from-start off)
+    run=("$BENCH" decode --batches "$B" --ctxs 1024 "${quant[@]}" --gen 1,16,2 --gen-reps 1 --steps 2)
 fi
+ncu --kernel-name-base demangled -k "regex:$REGEX" "${mode[@]}" --launch-count "$COUNT" \
+    --set full --import-source no -f -o "$DIR/profile" "${run[@]}" > "$DIR/profile_run.log" 2>&1 ||
+    { tail -20 "$DIR/profile_run.log" >&2; echo "kernel-profile: rw-bench failed a line (above)" >&2; }
 [ -f "$DIR/profile.ncu-rep" ] || { echo "kernel-profile: nothing was profiled: no kernel matched '$REGEX', or the profiled step failed ($DIR/profile_run.log)" >&2; exit 1; }
 ncu --import "$DIR/profile.ncu-rep" --page details > "$DIR/profile.txt"
 ncu --import "$DIR/profile.ncu-rep" --page source --csv --print-source sass > "$DIR/profile_sass.csv"
