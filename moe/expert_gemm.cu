@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     static_assert(AHEAD >= 1, "moe gemm: a pipeline needs a stage loaded ahead");
     extern __shared__ __align__(128) uint8_t smem_raw[];
     uint8_t *const smem = WG ? rw_smem_align1024(smem_raw) : smem_raw;
-    const int tile = blockIdx.x;
+    const int tile = blockIdx.y; /* the grid's order: launch_gemm */
     /* through L2 (ld.global.cg): before the wait (EARLY) no stale line of an earlier layer's sort
      * may come from L1. The tile's entry is loaded with the count, not after its test: the
      * launch's grid is at most the tile list's capacity (experts.cu), so the entry is in bounds
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(MOE_THREADS_FOR(TN, FMT, WG))
     if (tile >= ntl) return;
     const int e = td.x, r0 = td.y;
     const int rend = __ldcg(g.off + e + 1);
-    const int64_t m0 = (int64_t)blockIdx.y * BM;
+    const int64_t m0 = (int64_t)blockIdx.x * BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 3, wn = warp >> 2; /* 32 weight rows, NTW tokens */
     const int nkb = (int)(g.K / 64);
@@ -654,7 +654,17 @@ static rw_status launch_gemm(const gemm_args &g, int64_t grid_x, rw_stream s, rw
                     "%lld bf16 weights",
                     (long long)g.E, (long long)g.M, (long long)g.K);
     }
-    dim3 grid((unsigned)grid_x, (unsigned)(g.M / BM));
+    /* The weight row blocks along x, the token tiles along y: the CTAs that run at once hold a
+     * few token tiles by every row block, so each tile's token rows are read from memory once for
+     * all of its row blocks, and an expert's weights once for its adjacent tiles. With the tiles
+     * along x a wave held one row block of a hundred-odd tiles, whose gathered rows and weights
+     * did not fit L2 together: at 16,384 tokens the w13 pass read 1.95 GB from DRAM for 0.8 GB
+     * of weights, and the w2 pass ran at 85% of DRAM bandwidth (Nsight Compute). Same bits:
+     * only which CTA runs when. On an H100, same run: the expert layer at 16,384 tokens
+     * 6.67-6.75 -> 5.67-5.81 ms, at 2048 1.00 -> 0.89 ms, at 256 0.445 -> 0.424 ms; the 8 x 2k
+     * prefill 529.8 -> 490.1 ms; a b256 x 512 decode step 30.07 -> 29.06 ms (docs/BENCHMARKS.md,
+     * forty-eighth session). (grid_x, at most a chunk's tiles, is far below y's 65,535.) */
+    const dim3 grid((unsigned)(g.M / BM), (unsigned)grid_x);
     RW_STAMPS_REGISTER(eg);
     (void)rw_launch_pdl(moe_gemm_kernel<TN, FMT, W13, SPLIT, STG, WG, BM>, grid,
                         MOE_THREADS_FOR(TN, FMT, WG), sm, (cudaStream_t)s, g, tw);

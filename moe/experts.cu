@@ -10,9 +10,9 @@
  *   4. w13 GEMM: for each (tile, 128 packed rows of w13): acc = W13 x^T with tensor cores
  *                (mma.sync m16n8k16 bf16, fp32 accumulate); the packed row order puts up_j in
  *                rows 0-7 and gate_j in rows 8-15 of every 16-row group, so one thread holds
- *                both halves: act[row][j] = bf16(silu(gate) * up)              (grid tiles x
- * 2P/128)
- *   5. w2 GEMM:  y[row][h] = W2 act^T, rows un-shuffled to canonical h       (grid tiles x H/128)
+ *                both halves: act[row][j] = bf16(silu(gate) * up)
+ *                (grid 2P/128 x tiles: the row blocks along x, expert_gemm.cu's launch_gemm)
+ *   5. w2 GEMM:  y[row][h] = W2 act^T, rows un-shuffled to canonical h     (grid H/128 x tiles)
  *   6. combine:  out[t] += sum_j w[t, j] * y[inv[t*k + j]] in slot order      (deterministic)
  * mxfp8 and fp8-block layers run weight-only: the e4m3 tile is dequantized to bf16 (exactly:
  * e4m3 times a power of two, or times the fp32 block scale rounded to bf16 for fp8-block) and the
@@ -257,7 +257,7 @@ static rw_status experts_run(const rw_layer_weights *lw, const rw_tp_dims *d, in
         g.act_lo = split2 ? w.act_lo : NULL; /* w13 writes act's low half only for w2's pair */
         g.y = w.y;
         /* tiles: at most one per tn rows plus one partial per expert, and never more than the
-         * assignments (a decode step of A = 8 launches 8 columns of CTAs, not E + 1) */
+         * assignments (a decode step of A = 8 launches 8 tiles of CTAs, not E + 1) */
         const int64_t grid_x = max_tiles(A, E, tn) < A ? max_tiles(A, E, tn) : A;
         /* w13: M = 2P rows, K = H */
         g.w = lw->w13.data;
