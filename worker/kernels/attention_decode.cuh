@@ -171,6 +171,8 @@ __device__ __forceinline__ void atc_block_t(const uint8_t *kd, const uint8_t *vd
  * of row lane / 4 (+ 8 for c >= 2). A lane's registers cover ATC_SLOTS rows, its slots. */
 template <bool T, int NF> struct atc_regs {
     static constexpr int SLOTS = T ? 2 * NF : 2;
+    /* slot(i) repeats every PERIOD registers */
+    static constexpr int PERIOD = T ? 4 * NF : 4;
     static __device__ __forceinline__ int slot(int i) {
         return T ? 2 * ((i >> 2) % NF) + (i & 1) : (i >> 1) & 1;
     }
@@ -184,16 +186,6 @@ template <bool T, int NF> struct atc_regs {
                  : 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
     }
 };
-
-/* x[k] for a k known only at run time, by selects (an indexed register array would go to local
- * memory) */
-template <typename V, int K> __device__ __forceinline__ V atc_pick(const V (&x)[K], int k) {
-    V v = x[0];
-#pragma unroll
-    for (int j = 1; j < K; j++)
-        if (k == j) v = x[j];
-    return v;
-}
 
 /* Waits until at most n of this thread's cp.async groups are pending (0 <= n; 3 and more wait
  * for 3) */
@@ -377,6 +369,7 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
     /* this thread's share of the merged o: registers [warp * NR / ATC_DW, (warp + 1) * NR /
      * ATC_DW) of its lane (every warp's lane holds the same rows and columns) */
     const int i0 = warp * (NR / ATC_DW), i1 = i0 + NR / ATC_DW;
+    static_assert((NR / ATC_DW) % R::PERIOD == 0, "a warp's registers start a slot period");
     if (nsplit == 0)
         for (int i = i0; i < i1; i++)
             oacc[i * 32 + lane] = 0.0f;
@@ -518,12 +511,14 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
                                         mv[(2 + r / 8) * 32 + at], a[k], b[k]);
             }
             const float *pv = (const float *)(sm + (size_t)pbuf[w] * SLOT);
-            for (int i = i0; i < i1; i++) {
-                const int k = R::slot(i);
-                if (!atc_pick(u, k)) continue;
+            /* register i = i0 + ii has ii's slot (atc_regs::PERIOD), known at compile time:
+             * no selects to pick its row's factors, and a select instead of a branch */
+#pragma unroll
+            for (int ii = 0; ii < NR / ATC_DW; ii++) {
+                const int i = i0 + ii, k = R::slot(ii);
                 float &O = oacc[i * 32 + lane];
-                O = __fadd_rn(__fmul_rn(O, atc_pick(a, k)),
-                              __fmul_rn(pv[i * 32 + lane], atc_pick(b, k)));
+                const float v = __fadd_rn(__fmul_rn(O, a[k]), __fmul_rn(pv[i * 32 + lane], b[k]));
+                O = u[k] ? v : O;
             }
         }
         __syncthreads(); /* the partials are read: their slots may be refilled */
@@ -541,11 +536,18 @@ __global__ void __launch_bounds__(ATC_DW * 32, 1)
         RW_STAMP_PUT(at, 0, RW_STAMP_CTA, t_entry, t_wait, 0);
         return;
     }
-    for (int i = i0; i < i1; i++) {
-        const int k = R::slot(i), r = R::row(k);
-        if (r >= nrows) continue;
-        atc_put_out(out_hi, out_lo, atc_row_th(tl, g, group, nh, r) * HD + R::dim(i),
-                    __fdiv_rn(oacc[i * 32 + lane], atc_pick(Lt, k)));
+    /* each slot's row index once, then the lane's registers (slots as in the merge) */
+    int64_t at[R::SLOTS];
+#pragma unroll
+    for (int k = 0; k < R::SLOTS; k++) {
+        const int r = R::row(k);
+        at[k] = r < nrows ? atc_row_th(tl, g, group, nh, r) * HD : -1;
+    }
+#pragma unroll
+    for (int ii = 0; ii < NR / ATC_DW; ii++) {
+        const int i = i0 + ii, k = R::slot(ii);
+        if (at[k] >= 0)
+            atc_put_out(out_hi, out_lo, at[k] + R::dim(i), __fdiv_rn(oacc[i * 32 + lane], Lt[k]));
     }
     RW_STAMP_PUT(at, 0, RW_STAMP_CTA, t_entry, t_wait, 0);
 }
