@@ -277,7 +277,13 @@ rw_status rw_moe_experts_ref_ws(const rw_layer_weights *lw, const rw_tp_dims *d,
  * order) and inv [ntok k] (assignment t k + j -> its row of y, -1 for an expert not local), and
  * out[t] += sum_j weights[t k + j] y[inv[t k + j]], one fmaf a slot in order from 0, is the
  * combine (worker's rw_k_combine_rmsnorm fuses it into the next norm). */
-#define RW_MOE_CUDA_CHUNK 4096
+/* Tokens a pass of rw_moe_experts_cuda: every pass reads all of the layer's expert weights
+ * (1.2 GB for Qwen3-30B-A3B), and the workspace holds one pass's rows (y: 64 KB a token of an
+ * H = 2048, k = 8 model in fp32). Passes of 16,384 tokens rather than 4096: the expert layer at
+ * 16,384 tokens 5.62 -> 4.95 ms on an H100, the 8 x 2k prefill 490.8 -> 474.2 ms, same run
+ * (docs/BENCHMARKS.md, forty-eighth session); the workspace follows the engine's token budget,
+ * so a budget of 2048 keeps its size. */
+#define RW_MOE_CUDA_CHUNK 16384
 rw_status rw_moe_route_cuda(const float *logits, int64_t ntok, int E, int k, bool renorm,
                             int32_t *ids, float *weights, rw_stream s, rw_err *err);
 size_t rw_moe_experts_cuda_workspace(int64_t E, int64_t P, int64_t H, int64_t max_tok, int k);

@@ -460,7 +460,7 @@ static void check_split(rw_wfmt fmt, int E, int I, int H, int T, int r, int k, i
     if (u_w == 0.0 && act_pair && qn <= 1.0)
         fail_msg("split tolerance too loose: the bf16-input path passes it (%g)", qn);
     /* batch invariance: every token alone (a strided sample, first and last included, for large
-     * batches: those reach the second 4096-token pass and the wide tiles) */
+     * batches: those reach the second pass of RW_MOE_CUDA_CHUNK tokens and the wide tiles) */
     const int stride = ntok <= 1024 ? 1 : ntok / 64;
     float *one = malloc(sizeof(float) * (size_t)H);
     for (int t = 0;; t = t + stride < ntok ? t + stride : ntok - 1) {
@@ -495,7 +495,8 @@ static void test_bf16(void **s) {
     (void)s;
     check(RW_WFMT_BF16, 8, 96, 128, 2, 1, 2, 37, 1);    /* padded, narrow tiles */
     check(RW_WFMT_BF16, 8, 256, 256, 2, 0, 2, 600, 2);  /* unpadded, wide tiles */
-    check(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, 4500, 3); /* more than one 4096-token pass */
+    /* more than one pass of RW_MOE_CUDA_CHUNK tokens */
+    check(RW_WFMT_BF16, 4, 256, 128, 1, 0, 2, RW_MOE_CUDA_CHUNK + 404, 3);
     check(RW_WFMT_BF16, 16, 96, 128, 1, 0, 10, 37, 8);  /* top-10: the combine's 32 slots */
     /* decode-width tiles in grids of more than one wave (4-stage pipelines, 3 for the unsplit
      * down projection), each token then alone in a one-wave grid (6 stages), at the model's K of
