@@ -8,7 +8,8 @@
  *                stable sort of the assignments by expert -> perm (sorted row -> assignment) and
  *                inv (assignment -> sorted row); same order on every run     (1 CTA)
  *   4. w13 GEMM: for each (tile, 128 packed rows of w13): acc = W13 x^T with tensor cores
- *                (mma.sync m16n8k16 bf16, fp32 accumulate); the packed row order puts up_j in
+ *                (bf16, fp32 accumulate: wgmma on sm_90a builds, mma.sync m16n8k16 on others;
+ *                the same bits, expert_gemm.cu); the packed row order puts up_j in
  *                rows 0-7 and gate_j in rows 8-15 of every 16-row group, so one thread holds
  *                both halves: act[row][j] = bf16(silu(gate) * up)
  *                (grid 2P/128 x tiles: the row blocks along x, expert_gemm.cu's launch_gemm)
