@@ -2,9 +2,8 @@
 """test_sass_table.py - sass_table.py on a synthetic ncu SASS-page CSV (testdata/ncu_sass.csv,
 numbers made up for the test): two kernels among other output, counts with thousands separators,
 a predicated instruction, the opcode shares, the groups of equally executed lines (their shares of
-the instructions and of the stall samples), the lines
-with the most stall samples, --kernel, and clear errors on a file without rows or a kernel it
-does not hold."""
+the instructions and of the stall samples), the lines with the most stall samples, --kernel, and
+clear errors on a file without rows or a kernel it does not hold."""
 import os
 import subprocess
 import sys

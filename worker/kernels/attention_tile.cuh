@@ -440,15 +440,14 @@ __device__ __forceinline__ int64_t atc_group_base(const int32_t *__restrict__ bl
 }
 
 /* atc_group_base in two steps for the kernels whose copies walk whole segments (the split decode
- * kernel's warps, the prefill kernel's CTA): each
- * lane reads the block id of one 16-key group of a segment (one load a segment instead of one a
- * group, issued a segment ahead of the copies that use it), and a copy takes its group's id from
- * that lane by a shuffle. Why: Nsight Compute put a fifth of the unsplit decode kernel's stall
- * samples on a block table lookup that the next instruction used; for the split form, reading
- * the ids ahead measured faster, for the unsplit one not (docs/BENCHMARKS.md, twenty-ninth
- * session); the prefill kernel has them as part of its forty-seventh-session cut. atc_seg_ids: lane
- * i's id is group i's of segment sg (-1 past plast, for lanes past the segment's groups and for sg
- * < 0: nothing is read for those). */
+ * kernel's warps, the prefill kernel's CTA): each lane reads the block id of one 16-key group of a
+ * segment (one load a segment instead of one a group, issued a segment ahead of the copies that
+ * use it), and a copy takes its group's id from that lane by a shuffle. Why: Nsight Compute put a
+ * fifth of the unsplit decode kernel's stall samples on a block table lookup that the next
+ * instruction used; for the split form, reading the ids ahead measured faster, for the unsplit
+ * one not (docs/BENCHMARKS.md, twenty-ninth session); the prefill kernel has them as part of its
+ * forty-seventh-session cut. atc_seg_ids: lane i's id is group i's of segment sg (-1 past plast,
+ * for lanes past the segment's groups and for sg < 0: nothing is read for those). */
 #define ATC_SEG_GROUPS (ATC_SEG / 16)
 static_assert(ATC_SEG % 16 == 0 && ATC_SEG_GROUPS <= 32, "a segment's groups fit a warp's lanes");
 __device__ __forceinline__ int32_t atc_seg_ids(const int32_t *__restrict__ blocks, int sg,
