@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prepared in the forty-ninth session, not run: what holds the w13 pass's input-pair tile, now
+# that its loads do not (call 15: the layer within 2-3% of main without them). Timing only but
+# s2 (the results of the others are wrong):
+#   mmaonly  the w13 input-pair tile loads nothing and waits on no copy: its barriers and MMAs
+#   nosync   its loads, without the CTA barrier before each block's MMAs
+#   mmans    both: the MMA groups and their waits alone
+#   hionly   its loads and barriers with the hi products alone (half the MMAs)
+#   s2       the same tile on two stages of 48 KB, two CTAs an SM (same bits; s2.patch)
+# If mmans is near the tensor rate (the layer's w13 share shrinking to its MMA time) and mmaonly
+# is not, the barrier costs it; if hionly gains what the lo products cost at the MMA rate, the
+# MMAs are the work and only their count or shape (n256, fewer shared-memory reads a product)
+# moves it. The expert layer at 16,384 and 2048 tokens in turns, s2's expert test; any card.
+# Archives: tools/gpu/pack-variants.sh BUILD main=- s2=s2.patch mmaonly=mmaonly.patch
+#   nosync=nosync.patch mmans=mmans.patch hionly=hionly.patch; tests_s2.txz with s2.patch
+#   applied (tools/gpu/pack-tests.sh).
+source .deps/env.sh
+R=${OUT:-out}
+mkdir -p "$R"
+s0=$SECONDS
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$R/v_gpu.txt"
+C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
+RW_VARIANT_TIMEOUT=40 timeout 200 tools/gpu/run-variants.sh --rounds 2 \
+    main s2 mmaonly nosync mmans hionly \
+    -- $C kernels --kernel-attention p1x128 --expert-tokens 16384,2048 --dense-tokens 1 \
+    > /dev/null 2>&1
+mv "$R/variants.txt" "$R/v_kernels.txt"
+python3 tools/bench/variant_lines.py "$R/v_kernels.txt" --what 'experts'
+echo "kernels done at $((SECONDS - s0)) s"
+timeout 80 tools/gpu/run-packed.sh .gpu-pack/tests_s2.txz --only 'moe_experts' \
+    > "$R/v_tests_s2.txt" 2>&1
+echo "s2 tests exit $? at $((SECONDS - s0)) s"; tail -n 3 "$R/v_tests_s2.txt"
+[ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/v_failed_s2.log"
+RW_VARIANT_TIMEOUT=40 timeout 100 tools/gpu/run-variants.sh --rounds 1 main s2 \
+    -- $C prefill --prefill-reps 2 --no-quant > /dev/null 2>&1
+mv "$R/variants.txt" "$R/v_prefill.txt"
+python3 tools/bench/variant_lines.py "$R/v_prefill.txt" --what 'prefill'
+echo "call took $((SECONDS - s0)) s"
