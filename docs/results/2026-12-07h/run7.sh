@@ -5,9 +5,9 @@
 # tile's diagnostics and s2); on an H100 run6.sh, then ../2026-12-07g/run7.sh (th32 / th96) as
 # time allows.
 # Archives: tools/gpu/pack-variants.sh BUILD main=- s2=s2.patch b256p=b256p.patch
-#   mmaonly=mmaonly.patch nosync=nosync.patch mmans=mmans.patch hionly=hionly.patch
-#   th32=../2026-12-07g/th32.patch th96=../2026-12-07g/th96.patch; tests_s2.txz and
-#   tests_b256p.txz with each patch applied (pack-tests.sh).
+#   dbar=dbar.patch mmaonly=mmaonly.patch nosync=nosync.patch mmans=mmans.patch
+#   hionly=hionly.patch th32=../2026-12-07g/th32.patch th96=../2026-12-07g/th96.patch;
+#   tests_s2.txz, tests_b256p.txz and tests_dbar.txz with each patch applied (pack-tests.sh).
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
