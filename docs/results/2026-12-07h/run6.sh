@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in the forty-ninth session, not run: what holds the w13 pass's input-pair tile, now
-# that its loads do not (call 15: the layer within 2-3% of main without them). Timing only but
-# s2 (the results of the others are wrong):
+# that its loads do not (call 15: the layer within 2-3% of main without them). The first four
+# are timing only (their results are wrong); s2, b256p and dbar give main's bits:
 #   mmaonly  the w13 input-pair tile loads nothing and waits on no copy: its barriers and MMAs
 #   nosync   its loads, without the CTA barrier before each block's MMAs
 #   mmans    both: the MMA groups and their waits alone
@@ -16,7 +16,8 @@
 # If mmans is near the tensor rate (the layer's w13 share shrinking to its MMA time) and mmaonly
 # is not, the barrier costs it; if hionly gains what the lo products cost at the MMA rate, the
 # MMAs are the work and only their count or shape (n256, fewer shared-memory reads a product)
-# moves it. The expert layer at 16,384 and 2048 tokens in turns, s2's expert test; any card.
+# moves it. The expert layer at 16,384 and 2048 tokens in turns, the GPU tests of s2, b256p and
+# dbar, the 8 x 2k prefill of those three beside main; any card.
 # Archives: tools/gpu/pack-variants.sh BUILD main=- s2=s2.patch b256p=b256p.patch
 #   dbar=dbar.patch mmaonly=mmaonly.patch nosync=nosync.patch mmans=mmans.patch
 #   hionly=hionly.patch; tests_s2.txz, tests_b256p.txz and tests_dbar.txz with each patch
