@@ -649,12 +649,10 @@ static void test_validation(void **state) {
     p.dtype = RW_DTYPE_E4M3, p.nbytes = 0;
     cases[n++] = (vcase){p, RW_E_DTYPE, "gate_up_proj"};
     for (int i = 0; i < n; i++) {
-        rw_status s = rw_wset_validate_piece(ws, &cases[i].p, &err);
-        if (s != cases[i].want)
-            fail_msg("case %d (%s): got %s, expected %s (%s)", i, cases[i].p.name, rw_status_str(s),
-                     rw_status_str(cases[i].want), err.msg);
-        if (!strstr(err.msg, cases[i].needle))
-            fail_msg("case %d: message '%s' does not name '%s'", i, err.msg, cases[i].needle);
+        char what[128];
+        snprintf(what, sizeof what, "case %d (%s)", i, cases[i].p.name);
+        rw_assert_status(rw_wset_validate_piece(ws, &cases[i].p, &err), cases[i].want, &err,
+                         cases[i].needle, what);
         /* in a batch after a valid piece: refused, and nothing written */
         rw_piece batch[2] = {piece_whole(g0), cases[i].p};
         assert_int_equal(rw_wset_apply_batch(ws, batch, 2, NULL, &err), cases[i].want);

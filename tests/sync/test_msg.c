@@ -186,11 +186,9 @@ static void expect_refused(const void *p, size_t n, rw_status want, const char *
     rw_request r;
     rw_err e;
     rw_err_clear(&e);
-    rw_status st = rw_msg_decode_request(p, n, &m, &r, &e);
-    if (st != want)
-        fail_msg("expected %s, got %s: %s", rw_status_str(want), rw_status_str(st), e.msg);
+    rw_assert_status(rw_msg_decode_request(p, n, &m, &r, &e), want, &e, needle,
+                     "a refused request");
     assert_null(m);
-    if (needle && !strstr(e.msg, needle)) fail_msg("message '%s' lacks '%s'", e.msg, needle);
 }
 
 static void test_envelope_refusals(void **state) {
@@ -495,10 +493,7 @@ static void check_bad(void (*mut)(rw_sync_tensor *t, rw_sync_manifest *m), size_
         RW_ASSERT_OK(rw_sync_manifest_push(c, &t, &e), &e);
     }
     rw_sync_manifest_set_bytes(c, rw_sync_manifest_bytes(m));
-    rw_status st = rw_sync_manifest_check(c, &e);
-    if (st != want)
-        fail_msg("expected %s, got %s (%s)", rw_status_str(want), rw_status_str(st), e.msg);
-    if (!strstr(e.msg, needle)) fail_msg("'%s' lacks '%s'", e.msg, needle);
+    rw_assert_status(rw_sync_manifest_check(c, &e), want, &e, needle, "a refused manifest");
     rw_sync_manifest_destroy(c);
     rw_sync_manifest_destroy(m);
 }
@@ -577,11 +572,7 @@ static rw_status read_json_manifest(const char *json, rw_err *e) {
 /* Wire-level manifest errors: wrong types, unknown fields, unknown dtype / layout. */
 static void expect_read_fail(const char *json, rw_status want, const char *needle) {
     rw_err e;
-    rw_status st = read_json_manifest(json, &e);
-    if (st != want)
-        fail_msg("%s: expected %s, got %s (%s)", json, rw_status_str(want), rw_status_str(st),
-                 e.msg);
-    if (!strstr(e.msg, needle)) fail_msg("'%s' lacks '%s'", e.msg, needle);
+    rw_assert_status(read_json_manifest(json, &e), want, &e, needle, json);
 }
 
 static void test_manifest_wire_refusals(void **state) {

@@ -45,8 +45,7 @@ static int teardown(void **state) {
 
 /* An RW_E_OOM whose message names `what`, with the runtime's last error cleared. */
 static void assert_oom(rw_status st, const rw_err *e, const char *what) {
-    if (st != RW_E_OOM) fail_msg("%s: got %s (%s), not oom", what, rw_status_str(st), e->msg);
-    if (!strstr(e->msg, what)) fail_msg("message '%s' does not name '%s'", e->msg, what);
+    rw_assert_status(st, RW_E_OOM, e, what, what);
     RW_TCK(cudaGetLastError());
 }
 

@@ -128,10 +128,8 @@ static void refused_bucket(fx *f, void (*mut)(rw_sync_tensor *), int64_t src_del
     rw_sync_manifest_set_bytes(m2, rw_sync_manifest_bytes(f->m));
     rw_sync_source src = rw_sync_source_host(
         "mem", b, (uint64_t)((int64_t)rw_sync_manifest_bytes(f->m) + src_delta));
-    rw_status st = rw_sync_session_apply(f->s, m2, &src, NULL, &e);
-    if (st != want)
-        fail_msg("expected %s, got %s: %s", rw_status_str(want), rw_status_str(st), e.msg);
-    if (!strstr(e.msg, needle)) fail_msg("'%s' lacks '%s'", e.msg, needle);
+    rw_assert_status(rw_sync_session_apply(f->s, m2, &src, NULL, &e), want, &e, needle,
+                     "a refused bucket");
     assert_non_null(strstr(e.msg, "previous version still serves"));
     expect_state(f, RW_SYNC_READY, "random");
     rw_assert_bytes_equal(snap, ws_bytes(f->ws, &n), n, "after a refused bucket");
