@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The fiftieth session's call: ../2026-12-07h/run6.sh in less device time, for a pool that
-# refuses most starts. The expert layer at 16,384 and 2048 tokens for main, the three same-bits
-# candidates (s2, b256p, dbar) and the four timing-only splits of the w13 loop (mmaonly, nosync,
-# mmans, hionly; ../2026-12-07h/run6.sh's head says what each leaves out), 2 rounds in turns.
+# refuses most starts. The expert layer at 16,384 and 2048 tokens for main, four same-bits
+# candidates (s2, b256p, dbar, and rsp, new here) and the four timing-only splits of the w13
+# loop (mmaonly, nosync, mmans, hionly; ../2026-12-07h/run6.sh's head says what each leaves
+# out), 2 rounds in turns.
 # Then only the candidates whose mean at 16,384 tokens is at least 1.5% under main's get their
 # GPU tests and an 8 x 2k prefill beside main. On an H200, the G1-G3 rows after that (not
 # measured on that card since the thirtieth session), as the time left allows; on an H100 the
 # th32 / th96 tile switch (../2026-12-07g/run7.sh) instead. LIMIT: the call's seconds.
-# Archives: .gpu-pack as ../2026-12-07h/run7.sh's head says.
+# rsp: the pipelined input-pair tile reads each block's weight fragments into registers once
+# (ldmatrix) for both its hi and lo wgmma (RS form), a block's shared-memory reads 48 -> 40 KB a
+# warpgroup; two fragment sets alternate by block (152 registers, no spills).
+# Archives: .gpu-pack as ../2026-12-07h/run7.sh's head says, with rsp=rsp.patch added to
+# variants.txz and tests_rsp.txz (tools/gpu/pack-tests.sh with rsp.patch applied).
 source .deps/env.sh
 R=${OUT:-out}
 mkdir -p "$R"
@@ -17,14 +22,14 @@ left() { echo $((LIMIT - (SECONDS - s0))); }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$R/a_gpu.txt"
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
 RW_VARIANT_TIMEOUT=40 timeout 150 tools/gpu/run-variants.sh --rounds 2 \
-    main s2 b256p dbar mmaonly nosync mmans hionly \
+    main s2 b256p dbar rsp mmaonly nosync mmans hionly \
     -- $C kernels --kernel-attention p1x128 --expert-tokens 16384,2048 --dense-tokens 1 \
     > /dev/null 2>&1
 mv "$R/variants.txt" "$R/a_kernels.txt"
 python3 tools/bench/variant_lines.py "$R/a_kernels.txt" --what 'experts'
 echo "kernels done at $((SECONDS - s0)) s"
 # the candidates 1.5% or more under main at 16,384 tokens (mean of the rounds)
-cands=$(python3 - "$R/a_kernels.txt" s2 b256p dbar <<'PY'
+cands=$(python3 - "$R/a_kernels.txt" s2 b256p dbar rsp <<'PY'
 import statistics, sys
 sys.path.insert(0, "tools/bench")
 import variant_lines as vl
