@@ -52,6 +52,13 @@ enum {
     RW_EMUL_SPLIT_K = 1u << 16,
     RW_EMUL_SPLIT_V = 1u << 17,
     RW_EMUL_SPLIT_KV = RW_EMUL_SPLIT_K | RW_EMUL_SPLIT_V,
+    /* the attention's operands in fp16 instead of bf16 (11 significant bits instead of 8, range
+     * to 65504): F16_KVP the K and V cache entries and the softmax weights (where their rounding
+     * points are on), F16_Q q as one fp16 (instead of fp32, the backend's hi + lo pair). What an
+     * fp16 attention would give: an fp16 MMA multiplies fp16 by fp16, so K, V and P move with
+     * q; the cache keeps its bytes. */
+    RW_EMUL_F16_KVP = 1u << 18,
+    RW_EMUL_F16_Q = 1u << 19,
     /* what the CUDA backend does: q fp32, K and V cache bf16, the softmax weights one bf16 each
      * in P.V, every GEMM input a hi + lo pair but the down projection's and the lm_head's
      * (silu(g)*u and the final-normed rows one bf16; docs/BENCHMARKS.md has the per-GEMM choice
@@ -65,8 +72,20 @@ enum {
     RW_EMUL_CUDA_HIGH =
         (RW_EMUL_CUDA & ~(RW_EMUL_ROUND_P | RW_EMUL_ONE_ACT)) | RW_EMUL_SPLIT_K | RW_EMUL_SPLIT_V,
 };
+/* x rounded to the nearest fp16 value (ties to even), subnormals included, inf past 65504. */
+static inline float emul_f16(float x) {
+    if (!isfinite(x) || x == 0.0f) return x;
+    int e;
+    (void)frexpf(x, &e);                      /* |x| in [2^(e-1), 2^e) */
+    const int q = e - 1 < -14 ? -24 : e - 11; /* the value of the last of 11 significant bits */
+    const float r = ldexpf(nearbyintf(ldexpf(x, -q)), q);
+    return fabsf(r) > 65504.0f ? copysignf(INFINITY, x) : r;
+}
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
+    if ((flags & RW_EMUL_F16_Q) && bit == RW_EMUL_ROUND_Q) return emul_f16(x);
     if (!(flags & bit)) return x;
+    if ((flags & RW_EMUL_F16_KVP) && (bit & (RW_EMUL_ROUND_K | RW_EMUL_ROUND_V)))
+        return emul_f16(x);
     const uint16_t h = rw_f32_to_bf16(x);
     const float hi = rw_bf16_to_f32(h);
     const unsigned dense = RW_EMUL_ROUND_QKV_IN | RW_EMUL_ROUND_ATT | RW_EMUL_ROUND_LM_IN;
@@ -215,7 +234,8 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
                 }
                 if (flags & RW_EMUL_ROUND_P)
                     for (int j = 0; j <= t; j++)
-                        pw[j] = rw_bf16_to_f32(rw_f32_to_bf16(sc[j]));
+                        pw[j] = (flags & RW_EMUL_F16_KVP) ? emul_f16(sc[j])
+                                                          : rw_bf16_to_f32(rw_f32_to_bf16(sc[j]));
                 const float *pj = (flags & RW_EMUL_ROUND_P) ? pw : sc;
                 for (int64_t e = 0; e < hd; e++) {
                     float o = 0.0f;

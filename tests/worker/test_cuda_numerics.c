@@ -28,7 +28,11 @@
  *   smallest top-k gaps (1.7e-4, 3.3e-4): which near-tie flips is where the errors happen to
  *   fall. With the K and V cache entries, the softmax weights and silu(g)*u as pairs too (PAIRS)
  *   they move by less than a quarter of the smallest gap and no routing decision moves: F2 by a
- *   margin, on both fixtures (asserted). */
+ *   margin, on both fixtures (asserted);
+ * - the attention's operands in fp16 (q one fp16, the K and V cache entries and the softmax
+ *   weights fp16 instead of bf16: the same cache bytes and half the q.K products) meet F2 with no
+ *   routing decision moved and move the router logits less than the backend's rounding points
+ *   do, on both fixtures (asserted; what an fp16 attention kernel would give). */
 #include <math.h>
 
 #include "cuda_emul.h"
@@ -230,6 +234,11 @@ static void test_exact(void **state) {
  * mode). */
 #define PAIRS RW_EMUL_CUDA_HIGH
 
+/* The backend's rounding points with the attention's operands in fp16: q one fp16 (half the
+ * q.K products of the hi + lo pair), the K and V cache entries and the softmax weights fp16
+ * instead of bf16 (the same cache bytes). */
+#define F16_ATT (RW_EMUL_CUDA | RW_EMUL_F16_KVP | RW_EMUL_F16_Q)
+
 /* Each rounding point of the CUDA backend alone and all together, against the reference. */
 static void test_rounding_points(void **state) {
     fx *f = *state;
@@ -263,9 +272,13 @@ static void test_rounding_points(void **state) {
         {(RW_EMUL_CUDA & ~RW_EMUL_ROUND_P) | RW_EMUL_SPLIT_KV | RW_EMUL_F32_ACCUM,
          "K, V and P pairs, fp32 acc"},
         {PAIRS, "K, V, P and silu(g)*u pairs"},
+        {RW_EMUL_CUDA | RW_EMUL_F16_KVP, "fp16 K, V and P"},
+        {F16_ATT, "fp16 q, K, V and P"},
+        {RW_EMUL_CUDA | RW_EMUL_F16_KVP | RW_EMUL_F16_Q | RW_EMUL_F32_ACCUM,
+         "fp16 q, K, V and P, fp32 acc"},
         {RW_EMUL_CUDA, "the CUDA backend"},
     };
-    cmp cuda = {0}, pairs = {0};
+    cmp cuda = {0}, pairs = {0}, f16 = {0};
     run exact;
     emulate(f, 0, &exact);
     int below, all;
@@ -281,6 +294,7 @@ static void test_rounding_points(void **state) {
                       c.reroutes ? c.reroute_gap : 0.0);
         if (cases[ci].flags == RW_EMUL_CUDA) cuda = c;
         if (cases[ci].flags == PAIRS) pairs = c;
+        if (cases[ci].flags == F16_ATT) f16 = c;
         run_free(&r);
     }
     run_free(&exact);
@@ -301,6 +315,38 @@ static void test_rounding_points(void **state) {
     assert_true(pairs.drift < gmin / 4);
     assert_true(pairs.worst_ref <= 5e-2);
     assert_true(pairs.greedy == pairs.total);
+    /* fp16 attention operands: F2 with no routing decision moved on both fixtures, and the
+     * router logits moved less than by the backend's bf16 K, V and P with q as a pair (0.0118
+     * -> 0.0033 tiny, 0.0096 -> 0.0027 head_dim 128): more precision for half the q.K
+     * products. (Their drift is still above the smallest top-k gap: no margin, as the pairs
+     * have.) */
+    print_message("fp16 attention operands: router logits moved up to %.3g against the "
+                  "backend's %.3g\n",
+                  f16.drift, cuda.drift);
+    assert_int_equal(f16.reroutes, 0);
+    assert_true(f16.worst_ref <= 5e-2);
+    assert_true(f16.greedy * 100 >= f16.total * 95);
+    assert_true(f16.drift < cuda.drift);
+}
+
+/* emul_f16 is fp16's round to nearest even: the rounding the fp16 cases above stand for. */
+static void test_f16_rounding(void **state) {
+    (void)state;
+    const float u = ldexpf(1.0f, -10); /* fp16's unit in the last place at 1 */
+    assert_true(emul_f16(1.0f) == 1.0f);
+    assert_true(emul_f16(1.0f + u / 2) == 1.0f);             /* tie to even: down */
+    assert_true(emul_f16(1.0f + 3 * u / 2) == 1.0f + 2 * u); /* tie to even: up */
+    assert_true(emul_f16(1.0f + u / 2 + u / 8) == 1.0f + u); /* past the tie */
+    assert_true(emul_f16(-3.0f - u) == -3.0f);               /* ulp 2u at 2..4: tie, even */
+    assert_true(emul_f16(65504.0f) == 65504.0f);             /* the largest fp16 */
+    assert_true(emul_f16(65519.0f) == 65504.0f);             /* under the tie with 2^16 */
+    assert_true(isinf(emul_f16(65520.0f)) && emul_f16(-65520.0f) < 0); /* the tie overflows */
+    assert_true(emul_f16(ldexpf(1.0f, -14)) == ldexpf(1.0f, -14));     /* smallest normal */
+    assert_true(emul_f16(ldexpf(1.0f, -24)) == ldexpf(1.0f, -24));     /* smallest subnormal */
+    assert_true(emul_f16(ldexpf(1.0f, -25)) == 0.0f);                  /* tie to even: zero */
+    assert_true(emul_f16(ldexpf(3.0f, -25)) == ldexpf(1.0f, -23));     /* tie to even: up */
+    assert_true(emul_f16(ldexpf(5.0f, -24) + ldexpf(1.0f, -27)) == ldexpf(5.0f, -24));
+    assert_true(emul_f16(0.1f) == 0x1.998p-4f); /* 0.1 = 0x1.99999ap-4: 10 bits kept */
 }
 
 /* The CUDA backend's rounding points under another GEMM summation order (fp32 in index order
@@ -323,6 +369,7 @@ static void test_order_sensitivity(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_rounding),
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_rounding_points),
         cmocka_unit_test(test_order_sensitivity),
