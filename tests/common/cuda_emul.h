@@ -72,14 +72,10 @@ enum {
     RW_EMUL_CUDA_HIGH =
         (RW_EMUL_CUDA & ~(RW_EMUL_ROUND_P | RW_EMUL_ONE_ACT)) | RW_EMUL_SPLIT_K | RW_EMUL_SPLIT_V,
 };
-/* x rounded to the nearest fp16 value (ties to even), subnormals included, inf past 65504. */
+/* x rounded to the nearest fp16 value (ties to even, subnormals kept, inf past 65504: core's
+ * conversion, checked in tests/core/test_dtype.c). */
 static inline float emul_f16(float x) {
-    if (!isfinite(x) || x == 0.0f) return x;
-    int e;
-    (void)frexpf(x, &e);                      /* |x| in [2^(e-1), 2^e) */
-    const int q = e - 1 < -14 ? -24 : e - 11; /* the value of the last of 11 significant bits */
-    const float r = ldexpf(nearbyintf(ldexpf(x, -q)), q);
-    return fabsf(r) > 65504.0f ? copysignf(INFINITY, x) : r;
+    return rw_f16_to_f32(rw_f32_to_f16(x));
 }
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if ((flags & RW_EMUL_F16_Q) && bit == RW_EMUL_ROUND_Q) return emul_f16(x);
