@@ -11,8 +11,9 @@
 # rsp: the pipelined input-pair tile reads each block's weight fragments into registers once
 # (ldmatrix) for both its hi and lo wgmma (RS form), a block's shared-memory reads 48 -> 40 KB a
 # warpgroup; two fragment sets alternate by block (152 registers, no spills).
-# Then q1 beside main on the attention kernels alone (prefill 8 x 2k and 1 x 8k, decode 256 x 1k;
-# .gpu-pack/variants_att.txz: tools/gpu/pack-variants.sh BUILD main=- q1=q1.patch, renamed).
+# Then q1 and f16att beside main on the attention kernels alone (prefill 8 x 2k and 1 x 8k,
+# decode 256 x 1k; .gpu-pack/variants_att.txz: tools/gpu/pack-variants.sh BUILD main=-
+# q1=q1.patch f16att=f16att.patch, renamed).
 # Archives: .gpu-pack as ../2026-12-07h/run7.sh's head says, with rsp=rsp.patch added to
 # variants.txz and tests_rsp.txz (tools/gpu/pack-tests.sh with rsp.patch applied).
 source .deps/env.sh
@@ -31,9 +32,9 @@ mv "$R/variants.txt" "$R/a_kernels.txt"
 python3 tools/bench/variant_lines.py "$R/a_kernels.txt" --what 'experts'
 echo "kernels done at $((SECONDS - s0)) s"
 # q1 (timing only, wrong bits): the attention tiles with one q term instead of the hi + lo
-# pair, what an fp16 attention (q one fp16; numerics in test_cuda_numerics) would save
-RW_VARIANT_TIMEOUT=40 timeout 100 tools/gpu/run-variants.sh --archive .gpu-pack/variants_att.txz \
-    --rounds 2 main q1 -- $C kernels --kernel-attention p8x2048,p1x8192,d256x1024 \
+# pair; f16att (run2.sh has its tests): the attention on fp16 operands, q one fp16
+RW_VARIANT_TIMEOUT=40 timeout 120 tools/gpu/run-variants.sh --archive .gpu-pack/variants_att.txz \
+    --rounds 2 main q1 f16att -- $C kernels --kernel-attention p8x2048,p1x8192,d256x1024 \
     --expert-tokens 1 --dense-tokens 1 > /dev/null 2>&1
 mv "$R/variants.txt" "$R/a_attention.txt"
 python3 tools/bench/variant_lines.py "$R/a_attention.txt" --what 'attention'
