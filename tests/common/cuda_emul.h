@@ -80,7 +80,7 @@ static inline float emul_f16(float x) {
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
     if ((flags & RW_EMUL_F16_Q) && bit == RW_EMUL_ROUND_Q) return emul_f16(x);
     if (!(flags & bit)) return x;
-    if ((flags & RW_EMUL_F16_KVP) && (bit & (RW_EMUL_ROUND_K | RW_EMUL_ROUND_V)))
+    if ((flags & RW_EMUL_F16_KVP) && (bit & (RW_EMUL_ROUND_K | RW_EMUL_ROUND_V | RW_EMUL_ROUND_P)))
         return emul_f16(x);
     const uint16_t h = rw_f32_to_bf16(x);
     const float hi = rw_bf16_to_f32(h);
@@ -230,8 +230,7 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
                 }
                 if (flags & RW_EMUL_ROUND_P)
                     for (int j = 0; j <= t; j++)
-                        pw[j] = (flags & RW_EMUL_F16_KVP) ? emul_f16(sc[j])
-                                                          : rw_bf16_to_f32(rw_f32_to_bf16(sc[j]));
+                        pw[j] = emul_round(sc[j], flags, RW_EMUL_ROUND_P);
                 const float *pj = (flags & RW_EMUL_ROUND_P) ? pw : sc;
                 for (int64_t e = 0; e < hd; e++) {
                     float o = 0.0f;
