@@ -2,11 +2,12 @@
 # run-packed.sh - runs the gpu-suite tests of an archive made by pack-tests.sh, on the GPU machine,
 # from the checkout's root (their fixtures are read there) and without building anything:
 #
-#   tools/gpu/run-packed.sh [ARCHIVE] [--only REGEX] [--jobs N] [--all-logs] [--unpack-only]
-#                                                       default .gpu-pack/tests.txz
+#   tools/gpu/run-packed.sh [ARCHIVE] [--variant NAME] [--only REGEX] [--jobs N] [--all-logs]
+#                           [--unpack-only]             default .gpu-pack/tests.txz
 #
 # The archive is unpacked under $RW_PACK_DIR (default /tmp/rw-packed), which becomes the tests'
-# RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --only keeps the tests whose name matches REGEX
+# RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --variant NAME takes the variant NAME of an
+# archive made by merge-packs.sh (several test archives in one). --only keeps the tests whose name matches REGEX
 # (grep -E); --jobs N runs N at a time (default 1: several share one GPU, which the timing-free
 # tests tolerate), except that a test meson may not run beside others (is_parallel: false, such
 # as the one that fills the device's memory) runs alone, as meson test runs it. A test passes
@@ -27,10 +28,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-ARCHIVE=.gpu-pack/tests.txz ONLY="" JOBS=1 UNPACK_ONLY=0 ALL_LOGS=0
+ARCHIVE=.gpu-pack/tests.txz ONLY="" JOBS=1 UNPACK_ONLY=0 ALL_LOGS=0 VARIANT=
 while [ $# -gt 0 ]; do
     case "$1" in
     --only) shift; ONLY=$1 ;;
+    --variant) shift; VARIANT=$1 ;;
     --jobs) shift; JOBS=$1 ;;
     --unpack-only) UNPACK_ONLY=1 ;;
     --all-logs) ALL_LOGS=1 ;;
@@ -45,7 +47,18 @@ done
 export NCCL_NVLS_ENABLE=0 RW_LOG=${RW_LOG:-warn} RW_SOURCE_ROOT=$root
 pack=${RW_PACK_DIR:-/tmp/rw-packed}
 case "$pack" in /*/*) ;; *) echo "run-packed: RW_PACK_DIR must be a directory below / (it is emptied): $pack" >&2; exit 2 ;; esac
-rm -rf "$pack" && mkdir -p "$pack" && tar xf "$ARCHIVE" -C "$pack" || { echo "run-packed: cannot unpack $ARCHIVE" >&2; exit 2; }
+case "$VARIANT" in *[!A-Za-z0-9_-]*) echo "run-packed: bad variant name '$VARIANT'" >&2; exit 2 ;; esac
+rm -rf "$pack" && mkdir -p "$pack" || { echo "run-packed: cannot make $pack" >&2; exit 2; }
+if [ -n "$VARIANT" ]; then
+    tar xf "$ARCHIVE" -C "$pack" --strip-components=1 "$VARIANT" 2> /dev/null || {
+        echo "run-packed: $ARCHIVE holds no variant $VARIANT (it has:" \
+            "$(tar tf "$ARCHIVE" | sed -n 's,^\([^/]*\)/manifest.tsv$,\1,p' | paste -sd ' '))" >&2
+        exit 2
+    }
+else
+    tar xf "$ARCHIVE" -C "$pack" || { echo "run-packed: cannot unpack $ARCHIVE" >&2; exit 2; }
+fi
+[ -f "$pack/manifest.tsv" ] || { echo "run-packed: $ARCHIVE${VARIANT:+ (variant $VARIANT)} has no manifest.tsv: a merged archive needs --variant" >&2; exit 2; }
 export RW_BUILD_ROOT=$pack
 # A library the programs link that the loader cannot find here (.deps staged from an older or
 # shorter package list) fails every test and benchmark the same way; say so once, up front.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_runners.sh - the GPU machine's runners on stand-ins, without a GPU: run-packed.sh's verdicts
-# (pass, skip, fail, expected failure) and their summary; that run-packed.sh and
+# (pass, skip, fail, expected failure) and their summary, and on merge-packs.sh's archives; that run-packed.sh and
 # run-variants.sh, stopped by a signal (an outer timeout), stop the tests or the benchmark they
 # were running, which would otherwise go on holding the GPU; and pack-variants.sh's DEFINE=VALUE
 # variants on a stand-in tree; kernel-profile.sh's output folder on a stand-in ncu. Exits 0 when
@@ -46,6 +46,29 @@ grep -q '4 tests: 1 ok, 1 skipped, 1 expected failures, 1 failed' "$tmp/out/suit
     fail "summary: $(tail -1 "$tmp/out/suite.txt")"
 grep -q '^=== fails' "$tmp/out/failed.log" || fail "failed.log does not hold the failing test"
 run "$tmp/a.tar" --only 'passes|skips' > "$tmp/b.log" 2>&1 || fail "--only passes|skips failed"
+
+# merge-packs.sh: two archives as the variants of one; --variant runs one variant's tests, a
+# name the archive lacks is refused naming those it has, and the merged archive without
+# --variant is refused (no manifest at its root)
+if command -v xz > /dev/null; then
+    printf 'passes\t30\t0\t1\t["true"]\n' | pack "$tmp/m1.tar"
+    printf 'fails\t30\t0\t1\t["false"]\n' | pack "$tmp/m2.tar"
+    "$here/merge-packs.sh" "$tmp/m.txz" good=$tmp/m1.tar bad=$tmp/m2.tar > "$tmp/m.log" 2>&1 ||
+        fail "merge-packs failed: $(cat "$tmp/m.log")"
+    run "$tmp/m.txz" --variant good > "$tmp/m1.log" 2>&1 || fail "--variant good failed: $(cat "$tmp/m1.log")"
+    grep -q '1 tests: 1 ok' "$tmp/out/suite.txt" || fail "--variant good: $(tail -1 "$tmp/out/suite.txt")"
+    run "$tmp/m.txz" --variant bad > "$tmp/m2.log" 2>&1 && fail "--variant bad ran the passing test"
+    grep -q '^=== fails' "$tmp/out/failed.log" || fail "--variant bad did not run its own test"
+    run "$tmp/m.txz" --variant none > "$tmp/m3.log" 2>&1
+    [ $? = 2 ] && grep -q 'no variant none (it has: good bad)' "$tmp/m3.log" ||
+        fail "an absent variant: $(cat "$tmp/m3.log")"
+    run "$tmp/m.txz" > "$tmp/m4.log" 2>&1
+    [ $? = 2 ] && grep -q 'needs --variant' "$tmp/m4.log" || fail "no --variant: $(cat "$tmp/m4.log")"
+    "$here/merge-packs.sh" "$tmp/m.txz" good=$tmp/m1.tar good=$tmp/m2.tar > "$tmp/m5.log" 2>&1
+    [ $? = 2 ] && grep -q 'given twice' "$tmp/m5.log" || fail "a name given twice: $(cat "$tmp/m5.log")"
+else
+    echo "test_runners: no xz; the merge-packs check is not run" >&2
+fi
 
 # a packed program that links a library the loader cannot find: named up front, and
 # --unpack-only (whose caller runs the programs next) fails
