@@ -17,6 +17,8 @@
 # Archives: .gpu-pack as ../2026-12-07h/run7.sh's head says, with rsp=rsp.patch added to
 # variants.txz and tests_rsp.txz (tools/gpu/pack-tests.sh with rsp.patch applied).
 source .deps/env.sh
+# a variant's tests: its own archive, or its part of tests_all.txz (tools/gpu/merge-packs.sh)
+tests_of() { if [ -f .gpu-pack/tests_$1.txz ]; then echo .gpu-pack/tests_$1.txz; else echo ".gpu-pack/tests_all.txz --variant $1"; fi; }
 R=${OUT:-out}
 mkdir -p "$R"
 s0=$SECONDS
@@ -55,7 +57,7 @@ PY
 echo "faster candidates: ${cands:-none}"
 for v in $cands; do
     [ "$(left)" -ge 90 ] || break
-    timeout 100 tools/gpu/run-packed.sh .gpu-pack/tests_$v.txz \
+    timeout 100 tools/gpu/run-packed.sh $(tests_of $v) \
         --only 'moe|invariance|kernels_gpu|transformers' > "$R/a_tests_$v.txt" 2>&1
     echo "$v tests exit $? at $((SECONDS - s0)) s"; tail -n 3 "$R/a_tests_$v.txt"
     [ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/a_failed_$v.log"

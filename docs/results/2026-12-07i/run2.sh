@@ -12,12 +12,14 @@
 # Archives: tests_f16att.txz (tools/gpu/pack-tests.sh with f16att.patch applied) and
 # variants_att.txz (run1.sh's head).
 source .deps/env.sh
+# a variant's tests: its own archive, or its part of tests_all.txz (tools/gpu/merge-packs.sh)
+tests_of() { if [ -f .gpu-pack/tests_$1.txz ]; then echo .gpu-pack/tests_$1.txz; else echo ".gpu-pack/tests_all.txz --variant $1"; fi; }
 R=${OUT:-out}
 mkdir -p "$R"
 s0=$SECONDS
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee "$R/b_gpu.txt"
 C="--config $(pwd)/tools/configs/qwen3-30b-a3b.json"
-timeout 200 tools/gpu/run-packed.sh .gpu-pack/tests_f16att.txz \
+timeout 200 tools/gpu/run-packed.sh $(tests_of f16att) \
     --only 'attention_gpu|kernels_gpu|transformers.*_gpu|invariance' > "$R/b_tests.txt" 2>&1
 echo "tests exit $? at $((SECONDS - s0)) s"; tail -n 12 "$R/b_tests.txt"
 [ -f "$R/failed.log" ] && mv "$R/failed.log" "$R/b_failed.log"
