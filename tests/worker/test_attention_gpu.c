@@ -117,9 +117,11 @@ static void attention_check(int nh, int nkv, int hd, int nsplit, const float *q,
     free(gol);
 }
 
-/* Three sequences: a prefill chunk of 19 tokens at positions 250..268 (tiles of 8, across the
- * first segment boundary), a decode at position 300, a fresh 3-token prompt; blocks shuffled. */
-static void attention_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
+/* Three sequences: a prefill chunk of 19 tokens at positions 250..268 (tiles of w tokens, across
+ * the first segment boundary), a decode at position 300, a fresh 3-token prompt; blocks shuffled.
+ * Which kernel a tile takes depends on its rows (tokens x the group's query heads): up to 16 one
+ * of the decode forms, more the prefill kernel (attention.cu). */
+static void attention_tiled_case(int nh, int nkv, int hd, int nsplit, bool pairs, int w) {
     const int bs = 16, nblocks = 64, stride = 32;
     const int64_t ntok = 19 + 1 + 3;
     const size_t ce = (size_t)nblocks * nkv * bs * hd;
@@ -136,18 +138,34 @@ static void attention_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
     pos[19] = 300;
     for (int i = 0; i < 3; i++)
         pos[20 + i] = i;
-    const rw_attn_tile tiles[] = {
-        {0, 0, 8, 0}, {0, 8, 8, 0}, {0, 16, 3, 0}, {1, 19, 1, 0}, {2, 20, 3, 0}};
+    rw_attn_tile tiles[19 + 2];
+    int nt = 0;
+    for (int i = 0; i < 19; i += w)
+        tiles[nt++] = (rw_attn_tile){0, i, 19 - i < w ? 19 - i : w, 0};
+    tiles[nt++] = (rw_attn_tile){1, 19, 1, 0};
+    tiles[nt++] = (rw_attn_tile){2, 20, 3, 0};
     const size_t qe = (size_t)ntok * nh * hd;
     float *q = malloc(4 * qe);
     rw_test_fill_f32(q, qe, 13, 1.0f);
-    attention_check(nh, nkv, hd, nsplit, q, qe, kv, ce, pos, ntok, bt, 3 * stride, stride, tiles, 5,
-                    "prefill");
+    char label[32];
+    snprintf(label, sizeof label, "prefill (tiles of %d)", w);
+    attention_check(nh, nkv, hd, nsplit, q, qe, kv, ce, pos, ntok, bt, 3 * stride, stride, tiles,
+                    nt, label);
     free(kc);
     free(vc);
     free(kl);
     free(vl);
     free(q);
+}
+
+/* Tiles of 8 tokens (for 8 query heads a kv head the prefill kernel's 64 rows) ... */
+static void attention_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
+    attention_tiled_case(nh, nkv, hd, nsplit, pairs, 8);
+}
+/* ... and tiles as wide as the engine makes them (rw_k_attention_tile_tokens: 64 rows), which for
+ * fewer query heads a kv head are the only ones that reach the prefill kernel */
+static void attention_wide_case(int nh, int nkv, int hd, int nsplit, bool pairs) {
+    attention_tiled_case(nh, nkv, hd, nsplit, pairs, rw_k_attention_tile_tokens(nh, nkv));
 }
 
 /* A decode batch: one-token tiles only (qt 1) at positions pos[0..ns), blocks shuffled. */
@@ -215,6 +233,10 @@ static void test_attention(void **state) {
         attention_case(4, 2, 32, 0, pairs);
         attention_case(4, 2, 32, 3, pairs);
         attention_case(8, 8, 64, 0, pairs);
+        attention_wide_case(4, 2, 32, 0, pairs);
+        attention_wide_case(4, 2, 32, 3, pairs);
+        attention_wide_case(8, 8, 64, 0, pairs);
+        attention_wide_case(8, 8, 64, 2, pairs);
         attention_decode_case(32, 4, 128, 0, pairs);
         attention_decode_case(32, 4, 128, 16, pairs);
         attention_decode_case(4, 2, 32, 0, pairs);
@@ -232,7 +254,8 @@ static void test_attention(void **state) {
 }
 
 /* Batch invariance: one sequence of 40 tokens at positions 490..529 (across a segment boundary:
- * 512 is a multiple of RW_ATTN_SEG) attended in several batches: one prefill chunk in tiles of 8, the same
+ * 512 is a multiple of RW_ATTN_SEG) attended in several batches: one prefill chunk in the engine's
+ * tiles (rw_k_attention_tile_tokens: the prefill kernel but for a short last tile), the same
  * tokens in tiles of 3 and 5 next to another sequence's tokens, every token alone as a one-token
  * tile (a decode step), and the first D of them alone as a decode batch of D, with and without
  * splits (nsplit 0, 1, 2, 7). The outputs (hi and lo) must be the same bits in every run. The
@@ -273,15 +296,16 @@ static void invariance_case(int nh, int nkv, int hd, bool pairs) {
     uint16_t *first = malloc(4 * row * N), *got = malloc(4 * row * N);
     rw_err err = {0};
     static const int splits[] = {0, 1, 2, 7};
+    const int tw = rw_k_attention_tile_tokens(nh, nkv);
     int runs = 0;
     for (int layout = 0; layout < 4; layout++)
         for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++) {
             rw_attn_tile tiles[N + OTHER];
             int nt = 0, qt = 1;
             const int base = layout == 1 ? OTHER : 0; /* first of the 40 tokens in the batch */
-            if (layout == 0) { /* the 40 tokens alone, in tiles of 8 */
-                for (int i = 0; i < N; i += 8)
-                    tiles[nt++] = (rw_attn_tile){0, i, N - i < 8 ? N - i : 8, 0};
+            if (layout == 0) { /* the 40 tokens alone, in the engine's tiles (64 rows) */
+                for (int i = 0; i < N; i += tw)
+                    tiles[nt++] = (rw_attn_tile){0, i, N - i < tw ? N - i : tw, 0};
             } else if (layout == 1) { /* after sequence 1, tiles of 3 and 5 */
                 for (int i = 0; i < OTHER; i += 4)
                     tiles[nt++] = (rw_attn_tile){1, i, OTHER - i < 4 ? OTHER - i : 4, 0};
