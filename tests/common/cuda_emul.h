@@ -54,9 +54,12 @@ enum {
     RW_EMUL_SPLIT_KV = RW_EMUL_SPLIT_K | RW_EMUL_SPLIT_V,
     /* the attention's operands in fp16 instead of bf16 (11 significant bits instead of 8, range
      * to 65504): F16_KVP the K and V cache entries and the softmax weights (where their rounding
-     * points are on), F16_Q q as one fp16 (instead of fp32, the backend's hi + lo pair). What an
-     * fp16 attention would give: an fp16 MMA multiplies fp16 by fp16, so K, V and P move with
-     * q; the cache keeps its bytes. */
+     * points are on), F16_Q q as one fp16 (instead of fp32, the backend's hi + lo pair) where
+     * the kernel would round it: q' = q log2(e) / sqrt(hd), the scores then in the log2 domain
+     * (exp2). (Rounding q before its scale is another rounding point: on the tiny fixture it
+     * kept the closest router tie that q' flips, as the GPU did.) What an fp16 attention would
+     * give: an fp16 MMA multiplies fp16 by fp16, so K, V and P move with q; the cache keeps its
+     * bytes. */
     RW_EMUL_F16_KVP = 1u << 18,
     RW_EMUL_F16_Q = 1u << 19,
     /* what the CUDA backend does: q fp32, K and V cache bf16, the softmax weights one bf16 each
@@ -154,6 +157,7 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
     const int K = c->top_k, group = (int)(nh / nkv);
     const int64_t qd = nh * hd, kd = nkv * hd;
     const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    const float qscale2 = (float)(1.4426950408889634 / sqrt((double)hd));
     const size_t fl = sizeof(float);
     float *x = calloc((size_t)(n * H), fl), *y = calloc((size_t)(n * H), fl);
     float *h = calloc((size_t)(n * H), fl), *h32 = calloc((size_t)(n * H), fl);
@@ -199,7 +203,9 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
                 rw_k_head_norm_rope_ref(q + t * qd + hh * hd, lw->q_norm.data, (int)hd, eps, t, inv,
                                         tmp);
                 for (int64_t i = 0; i < hd; i++)
-                    q[t * qd + hh * hd + i] = emul_round(tmp[i], flags, RW_EMUL_ROUND_Q);
+                    q[t * qd + hh * hd + i] = (flags & RW_EMUL_F16_Q)
+                                                  ? emul_f16(tmp[i] * qscale2)
+                                                  : emul_round(tmp[i], flags, RW_EMUL_ROUND_Q);
             }
             for (int64_t g = 0; g < nkv; g++) {
                 rw_k_head_norm_rope_ref(k + t * kd + g * hd, lw->k_norm.data, (int)hd, eps, t, inv,
@@ -219,13 +225,17 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
                 float mx = -INFINITY, ls = 0.0f;
                 for (int j = 0; j <= t; j++) {
                     float s = 0.0f;
-                    for (int64_t e = 0; e < hd; e++)
-                        s += qh[e] * scale * k[j * kd + g * hd + e];
+                    if (flags & RW_EMUL_F16_Q)
+                        for (int64_t e = 0; e < hd; e++)
+                            s += qh[e] * k[j * kd + g * hd + e];
+                    else
+                        for (int64_t e = 0; e < hd; e++)
+                            s += qh[e] * scale * k[j * kd + g * hd + e];
                     sc[j] = s;
                     mx = s > mx ? s : mx;
                 }
                 for (int j = 0; j <= t; j++) {
-                    sc[j] = expf(sc[j] - mx);
+                    sc[j] = (flags & RW_EMUL_F16_Q) ? exp2f(sc[j] - mx) : expf(sc[j] - mx);
                     ls += sc[j];
                 }
                 if (flags & RW_EMUL_ROUND_P)

@@ -29,10 +29,13 @@
  *   fall. With the K and V cache entries, the softmax weights and silu(g)*u as pairs too (PAIRS)
  *   they move by less than a quarter of the smallest gap and no routing decision moves: F2 by a
  *   margin, on both fixtures (asserted);
- * - the attention's operands in fp16 (q one fp16, the K and V cache entries and the softmax
- *   weights fp16 instead of bf16: the same cache bytes and half the q.K products) meet F2 with no
- *   routing decision moved and move the router logits less than the backend's rounding points
- *   do, on both fixtures (asserted; what an fp16 attention kernel would give). */
+ * - the attention's operands in fp16 (q' = q log2(e) / sqrt(hd) one fp16 as the kernel would
+ *   round it, the K and V cache entries and the softmax weights fp16 instead of bf16: the same
+ *   cache bytes and half the q.K products) are reported, not asserted: they keep the
+ *   head_dim-128 fixture's routing and flip the tiny fixture's closest tie, as the fp16 kernel
+ *   did on the GPU (docs/BENCHMARKS.md, fifty-first session). Each line also gives what became
+ *   of the fixture's closest tie (its exact gap, then the same two experts' logit difference:
+ *   negative, flipped), which says how near a scheme came to moving it. */
 #include <math.h>
 
 #include "cuda_emul.h"
@@ -125,6 +128,22 @@ static double topk_gap(const float *l, int E, int k) {
     return k < E ? (double)s[k - 1] - s[k] : INFINITY;
 }
 
+/* The experts ranked k-th (*a) and (k+1)-th (*b) by one token's router logits. */
+static void kth_pair(const float *l, int E, int k, int *a, int *b) {
+    int idx[1024];
+    for (int e = 0; e < E; e++)
+        idx[e] = e;
+    for (int x = 0; x <= k && x < E; x++)
+        for (int y = x + 1; y < E; y++)
+            if (l[idx[y]] > l[idx[x]]) {
+                const int t = idx[x];
+                idx[x] = idx[y];
+                idx[y] = t;
+            }
+    *a = idx[k - 1];
+    *b = k < E ? idx[k] : idx[k - 1];
+}
+
 static bool same_set(const int32_t *a, const int32_t *b, int k) {
     for (int i = 0; i < k; i++) {
         bool found = false;
@@ -142,11 +161,14 @@ typedef struct cmp {
     double reroute_gap; /* smallest top-k gap of `base` among them */
     double worst_base;  /* max |logit - base logit| over all positions */
     double drift;       /* max |router logit - base router logit| over prompt token-layers */
+    /* at the token-layer of `base`'s smallest top-k gap (the closest tie): that gap, and the
+     * same two experts' logit difference in this run (negative: the tie flipped) */
+    double tie_gap, tie_margin;
 } cmp;
 
 static cmp compare(const fx *f, const run *r, const run *base) {
     const int V = f->cfg->vocab_size, E = f->cfg->num_experts, K = f->cfg->top_k;
-    cmp c = {0, 0, 0, 0, INFINITY, 0, 0};
+    cmp c = {0, 0, 0, 0, INFINITY, 0, 0, INFINITY, 0};
     for (int i = 0; i < NPROMPT; i++) {
         const int L = r->plen[i], n = r->n[i];
         const float *rl = f->ref->logits[i];
@@ -168,6 +190,14 @@ static cmp compare(const fx *f, const run *r, const run *base) {
                 const size_t o = ((size_t)l * n + t);
                 for (int e = 0; e < E; e++)
                     c.drift = fmax(c.drift, fabs(r->rl[i][o * E + e] - base->rl[i][o * E + e]));
+                const float *bl = base->rl[i] + o * E, *rl2 = r->rl[i] + o * E;
+                const double g = topk_gap(bl, E, K);
+                if (g < c.tie_gap) {
+                    int ea, eb;
+                    kth_pair(bl, E, K, &ea, &eb);
+                    c.tie_gap = g;
+                    c.tie_margin = (double)rl2[ea] - rl2[eb];
+                }
                 if (!same_set(r->ids[i] + o * K, base->ids[i] + o * K, K)) {
                     c.reroutes++;
                     c.reroute_gap = fmin(c.reroute_gap, topk_gap(base->rl[i] + o * E, E, K));
@@ -277,7 +307,7 @@ static void test_rounding_points(void **state) {
         {F16_ATT | RW_EMUL_F32_ACCUM, "fp16 q, K, V and P, fp32 acc"},
         {RW_EMUL_CUDA, "the CUDA backend"},
     };
-    cmp cuda = {0}, pairs = {0}, f16 = {0};
+    cmp cuda = {0}, pairs = {0};
     run exact;
     emulate(f, 0, &exact);
     int below, all;
@@ -288,12 +318,11 @@ static void test_rounding_points(void **state) {
         const cmp c = compare(f, &r, &exact);
         print_message("%-28s max |logit - reference| %.3g, greedy %d/%d, router logits moved "
                       "up to %.3g, rerouted token-layers %d (smallest exact top-k gap among "
-                      "them %.3g)\n",
+                      "them %.3g); the closest tie's %.3g now %.3g\n",
                       cases[ci].what, c.worst_ref, c.greedy, c.total, c.drift, c.reroutes,
-                      c.reroutes ? c.reroute_gap : 0.0);
+                      c.reroutes ? c.reroute_gap : 0.0, c.tie_gap, c.tie_margin);
         if (cases[ci].flags == RW_EMUL_CUDA) cuda = c;
         if (cases[ci].flags == PAIRS) pairs = c;
-        if (cases[ci].flags == F16_ATT) f16 = c;
         run_free(&r);
     }
     run_free(&exact);
@@ -314,18 +343,6 @@ static void test_rounding_points(void **state) {
     assert_true(pairs.drift < gmin / 4);
     assert_true(pairs.worst_ref <= 5e-2);
     assert_true(pairs.greedy == pairs.total);
-    /* fp16 attention operands: F2 with no routing decision moved on both fixtures, and the
-     * router logits moved less than by the backend's bf16 K, V and P with q as a pair (0.0118
-     * -> 0.0033 tiny, 0.0096 -> 0.0027 head_dim 128): more precision for half the q.K
-     * products. (Their drift is still above the smallest top-k gap: no margin, as the pairs
-     * have.) */
-    print_message("fp16 attention operands: router logits moved up to %.3g against the "
-                  "backend's %.3g\n",
-                  f16.drift, cuda.drift);
-    assert_int_equal(f16.reroutes, 0);
-    assert_true(f16.worst_ref <= 5e-2);
-    assert_true(f16.greedy * 100 >= f16.total * 95);
-    assert_true(f16.drift < cuda.drift);
 }
 
 /* The CUDA backend's rounding points under another GEMM summation order (fp32 in index order
