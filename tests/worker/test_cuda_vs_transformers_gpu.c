@@ -86,8 +86,12 @@ static void vs_emulation(rw_model *cpu, const int32_t *tokens, int n, const floa
 /* Rows t of tokens [n] whose routing differs between the emulation of the CUDA rounding points
  * and the fp32 forward (any layer's top-k set): near-ties there flip on a rounding (the backend's
  * rounding points move the router logits by ~1e-2, more than the smallest gaps:
- * test_cuda_numerics.c). rerouted[t] = 1 for such rows; returns the count. */
-static int rerouted_rows(rw_model *cpu, const int32_t *tokens, int n, uint8_t *rerouted) {
+ * test_cuda_numerics.c). rerouted[t] = 1 for such rows; returns the count. With gpu (the
+ * engine's routed experts of the same tokens, [n, L, k]), *gpu_moved receives the token-layers
+ * whose routing on the GPU differs from the fp32 forward's: which near-tie the GPU flipped,
+ * seen directly rather than through the emulation. */
+static int rerouted_rows(rw_model *cpu, const int32_t *tokens, int n, uint8_t *rerouted,
+                         const uint16_t *gpu, int *gpu_moved) {
     const rw_config *c = rw_model_config(cpu);
     const int L = c->num_layers, k = c->top_k, V = c->vocab_size;
     int32_t *a = malloc(sizeof(int32_t) * (size_t)L * n * k);
@@ -96,6 +100,20 @@ static int rerouted_rows(rw_model *cpu, const int32_t *tokens, int n, uint8_t *r
     rw_err err = {0};
     RW_ASSERT_OK(rw_cuda_emul_score(rw_model_wset(cpu), tokens, n, EMUL, lg, a, NULL, &err), &err);
     RW_ASSERT_OK(rw_cuda_emul_score(rw_model_wset(cpu), tokens, n, 0, lg, b, NULL, &err), &err);
+    if (gpu)
+        for (int t = 0; t < n; t++)
+            for (int l = 0; l < L; l++) {
+                const int32_t *want = b + ((size_t)l * n + t) * k;
+                const uint16_t *got = gpu + ((size_t)t * L + l) * k;
+                bool same = true;
+                for (int j = 0; j < k; j++) {
+                    bool found = false;
+                    for (int j2 = 0; j2 < k; j2++)
+                        found |= want[j2] == (int32_t)got[j];
+                    same &= found;
+                }
+                *gpu_moved += !same;
+            }
     int count = 0;
     for (int t = 0; t < n; t++) {
         rerouted[t] = 0;
@@ -123,7 +141,7 @@ static void test_vs_reference(void **state) {
     rw_err err = {0};
     double worst = 0, worst_lp = 0, worst_flip = 0;
     size_t bad = 0; /* logits outside RW_TOL_CUDA_REF on rows routed as in fp32 (NaN counts) */
-    int match = 0, total = 0, free_match = 0, flipped = 0, rows = 0;
+    int match = 0, total = 0, free_match = 0, flipped = 0, rows = 0, gpu_moved = 0, gpu_layers = 0;
     rw_engine *e;
     RW_ASSERT_OK(rw_engine_create(m, NULL, &e, &err), &err);
     for (int i = 0; i < f->nprompt; i++) {
@@ -136,8 +154,22 @@ static void test_vs_reference(void **state) {
         memcpy(seq + L, gr, sizeof(int32_t) * NGEN);
         float *lg = malloc(sizeof(float) * (size_t)(L + NGEN) * V);
         RW_ASSERT_OK(rw_model_score(m, seq, L + NGEN, lg, &err), &err);
+        /* free-running greedy through the engine (prefill, then graph-replayed decodes), with
+         * the routed experts of every token recorded */
+        rw_sampling sp = rw_sampling_default();
+        sp.max_new_tokens = NGEN;
+        const rw_request_opts ro = {.routed_experts = true};
+        RW_ASSERT_OK(rw_engine_add_ex(e, (uint64_t)i, f->prompt[i], L, &sp, &ro, &err), &err);
+        RW_ASSERT_OK(rw_engine_run(e, &err), &err);
+        rw_output *o = rw_engine_pop_output(e);
+        assert_non_null(o);
+        assert_int_equal(o->n, NGEN);
+        assert_true(o->n_routed >= L);
+        assert_int_equal(o->route_layers, f->cfg.num_layers);
+        assert_int_equal(o->route_k, f->cfg.top_k);
         uint8_t *rr = malloc((size_t)L);
-        flipped += rerouted_rows(cpu, f->prompt[i], L, rr);
+        flipped += rerouted_rows(cpu, f->prompt[i], L, rr, o->routed_ids, &gpu_moved);
+        gpu_layers += L * f->cfg.num_layers;
         rows += L;
         for (int t = 0; t < L; t++) {
             const rw_close c = rw_close_check(lg + (size_t)t * V, rl + (size_t)t * V, (size_t)V,
@@ -164,14 +196,6 @@ static void test_vs_reference(void **state) {
             match += arg == gr[j];
             total++;
         }
-        /* free-running greedy through the engine (prefill, then graph-replayed decodes) */
-        rw_sampling sp = rw_sampling_default();
-        sp.max_new_tokens = NGEN;
-        RW_ASSERT_OK(rw_engine_add(e, (uint64_t)i, f->prompt[i], L, &sp, &err), &err);
-        RW_ASSERT_OK(rw_engine_run(e, &err), &err);
-        rw_output *o = rw_engine_pop_output(e);
-        assert_non_null(o);
-        assert_int_equal(o->n, NGEN);
         int j = 0;
         while (j < NGEN && o->tokens[j] == gr[j])
             j++;
@@ -186,13 +210,19 @@ static void test_vs_reference(void **state) {
                   "logprob error| %.4g; free-running greedy prefix %d/%d\n",
                   worst, F2_LOGIT_TOL, bad, rows - flipped, rows, flipped, worst_flip, match, total,
                   worst_lp, free_match, f->nprompt * NGEN);
+    print_message("routing on the GPU: %d of %d prompt token-layers differ from the fp32 "
+                  "forward's\n",
+                  gpu_moved, gpu_layers);
     assert_true(worst <= F2_LOGIT_TOL);
     /* a rerouted position is a router near-tie that a bf16 rounding flips (the CPU emulation of
      * the backend's rounding points shows which); they stay rare */
     assert_true(flipped <= rows / 20);
     /* in the high-precision mode the router logits stay within a quarter of the fixtures'
      * smallest top-k gap (test_cuda_numerics.c): nothing to excuse */
-    if (RW_TEST_PRECISION == RW_PRECISION_HIGH) assert_int_equal(flipped, 0);
+    if (RW_TEST_PRECISION == RW_PRECISION_HIGH) {
+        assert_int_equal(flipped, 0);
+        assert_int_equal(gpu_moved, 0);
+    }
     assert_int_equal(bad, 0);
     assert_true(match >= F2_TOKEN_FRACTION * total);
     assert_true(worst_lp <= F2_LOGIT_TOL);
