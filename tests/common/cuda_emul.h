@@ -81,7 +81,6 @@ static inline float emul_f16(float x) {
     return rw_f16_to_f32(rw_f32_to_f16(x));
 }
 static inline float emul_round(float x, unsigned flags, unsigned bit) {
-    if ((flags & RW_EMUL_F16_Q) && bit == RW_EMUL_ROUND_Q) return emul_f16(x);
     if (!(flags & bit)) return x;
     if ((flags & RW_EMUL_F16_KVP) && (bit & (RW_EMUL_ROUND_K | RW_EMUL_ROUND_V | RW_EMUL_ROUND_P)))
         return emul_f16(x);
@@ -157,7 +156,8 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
     const int K = c->top_k, group = (int)(nh / nkv);
     const int64_t qd = nh * hd, kd = nkv * hd;
     const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
-    const float qscale2 = (float)(1.4426950408889634 / sqrt((double)hd));
+    /* F16_Q: the kernel's q' scale (log2(e) / sqrt(hd), rounded to fp32 as its launcher does) */
+    const float qscale_log2 = (float)(1.4426950408889634 / sqrt((double)hd));
     const size_t fl = sizeof(float);
     float *x = calloc((size_t)(n * H), fl), *y = calloc((size_t)(n * H), fl);
     float *h = calloc((size_t)(n * H), fl), *h32 = calloc((size_t)(n * H), fl);
@@ -204,7 +204,7 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
                                         tmp);
                 for (int64_t i = 0; i < hd; i++)
                     q[t * qd + hh * hd + i] = (flags & RW_EMUL_F16_Q)
-                                                  ? emul_f16(tmp[i] * qscale2)
+                                                  ? emul_f16(tmp[i] * qscale_log2)
                                                   : emul_round(tmp[i], flags, RW_EMUL_ROUND_Q);
             }
             for (int64_t g = 0; g < nkv; g++) {
