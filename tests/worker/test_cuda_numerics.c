@@ -113,22 +113,7 @@ static void run_free(run *r) {
     }
 }
 
-/* Gap between the k-th and (k+1)-th largest router logits of one token: how far the top-k set is
- * from changing. */
-static double topk_gap(const float *l, int E, int k) {
-    float s[1024];
-    memcpy(s, l, sizeof(float) * (size_t)E);
-    for (int a = 0; a <= k && a < E; a++)
-        for (int b = a + 1; b < E; b++)
-            if (s[b] > s[a]) {
-                const float t = s[a];
-                s[a] = s[b];
-                s[b] = t;
-            }
-    return k < E ? (double)s[k - 1] - s[k] : INFINITY;
-}
-
-/* The experts ranked k-th (*a) and (k+1)-th (*b) by one token's router logits. */
+/* The experts ranked k-th (*a) and (k+1)-th (*b) by one token's router logits (k < E). */
 static void kth_pair(const float *l, int E, int k, int *a, int *b) {
     int idx[1024];
     for (int e = 0; e < E; e++)
@@ -141,7 +126,16 @@ static void kth_pair(const float *l, int E, int k, int *a, int *b) {
                 idx[y] = t;
             }
     *a = idx[k - 1];
-    *b = k < E ? idx[k] : idx[k - 1];
+    *b = idx[k];
+}
+
+/* Gap between the k-th and (k+1)-th largest router logits of one token: how far the top-k set is
+ * from changing. */
+static double topk_gap(const float *l, int E, int k) {
+    if (k >= E) return INFINITY;
+    int a, b;
+    kth_pair(l, E, k, &a, &b);
+    return (double)l[a] - l[b];
 }
 
 static bool same_set(const int32_t *a, const int32_t *b, int k) {
@@ -190,13 +184,13 @@ static cmp compare(const fx *f, const run *r, const run *base) {
                 const size_t o = ((size_t)l * n + t);
                 for (int e = 0; e < E; e++)
                     c.drift = fmax(c.drift, fabs(r->rl[i][o * E + e] - base->rl[i][o * E + e]));
-                const float *bl = base->rl[i] + o * E, *rl2 = r->rl[i] + o * E;
+                const float *bl = base->rl[i] + o * E, *cur = r->rl[i] + o * E;
                 const double g = topk_gap(bl, E, K);
                 if (g < c.tie_gap) {
                     int ea, eb;
                     kth_pair(bl, E, K, &ea, &eb);
                     c.tie_gap = g;
-                    c.tie_margin = (double)rl2[ea] - rl2[eb];
+                    c.tie_margin = (double)cur[ea] - cur[eb];
                 }
                 if (!same_set(r->ids[i] + o * K, base->ids[i] + o * K, K)) {
                     c.reroutes++;
