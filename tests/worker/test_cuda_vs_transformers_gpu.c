@@ -83,6 +83,13 @@ static void vs_emulation(rw_model *cpu, const int32_t *tokens, int n, const floa
     free(em);
 }
 
+/* Whether expert id is one of a top-k set's k ids. */
+static bool in_topk(const int32_t *set, int k, int32_t id) {
+    for (int j = 0; j < k; j++)
+        if (set[j] == id) return true;
+    return false;
+}
+
 /* Rows t of tokens [n] whose routing differs between the emulation of the CUDA rounding points
  * and the fp32 forward (any layer's top-k set): near-ties there flip on a rounding (the backend's
  * rounding points move the router logits by ~1e-2, more than the smallest gaps:
@@ -106,25 +113,17 @@ static int rerouted_rows(rw_model *cpu, const int32_t *tokens, int n, uint8_t *r
                 const int32_t *want = b + ((size_t)l * n + t) * k;
                 const uint16_t *got = gpu + ((size_t)t * L + l) * k;
                 bool same = true;
-                for (int j = 0; j < k; j++) {
-                    bool found = false;
-                    for (int j2 = 0; j2 < k; j2++)
-                        found |= want[j2] == (int32_t)got[j];
-                    same &= found;
-                }
+                for (int j = 0; j < k; j++)
+                    same &= in_topk(want, k, got[j]);
                 *gpu_moved += !same;
             }
     int count = 0;
     for (int t = 0; t < n; t++) {
         rerouted[t] = 0;
         for (int l = 0; l < L && !rerouted[t]; l++)
-            for (int j = 0; j < k; j++) {
-                const int32_t id = a[((size_t)l * n + t) * k + j];
-                bool found = false;
-                for (int j2 = 0; j2 < k; j2++)
-                    found |= b[((size_t)l * n + t) * k + j2] == id;
-                if (!found) rerouted[t] = 1;
-            }
+            for (int j = 0; j < k; j++)
+                if (!in_topk(b + ((size_t)l * n + t) * k, k, a[((size_t)l * n + t) * k + j]))
+                    rerouted[t] = 1;
         count += rerouted[t];
     }
     free(a);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # test_runners.sh - the GPU machine's runners on stand-ins, without a GPU: run-packed.sh's verdicts
-# (pass, skip, fail, expected failure) and their summary, and on merge-packs.sh's archives; that run-packed.sh and
-# run-variants.sh, stopped by a signal (an outer timeout), stop the tests or the benchmark they
-# were running, which would otherwise go on holding the GPU; and pack-variants.sh's DEFINE=VALUE
-# variants on a stand-in tree; kernel-profile.sh's output folder on a stand-in ncu. Exits 0 when
-# every check holds.
+# (pass, skip, fail, expected failure) and their summary, and on merge-packs.sh's archives; that
+# run-packed.sh and run-variants.sh, stopped by a signal (an outer timeout), stop the tests or
+# the benchmark they were running, which would otherwise go on holding the GPU; and
+# pack-variants.sh's DEFINE=VALUE variants on a stand-in tree; kernel-profile.sh's output folder
+# on a stand-in ncu. Exits 0 when every check holds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
