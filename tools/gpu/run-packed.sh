@@ -6,16 +6,16 @@
 #                           [--unpack-only]             default .gpu-pack/tests.txz
 #
 # The archive is unpacked under $RW_PACK_DIR (default /tmp/rw-packed), which becomes the tests'
-# RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --variant NAME takes the variant NAME of an
-# archive made by merge-packs.sh (several test archives in one). --only keeps the tests whose
-# name matches REGEX (grep -E); --jobs N runs N at a time (default 1: several share one GPU,
-# which the timing-free tests tolerate), except that a test meson may not run beside others
-# (is_parallel: false, such as the one that fills the device's memory) runs alone, as meson test
-# runs it. A test passes with exit status 0, is skipped with 77, and fails otherwise, except
-# that a test meson expects to fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The summary
-# ends with the counts; the exit status is 1 when any test failed or passed unexpectedly. A
-# signal that stops the runner (an outer timeout, ^C) stops the tests it is running too (exit
-# status 143; tools/gpu/test_runners.sh checks it without a GPU).
+# RW_BUILD_ROOT; RW_SOURCE_ROOT is the checkout. --variant NAME takes the variant NAME of an archive
+# made by merge-packs.sh (several test archives in one). --only keeps the tests whose name matches
+# REGEX (grep -E); --jobs N runs N at a time (default 1: several share one GPU, which the
+# timing-free tests tolerate), except that a test meson may not run beside others (is_parallel:
+# false, such as the one that fills the device's memory) runs alone, as meson test runs it. A test
+# passes with exit status 0, is skipped with 77, and fails otherwise, except that a test meson
+# expects to fail passes by failing (the hd128 end-to-end check, tests/worker/meson.build). The
+# summary ends with the counts; the exit status is 1 when any test failed or passed unexpectedly. A
+# signal that stops the runner (an outer timeout, ^C) stops the tests it is running too (exit status
+# 143; tools/gpu/test_runners.sh checks it without a GPU).
 # What stays in $OUT (./out without OUT) is few files, since the device tool returns at most 8:
 # suite.txt (the summary) and, when a test failed, timed out or passed unexpectedly, failed.log
 # (those tests' output, one after the other). --all-logs also keeps every test's output as
