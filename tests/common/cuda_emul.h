@@ -158,6 +158,9 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
     const float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     /* F16_Q: the kernel's q' scale (log2(e) / sqrt(hd), rounded to fp32 as its launcher does) */
     const float qscale_log2 = (float)(1.4426950408889634 / sqrt((double)hd));
+    /* q's factor in the scores: the scale, or (F16_Q, q' already scaled) 1, which leaves each
+     * product exact as it is */
+    const float qmul = (flags & RW_EMUL_F16_Q) ? 1.0f : scale;
     const size_t fl = sizeof(float);
     float *x = calloc((size_t)(n * H), fl), *y = calloc((size_t)(n * H), fl);
     float *h = calloc((size_t)(n * H), fl), *h32 = calloc((size_t)(n * H), fl);
@@ -225,12 +228,8 @@ static rw_status rw_cuda_emul_score(const rw_wset *ws, const int32_t *tokens, in
                 float mx = -INFINITY, ls = 0.0f;
                 for (int j = 0; j <= t; j++) {
                     float s = 0.0f;
-                    if (flags & RW_EMUL_F16_Q)
-                        for (int64_t e = 0; e < hd; e++)
-                            s += qh[e] * k[j * kd + g * hd + e];
-                    else
-                        for (int64_t e = 0; e < hd; e++)
-                            s += qh[e] * scale * k[j * kd + g * hd + e];
+                    for (int64_t e = 0; e < hd; e++)
+                        s += qh[e] * qmul * k[j * kd + g * hd + e];
                     sc[j] = s;
                     mx = s > mx ? s : mx;
                 }
