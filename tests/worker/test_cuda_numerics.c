@@ -194,7 +194,7 @@ static cmp compare(const fx *f, const run *r, const run *base) {
                 }
                 if (!same_set(r->ids[i] + o * K, base->ids[i] + o * K, K)) {
                     c.reroutes++;
-                    c.reroute_gap = fmin(c.reroute_gap, topk_gap(base->rl[i] + o * E, E, K));
+                    c.reroute_gap = fmin(c.reroute_gap, g);
                 }
             }
     }
