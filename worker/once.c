@@ -84,6 +84,14 @@ int rw_worker_once_main(int argc, char **argv, FILE *out) {
         return 2;                                                                                  \
     } while (0)
         if (strcmp(a, "--once") == 0) continue;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { /* as the daemon's: exit 0 */
+            usage(out);
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            fprintf(out, "rw-worker %s\n", RW_VERSION);
+            return 0;
+        }
         if (strcmp(a, "--random-weights") == 0) {
             random_w = true;
             continue;

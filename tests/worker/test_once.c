@@ -1,7 +1,8 @@
 /* test_once.c - `rw-worker --once` end to end (argv[1] is the executable): greedy generation on
  * the fixture checkpoint matches the transformers reference, random weights from a config are
  * reproducible from the seed, seeded sampling is reproducible (and the same under --precision
- * high, which the CPU backend's fp32 makes no difference to), and bad usage exits 2. */
+ * high, which the CPU backend's fp32 makes no difference to), bad usage exits 2, and --help and
+ * --version answer on stdout with exit 0 as the daemon's do. */
 #include <math.h>
 #include <sys/wait.h>
 
@@ -109,6 +110,12 @@ static void test_usage(void **state) {
     assert_int_equal(run(cmd, out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s --once --model /x --prompt 1 --precision fp64 2>/dev/null", exe);
     assert_int_equal(run(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s --once --help 2>/dev/null", exe);
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+    assert_non_null(strstr(out, "usage: rw-worker --once"));
+    snprintf(cmd, sizeof cmd, "%s --once --version 2>/dev/null", exe);
+    assert_int_equal(run(cmd, out, sizeof out), 0);
+    assert_true(strncmp(out, "rw-worker ", 10) == 0);
 }
 
 int main(int argc, char **argv) {

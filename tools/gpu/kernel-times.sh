@@ -4,8 +4,9 @@
 #
 #   tools/gpu/kernel-times.sh [--quant] [BATCH [CTX]]     default 1 1024 (the G2 point)
 #
-# --quant: the mxfp8-last-8 model's step instead of bf16's (G3 at 256 1024; the forward entry
-# profiles the bf16 step, then the mxfp8 one, and kernel_times.py --step 2 keeps the second).
+# --quant: the mxfp8-last-8 model's step instead of bf16's, at G3's point 256 1024 (its default
+# and the only point it takes; the forward entry profiles the bf16 step, then the mxfp8 one, and
+# kernel_times.py --step 2 keeps the second).
 #
 # At BATCH 1 or 256 and CTX 1024 (G2, G1) rw-bench's forward-level decode benchmark runs its
 # first timed step between cudaProfilerStart and cudaProfilerStop (RW_BENCH_NCU_BATCH); at any
@@ -22,7 +23,7 @@ if [ "${1:-}" = --quant ]; then
     QUANT=1
     shift
 fi
-B=${1:-1}
+B=${1:-$((QUANT ? 256 : 1))}
 C=${2:-1024}
 BUILD=${RW_BUILD_DIR:-build-gpu}
 DIR=${OUT:-.}
