@@ -151,7 +151,8 @@ typedef struct rw_layer_weights {
     rw_tensor router;   /* bf16 [E, H] (replicated) */
     rw_tensor w13;      /* experts, packed: bf16 [E, H/64, 2P, 64]; e4m3 [E, 2P, H] */
     rw_tensor w2;       /* bf16 [E, P/64, H, 64]; e4m3 [E, H, P] */
-    rw_tensor w13_scale, w2_scale; /* mxfp8: u8 swizzled per expert; fp8: f32 [E, 2P/128, H/128] */
+    /* mxfp8: u8 swizzled per expert; fp8: f32 [E, 2P/128, ceil(H/128)], [E, ceil(H/128), P/128] */
+    rw_tensor w13_scale, w2_scale;
 } rw_layer_weights;
 
 typedef struct rw_wset rw_wset;

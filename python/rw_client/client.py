@@ -54,8 +54,8 @@ _ST_DTYPES = {"BF16": "bf16", "F16": "f16", "F32": "f32", "I32": "i32", "F8_E4M3
               "U8": "u8", "I64": "i64", "F64": "f64", "I8": "i8", "BOOL": "bool", "I16": "i16"}
 _SIZES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "e4m3": 1, "ue8m0": 1, "u8": 1, "i64": 8,
           "f64": 8, "i8": 1, "bool": 1, "i16": 2}
-_STATUS = ["ok", "invalid_arg", "oom", "io", "format", "unsupported", "not_found", "shape",
-           "dtype", "cuda", "nccl", "zmq", "timeout", "state", "protocol", "busy",
+_STATUS = ["ok", "invalid_arg", "out_of_memory", "io", "format", "unsupported", "not_found",
+           "shape", "dtype", "cuda", "nccl", "zmq", "timeout", "state", "protocol", "busy",
            "weights_incomplete", "aborted", "internal", "auth", "no_device", "range"]
 _ALIGN = 256  # RW_SYNC_ALIGN: every piece of a bucket starts at a multiple of this
 # Every command of the protocol, in the order of the C command table (rw_cmd, sync/rw_msg.h);
